@@ -1,0 +1,45 @@
+# The two commands: `make demo` and `make test`. Each sets up what it needs and is safe to repeat.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# The venv is rebuilt only when what it is made from changes.
+INPUTS_HASH := $(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
+STAMP  := $(VENV)/.installed-$(INPUTS_HASH)
+EXTRAS := pytorch,onnxruntime,postgresql,dev
+
+.PHONY: demo test lint typecheck unit services bench clean
+
+$(STAMP):
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[$(EXTRAS)]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/mlscope run resnet18 --framework pytorch,onnxruntime --batch-sizes 1,8
+	$(BIN)/mlscope results list --limit 10
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy mlscope registry broker workers store api
+
+services:
+	@bash ops/ci/services.sh
+
+test: $(STAMP) services lint typecheck
+	$(BIN)/python -m pytest -q
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not postgres"
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/overhead.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

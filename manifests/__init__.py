@@ -1,0 +1,1 @@
+"""The model manifests shipped with mlscope: one YAML file per model and framework."""

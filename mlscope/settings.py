@@ -1,0 +1,106 @@
+"""Settings: the environment, or a settings file; the environment wins.
+
+The names are a contract shared by every part (DESIGN.md, "Contracts"). The settings file is TOML
+at `$MLSCOPE_SETTINGS` or `<user config dir>/mlscope/settings.toml`, with the same names in lower
+case and without the prefix (`store_url = "postgresql://..."`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from mlscope.errors import UserError
+
+__all__ = ["Settings", "load_settings"]
+
+APP = "mlscope"
+
+
+def _default_store_url() -> str:
+    return f"sqlite:///{Path(platformdirs.user_data_dir(APP)) / 'mlscope.db'}"
+
+
+def _default_cache_dir() -> Path:
+    return Path(platformdirs.user_cache_dir(APP))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting mlscope reads, validated on construction."""
+
+    store_url: str = field(default_factory=_default_store_url)
+    broker_url: str = "redis://127.0.0.1:6379/0"
+    api_url: str = "http://127.0.0.1:8000"
+    api_tokens: tuple[str, ...] = ()
+    manifests: tuple[Path, ...] = ()
+    cache_dir: Path = field(default_factory=_default_cache_dir)
+    otlp_endpoint: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("store_url", "broker_url", "api_url"):
+            value = getattr(self, name)
+            if "://" not in value:
+                raise UserError(f"setting {name}={value!r} is not a URL: expected scheme://...", field=name)
+
+    @property
+    def env_names(self) -> dict[str, str]:
+        return {f.name: f"MLSCOPE_{f.name.upper()}" for f in fields(self)}
+
+
+def _settings_file() -> Path:
+    explicit = os.environ.get("MLSCOPE_SETTINGS")
+    return Path(explicit) if explicit else Path(platformdirs.user_config_dir(APP)) / "settings.toml"
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"settings file {path}: not valid TOML ({exc})") from exc
+
+
+def _coerce(name: str, raw: Any) -> Any:
+    if name == "api_tokens":
+        items = raw if isinstance(raw, list) else str(raw).split(",")
+        return tuple(t.strip() for t in items if t.strip())
+    if name == "manifests":
+        items = raw if isinstance(raw, list) else str(raw).split(os.pathsep)
+        return tuple(Path(p).expanduser() for p in items if p)
+    if name == "cache_dir":
+        return Path(str(raw)).expanduser()
+    return str(raw)
+
+
+def load_settings(environ: dict[str, str] | None = None) -> Settings:
+    """Read settings from the settings file, then the environment on top of it.
+
+    Raises:
+        UserError: a setting has an unknown name or a value of the wrong form.
+    """
+    env = os.environ if environ is None else environ
+    known = {f.name for f in fields(Settings)}
+    path = _settings_file()
+    values: dict[str, Any] = {}
+    for key, raw in _read_file(path).items():
+        if key not in known:
+            raise UserError(
+                f"settings file {path}: unknown setting {key!r}; known: {', '.join(sorted(known))}"
+            )
+        values[key] = _coerce(key, raw)
+    for name in known:
+        raw = env.get(f"MLSCOPE_{name.upper()}")
+        if raw:
+            values[name] = _coerce(name, raw)
+    return Settings(**values)
