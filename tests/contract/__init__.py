@@ -1,0 +1,1 @@
+"""The contract suite every Store implementation must pass."""
