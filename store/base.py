@@ -202,10 +202,12 @@ class Store(ABC):
             UserError: naming the first invalid field; nothing is stored then.
         """
         checked_system = check_system(system)
+        checked_framework = check_framework(framework)
         changes = {
             "status": "succeeded",
             "system_id": checked_system["id"],
-            "framework_version": check_framework(framework)["version"],
+            "framework_version": checked_framework["version"],
+            "framework_details": checked_framework["details"],
             "cold_start": check_cold_start(cold_start),
             "error": None,
             "finished_at": check_aware(finished_at, "finished_at") or _now(),

@@ -103,6 +103,7 @@ class EvaluationRecord:
     error: dict[str, Any] | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    framework_details: dict[str, Any] | None = None
     system: dict[str, Any] | None = None
     measurements: list[MeasurementRecord] = field(default_factory=list)
 
@@ -221,11 +222,14 @@ def check_model(model: Any) -> dict[str, Any]:
 
 
 def check_framework(framework: Any) -> dict[str, Any]:
-    """{"name", "version"}: version may be None until the framework has been imported."""
+    """{"name", "version", ...}: version may be None until the framework has been imported; other
+    keys (effective threads, providers, library builds) are kept as the framework's details."""
     checked = check_object(framework, "framework")
+    details = {k: v for k, v in checked.items() if k not in ("name", "version")}
     return {
         "name": check_text(checked.get("name"), "framework.name"),
         "version": check_optional_text(checked.get("version"), "framework.version"),
+        "details": json_safe(details, "framework") if details else None,
     }
 
 
@@ -359,7 +363,11 @@ def evaluation_to_dict(record: EvaluationRecord, *, include_raw: bool = False) -
             "version": record.model_version,
             "manifest_sha256": record.manifest_sha256,
         },
-        "framework": {"name": record.framework_name, "version": record.framework_version},
+        "framework": {
+            "name": record.framework_name,
+            "version": record.framework_version,
+            **(record.framework_details or {}),
+        },
         "system": record.system,
         "runner": record.runner,
         "device": record.device,

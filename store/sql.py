@@ -105,6 +105,7 @@ class EvaluationRow(Base):
     trace_level: Mapped[str] = mapped_column(String(16))
     trace_id: Mapped[str | None] = mapped_column(String(64))
     cold_start: Mapped[dict[str, Any] | None] = mapped_column(_JSON)
+    framework_details: Mapped[dict[str, Any] | None] = mapped_column(_JSON)
     error: Mapped[dict[str, Any] | None] = mapped_column(_JSON)
     request: Mapped[dict[str, Any]] = mapped_column(_JSON)
     manifest: Mapped[dict[str, Any]] = mapped_column(_JSON)
@@ -405,6 +406,7 @@ def _to_record(row: EvaluationRow, *, include_raw: bool) -> EvaluationRecord:
         system_id=row.system_id,
         trace_id=row.trace_id,
         cold_start=row.cold_start,
+        framework_details=row.framework_details,
         error=row.error,
         started_at=row.started_at,
         finished_at=row.finished_at,

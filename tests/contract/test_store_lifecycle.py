@@ -85,6 +85,23 @@ def test_a_finished_evaluation_holds_its_results(store: Store) -> None:
     )
 
 
+def test_the_frameworks_effective_settings_are_kept_with_its_version(store: Store) -> None:
+    # Given a running evaluation
+    id = submit(store)
+    store.start_evaluation(id)
+    # When it finishes with what the framework reported of itself where it ran
+    details = {"threads": 2, "providers": ["CPUExecutionProvider"], "libraries": {"cuda": None}}
+    store.finish_evaluation(
+        id,
+        system=make_system(),
+        framework={"name": "onnxruntime", "version": "1.31.1", **details},
+        cold_start=COLD_START,
+        measurements=[make_measurement()],
+    )
+    # Then the version and every detail come back; the name stays the one it was submitted under
+    assert store.get_evaluation(id)["framework"] == {"name": "pytorch", "version": "1.31.1", **details}
+
+
 def test_a_redelivered_job_goes_back_to_running(store: Store) -> None:
     # Given a running evaluation whose worker died
     id = submit(store, created_at=T0)
