@@ -1,0 +1,145 @@
+"""The model registry: shipped manifests, the user's directories on top, and lookups that explain misses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mlscope.errors import UserError
+from mlscope.registry.manifest import ManifestError, parse_manifest
+from mlscope.registry.models import ModelRegistry
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "manifests"
+SHIPPED_NAMES = ["alexnet", "bert_base", "mobilenet_v2", "resnet18", "resnet50", "vgg16"]
+
+
+def document(name: str = "tiny_cnn", framework: str = "pytorch", **changes: Any) -> dict[str, Any]:
+    doc = yaml.safe_load((DATA / "valid.yaml").read_text())
+    doc.update(name=name, **changes)
+    doc["framework"]["name"] = framework
+    return doc
+
+
+def write(path: Path, doc: dict[str, Any] | str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def shipped() -> ModelRegistry:
+    return ModelRegistry.load()
+
+
+def test_shipped_registry_lists_models_and_frameworks(shipped: ModelRegistry) -> None:
+    # Given the registry of shipped manifests
+    # Then it knows every shipped model on both frameworks, sorted
+    assert shipped.names() == SHIPPED_NAMES
+    assert shipped.frameworks_for("bert_base") == ["onnxruntime", "pytorch"]
+    keys = [m.key for m in shipped.all()]
+    assert keys == sorted(keys) and len(keys) == len(shipped) == 12
+    assert shipped.get("resnet50", "onnxruntime").attributes["top1"] == 76.130
+
+
+def test_unknown_model_suggests_close_names(shipped: ModelRegistry) -> None:
+    # When a model name is misspelt
+    with pytest.raises(UserError) as caught:
+        shipped.get("resnet19", "pytorch")
+    # Then the error suggests the close ones and lists every known model
+    message = str(caught.value)
+    assert message.startswith("unknown model 'resnet19'; did you mean resnet18")
+    assert message.endswith(f"known models: {', '.join(SHIPPED_NAMES)}")
+    assert caught.value.field == "model"
+
+
+def test_unknown_model_with_another_separator_is_suggested(shipped: ModelRegistry) -> None:
+    with pytest.raises(UserError, match="did you mean bert_base"):
+        shipped.frameworks_for("bert-base")
+
+
+def test_known_model_without_the_framework_lists_the_frameworks_it_has(shipped: ModelRegistry) -> None:
+    with pytest.raises(UserError) as caught:
+        shipped.get("bert_base", "tensorflow")
+    assert (
+        str(caught.value)
+        == "model 'bert_base' has no manifest for framework 'tensorflow'; it has: onnxruntime, pytorch"
+    )
+    assert caught.value.field == "framework"
+
+
+def test_extra_directory_overrides_shipped_manifest(tmp_path: Path) -> None:
+    # Given a user directory with its own resnet18 for PyTorch (nested, .yml) and a new model
+    override = write(tmp_path / "mine" / "vision" / "resnet18.yml", document("resnet18", description="mine"))
+    write(tmp_path / "mine" / "tiny.yaml", document())
+    # When the registry loads it on top of the shipped manifests
+    registry = ModelRegistry.load([tmp_path / "mine"])
+    # Then the user's manifest wins for that key only, and the new model is there
+    assert registry.get("resnet18", "pytorch").origin == str(override)
+    assert registry.get("resnet18", "pytorch").description == "mine"
+    assert registry.get("resnet18", "onnxruntime").source.target == "resnet18"
+    assert "tiny_cnn" in registry.names()
+
+
+def test_later_extra_directory_overrides_earlier(tmp_path: Path) -> None:
+    write(tmp_path / "first" / "m.yaml", document(description="first"))
+    write(tmp_path / "second" / "m.yaml", document(description="second"))
+    registry = ModelRegistry.load([tmp_path / "first", tmp_path / "second"])
+    assert registry.get("tiny_cnn", "pytorch").description == "second"
+
+
+def test_same_key_twice_in_one_directory_names_both_files(tmp_path: Path) -> None:
+    # Given two files in one directory defining the same (name, framework)
+    first = write(tmp_path / "a.yaml", document())
+    second = write(tmp_path / "sub" / "b.yaml", document(description="again"))
+    # When the directory is loaded
+    with pytest.raises(ManifestError) as caught:
+        ModelRegistry.load([tmp_path])
+    # Then the error names both files and the key
+    message = str(caught.value)
+    assert str(first) in message and str(second) in message
+    assert "model 'tiny_cnn' for framework 'pytorch' is already defined by" in message
+
+
+def test_same_name_on_two_frameworks_is_not_a_duplicate(tmp_path: Path) -> None:
+    write(tmp_path / "a.yaml", document())
+    write(tmp_path / "b.yaml", document(framework="onnxruntime"))
+    assert ModelRegistry.load([tmp_path]).frameworks_for("tiny_cnn") == ["onnxruntime", "pytorch"]
+
+
+def test_missing_extra_directory_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    with pytest.raises(UserError) as caught:
+        ModelRegistry.load([missing])
+    assert str(caught.value) == f"manifest directory {missing} does not exist (check MLSCOPE_MANIFESTS)"
+    assert caught.value.field == "manifests"
+
+
+def test_broken_manifest_fails_the_whole_load(tmp_path: Path) -> None:
+    # Given a user directory with one good and one broken manifest
+    write(tmp_path / "good.yaml", document())
+    broken = write(tmp_path / "broken.yaml", document(task="classify"))
+    # When it is loaded, the broken file's error surfaces instead of the model vanishing
+    with pytest.raises(ManifestError, match=f"^{broken}: task: must be one of"):
+        ModelRegistry.load([tmp_path])
+
+
+def test_hidden_directories_and_other_files_are_ignored(tmp_path: Path) -> None:
+    write(tmp_path / ".git" / "broken.yaml", "not: [valid")
+    write(tmp_path / "notes.txt", "not a manifest")
+    write(tmp_path / "m.yaml", document())
+    assert [m.key for m in ModelRegistry.load([tmp_path]).all() if m.name == "tiny_cnn"] == [
+        ("tiny_cnn", "pytorch")
+    ]
+
+
+def test_registry_built_from_manifests_refuses_duplicates() -> None:
+    first = parse_manifest(document(), "one.yaml")
+    second = parse_manifest(document(), "two.yaml")
+    with pytest.raises(
+        ManifestError,
+        match=r"^two\.yaml: model 'tiny_cnn' for framework 'pytorch' is already defined by one\.yaml",
+    ):
+        ModelRegistry([first, second])
