@@ -1,0 +1,244 @@
+"""The `mlscope` command: evaluate models here, list what can be evaluated, read stored results.
+
+A user's mistake ends with one line on stderr and exit code 2; a failed evaluation with exit code 1;
+success with 0. Progress goes to stderr, so `--json` output on stdout stays clean for scripts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from mlscope import __version__
+from mlscope.errors import UserError
+
+__all__ = ["main"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _fail(message: str) -> NoReturn:
+    click.echo(f"mlscope: error: {message}", err=True)
+    sys.exit(2)
+
+
+def _split_csv(value: str | None) -> list[str]:
+    return [item.strip() for item in (value or "").split(",") if item.strip()]
+
+
+def _parse_batch_sizes(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
+    if value is None:
+        return None
+    sizes = []
+    for item in _split_csv(value):
+        try:
+            sizes.append(int(item))
+        except ValueError:
+            raise click.BadParameter(f"{item!r} is not a whole number; expected e.g. 1,8,32") from None
+    if not sizes:
+        raise click.BadParameter("expected a comma-separated list of batch sizes, e.g. 1,8,32")
+    return sizes
+
+
+def _parse_measure(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE, e.g. min_seconds=5")
+        try:
+            settings[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            raise click.BadParameter(f"{item!r}: the value must be a number or true/false") from None
+    return settings
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="mlscope")
+def cli() -> None:
+    """mlscope: fair, repeatable latency and throughput benchmarks of deep-learning models.
+
+    Start with `mlscope models`, then `mlscope run resnet18`.
+    """
+
+
+@cli.command()
+@click.argument("model")
+@click.option(
+    "-f",
+    "--framework",
+    "frameworks",
+    metavar="NAMES",
+    help="Comma-separated frameworks [default: every installed one with a manifest for MODEL].",
+)
+@click.option(
+    "-b",
+    "--batch-sizes",
+    callback=_parse_batch_sizes,
+    metavar="N,N,...",
+    help="Batch sizes to measure [default: 1].",
+)
+@click.option(
+    "-s",
+    "--scenario",
+    "scenarios",
+    default="single_stream",
+    show_default=True,
+    metavar="NAMES",
+    help="Comma-separated scenarios: single_stream (back-to-back latency), offline (throughput).",
+)
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
+@click.option(
+    "--runner",
+    default="process",
+    show_default=True,
+    help="process (isolated child process) or inline (this process).",
+)
+@click.option("--threads", type=int, help="Intra-op threads [default: the framework's, one per core].")
+@click.option("--min-seconds", type=float, help="Measure each point at least this long [default: 2].")
+@click.option(
+    "--max-seconds", type=float, help="Stop each point after this long, stable or not [default: 60]."
+)
+@click.option("--min-count", type=int, help="Measure each point at least this many times [default: 30].")
+@click.option(
+    "--measure",
+    "measure",
+    multiple=True,
+    callback=_parse_measure,
+    metavar="KEY=VALUE",
+    help="Any measurement setting, e.g. --measure stability=0.01 (repeatable).",
+)
+@click.option(
+    "--timeout", type=float, default=1800, show_default=True, help="Time limit per evaluation, seconds."
+)
+@click.option("--memory-limit", type=int, help="Resident memory limit of the predictor process, MB.")
+@click.option("--json", "as_json", is_flag=True, help="Print each result as one JSON line on stdout.")
+def run(
+    model: str,
+    frameworks: str | None,
+    batch_sizes: list[int] | None,
+    scenarios: str,
+    device: str,
+    runner: str,
+    threads: int | None,
+    min_seconds: float | None,
+    max_seconds: float | None,
+    min_count: int | None,
+    measure: dict[str, Any],
+    timeout: float,
+    memory_limit: int | None,
+    as_json: bool,
+) -> None:
+    """Evaluate MODEL on this machine and store the results."""
+    from mlscope.commands.run import run_command
+
+    for name, value in (("min_seconds", min_seconds), ("max_seconds", max_seconds), ("min_count", min_count)):
+        if value is not None:
+            measure[name] = value
+    document: dict[str, Any] = {
+        "batch_sizes": batch_sizes or [1],
+        "scenarios": _split_csv(scenarios),
+        "device": device,
+        "runner": runner,
+        "measure": measure,
+        "options": {"threads": threads} if threads else {},
+        "timeout_s": timeout,
+        "memory_limit_mb": memory_limit,
+    }
+    sys.exit(run_command(model, _split_csv(frameworks), document, as_json=as_json))
+
+
+@cli.command()
+@click.option("-f", "--framework", help="Only models with a manifest for this framework.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def models(framework: str | None, as_json: bool) -> None:
+    """List the models that can be evaluated (shipped manifests and MLSCOPE_MANIFESTS)."""
+    from mlscope.commands.listing import models_command
+
+    models_command(framework, as_json=as_json)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def frameworks(as_json: bool) -> None:
+    """List the frameworks mlscope knows and whether each can run here."""
+    from mlscope.commands.listing import frameworks_command
+
+    frameworks_command(as_json=as_json)
+
+
+@cli.group()
+def results() -> None:
+    """Read stored evaluation results."""
+
+
+@results.command("list")
+@click.option("-m", "--model", help="Only this model.")
+@click.option("-f", "--framework", help="Only this framework.")
+@click.option("--status", help="Only this status: queued, running, succeeded, failed, cancelled.")
+@click.option("--system", "system_id", help="Only results from this system id.")
+@click.option("-n", "--limit", type=int, default=20, show_default=True, help="How many.")
+@click.option("--offset", type=int, default=0, show_default=True, help="Skip this many (newest first).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
+def results_list(
+    model: str | None,
+    framework: str | None,
+    status: str | None,
+    system_id: str | None,
+    limit: int,
+    offset: int,
+    as_json: bool,
+) -> None:
+    """List stored evaluations, newest first."""
+    from mlscope.commands.results import list_command
+
+    list_command(
+        model=model,
+        framework=framework,
+        status=status,
+        system_id=system_id,
+        limit=limit,
+        offset=offset,
+        as_json=as_json,
+    )
+
+
+@results.command("show")
+@click.argument("evaluation_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--raw", is_flag=True, help="With --json: include every raw latency (ns).")
+def results_show(evaluation_id: str, as_json: bool, raw: bool) -> None:
+    """Show one evaluation (ID or a unique prefix of it)."""
+    from mlscope.commands.results import show_command
+
+    show_command(evaluation_id, as_json=as_json, raw=raw)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; a UserError anywhere becomes one line and exit code 2."""
+    try:
+        cli.main(args=argv, prog_name="mlscope", standalone_mode=False)
+    except UserError as exc:
+        _fail(str(exc))
+    except click.exceptions.Abort:
+        click.echo("mlscope: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("mlscope: interrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:
+        if os.environ.get("MLSCOPE_DEBUG"):
+            raise
+        click.echo(
+            f"mlscope: internal error: {type(exc).__name__}: {exc} (MLSCOPE_DEBUG=1 shows the traceback)",
+            err=True,
+        )
+        sys.exit(1)

@@ -1,0 +1,272 @@
+"""`mlscope run` end to end: real frameworks, real child processes, a real SQLite store.
+
+Given / When / Then in each test's comments. Figures are never asserted against fixed numbers
+(the machine is shared): the tests assert shapes, relations and stored state.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import RUNTIME_MANIFESTS
+
+pytestmark = pytest.mark.slow
+
+FAST = ["--min-seconds", "0.2", "--min-count", "5", "--max-seconds", "5", "--measure", "warmup_seconds=0.05"]
+RESULT_KEYS = {
+    "id",
+    "status",
+    "model",
+    "framework",
+    "system",
+    "runner",
+    "device",
+    "trace_level",
+    "trace_id",
+    "cold_start",
+    "measurements",
+    "error",
+    "created_at",
+    "started_at",
+    "finished_at",
+}
+LATENCY_KEYS = {
+    "count",
+    "mean",
+    "median",
+    "p90",
+    "p95",
+    "p99",
+    "p999",
+    "min",
+    "max",
+    "stdev",
+    "iqr",
+    "cv",
+    "trimmed_mean",
+    "median_ci",
+}
+
+
+def mlscope(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mlscope", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def stored(env: dict[str, str]) -> list[dict]:
+    listed = mlscope(env, "results", "list", "--json", "--limit", "1000")
+    assert listed.returncode == 0, listed.stderr
+    return json_lines(listed.stdout)
+
+
+def test_run_on_both_frameworks_stores_results_of_the_contract_shape(mlscope_env: dict[str, str]) -> None:
+    # Given a small real model with manifests for PyTorch and ONNX Runtime
+    # When it is run on both at two batch sizes, in child processes
+    done = mlscope(
+        mlscope_env, "run", "test_tiny_mlp", "-f", "pytorch,onnxruntime", "-b", "1,4", "--json", *FAST
+    )
+    # Then both succeed, with the result shape of the contract and one measurement per batch size
+    assert done.returncode == 0, done.stderr
+    results = json_lines(done.stdout)
+    assert [r["framework"]["name"] for r in results] == ["pytorch", "onnxruntime"]
+    for result in results:
+        assert set(result) >= RESULT_KEYS, RESULT_KEYS - set(result)
+        assert result["status"] == "succeeded" and result["error"] is None
+        assert result["runner"] == "process" and result["device"] == "cpu"
+        assert [m["batch_size"] for m in result["measurements"]] == [1, 4]
+        for m in result["measurements"]:
+            latency = m["latency_ms"]
+            assert set(latency) >= LATENCY_KEYS
+            assert latency["count"] >= 5
+            assert latency["min"] <= latency["median"] <= latency["p99"] <= latency["max"]
+            assert latency["median_ci"][0] <= latency["median"] <= latency["median_ci"][1]
+            assert m["throughput"] > 0
+        cold = result["cold_start"]
+        assert cold["import_ms"] > 0 and cold["load_ms"] > 0 and cold["first_inference_ms"] > 0
+        assert cold["warm_process"] is False  # a fresh child process: the import was cold
+        assert result["system"]["id"] and result["system"]["cpu"]["logical_cores"] >= 1
+        assert result["framework"]["version"]
+    # And the store lists them afterwards, newest first
+    listed = stored(mlscope_env)
+    assert [r["id"] for r in listed] == [r["id"] for r in reversed(results)]
+
+
+def test_results_show_accepts_a_prefix_and_prints_the_stored_figures(mlscope_env: dict[str, str]) -> None:
+    # Given one stored evaluation
+    done = mlscope(mlscope_env, "run", "test_tiny_mlp", "-f", "pytorch", "--json", *FAST)
+    assert done.returncode == 0, done.stderr
+    (result,) = json_lines(done.stdout)
+    # When it is shown by an 8-character prefix, as JSON with raw latencies
+    shown = mlscope(mlscope_env, "results", "show", result["id"][:8], "--json", "--raw")
+    # Then it is the same evaluation, and the raw latencies agree with the summary
+    assert shown.returncode == 0, shown.stderr
+    document = json.loads(shown.stdout)
+    assert document["id"] == result["id"]
+    (measurement,) = document["measurements"]
+    raw = measurement["latencies_ns"]
+    assert len(raw) == measurement["latency_ms"]["count"]
+    assert min(raw) / 1e6 == pytest.approx(measurement["latency_ms"]["min"], rel=1e-6)
+    # And the human view names the model and the system
+    human = mlscope(mlscope_env, "results", "show", result["id"][:8])
+    assert (
+        human.returncode == 0 and "test_tiny_mlp" in human.stdout and result["system"]["id"] in human.stdout
+    )
+
+
+@pytest.mark.parametrize(
+    ("model", "error_type", "phase", "words"),
+    [
+        ("test_crashing", "PredictorCrashed", "first_inference", "SIGSEGV"),
+        ("test_broken_factory", "ValueError", "load", "weights file is corrupt"),
+    ],
+)
+def test_a_failing_predictor_ends_as_a_failed_evaluation_not_a_dead_caller(
+    mlscope_env: dict[str, str], model: str, error_type: str, phase: str, words: str
+) -> None:
+    # Given a stored successful evaluation
+    good = mlscope(mlscope_env, "run", "test_tiny_mlp", "-f", "pytorch", "--json", *FAST)
+    assert good.returncode == 0, good.stderr
+    # When a model whose predictor fails is run in a child process
+    bad = mlscope(mlscope_env, "run", model, "-f", "pytorch", "--json", *FAST)
+    # Then mlscope exits 1 (not 2: not the user's mistake) with the failure stored, naming its phase
+    assert bad.returncode == 1, bad.stderr
+    (result,) = json_lines(bad.stdout)
+    assert result["status"] == "failed"
+    assert result["error"]["type"] == error_type
+    assert result["error"]["phase"] == phase
+    assert words in result["error"]["message"]
+    # And nothing stored before is lost
+    statuses = {r["model"]["name"]: r["status"] for r in stored(mlscope_env)}
+    assert statuses == {"test_tiny_mlp": "succeeded", model: "failed"}
+
+
+def test_a_hanging_predictor_is_ended_at_the_time_limit(mlscope_env: dict[str, str]) -> None:
+    # When a model that never returns is run with a 20-second limit
+    done = mlscope(mlscope_env, "run", "test_hanging", "-f", "pytorch", "--timeout", "20", "--json", *FAST)
+    # Then it fails as a timeout in the phase where it hung, and the caller returned
+    assert done.returncode == 1, done.stderr
+    (result,) = json_lines(done.stdout)
+    assert result["error"]["type"] == "Timeout"
+    assert result["error"]["phase"] == "first_inference"
+
+
+def test_a_predictor_over_its_memory_limit_is_ended(mlscope_env: dict[str, str]) -> None:
+    # When a model that keeps allocating is run with a 1500 MB limit
+    done = mlscope(
+        mlscope_env, "run", "test_memory_hungry", "-f", "pytorch", "--memory-limit", "1500", "--json", *FAST
+    )
+    # Then it fails as out of memory, naming the limit
+    assert done.returncode == 1, done.stderr
+    (result,) = json_lines(done.stdout)
+    assert result["error"]["type"] == "OutOfMemory"
+    assert "1500 MB" in result["error"]["message"]
+
+
+def test_inline_runner_gives_the_same_shape_and_reports_a_warm_process(mlscope_env: dict[str, str]) -> None:
+    # When run inline (the caller's process) on both frameworks
+    done = mlscope(
+        mlscope_env,
+        "run",
+        "test_tiny_mlp",
+        "-f",
+        "pytorch,onnxruntime",
+        "--runner",
+        "inline",
+        "--json",
+        *FAST,
+    )
+    # Then both succeed with the same result shape
+    assert done.returncode == 0, done.stderr
+    results = json_lines(done.stdout)
+    assert [r["runner"] for r in results] == ["inline", "inline"]
+    assert all(set(r) >= RESULT_KEYS for r in results)
+    # And the first import of each framework in this process was a cold one
+    assert [r["cold_start"]["warm_process"] for r in results] == [False, False]
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["run", "resnet19"], "unknown model 'resnet19'"),
+        (["run", "resnet18", "-f", "tensorflow"], "unknown framework 'tensorflow'"),
+        (["run", "resnet18", "-f", "pytorch", "-b", "1,0"], "batch_sizes.1"),
+        (["run", "resnet18", "-f", "pytorch", "-b", "one"], "'one' is not a whole number"),
+        (["run", "resnet18", "-f", "pytorch", "--device", "tpu"], "device"),
+        (["run", "resnet18", "-f", "pytorch", "--device", "cuda:0"], "cuda:0"),
+        (["run", "resnet18", "-f", "pytorch", "--runner", "ssh"], "runner"),
+        (["run", "resnet18", "-f", "pytorch", "--measure", "min_count=-3"], "min_count"),
+        (["run", "resnet18", "-f", "pytorch", "--measure", "speed=9"], "speed"),
+        (["run", "resnet18", "-f", "pytorch", "-s", "server"], "scenarios.0"),
+        (["results", "show", "ffffffffffff"], "ffffffffffff"),
+        (["results", "list", "--status", "done"], "status"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_and_keeps_the_store(
+    mlscope_env: dict[str, str], args: list[str], words: str
+) -> None:
+    # Given a store with one result
+    good = mlscope(mlscope_env, "run", "test_tiny_mlp", "-f", "onnxruntime", *FAST)
+    assert good.returncode == 0, good.stderr
+    # When the user makes a mistake
+    done = mlscope(mlscope_env, *args)
+    # Then the answer is exit code 2 with a short message naming the problem, never a traceback
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert words in done.stderr
+    assert "Traceback" not in done.stderr
+    # And the store still holds exactly what it held
+    assert [r["status"] for r in stored(mlscope_env)] == ["succeeded"]
+
+
+def test_a_malformed_manifest_names_its_file_and_field(mlscope_env: dict[str, str], tmp_path: Path) -> None:
+    # Given a manifest directory with a manifest whose batch dimension is zero
+    extra = tmp_path / "manifests"
+    extra.mkdir()
+    broken = (RUNTIME_MANIFESTS / "tiny_mlp-pytorch.yaml").read_text().replace("shape: [32]", "shape: [0]")
+    (extra / "broken.yaml").write_text(broken.replace("test_tiny_mlp", "broken_mlp"))
+    env = {**mlscope_env, "MLSCOPE_MANIFESTS": f"{RUNTIME_MANIFESTS}:{extra}"}
+    # When any model is run
+    done = mlscope(env, "run", "test_tiny_mlp", "-f", "pytorch")
+    # Then exit 2, naming the file and the field
+    assert done.returncode == 2
+    assert "broken.yaml" in done.stderr and "inputs.0.shape.0" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_framework_version_the_manifest_excludes_is_refused(
+    mlscope_env: dict[str, str], tmp_path: Path
+) -> None:
+    # Given a manifest that needs an ONNX Runtime from the future
+    extra = tmp_path / "manifests"
+    extra.mkdir()
+    text = (RUNTIME_MANIFESTS / "tiny_mlp-onnxruntime.yaml").read_text().replace('">=1.16"', '">=99"')
+    (extra / "future.yaml").write_text(text.replace("test_tiny_mlp", "future_mlp"))
+    env = {**mlscope_env, "MLSCOPE_MANIFESTS": f"{RUNTIME_MANIFESTS}:{extra}"}
+    # When it is run
+    done = mlscope(env, "run", "future_mlp", "-f", "onnxruntime")
+    # Then exit 2, naming the constraint and the installed version
+    assert done.returncode == 2
+    assert "needs onnxruntime >=99" in done.stderr
+
+
+def test_models_and_frameworks_list_what_is_shipped(mlscope_env: dict[str, str]) -> None:
+    models = json_lines(mlscope(mlscope_env, "models", "--json").stdout)
+    pairs = {(m["name"], m["framework"]) for m in models}
+    for name in ("resnet18", "resnet50", "mobilenet_v2", "alexnet", "vgg16", "bert_base"):
+        assert {(name, "pytorch"), (name, "onnxruntime")} <= pairs
+    frameworks = {f["name"]: f for f in json_lines(mlscope(mlscope_env, "frameworks", "--json").stdout)}
+    assert frameworks["pytorch"]["available"] and frameworks["onnxruntime"]["available"]

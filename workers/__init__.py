@@ -1,0 +1,1 @@
+"""mlscope.workers: the evaluation pipeline, its runners, predictors and measurement."""

@@ -1,0 +1,183 @@
+"""Runs one job where the predictor lives: import, fetch, load, first inference, measure, report.
+
+This is the predictor runtime's entry point. The process runner starts it as
+`python -m mlscope.workers.execute` (a job as JSON on stdin, events as JSON lines on stdout); the
+inline runner calls `execute` directly. It imports no store, broker or web code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mlscope.errors import UserError
+from mlscope.registry.frameworks import get_framework
+from mlscope.registry.manifest import parse_manifest
+from mlscope.workers.job import Job, JobFailed
+from mlscope.workers.measure import MeasureSettings, get_scenario
+from mlscope.workers.predictors import Predictor, PredictorError, PredictorOptions, load_predictor_class
+from mlscope.workers.predictors.inputs import synthetic_batches
+from mlscope.workers.system import capture_system
+
+__all__ = ["Emit", "execute", "main"]
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+def _ms(start_ns: int) -> float:
+    return round((time.perf_counter_ns() - start_ns) / 1e6, 3)
+
+
+class _Phases:
+    """Tracks the phase the job is in, so a failure names it, and tells the caller of each one."""
+
+    def __init__(self, emit: Emit) -> None:
+        self.emit = emit
+        self.current = "import"
+
+    def enter(self, phase: str, **detail: Any) -> None:
+        self.current = phase
+        self.emit({"event": "phase", "phase": phase, **detail})
+
+
+def _measure_all(predictor: Predictor, job: Job, settings: MeasureSettings, phases: _Phases) -> list[dict]:
+    measurements = []
+    timer = predictor.timer()
+    scenarios = [get_scenario(name) for name in job.scenarios]
+    for batch_size in job.batch_sizes:
+        arrays = synthetic_batches(
+            predictor.manifest, batch_size, predictor.options.input_pool, seed=predictor.options.seed
+        )
+        batches = [predictor.prepare(a) for a in arrays]
+        for scenario in scenarios:
+            phases.enter("measure", scenario=scenario.NAME, batch_size=batch_size)
+
+            def progress(fraction: float, scenario_name: str = scenario.NAME, size: int = batch_size) -> None:
+                phases.emit(
+                    {
+                        "event": "progress",
+                        "scenario": scenario_name,
+                        "batch_size": size,
+                        "fraction": round(fraction, 3),
+                    }
+                )
+
+            measurement = scenario.run(
+                predictor.predict, batches, batch_size, settings, timer=timer, on_progress=progress
+            ).to_dict()
+            phases.emit(
+                {
+                    "event": "measurement",
+                    "scenario": scenario.NAME,
+                    "batch_size": batch_size,
+                    "latency_ms": measurement["latency_ms"],
+                    "throughput": measurement["throughput"],
+                    "validity": measurement["validity"],
+                }
+            )
+            measurements.append(measurement)
+        del batches, arrays
+    return measurements
+
+
+def execute(job: Job, emit: Emit) -> dict[str, Any]:
+    """Run a job and return its result: system, framework, cold start and measurements.
+
+    Raises:
+        JobFailed: anything went wrong; it names the phase.
+    """
+    phases = _Phases(emit)
+    predictor: Predictor | None = None
+    try:
+        phases.enter("import")
+        spec = get_framework(job.framework)
+        warm_process = spec.import_name in sys.modules
+        start = time.perf_counter_ns()
+        predictor_class = load_predictor_class(job.framework)
+        import_ms = _ms(start)
+
+        manifest = parse_manifest(job.manifest, origin=job.origin)
+        settings = MeasureSettings.from_dict(job.measure)
+        options = PredictorOptions.from_dict(job.options)
+        predictor = predictor_class(
+            manifest=manifest, device=job.device, options=options, cache_dir=Path(job.cache_dir)
+        )
+
+        phases.enter("fetch")
+        start = time.perf_counter_ns()
+        predictor.fetch()
+        fetch_ms = _ms(start)
+
+        phases.enter("load")
+        start = time.perf_counter_ns()
+        predictor.load()
+        load_ms = _ms(start)
+
+        phases.enter("first_inference")
+        first = predictor.prepare(synthetic_batches(manifest, job.batch_sizes[0], 1, seed=options.seed)[0])
+        start = time.perf_counter_ns()
+        predictor.predict(first)
+        first_inference_ms = _ms(start)
+        del first
+
+        measurements = _measure_all(predictor, job, settings, phases)
+
+        phases.enter("report")
+        framework = predictor.describe()
+        return {
+            # The framework's build facts stay with the framework: the system is the machine and
+            # its installed stack, the same for every framework evaluated on it.
+            "system": capture_system(),
+            "framework": framework,
+            "cold_start": {
+                "import_ms": import_ms,
+                "load_ms": load_ms,
+                "first_inference_ms": first_inference_ms,
+                "fetch_ms": fetch_ms,
+                # The framework was already imported by this process: import_ms is not a cold import.
+                "warm_process": warm_process,
+            },
+            "measurements": measurements,
+        }
+    except JobFailed:
+        raise
+    except (UserError, PredictorError) as exc:
+        raise JobFailed(type(exc).__name__, str(exc), phases.current) from exc
+    except MemoryError as exc:
+        raise JobFailed("OutOfMemory", f"out of memory: {exc}", phases.current) from exc
+    except Exception as exc:
+        raise JobFailed(
+            type(exc).__name__, str(exc) or repr(exc), phases.current, traceback.format_exc()
+        ) from exc
+    finally:
+        if predictor is not None:
+            predictor.close()
+
+
+def main() -> None:
+    """Entry point of a predictor process: job JSON on stdin, events as JSON lines on stdout."""
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    # Whatever a framework prints goes to stderr, so it cannot corrupt the event stream.
+    os.dup2(2, 1)
+
+    def emit(event: dict[str, Any]) -> None:
+        protocol.write(json.dumps(event, separators=(",", ":")) + "\n")
+        protocol.flush()
+
+    job = Job.from_dict(json.loads(sys.stdin.read()))
+    try:
+        result = execute(job, emit)
+    except JobFailed as failure:
+        emit({"event": "error", **failure.to_error(), "detail": failure.detail})
+        sys.exit(1)
+    emit({"event": "result", "result": result})
+
+
+if __name__ == "__main__":
+    main()

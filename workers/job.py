@@ -1,0 +1,68 @@
+"""What a predictor process is told to do, and what it says back.
+
+A `Job` is plain JSON so it crosses any boundary: a function call (inline runner), a pipe (process
+runner), later a container's stdin. Events are dicts with an "event" key, one per line on a pipe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["PHASES", "Job", "JobFailed"]
+
+# In the order they run; an error names the phase it happened in.
+PHASES = ("import", "fetch", "load", "first_inference", "measure", "report")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One evaluation, ready to run: a manifest snapshot and everything the predictor needs.
+
+    Attributes:
+        evaluation_id: the stored evaluation this job produces a result for.
+        manifest: the validated manifest document (a snapshot: the file may change meanwhile).
+        origin: where the manifest came from (for messages).
+        framework: registered framework name.
+        device: `cpu` or `cuda[:N]`.
+        batch_sizes: batch sizes, in order.
+        scenarios: scenario names, in order.
+        measure: MeasureSettings as a dict.
+        options: PredictorOptions as a dict.
+        cache_dir: where fetched and exported graphs are cached.
+    """
+
+    evaluation_id: str
+    manifest: dict[str, Any]
+    origin: str
+    framework: str
+    device: str
+    batch_sizes: tuple[int, ...]
+    scenarios: tuple[str, ...]
+    measure: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    cache_dir: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Job:
+        values = dict(data)
+        values["batch_sizes"] = tuple(values["batch_sizes"])
+        values["scenarios"] = tuple(values["scenarios"])
+        return cls(**values)
+
+
+class JobFailed(Exception):
+    """An evaluation that ended in error: what kind, what was said, and in which phase."""
+
+    def __init__(self, type_: str, message: str, phase: str, detail: str = "") -> None:
+        super().__init__(f"{type_} in {phase}: {message}")
+        self.type = type_
+        self.message = message
+        self.phase = phase
+        self.detail = detail
+
+    def to_error(self) -> dict[str, str]:
+        return {"type": self.type, "message": self.message, "phase": self.phase}

@@ -1,0 +1,129 @@
+"""The evaluation pipeline: check the request, record it, run it, store what came back.
+
+    request → manifest + framework check → store (queued → running) → runner → predictor
+            + scenarios → store (succeeded | failed)
+
+Everything that can be the user's mistake is checked before anything is stored, so a bad request
+leaves the store as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mlscope.broker.contract import EvaluationRequest
+from mlscope.errors import UserError
+from mlscope.registry.frameworks import check_available, get_framework
+from mlscope.registry.manifest import Manifest
+from mlscope.registry.models import ModelRegistry
+from mlscope.settings import Settings
+from mlscope.store import Store
+from mlscope.workers.job import Job
+from mlscope.workers.measure import MeasureSettings
+from mlscope.workers.runners import get_runner
+from mlscope.workers.system import gpu_facts
+
+__all__ = ["PreparedEvaluation", "evaluate", "prepare"]
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class PreparedEvaluation:
+    """A request that passed every check: its manifest and the framework version that will run it."""
+
+    request: EvaluationRequest
+    manifest: Manifest
+    framework_version: str
+
+
+def _check_device(device: str) -> None:
+    if device == "cpu":
+        return
+    gpus = gpu_facts()
+    index = int(device.partition(":")[2] or 0)
+    if not gpus:
+        raise UserError(f"device {device}: this machine has no NVIDIA GPU that NVML can see", field="device")
+    if index >= len(gpus):
+        raise UserError(
+            f"device {device}: this machine has {len(gpus)} GPU(s), cuda:0..cuda:{len(gpus) - 1}",
+            field="device",
+        )
+
+
+def prepare(request: EvaluationRequest, registry: ModelRegistry) -> PreparedEvaluation:
+    """Check that the request can run here.
+
+    Raises:
+        UserError: unknown model or framework, a framework not installed or of the wrong version,
+            a device this machine lacks, bad measurement settings, an unknown runner.
+    """
+    framework = get_framework(request.framework)
+    manifest = registry.get(request.model, request.framework)
+    version = check_available(framework, manifest.framework.version, manifest.source.kind)
+    MeasureSettings.from_dict(request.measure)
+    get_runner(request.runner)
+    _check_device(request.device)
+    return PreparedEvaluation(request, manifest, version)
+
+
+def evaluate(
+    prepared: PreparedEvaluation,
+    *,
+    store: Store,
+    settings: Settings,
+    emit: Emit = lambda event: None,
+    evaluation_id: str | None = None,
+) -> dict[str, Any]:
+    """Run a prepared evaluation to its end and return the stored result.
+
+    A job that fails is stored as failed with its error; only an interrupt (Ctrl-C) propagates,
+    after the evaluation is marked cancelled.
+    """
+    request, manifest = prepared.request, prepared.manifest
+    evaluation_id = store.create_evaluation(
+        id=evaluation_id,
+        model={"name": manifest.name, "version": manifest.version, "manifest_sha256": manifest.sha256},
+        manifest=manifest.to_dict(),
+        framework={"name": request.framework, "version": prepared.framework_version},
+        runner=request.runner,
+        device=request.device,
+        request=request.to_dict(),
+        trace_level=request.trace_level,
+    )
+    emit({"event": "created", "id": evaluation_id})
+    store.start_evaluation(evaluation_id)
+    job = Job(
+        evaluation_id=evaluation_id,
+        manifest=manifest.to_dict(),
+        origin=manifest.origin,
+        framework=request.framework,
+        device=request.device,
+        batch_sizes=request.batch_sizes,
+        scenarios=request.scenarios,
+        measure=dict(request.measure),
+        options=dict(request.options),
+        cache_dir=str(settings.cache_dir),
+    )
+    try:
+        outcome = get_runner(request.runner).run(
+            job, emit, timeout_s=request.timeout_s, memory_limit_mb=request.memory_limit_mb
+        )
+    except KeyboardInterrupt:
+        store.cancel_evaluation(evaluation_id)
+        raise
+    if outcome.result is not None:
+        result = outcome.result
+        store.finish_evaluation(
+            evaluation_id,
+            system=result["system"],
+            framework={"name": request.framework, **result["framework"]},
+            cold_start=result["cold_start"],
+            measurements=result["measurements"],
+        )
+    else:
+        assert outcome.error is not None
+        store.fail_evaluation(evaluation_id, error=outcome.error)
+    return store.get_evaluation(evaluation_id)

@@ -1,0 +1,48 @@
+"""The runner interface: where a job's predictor runs, and how its end is reported."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from mlscope.workers.execute import Emit
+from mlscope.workers.job import Job
+
+__all__ = ["Outcome", "Runner"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a job ended: a result, or an error {type, message, phase} (exactly one is set).
+
+    `log` holds the last lines the predictor wrote to stderr, for a failed job's diagnosis.
+    """
+
+    result: dict[str, Any] | None = None
+    error: dict[str, str] | None = None
+    log: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Runner(ABC):
+    """Runs jobs somewhere: this process, a child process, a container."""
+
+    NAME: ClassVar[str]
+
+    @abstractmethod
+    def run(self, job: Job, emit: Emit, *, timeout_s: float, memory_limit_mb: int | None = None) -> Outcome:
+        """Run a job to its end and never raise for the job's own failures.
+
+        Args:
+            job: what to run.
+            emit: receives the job's events (phase, progress, measurement) as they happen.
+            timeout_s: the whole job's time limit; past it the job is ended.
+            memory_limit_mb: resident memory allowed to the predictor, where the runner can enforce it.
+
+        Returns:
+            The outcome: a result, or an error naming its type, message and phase.
+        """

@@ -1,0 +1,45 @@
+"""The inline runner: the predictor runs in the caller's process.
+
+Cheapest and simplest to debug, but a framework crash takes the caller with it, the time limit
+can only be checked between phases' events, and the framework stays imported afterwards (so a
+second evaluation's import_ms is not a cold import: the result says `warm_process`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar
+
+from mlscope.workers.execute import Emit, execute
+from mlscope.workers.job import Job, JobFailed
+from mlscope.workers.runners.base import Outcome, Runner
+
+__all__ = ["InlineRunner"]
+
+
+class _Deadline(Exception):
+    pass
+
+
+class InlineRunner(Runner):
+    NAME: ClassVar[str] = "inline"
+
+    def run(self, job: Job, emit: Emit, *, timeout_s: float, memory_limit_mb: int | None = None) -> Outcome:
+        deadline = time.monotonic() + timeout_s
+        phase = "import"
+
+        def guarded(event: dict[str, Any]) -> None:
+            nonlocal phase
+            phase = event.get("phase", phase)
+            if time.monotonic() > deadline:
+                raise _Deadline()
+            emit(event)
+
+        try:
+            return Outcome(result=execute(job, guarded))
+        except JobFailed as failure:
+            if isinstance(failure.__cause__, _Deadline):
+                return Outcome(
+                    error={"type": "Timeout", "message": f"exceeded {timeout_s:g} s", "phase": phase}
+                )
+            return Outcome(error=failure.to_error(), log=failure.detail)

@@ -1,0 +1,157 @@
+"""The process runner: the predictor runs in a child process of its own.
+
+A crash (a segfault in a framework), a hang past the time limit, or memory past the limit ends the
+child's whole process group and becomes a failed evaluation naming the phase it happened in; the
+caller lives on. A fresh process per job also makes `import_ms` a real cold import.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import IO, Any, ClassVar
+
+import psutil
+
+from mlscope.workers.execute import Emit
+from mlscope.workers.job import Job
+from mlscope.workers.runners.base import Outcome, Runner
+
+__all__ = ["ProcessRunner"]
+
+_POLL_S = 0.1
+_LOG_LINES = 40
+
+
+def _tree_rss(process: psutil.Process) -> int:
+    total = 0
+    for member in [process, *process.children(recursive=True)]:
+        try:
+            total += member.memory_info().rss
+        except psutil.Error:
+            continue
+    return total
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        name = signal.Signals(-code).name
+        hint = " (killed: out of memory?)" if -code == signal.SIGKILL else ""
+        return f"the predictor process died of {name}{hint}"
+    return f"the predictor process exited with code {code} without a result"
+
+
+class ProcessRunner(Runner):
+    NAME: ClassVar[str] = "process"
+
+    def __init__(self, python: str | None = None) -> None:
+        self.python = python or sys.executable
+
+    def run(self, job: Job, emit: Emit, *, timeout_s: float, memory_limit_mb: int | None = None) -> Outcome:
+        child = subprocess.Popen(
+            [self.python, "-m", "mlscope.workers.execute"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # its own process group: ending it ends whatever it started
+        )
+        assert child.stdin and child.stdout and child.stderr
+        log: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
+        events: list[dict[str, Any]] = []
+        state = {"phase": "import"}
+        readers = [
+            threading.Thread(target=self._read_events, args=(child.stdout, emit, events, state), daemon=True),
+            threading.Thread(target=self._read_log, args=(child.stderr, log), daemon=True),
+        ]
+        for reader in readers:
+            reader.start()
+        try:
+            child.stdin.write(json.dumps(job.to_dict()))
+            child.stdin.close()
+        except BrokenPipeError:
+            pass
+
+        ended = self._supervise(child, timeout_s, memory_limit_mb)
+        for reader in readers:
+            reader.join(timeout=5)
+        tail = "".join(log)
+        phase = state["phase"]
+        if ended is not None:
+            return Outcome(error={**ended, "phase": phase}, log=tail)
+        final = events[-1] if events else None
+        if final and final["event"] == "result":
+            return Outcome(result=final["result"], log=tail)
+        if final and final["event"] == "error":
+            return Outcome(
+                error={k: final[k] for k in ("type", "message", "phase")}, log=final.get("detail") or tail
+            )
+        message = _describe_exit(child.returncode)
+        last = tail.strip().splitlines()[-1:] if tail.strip() else []
+        if last:
+            message += f"; it last wrote: {last[0][:300]}"
+        return Outcome(error={"type": "PredictorCrashed", "message": message, "phase": phase}, log=tail)
+
+    def _supervise(
+        self, child: subprocess.Popen[str], timeout_s: float, memory_limit_mb: int | None
+    ) -> dict | None:
+        """Wait for the child; end it past the time or memory limit and say which."""
+        deadline = time.monotonic() + timeout_s
+        watched = psutil.Process(child.pid)
+        limit = memory_limit_mb * 1024 * 1024 if memory_limit_mb else None
+        while child.poll() is None:
+            if time.monotonic() > deadline:
+                self._kill(child)
+                return {
+                    "type": "Timeout",
+                    "message": f"the evaluation exceeded its time limit of {timeout_s:g} s",
+                }
+            if limit is not None:
+                rss = _tree_rss(watched)
+                if rss > limit:
+                    self._kill(child)
+                    used = f"{rss / 2**20:.0f} MB"
+                    return {
+                        "type": "OutOfMemory",
+                        "message": f"the predictor used {used}, over its limit of {memory_limit_mb} MB",
+                    }
+            try:
+                child.wait(timeout=_POLL_S)
+            except subprocess.TimeoutExpired:
+                continue
+        return None
+
+    @staticmethod
+    def _kill(child: subprocess.Popen[str]) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+    @staticmethod
+    def _read_events(
+        stream: IO[str], emit: Emit, events: list[dict[str, Any]], state: dict[str, str]
+    ) -> None:
+        for line in stream:
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if event.get("event") in ("result", "error"):
+                events.append(event)
+                continue
+            state["phase"] = (
+                event.get("phase", state["phase"]) if event.get("event") == "phase" else state["phase"]
+            )
+            emit(event)
+
+    @staticmethod
+    def _read_log(stream: IO[str], log: collections.deque[str]) -> None:
+        for line in stream:
+            log.append(line)
