@@ -11,7 +11,7 @@ import onnxruntime as ort
 
 from mlscope.workers.predictors.base import Predictor, PredictorError
 from mlscope.workers.predictors.export import exported_graph
-from mlscope.workers.predictors.torch_models import local_file
+from mlscope.workers.predictors.files import local_file
 
 __all__ = ["OnnxRuntimePredictor"]
 

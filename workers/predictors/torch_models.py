@@ -6,18 +6,16 @@ very same (seeded) random weights.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import torch
 
 from mlscope.registry.manifest import Manifest
 from mlscope.workers.predictors.base import PredictorError
+from mlscope.workers.predictors.files import local_file
 
-__all__ = ["build_module", "local_file"]
+__all__ = ["build_module"]
 
 
 class _SelectOutput(torch.nn.Module):
@@ -32,29 +30,6 @@ class _SelectOutput(torch.nn.Module):
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         result = self.model(**dict(zip(self.input_names, inputs, strict=True)))
         return getattr(result, self.output)
-
-
-def local_file(url: str, sha256: str | None) -> Path:
-    """The local file a `file://` URL or a path names, checked against its SHA-256.
-
-    Raises:
-        PredictorError: the file is missing, its hash differs, or the URL is remote (nothing is
-            downloaded while an evaluation runs).
-    """
-    parsed = urlparse(url)
-    if parsed.scheme in ("http", "https"):
-        raise PredictorError(f"{url}: remote files are not fetched during an evaluation; download it first")
-    path = Path(parsed.path if parsed.scheme == "file" else url).expanduser()
-    if not path.is_file():
-        raise PredictorError(f"{path}: no such file")
-    if sha256:
-        digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
-        if digest.hexdigest() != sha256.lower():
-            raise PredictorError(f"{path}: SHA-256 is {digest.hexdigest()}, the manifest expects {sha256}")
-    return path
 
 
 def _from_torchvision(name: str) -> torch.nn.Module:

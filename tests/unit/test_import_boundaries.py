@@ -1,0 +1,43 @@
+"""The predictor runtime runs in slim processes and containers: importing it must bring in no
+store, broker or web code, and no framework until a predictor asks for its own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+FORBIDDEN = ("sqlalchemy", "psycopg", "celery", "flask", "redis", "torch", "onnxruntime", "transformers")
+
+
+def imported_after(statement: str) -> set[str]:
+    probe = f"import sys, json; {statement}; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return {name.split(".")[0] for name in json.loads(done.stdout)}
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["mlscope.workers.execute", "mlscope.workers.measure", "mlscope.workers.predictors", "mlscope.registry"],
+)
+def test_the_predictor_runtime_imports_no_store_broker_web_or_framework(module: str) -> None:
+    assert imported_after(f"import {module}").isdisjoint(FORBIDDEN)
+
+
+def test_listing_models_and_frameworks_imports_no_framework() -> None:
+    loaded = imported_after(
+        "from mlscope.registry.models import ModelRegistry; "
+        "from mlscope.registry.frameworks import FRAMEWORKS, installed_version; "
+        "ModelRegistry.load(); [installed_version(s) for s in FRAMEWORKS.values()]"
+    )
+    assert loaded.isdisjoint({"torch", "onnxruntime", "transformers"})
+
+
+def test_loading_one_predictor_imports_only_its_framework() -> None:
+    loaded = imported_after(
+        "from mlscope.workers.predictors import load_predictor_class; load_predictor_class('onnxruntime')"
+    )
+    assert "onnxruntime" in loaded
+    assert loaded.isdisjoint({"torch", "transformers", "sqlalchemy"})
