@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -48,13 +49,9 @@ class Settings:
             if "://" not in value:
                 raise UserError(f"setting {name}={value!r} is not a URL: expected scheme://...", field=name)
 
-    @property
-    def env_names(self) -> dict[str, str]:
-        return {f.name: f"MLSCOPE_{f.name.upper()}" for f in fields(self)}
 
-
-def _settings_file() -> Path:
-    explicit = os.environ.get("MLSCOPE_SETTINGS")
+def _settings_file(env: Mapping[str, str]) -> Path:
+    explicit = env.get("MLSCOPE_SETTINGS")
     return Path(explicit) if explicit else Path(platformdirs.user_config_dir(APP)) / "settings.toml"
 
 
@@ -83,15 +80,15 @@ def _coerce(name: str, raw: Any) -> Any:
     return str(raw)
 
 
-def load_settings(environ: dict[str, str] | None = None) -> Settings:
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """Read settings from the settings file, then the environment on top of it.
 
     Raises:
         UserError: a setting has an unknown name or a value of the wrong form.
     """
-    env = os.environ if environ is None else environ
+    env: Mapping[str, str] = os.environ if environ is None else environ
     known = {f.name for f in fields(Settings)}
-    path = _settings_file()
+    path = _settings_file(env)
     values: dict[str, Any] = {}
     for key, raw in _read_file(path).items():
         if key not in known:

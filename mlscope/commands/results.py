@@ -19,10 +19,14 @@ def _headline(result: dict[str, Any]) -> str:
         error = result.get("error") or {}
         return f"{error.get('type', '')}: {error.get('message', '')}"[:80] if error else ""
     first = result["measurements"][0]
-    return (
-        f"{first['scenario']} b{first['batch_size']}: median {first['latency_ms']['median']:.3f} ms, "
-        f"{first['throughput']:,.1f}/s"
-    )
+    return f"b{first['batch_size']} {first['latency_ms']['median']:.2f} ms {first['throughput']:,.1f}/s"
+
+
+def _settings_of(framework: dict[str, Any]) -> str:
+    """The framework's effective settings, e.g. `(threads 2, providers CPUExecutionProvider)`."""
+    shown = {k: v for k, v in framework.items() if k not in ("name", "version", "libraries", "device")}
+    parts = [f"{k} {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in shown.items()]
+    return f"({'; '.join(parts)})" if parts else ""
 
 
 def list_command(
@@ -58,7 +62,7 @@ def list_command(
         "device",
         "status",
         "batch sizes",
-        "first point",
+        "first point (median, rate)",
         "system",
     ):
         table.add_column(column)
@@ -94,7 +98,8 @@ def show_command(evaluation_id: str, *, as_json: bool, raw: bool) -> None:
     memory_gib = (system.get("memory_bytes") or 0) / 2**30
     facts = {
         "model": f"{model['name']} {model['version']} (manifest {model['manifest_sha256'][:12]})",
-        "framework": f"{result['framework']['name']} {result['framework'].get('version')}",
+        "framework": f"{result['framework']['name']} {result['framework'].get('version')} "
+        + _settings_of(result["framework"]),
         "runner / device": f"{result['runner']} / {result['device']}",
         "system": f"{system.get('id', '-')} {system.get('hostname', '')}: {cpu.get('model', '?')}, "
         f"{cpu.get('logical_cores', '?')} logical cores, {memory_gib:.1f} GiB",

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from mlscope.store import Store
+from tests.result_shape import RESULT_KEYS as BASE_RESULT_KEYS
 
 __all__ = [
     "COLD_START",
@@ -24,25 +25,7 @@ __all__ = [
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
 COLD_START = {"import_ms": 812.5, "load_ms": 95.25, "first_inference_ms": 12.0}
 ERROR = {"type": "RuntimeError", "message": "CUDA out of memory", "phase": "load"}
-RESULT_KEYS = {
-    "id",
-    "status",
-    "model",
-    "framework",
-    "system",
-    "runner",
-    "device",
-    "trace_level",
-    "trace_id",
-    "cold_start",
-    "measurements",
-    "error",
-    "created_at",
-    "started_at",
-    "finished_at",
-    "request",
-    "manifest",
-}
+RESULT_KEYS = BASE_RESULT_KEYS | {"request", "manifest"}
 
 
 def make_system(n: int = 1, **overrides: Any) -> dict[str, Any]:

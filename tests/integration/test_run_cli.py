@@ -14,43 +14,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import RUNTIME_MANIFESTS
+from tests.result_shape import LATENCY_KEYS, RESULT_KEYS
 
 pytestmark = pytest.mark.slow
 
 FAST = ["--min-seconds", "0.2", "--min-count", "5", "--max-seconds", "5", "--measure", "warmup_seconds=0.05"]
-RESULT_KEYS = {
-    "id",
-    "status",
-    "model",
-    "framework",
-    "system",
-    "runner",
-    "device",
-    "trace_level",
-    "trace_id",
-    "cold_start",
-    "measurements",
-    "error",
-    "created_at",
-    "started_at",
-    "finished_at",
-}
-LATENCY_KEYS = {
-    "count",
-    "mean",
-    "median",
-    "p90",
-    "p95",
-    "p99",
-    "p999",
-    "min",
-    "max",
-    "stdev",
-    "iqr",
-    "cv",
-    "trimmed_mean",
-    "median_ci",
-}
 
 
 def mlscope(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:

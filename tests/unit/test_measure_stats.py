@@ -14,24 +14,10 @@ from mlscope.workers.measure import (
     order_statistic_median_ci,
     summarize,
 )
+from tests.result_shape import LATENCY_KEYS
 
 MS = 1_000_000
-SUMMARY_KEYS = {
-    "count",
-    "mean",
-    "median",
-    "p90",
-    "p95",
-    "p99",
-    "p999",
-    "min",
-    "max",
-    "stdev",
-    "iqr",
-    "cv",
-    "trimmed_mean",
-    "median_ci",
-}
+SUMMARY_KEYS = LATENCY_KEYS
 
 
 def settings(**overrides: object) -> MeasureSettings:

@@ -109,7 +109,7 @@ class OnnxRuntimePredictor(Predictor):
         if self._session is not None:
             facts["providers"] = self._session.get_providers()
             options = self._session.get_session_options()
-            facts["threads"] = options.intra_op_num_threads or None
+            facts["threads"] = options.intra_op_num_threads or "default"
             facts["graph_optimization_level"] = self.options.graph_optimization_level
         if self._graph is not None:
             facts["graph"] = self._graph.name

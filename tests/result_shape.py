@@ -1,0 +1,40 @@
+"""The result shape fixed by DESIGN.md's "Contracts", written out once for every test that pins it.
+Kept apart from the code on purpose: a change to the code's shape must fail a test."""
+
+RESULT_KEYS = frozenset(
+    {
+        "id",
+        "status",
+        "model",
+        "framework",
+        "system",
+        "runner",
+        "device",
+        "trace_level",
+        "trace_id",
+        "cold_start",
+        "measurements",
+        "error",
+        "created_at",
+        "started_at",
+        "finished_at",
+    }
+)
+LATENCY_KEYS = frozenset(
+    {
+        "count",
+        "mean",
+        "median",
+        "p90",
+        "p95",
+        "p99",
+        "p999",
+        "min",
+        "max",
+        "stdev",
+        "iqr",
+        "cv",
+        "trimmed_mean",
+        "median_ci",
+    }
+)
