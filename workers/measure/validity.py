@@ -172,7 +172,10 @@ def judge(
         if halfwidth > settings.stability:
             spread = f"median CI ±{halfwidth:.1%} > {settings.stability:.1%}"
             if loop.stop_reason == STOP_MAX_SECONDS:
-                invalid.append(f"did not stabilise within max_seconds {settings.max_seconds:g}: {spread}")
+                invalid.append(
+                    f"did not stabilise within max_seconds {settings.max_seconds:g}: {spread} "
+                    "(measure longer with max_seconds, or accept a wider interval with stability)"
+                )
             else:
                 invalid.append(f"unstable: {spread}")
     other = environment.get("other_cpu_share")
