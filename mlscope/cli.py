@@ -45,17 +45,18 @@ def _parse_batch_sizes(ctx: click.Context, param: click.Parameter, value: str | 
     return sizes
 
 
-def _parse_measure(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Any]:
-    settings: dict[str, Any] = {}
+def _parse_key_values(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Any]:
+    """KEY=VALUE pairs; a value is read as JSON (numbers, true/false, lists) or else kept as text."""
+    parsed: dict[str, Any] = {}
     for item in values:
         key, sep, raw = item.partition("=")
-        if not sep or not key:
+        if not sep or not key.strip():
             raise click.BadParameter(f"{item!r}: expected KEY=VALUE, e.g. min_seconds=5")
         try:
-            settings[key.strip()] = json.loads(raw)
+            parsed[key.strip()] = json.loads(raw)
         except json.JSONDecodeError:
-            raise click.BadParameter(f"{item!r}: the value must be a number or true/false") from None
-    return settings
+            parsed[key.strip()] = raw
+    return parsed
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -109,9 +110,18 @@ def cli() -> None:
     "--measure",
     "measure",
     multiple=True,
-    callback=_parse_measure,
+    callback=_parse_key_values,
     metavar="KEY=VALUE",
     help="Any measurement setting, e.g. --measure stability=0.01 (repeatable).",
+)
+@click.option(
+    "--option",
+    "options",
+    multiple=True,
+    callback=_parse_key_values,
+    metavar="KEY=VALUE",
+    help="A predictor option: threads, inter_op_threads, graph_optimization_level (disable, basic, "
+    "extended, all), execution_providers (a JSON list), input_pool (repeatable).",
 )
 @click.option(
     "--timeout", type=float, default=1800, show_default=True, help="Time limit per evaluation, seconds."
@@ -126,6 +136,7 @@ def run(
     device: str,
     runner: str,
     threads: int | None,
+    options: dict[str, Any],
     min_seconds: float | None,
     max_seconds: float | None,
     min_count: int | None,
@@ -146,7 +157,7 @@ def run(
         "device": device,
         "runner": runner,
         "measure": measure,
-        "options": {"threads": threads} if threads else {},
+        "options": {**options, **({"threads": threads} if threads else {})},
         "timeout_s": timeout,
         "memory_limit_mb": memory_limit,
     }

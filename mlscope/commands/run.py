@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -64,8 +65,18 @@ class _ProgressView:
         self.progress.update(self.task, completed=self.points, phase=status)
 
 
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM ends a run as Ctrl-C does: the predictor is stopped and the evaluation cancelled."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def run_command(model: str, frameworks: list[str], document: dict[str, Any], *, as_json: bool) -> int:
     """Returns: the exit code (0 all succeeded, 1 some evaluation failed)."""
+    _interrupt_on_sigterm()
     settings = load_settings()
     registry = ModelRegistry.load(settings.manifests)
     names = frameworks or _default_frameworks(registry, model)

@@ -7,10 +7,13 @@ Given / When / Then in each test's comments. Figures are never asserted against 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import RUNTIME_MANIFESTS
@@ -180,6 +183,11 @@ def test_inline_runner_gives_the_same_shape_and_reports_a_warm_process(mlscope_e
         (["run", "resnet18", "-f", "pytorch", "--measure", "min_count=-3"], "min_count"),
         (["run", "resnet18", "-f", "pytorch", "--measure", "speed=9"], "speed"),
         (["run", "resnet18", "-f", "pytorch", "-s", "server"], "scenarios.0"),
+        (
+            ["run", "resnet18", "-f", "onnxruntime", "--option", "graph_optimization_level=fast"],
+            "options.graph_optimization_level",
+        ),
+        (["run", "resnet18", "-f", "onnxruntime", "--option", "colour=red"], "options.colour"),
         (["results", "show", "ffffffffffff"], "ffffffffffff"),
         (["results", "list", "--status", "done"], "status"),
     ],
@@ -238,3 +246,62 @@ def test_models_and_frameworks_list_what_is_shipped(mlscope_env: dict[str, str])
         assert {(name, "pytorch"), (name, "onnxruntime")} <= pairs
     frameworks = {f["name"]: f for f in json_lines(mlscope(mlscope_env, "frameworks", "--json").stdout)}
     assert frameworks["pytorch"]["available"] and frameworks["onnxruntime"]["available"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupting_a_run_ends_its_predictor_and_cancels_the_evaluation(
+    mlscope_env: dict[str, str], signum: signal.Signals, tmp_path: Path
+) -> None:
+    # Given a run whose predictor process is stuck inside an inference (it writes no more events,
+    # so nothing but mlscope can end it)
+    marker = tmp_path / "hanging"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "mlscope", "run", "test_hanging", "-f", "pytorch"],
+        env={**mlscope_env, "MLSCOPE_TEST_HANG_MARKER": str(marker)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), "the predictor never reached its inference"
+    predictors = [
+        p
+        for p in psutil.Process(run.pid).children(recursive=True)
+        if "mlscope.workers.execute" in p.cmdline()
+    ]
+    assert predictors
+    # When mlscope is interrupted (Ctrl-C, or a SIGTERM from a supervisor)
+    run.send_signal(signum)
+    code = run.wait(timeout=30)
+    # Then mlscope ends with 130, its predictor process is gone, and the evaluation is cancelled
+    assert code == 130, run.stderr.read() if run.stderr else ""
+    _gone, alive = psutil.wait_procs(predictors, timeout=10)
+    for survivor in alive:
+        survivor.kill()
+    assert not alive, "the predictor process outlived mlscope"
+    assert [r["status"] for r in stored(mlscope_env)] == ["cancelled"]
+
+
+def test_predictor_options_reach_the_framework_and_are_recorded(mlscope_env: dict[str, str]) -> None:
+    # When ONNX Runtime is asked for one thread and basic graph optimisation
+    done = mlscope(
+        mlscope_env,
+        "run",
+        "test_tiny_mlp",
+        "-f",
+        "onnxruntime",
+        "--threads",
+        "1",
+        "--option",
+        "graph_optimization_level=basic",
+        "--json",
+        *FAST,
+    )
+    # Then the stored result says what the session ran with
+    assert done.returncode == 0, done.stderr
+    (result,) = json_lines(done.stdout)
+    assert result["framework"]["threads"] == 1
+    assert result["framework"]["graph_optimization_level"] == "basic"
+    assert result["framework"]["providers"] == ["CPUExecutionProvider"]

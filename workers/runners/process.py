@@ -79,7 +79,13 @@ class ProcessRunner(Runner):
         except BrokenPipeError:
             pass
 
-        ended = self._supervise(child, timeout_s, memory_limit_mb)
+        try:
+            ended = self._supervise(child, timeout_s, memory_limit_mb)
+        except BaseException:
+            # Interrupted (Ctrl-C, SIGTERM): the child is in a session of its own and would not
+            # hear of it, so it is ended here rather than left running.
+            self._kill(child)
+            raise
         for reader in readers:
             reader.join(timeout=5)
         tail = "".join(log)
