@@ -26,9 +26,7 @@ __all__ = ["run_command"]
 
 
 def _default_frameworks(registry: ModelRegistry, model: str) -> list[str]:
-    names = registry.frameworks_for(model)
-    if not names:
-        registry.get(model, "")  # raises the unknown-model error, with suggestions
+    names = registry.frameworks_for(model)  # an unknown model raises, with suggestions
     installed = [name for name in names if installed_version(get_framework(name)) is not None]
     if not installed:
         raise UserError(

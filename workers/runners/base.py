@@ -23,10 +23,6 @@ class Outcome:
     error: dict[str, str] | None = None
     log: str = ""
 
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
 
 class Runner(ABC):
     """Runs jobs somewhere: this process, a child process, a container."""

@@ -152,9 +152,8 @@ class ProcessRunner(Runner):
             if event.get("event") in ("result", "error"):
                 events.append(event)
                 continue
-            state["phase"] = (
-                event.get("phase", state["phase"]) if event.get("event") == "phase" else state["phase"]
-            )
+            if event.get("event") == "phase":
+                state["phase"] = event["phase"]
             emit(event)
 
     @staticmethod
