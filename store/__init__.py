@@ -26,11 +26,13 @@ __all__ = [
     "open_store",
 ]
 
-# URL scheme → "module:class". MongoDB joins this table when mlscope.store.mongo exists.
+# URL scheme → "module:class".
 _STORES: dict[str, str] = {
     "sqlite": "mlscope.store.sql:SQLStore",
     "postgresql": "mlscope.store.sql:SQLStore",
     "postgresql+psycopg": "mlscope.store.sql:SQLStore",
+    "mongodb": "mlscope.store.mongo:MongoStore",
+    "mongodb+srv": "mlscope.store.mongo:MongoStore",
 }
 
 
@@ -38,7 +40,8 @@ def open_store(url: str) -> Store:
     """Opens the store at `url`, creating its schema if needed.
 
     Args:
-        url: `sqlite:///path/to/file.db`, `postgresql://user@host:port/database`, ...
+        url: `sqlite:///path/to/file.db`, `postgresql://user@host:port/database`,
+            `mongodb://host:port/database`, ...
 
     Returns:
         The Store implementation registered for the URL's scheme.

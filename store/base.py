@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from types import TracebackType
 from typing import Any, ClassVar
@@ -25,12 +25,17 @@ from .errors import (
 )
 from .records import (
     ACTIVE_STATUSES,
+    SPAN_GROUPINGS,
+    SPAN_LEVELS,
     STATUSES,
     TERMINAL_STATUSES,
     TRACE_LEVELS,
+    CompareFilter,
     EvaluationFilter,
     EvaluationRecord,
+    LayerTotal,
     MeasurementRecord,
+    SpanRecord,
     check_aware,
     check_cold_start,
     check_error,
@@ -39,16 +44,24 @@ from .records import (
     check_model,
     check_object,
     check_optional_text,
+    check_spans,
     check_system,
     check_text,
+    compare_rows,
     evaluation_to_dict,
+    layer_rows,
+    span_group_key,
+    span_to_dict,
 )
 
-__all__ = ["MAX_LIST_LIMIT", "MIN_PREFIX_LENGTH", "Store"]
+__all__ = ["MAX_LIST_LIMIT", "MIN_PREFIX_LENGTH", "SPAN_BATCH_SIZE", "Store"]
 
 # Shorter prefixes would match too often to be worth the lookup; git uses the same floor.
 MIN_PREFIX_LENGTH = 4
 MAX_LIST_LIMIT = 1000
+# Spans are written and read this many at a time: big enough to amortise a round trip, small enough
+# that a trace of millions never sits in memory as one request.
+SPAN_BATCH_SIZE = 5000
 
 
 def _now() -> datetime:
@@ -347,6 +360,130 @@ class Store(ABC):
         """How many evaluations `list_evaluations` would find with no limit; same filters and errors."""
         return self._count_evaluations(_check_filter(model, framework, system_id, status, since, until))
 
+    def compare(
+        self,
+        *,
+        ids: Sequence[str] = (),
+        models: Sequence[str] = (),
+        frameworks: Sequence[str] = (),
+        system_ids: Sequence[str] = (),
+        batch_sizes: Sequence[int] = (),
+        scenarios: Sequence[str] = (),
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[dict[str, Any]]:
+        """The side-by-side table of succeeded evaluations (records.COMPARE_COLUMNS).
+
+        One row per (model, framework, system, device, scenario, batch size), from the latest
+        evaluation of each; every argument narrows the evaluations drawn on (empty: any).
+
+        Args:
+            ids: full evaluation ids (a batch's ids, say).
+            models, frameworks, system_ids, batch_sizes, scenarios: allowed values.
+            since, until: aware datetimes bounding created_at.
+
+        Raises:
+            UserError: naming the invalid argument.
+        """
+        where = CompareFilter(
+            ids=tuple(check_text(i, "ids") for i in ids),
+            models=tuple(check_text(m, "models") for m in models),
+            frameworks=tuple(check_text(f, "frameworks") for f in frameworks),
+            system_ids=tuple(check_text(s, "system_ids") for s in system_ids),
+            batch_sizes=tuple(_check_batch_size(b) for b in batch_sizes),
+            scenarios=tuple(check_text(s, "scenarios") for s in scenarios),
+            since=check_aware(since, "since"),
+            until=check_aware(until, "until"),
+        )
+        return self._compare_rows(where)
+
+    # ----- spans -----------------------------------------------------------------------------------
+
+    def save_spans(self, evaluation_id: str, spans: Sequence[Mapping[str, Any]]) -> int:
+        """Keeps the spans traced while running an evaluation; saving a span again stores nothing new.
+
+        Every span is checked before any is stored; they are stored in batches of SPAN_BATCH_SIZE, so
+        one call may carry hundreds of thousands.
+
+        Args:
+            evaluation_id: the full evaluation id.
+            spans: each {"trace_id": 32 lower-case hex digits, "span_id": 16, "parent_id": 16 or None,
+                "name", "level": one of SPAN_LEVELS, "start_ns", "end_ns" ≥ start_ns (integer
+                nanoseconds), "attributes": a JSON object}. A span id is unique within an evaluation.
+
+        Returns:
+            How many of the spans were new.
+
+        Raises:
+            EvaluationNotFound: when no evaluation has this id.
+            UserError: naming the first invalid field, e.g. "spans.3.end_ns"; nothing is stored then.
+        """
+        id = check_text(evaluation_id, "evaluation_id")
+        if self._ids_with_prefix(id, limit=1) != [id]:
+            raise EvaluationNotFound(id)
+        records = check_spans(spans)
+        return sum(
+            self._insert_spans(id, records[start : start + SPAN_BATCH_SIZE])
+            for start in range(0, len(records), SPAN_BATCH_SIZE)
+        )
+
+    def get_spans(
+        self, evaluation_id: str, *, level: str | None = None, limit: int | None = None, offset: int = 0
+    ) -> list[dict[str, Any]]:
+        """An evaluation's spans in the shape `save_spans` takes, ordered by start_ns, then span_id.
+
+        Args:
+            evaluation_id: the evaluation id or a unique prefix of it.
+            level: only spans of this level (one of SPAN_LEVELS); any level when None.
+            limit: at most this many (1 or more); all when None.
+            offset: skip this many first.
+
+        Raises:
+            EvaluationNotFound, AmbiguousEvaluationId: as `resolve_id`.
+            UserError: naming the invalid argument.
+        """
+        full_id = self.resolve_id(evaluation_id)
+        checked_level = None if level is None else _check_choice(level, SPAN_LEVELS, "level")
+        if limit is not None:
+            _check_int("limit", limit, 1)
+        _check_int("offset", offset, 0)
+        records = self._read_spans(full_id, level=checked_level, limit=limit, offset=offset)
+        return [span_to_dict(record) for record in records]
+
+    def count_spans(self, evaluation_id: str) -> int:
+        """How many spans an evaluation has.
+
+        Raises:
+            EvaluationNotFound, AmbiguousEvaluationId: as `resolve_id`.
+        """
+        return self._count_spans(self.resolve_id(evaluation_id))
+
+    def layer_breakdown(
+        self, evaluation_id: str, *, level: str = "FRAMEWORK", group_by: str = "name"
+    ) -> list[dict[str, Any]]:
+        """Where an evaluation's time went at one trace level: its spans grouped by name or layer type.
+
+        Args:
+            evaluation_id: the evaluation id or a unique prefix of it.
+            level: the spans' level, one of SPAN_LEVELS.
+            group_by: "name", or "layer_type" (the span's attributes["layer_type"], its name when it
+                has none).
+
+        Returns:
+            Rows {"key", "calls", "total_ms", "mean_ms", "share"}, largest total first, then by key;
+            share is the fraction of the evaluation's MODEL-level time (of the rows' own total when it
+            has no MODEL spans). See records.layer_rows.
+
+        Raises:
+            EvaluationNotFound, AmbiguousEvaluationId: as `resolve_id`.
+            UserError: naming the invalid argument.
+        """
+        full_id = self.resolve_id(evaluation_id)
+        checked_level = _check_choice(level, SPAN_LEVELS, "level")
+        checked_group_by = _check_choice(group_by, SPAN_GROUPINGS, "group_by")
+        totals, model_total_ns = self._layer_totals(full_id, level=checked_level, group_by=checked_group_by)
+        return layer_rows(totals, model_total_ns)
+
     # ----- lifetime --------------------------------------------------------------------------------
 
     @abstractmethod
@@ -457,6 +594,113 @@ class Store(ABC):
     @abstractmethod
     def _count_evaluations(self, where: EvaluationFilter) -> int:
         """How many evaluations match `where`."""
+
+    @abstractmethod
+    def _insert_spans(self, evaluation_id: str, spans: Sequence[SpanRecord]) -> int:
+        """Stores the spans (at most SPAN_BATCH_SIZE, distinct span ids) of an existing evaluation,
+        skipping any whose (evaluation_id, span_id) is stored already; safe under concurrency.
+
+        Returns:
+            How many were stored.
+        """
+
+    @abstractmethod
+    def _read_spans(
+        self, evaluation_id: str, *, level: str | None, limit: int | None, offset: int
+    ) -> list[SpanRecord]:
+        """An evaluation's spans ordered by start_ns, then span_id.
+
+        Args:
+            evaluation_id: the full evaluation id.
+            level: only spans of this level; any when None.
+            limit: at most this many; all when None.
+            offset: skipping this many first.
+        """
+
+    @abstractmethod
+    def _count_spans(self, evaluation_id: str) -> int:
+        """How many spans the evaluation has."""
+
+    def _layer_totals(
+        self, evaluation_id: str, *, level: str, group_by: str
+    ) -> tuple[list[LayerTotal], int | None]:
+        """The per-group totals of a layer breakdown, and the MODEL-level spans' summed duration (None
+        when there are none). This default reads the spans page by page; a backend may compute the
+        same integers where the spans are (the contract suite checks).
+
+        Args:
+            evaluation_id: the full evaluation id.
+            level: the level of the spans grouped.
+            group_by: one of SPAN_GROUPINGS (see records.span_group_key).
+        """
+        calls: dict[str, int] = {}
+        totals: dict[str, int] = {}
+        for span in self._iter_spans(evaluation_id, level):
+            key = span_group_key(span, group_by)
+            calls[key] = calls.get(key, 0) + 1
+            totals[key] = totals.get(key, 0) + span.end_ns - span.start_ns
+        model_total_ns = None
+        for span in self._iter_spans(evaluation_id, "MODEL"):
+            model_total_ns = (model_total_ns or 0) + span.end_ns - span.start_ns
+        return [LayerTotal(key, calls[key], totals[key]) for key in totals], model_total_ns
+
+    def _iter_spans(self, evaluation_id: str, level: str) -> Iterator[SpanRecord]:
+        offset = 0
+        while page := self._read_spans(evaluation_id, level=level, limit=SPAN_BATCH_SIZE, offset=offset):
+            yield from page
+            offset += len(page)
+
+    def _compare_rows(self, where: CompareFilter) -> list[dict[str, Any]]:
+        """The comparison rows for `where`. This default reads matching evaluations page by page and
+        builds the rows with records.compare_rows; a backend with a query language of its own may
+        override it, provided it returns the same rows (the contract suite checks)."""
+        one = {
+            name: values[0] if len(values) == 1 else None
+            for name, values in (
+                ("model", where.models),
+                ("framework", where.frameworks),
+                ("system_id", where.system_ids),
+            )
+        }
+        if where.ids:
+            found = (self._read_evaluation(i, include_raw=False) for i in dict.fromkeys(where.ids))
+            records = [r for r in found if r is not None and r.status == "succeeded"]
+        else:
+            base = EvaluationFilter(status="succeeded", since=where.since, until=where.until, **one)
+            records, offset = [], 0
+            while page := self._query_evaluations(base, limit=MAX_LIST_LIMIT, offset=offset):
+                records += page
+                offset += len(page)
+        evaluations = [
+            evaluation_to_dict(r)
+            for r in records
+            if (not where.models or r.model_name in where.models)
+            and (not where.frameworks or r.framework_name in where.frameworks)
+            and (not where.system_ids or r.system_id in where.system_ids)
+            and (where.since is None or r.created_at >= where.since)
+            and (where.until is None or r.created_at < where.until)
+        ]
+        return compare_rows(evaluations, where)
+
+
+def _check_choice(value: Any, choices: Sequence[str], field: str) -> str:
+    if value not in choices:
+        raise UserError(f"{field}={value!r} is not one of {', '.join(choices)}", field=field)
+    return str(value)
+
+
+def _check_int(field: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise UserError(f"{field}={value!r} must be an integer, {low} or more", field=field)
+    return value
+
+
+def _check_batch_size(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(
+            f"batch_sizes: {value!r} is not a batch size: expected an integer ≥ 1", field="batch_sizes"
+        )
+    return value
 
 
 def _check_filter(

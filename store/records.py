@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -19,12 +20,18 @@ from mlscope.errors import UserError
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "COMPARE_COLUMNS",
+    "SPAN_GROUPINGS",
+    "SPAN_LEVELS",
     "STATUSES",
     "TERMINAL_STATUSES",
     "TRACE_LEVELS",
+    "CompareFilter",
     "EvaluationFilter",
     "EvaluationRecord",
+    "LayerTotal",
     "MeasurementRecord",
+    "SpanRecord",
     "check_aware",
     "check_cold_start",
     "check_error",
@@ -33,10 +40,16 @@ __all__ = [
     "check_model",
     "check_object",
     "check_optional_text",
+    "check_span",
+    "check_spans",
     "check_system",
     "check_text",
+    "compare_rows",
     "evaluation_to_dict",
     "json_safe",
+    "layer_rows",
+    "span_group_key",
+    "span_to_dict",
 ]
 
 STATUSES: tuple[str, ...] = ("queued", "running", "succeeded", "failed", "cancelled")
@@ -118,6 +131,121 @@ class EvaluationFilter:
     status: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class CompareFilter:
+    """Which succeeded evaluations a comparison draws on; an empty tuple means "any"."""
+
+    ids: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    frameworks: tuple[str, ...] = ()
+    system_ids: tuple[str, ...] = ()
+    batch_sizes: tuple[int, ...] = ()
+    scenarios: tuple[str, ...] = ()
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+# The columns of a comparison row, in the order tables and CSV files show them.
+COMPARE_COLUMNS: tuple[str, ...] = (
+    "model",
+    "framework",
+    "framework_version",
+    "system_id",
+    "hostname",
+    "agent_id",
+    "cpu",
+    "device",
+    "scenario",
+    "batch_size",
+    "median_ms",
+    "p90_ms",
+    "p99_ms",
+    "ci_low_ms",
+    "ci_high_ms",
+    "throughput",
+    "count",
+    "valid",
+    "reasons",
+    "runs",
+    "evaluation_id",
+    "finished_at",
+)
+
+
+def compare_rows(evaluations: list[dict[str, Any]], where: CompareFilter) -> list[dict[str, Any]]:
+    """The comparison table from succeeded evaluations in the public shape.
+
+    One row per (model, framework, system, device, scenario, batch size): the most recently finished
+    evaluation's figures, with `runs` counting how many succeeded evaluations share the key. Rows are
+    ordered by model, scenario, batch size, then median latency, so the fastest of a group comes first.
+    """
+    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    runs: dict[tuple[Any, ...], int] = {}
+    for evaluation in evaluations:
+        system = evaluation.get("system") or {}
+        for m in evaluation["measurements"]:
+            if where.batch_sizes and m["batch_size"] not in where.batch_sizes:
+                continue
+            if where.scenarios and m["scenario"] not in where.scenarios:
+                continue
+            key = (
+                evaluation["model"]["name"],
+                evaluation["framework"]["name"],
+                system.get("id"),
+                evaluation["device"],
+                m["scenario"],
+                m["batch_size"],
+            )
+            runs[key] = runs.get(key, 0) + 1
+            ci = m["latency_ms"].get("median_ci") or [None, None]
+            row = {
+                "model": key[0],
+                "framework": key[1],
+                "framework_version": evaluation["framework"].get("version"),
+                "system_id": key[2],
+                "hostname": system.get("hostname"),
+                "agent_id": (system.get("agent") or {}).get("id"),
+                "cpu": (system.get("cpu") or {}).get("model"),
+                "device": key[3],
+                "scenario": key[4],
+                "batch_size": key[5],
+                "median_ms": m["latency_ms"].get("median"),
+                "p90_ms": m["latency_ms"].get("p90"),
+                "p99_ms": m["latency_ms"].get("p99"),
+                "ci_low_ms": ci[0],
+                "ci_high_ms": ci[1],
+                "throughput": m.get("throughput"),
+                "count": m["latency_ms"].get("count"),
+                "valid": (m.get("validity") or {}).get("valid"),
+                "reasons": list((m.get("validity") or {}).get("reasons") or []),
+                "evaluation_id": evaluation["id"],
+                "finished_at": evaluation["finished_at"],
+            }
+            held = latest.get(key)
+            if held is None or (row["finished_at"] or "", row["evaluation_id"]) > (
+                held["finished_at"] or "",
+                held["evaluation_id"],
+            ):
+                latest[key] = row
+    rows = []
+    for key, row in latest.items():
+        row["runs"] = runs[key]
+        rows.append({column: row[column] for column in COMPARE_COLUMNS})
+    inf = float("inf")
+    rows.sort(
+        key=lambda r: (
+            r["model"],
+            r["scenario"],
+            r["batch_size"],
+            r["median_ms"] if r["median_ms"] is not None else inf,
+            r["framework"],
+            r["system_id"] or "",
+            r["device"],
+        )
+    )
+    return rows
 
 
 def json_safe(value: Any, field: str) -> Any:
@@ -382,3 +510,162 @@ def evaluation_to_dict(record: EvaluationRecord, *, include_raw: bool = False) -
         "request": record.request,
         "manifest": record.manifest,
     }
+
+
+# ----- spans -----------------------------------------------------------------------------------------
+
+# A span records work that happened, so NO_TRACE (the absence of tracing) is no span's level.
+SPAN_LEVELS: tuple[str, ...] = TRACE_LEVELS[1:]
+SPAN_GROUPINGS: tuple[str, ...] = ("name", "layer_type")
+_SPAN_KEYS = ("trace_id", "span_id", "parent_id", "name", "level", "start_ns", "end_ns", "attributes")
+_SPAN_KEY_SET = frozenset(_SPAN_KEYS)
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")
+_SPAN_ID = re.compile(r"[0-9a-f]{16}")
+
+
+@dataclass(frozen=True)
+class SpanRecord:
+    """One span (an OpenTelemetry span, flattened) as every backend stores it."""
+
+    trace_id: str
+    span_id: str
+    parent_id: str | None
+    name: str
+    level: str
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, Any]
+
+
+def _check_hex_id(value: Any, pattern: re.Pattern[str], digits: int, field: str) -> str:
+    # An all-zero id is OpenTelemetry's "invalid id", never a real trace or span.
+    if type(value) is not str or not pattern.fullmatch(value) or not value.strip("0"):
+        raise UserError(
+            f"{field} must be {digits} lower-case hex digits, not all zero, not {value!r}", field=field
+        )
+    return value
+
+
+def _check_ns(value: Any, field: str) -> int:
+    # `type(...) is int` first: a trace holds hundreds of thousands of these, and ABC checks are slow.
+    if type(value) is not int and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+        raise UserError(f"{field} must be an integer number of nanoseconds, not {value!r}", field=field)
+    if not _INT64_MIN <= int(value) <= _INT64_MAX:
+        raise UserError(f"{field}={value} is outside the 64-bit integer range", field=field)
+    return int(value)
+
+
+def check_span(span: Any, field: str) -> SpanRecord:
+    """The record of one span {"trace_id", "span_id", "parent_id", "name", "level", "start_ns",
+    "end_ns", "attributes"}; "parent_id" and "attributes" may be left out or None (None and {}).
+
+    Raises:
+        UserError: naming the first offending field, e.g. "spans.3.end_ns".
+    """
+    if type(span) is not dict and not isinstance(span, Mapping):
+        raise UserError(f"{field} must be an object, not {type(span).__name__}", field=field)
+    if not _SPAN_KEY_SET.issuperset(span):
+        key = next(key for key in span if key not in _SPAN_KEY_SET)
+        raise UserError(
+            f"{field}.{key} is not a span field: expected {', '.join(_SPAN_KEYS)}", field=f"{field}.{key}"
+        )
+    trace_id = _check_hex_id(span.get("trace_id"), _TRACE_ID, 32, f"{field}.trace_id")
+    span_id = _check_hex_id(span.get("span_id"), _SPAN_ID, 16, f"{field}.span_id")
+    parent_id = span.get("parent_id")
+    if parent_id is not None:
+        _check_hex_id(parent_id, _SPAN_ID, 16, f"{field}.parent_id")
+    name = check_text(span.get("name"), f"{field}.name")
+    level = span.get("level")
+    if level not in SPAN_LEVELS:
+        raise UserError(
+            f"{field}.level={level!r} is not one of {', '.join(SPAN_LEVELS)}", field=f"{field}.level"
+        )
+    start_ns = _check_ns(span.get("start_ns"), f"{field}.start_ns")
+    end_ns = _check_ns(span.get("end_ns"), f"{field}.end_ns")
+    if end_ns < start_ns:
+        raise UserError(
+            f"{field}.end_ns={end_ns} is before start_ns={start_ns}: a span cannot end before it starts",
+            field=f"{field}.end_ns",
+        )
+    attributes = span.get("attributes")
+    attributes = (
+        {} if attributes is None or attributes == {} else check_object(attributes, f"{field}.attributes")
+    )
+    if attributes.get("layer_type") is not None:
+        check_text(attributes["layer_type"], f"{field}.attributes.layer_type")
+    return SpanRecord(trace_id, span_id, parent_id, name, level, start_ns, end_ns, attributes)
+
+
+def check_spans(spans: Any) -> list[SpanRecord]:
+    """Records for `spans`, one per span id: a span id repeated in the list keeps its first span, as
+    saving it again would.
+
+    Raises:
+        UserError: naming the first offending field, e.g. "spans.3.trace_id".
+    """
+    if isinstance(spans, (str, bytes, Mapping)) or not isinstance(spans, Sequence):
+        raise UserError("spans must be a list of span objects", field="spans")
+    records: dict[str, SpanRecord] = {}
+    for index, span in enumerate(spans):
+        record = check_span(span, f"spans.{index}")
+        records.setdefault(record.span_id, record)
+    return list(records.values())
+
+
+def span_to_dict(record: SpanRecord) -> dict[str, Any]:
+    """The public shape of a span: the keys `check_span` accepts, every one present."""
+    return {
+        "trace_id": record.trace_id,
+        "span_id": record.span_id,
+        "parent_id": record.parent_id,
+        "name": record.name,
+        "level": record.level,
+        "start_ns": record.start_ns,
+        "end_ns": record.end_ns,
+        "attributes": record.attributes,
+    }
+
+
+def span_group_key(record: SpanRecord, group_by: str) -> str:
+    """What `group_by` ("name" or "layer_type") groups `record` under: its attributes' layer_type falls
+    back to its name, since spans from profilers that report no layer type still take time."""
+    if group_by == "layer_type":
+        layer_type = record.attributes.get("layer_type")
+        if layer_type is not None:
+            return layer_type
+    return record.name
+
+
+@dataclass(frozen=True)
+class LayerTotal:
+    """The spans of one group in a layer breakdown: how many, and their summed duration."""
+
+    key: str
+    calls: int
+    total_ns: int
+
+
+def layer_rows(totals: Sequence[LayerTotal], model_total_ns: int | None) -> list[dict[str, Any]]:
+    """The rows of a layer breakdown, each {"key", "calls", "total_ms", "mean_ms", "share"}, the
+    largest total first (then by key).
+
+    Every backend computes the integer totals its own way and formats them here, so the floating-point
+    figures are identical across backends.
+
+    Args:
+        totals: one per group, from the spans of one level.
+        model_total_ns: the summed duration of the evaluation's MODEL-level spans (None when it has
+            none), which `share` divides by; without it the rows' own sum is used. A zero divisor
+            gives shares of 0.
+    """
+    denominator = sum(t.total_ns for t in totals) if model_total_ns is None else model_total_ns
+    return [
+        {
+            "key": t.key,
+            "calls": t.calls,
+            "total_ms": t.total_ns / 1e6,
+            "mean_ms": t.total_ns / t.calls / 1e6,
+            "share": t.total_ns / denominator if denominator else 0.0,
+        }
+        for t in sorted(totals, key=lambda t: (-t.total_ns, t.key))
+    ]

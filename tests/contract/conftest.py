@@ -4,6 +4,10 @@ implementation, so one suite holds every backend to the same contract.
 PostgreSQL runs against the server on this machine (MLSCOPE_TEST_POSTGRES_URL, default database
 `test`), in a database created for this session and dropped after it, so runs never see each other's
 rows. Unreachable, it skips locally and fails in CI, where a skipped backend would pass unnoticed.
+
+The Mongo store runs twice. "mongomock": against mongomock (no MongoDB server can run where the suite
+runs), in a database of its own per test. "mongodb": against the real server MLSCOPE_TEST_MONGO_URL
+names, in a database of its own per test, dropped after it; skipped when the variable is unset.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from sqlalchemy.engine import URL, make_url
@@ -19,6 +25,29 @@ from sqlalchemy.engine import URL, make_url
 from mlscope.store import Store, open_store
 
 POSTGRES_URL = os.environ.get("MLSCOPE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+MONGO_URL = os.environ.get("MLSCOPE_TEST_MONGO_URL", "")
+
+# Tests that need what mongomock does not have, each with the reason. Only these are skipped there.
+MONGOMOCK_CANNOT = {
+    "test_concurrent_finishes_keep_exactly_one_set": (
+        "mongomock does not isolate concurrent operations (its locks guard single dict accesses, and "
+        "find_one_and_update is a find then an update), so the atomic conditional finish is proven "
+        "against a real server only (param mongodb); tests/unit/test_store_mongo.py checks the losing "
+        "finisher's path deterministically"
+    ),
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        name = getattr(item, "originalname", item.name)
+        if (
+            callspec is not None
+            and callspec.params.get("store_url") == "mongomock"
+            and name in MONGOMOCK_CANNOT
+        ):
+            item.add_marker(pytest.mark.skip(reason=f"mongomock: {MONGOMOCK_CANNOT[name]}"))
 
 
 def _in_ci() -> bool:
@@ -70,19 +99,67 @@ def _empty_postgres(url: str) -> None:
     import psycopg
 
     with psycopg.connect(_conninfo(make_url(url)), autocommit=True) as connection:
-        connection.execute("TRUNCATE measurements, evaluations, systems")
+        connection.execute("TRUNCATE spans, measurements, evaluations, systems")
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+def _with_database(url: str, database: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+def _mongomock_url(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    from mlscope import store as store_package
+
+    from .mongomock_store import SharedMongomockClient
+
+    monkeypatch.setitem(store_package._STORES, "mongodb", "tests.contract.mongomock_store:MongomockStore")
+    database = f"mlscope_contract_{uuid.uuid4().hex[:12]}"
+    yield f"mongodb://127.0.0.1:27017/{database}"
+    SharedMongomockClient().drop_database(database)
+
+
+def _mongodb_url() -> Iterator[str]:
+    if not MONGO_URL:
+        pytest.skip(
+            "MLSCOPE_TEST_MONGO_URL is not set: no MongoDB server here, so the Mongo store ran against "
+            "mongomock only (param mongomock)"
+        )
+    import pymongo
+
+    database = f"mlscope_contract_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    yield _with_database(MONGO_URL, database)
+    client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
+        MONGO_URL, serverSelectionTimeoutMS=5000
+    )
+    try:
+        client.drop_database(database)
+    finally:
+        client.close()
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgresql", marks=pytest.mark.postgres),
+        "mongomock",
+        "mongodb",
+    ]
+)
+def store_url(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
     """The URL of an empty store of each implementation."""
     if request.param == "sqlite":
         # A directory that does not exist yet: opening the store must create it.
         yield f"sqlite:///{tmp_path / 'data' / 'mlscope.db'}"
-        return
-    url = request.getfixturevalue("postgres_url")
-    yield url
-    _empty_postgres(url)
+    elif request.param == "postgresql":
+        url = request.getfixturevalue("postgres_url")
+        yield url
+        _empty_postgres(url)
+    elif request.param == "mongomock":
+        yield from _mongomock_url(monkeypatch)
+    else:
+        yield from _mongodb_url()
 
 
 @pytest.fixture

@@ -47,6 +47,35 @@ def test_an_unreachable_postgresql_is_a_user_error() -> None:
     assert "127.0.0.1:1" in str(raised.value)
 
 
+def test_an_unreachable_mongodb_is_a_user_error_naming_the_url() -> None:
+    # Given a mongodb:// URL where nothing listens (port 1 refuses at once), with a password in it
+    url = "mongodb://scope:s3cret@127.0.0.1:1/results"
+
+    # When it is opened with the store's own server-selection timeout (a few seconds, not pymongo's 30)
+    with pytest.raises(UserError) as raised:
+        open_store(url)
+
+    # Then the user error names store_url and the server, says none answered, and hides the password
+    message = str(raised.value)
+    assert raised.value.field == "store_url"
+    assert "127.0.0.1:1" in message and "no MongoDB server answered" in message
+    assert "s3cret" not in message and "Topology" not in message
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("mongodb://", "hostname"),
+        ("mongodb://127.0.0.1:notaport/db", "Port"),
+        ("mongodb://127.0.0.1:1/bad db", "database name"),
+    ],
+)
+def test_a_malformed_mongodb_url_is_a_user_error(url: str, says: str) -> None:
+    with pytest.raises(UserError) as raised:
+        open_store(url)
+    assert raised.value.field == "store_url" and says in str(raised.value)
+
+
 def test_sqlite_creates_its_directory_and_uses_wal(tmp_path: Path) -> None:
     # Given a database path whose directories do not exist
     path = tmp_path / "a" / "b" / "mlscope.db"
