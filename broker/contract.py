@@ -6,12 +6,14 @@ Every way in (the CLI today, HTTP and the queue with the farm) loads a request t
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from marshmallow import RAISE, Schema, ValidationError, fields, post_load, validate
 
+from mlscope.broker.queues import parse_target
 from mlscope.errors import UserError
 
 __all__ = ["DEVICE_PATTERN", "RUNNERS", "TRACE_LEVELS", "EvaluationRequest", "parse_request"]
@@ -41,6 +43,9 @@ class EvaluationRequest:
             execution_providers, input_pool.
         timeout_s: the whole evaluation's time limit in seconds.
         memory_limit_mb: the predictor process's resident-memory limit, or None.
+        target: where a farm runs it: a capability (`cpu.x86_64`, `gpu`) or one agent
+            (`agent:<id>`); None means `cpu` for a CPU device and `gpu` otherwise. A local run
+            (`mlscope run`) ignores it.
     """
 
     model: str
@@ -54,6 +59,11 @@ class EvaluationRequest:
     options: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 1800.0
     memory_limit_mb: int | None = None
+    target: str | None = None
+
+    @property
+    def effective_target(self) -> str:
+        return self.target or ("cpu" if self.device == "cpu" else "gpu")
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -71,6 +81,20 @@ class PredictorOptionsSchema(Schema):
     graph_optimization_level = fields.String(validate=validate.OneOf(GRAPH_OPTIMIZATION_LEVELS))
     execution_providers = fields.List(fields.String(validate=validate.Length(min=1)))
     input_pool = fields.Integer(validate=validate.Range(min=1, max=64))
+
+
+def _check_measure_value(value: object) -> None:
+    if not isinstance(value, int | float | bool):
+        raise ValidationError("must be a number or true/false")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValidationError("must be a finite number")
+
+
+def _check_target(value: str) -> None:
+    try:
+        parse_target(value)
+    except UserError as exc:
+        raise ValidationError(exc.message.partition(": ")[2] or exc.message) from None
 
 
 class EvaluationRequestSchema(Schema):
@@ -107,12 +131,13 @@ class EvaluationRequestSchema(Schema):
     # free of the measurement code, which lives in the predictor runtime.
     measure = fields.Dict(
         keys=fields.String(validate=validate.Regexp(r"^[a-z_]+$")),
-        values=fields.Raw(validate=lambda v: isinstance(v, int | float | bool)),
+        values=fields.Raw(validate=_check_measure_value),
         load_default=dict,
     )
     options = fields.Nested(PredictorOptionsSchema, load_default=dict)
     timeout_s = fields.Float(load_default=1800.0, validate=validate.Range(min=1, max=7 * 24 * 3600))
     memory_limit_mb = fields.Integer(load_default=None, allow_none=True, validate=validate.Range(min=64))
+    target = fields.String(load_default=None, allow_none=True, validate=_check_target)
 
     @post_load
     def _build(self, data: dict[str, Any], **_: Any) -> EvaluationRequest:
@@ -124,6 +149,8 @@ class EvaluationRequestSchema(Schema):
 def _flatten(messages: Any, prefix: str = "") -> list[tuple[str, str]]:
     if isinstance(messages, dict):
         out: list[tuple[str, str]] = []
+        if prefix and set(messages) <= {"key", "value"}:  # a Dict field's entry: name the entry
+            return [pair for value in messages.values() for pair in _flatten(value, prefix)]
         for key, value in messages.items():
             out += _flatten(value, f"{prefix}.{key}" if prefix else str(key))
         return out

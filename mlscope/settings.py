@@ -42,12 +42,41 @@ class Settings:
     manifests: tuple[Path, ...] = ()
     cache_dir: Path = field(default_factory=_default_cache_dir)
     otlp_endpoint: str | None = None
+    # The farm's own settings (additive to the contract's): where live workers register, how long
+    # a job a dead worker held stays invisible before Redis hands it to another, and whether reads
+    # of the API need a token too.
+    registry_url: str | None = None
+    visibility_timeout_s: float = 7200.0
+    api_reads: str = "open"
 
     def __post_init__(self) -> None:
         for name in ("store_url", "broker_url", "api_url"):
             value = getattr(self, name)
             if "://" not in value:
                 raise UserError(f"setting {name}={value!r} is not a URL: expected scheme://...", field=name)
+        if self.registry_url is not None and not self.registry_url.startswith(("redis://", "rediss://")):
+            raise UserError(
+                f"setting registry_url={self.registry_url!r}: expected a redis:// URL", field="registry_url"
+            )
+        if not self.visibility_timeout_s > 0:
+            raise UserError(
+                f"setting visibility_timeout_s={self.visibility_timeout_s!r}: expected seconds > 0",
+                field="visibility_timeout_s",
+            )
+        if self.api_reads not in ("open", "token"):
+            raise UserError(
+                f"setting api_reads={self.api_reads!r}: expected 'open' or 'token'", field="api_reads"
+            )
+
+    @property
+    def agent_registry_url(self) -> str:
+        """The Redis that holds the agent registry: `registry_url`, else the broker when it is Redis,
+        else Redis on this machine."""
+        if self.registry_url:
+            return self.registry_url
+        if self.broker_url.startswith(("redis://", "rediss://")):
+            return self.broker_url
+        return "redis://127.0.0.1:6379/0"
 
 
 def _settings_file(env: Mapping[str, str]) -> Path:
@@ -77,6 +106,13 @@ def _coerce(name: str, raw: Any) -> Any:
         return tuple(Path(p).expanduser() for p in items if p)
     if name == "cache_dir":
         return Path(str(raw)).expanduser()
+    if name == "visibility_timeout_s":
+        try:
+            return float(raw)
+        except (TypeError, ValueError):
+            raise UserError(
+                f"setting visibility_timeout_s={raw!r}: expected a number of seconds", field=name
+            ) from None
     return str(raw)
 
 
