@@ -7,6 +7,7 @@ register through the `mlscope.frameworks` entry-point group with a `FrameworkSpe
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 from dataclasses import dataclass
@@ -104,10 +105,19 @@ def get_framework(name: str) -> FrameworkSpec:
 
 
 def installed_version(spec: FrameworkSpec) -> str | None:
-    """The installed version of the framework, read from package metadata (no import), or None."""
-    if importlib.util.find_spec(spec.import_name) is None:
+    """The installed version of the framework, read from package metadata (no import), or None.
+
+    Read once per process: a long-lived worker asks for every job, and packages installed or removed
+    under a running process are not what it imported anyway.
+    """
+    return _installed_version(spec.import_name, tuple(spec.distributions))
+
+
+@functools.lru_cache(maxsize=64)
+def _installed_version(import_name: str, distributions: tuple[str, ...]) -> str | None:
+    if importlib.util.find_spec(import_name) is None:
         return None
-    for distribution in spec.distributions:
+    for distribution in distributions:
         try:
             return importlib.metadata.version(distribution)
         except importlib.metadata.PackageNotFoundError:

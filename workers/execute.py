@@ -160,8 +160,28 @@ def execute(job: Job, emit: Emit) -> dict[str, Any]:
             predictor.close()
 
 
+def _die_with_parent() -> None:
+    """On Linux, ask the kernel to kill this process when the process that started it dies, so a
+    worker killed with SIGKILL leaves no predictor running on behind it (its job is redelivered and
+    would otherwise compete with its orphan for the machine)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
 def main() -> None:
     """Entry point of a predictor process: job JSON on stdin, events as JSON lines on stdout."""
+    _die_with_parent()
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     # Whatever a framework prints goes to stderr, so it cannot corrupt the event stream.
     os.dup2(2, 1)

@@ -9,7 +9,8 @@ leaves the store as it was.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from mlscope.store import Store
 from mlscope.workers.job import Job
 from mlscope.workers.measure import MeasureSettings
 from mlscope.workers.runners import get_runner
-from mlscope.workers.system import gpu_facts
+from mlscope.workers.system import gpu_facts, system_id
 
 __all__ = ["PreparedEvaluation", "evaluate", "prepare"]
 
@@ -76,11 +77,20 @@ def evaluate(
     settings: Settings,
     emit: Emit = lambda event: None,
     evaluation_id: str | None = None,
+    system_extra: Mapping[str, Any] | None = None,
+    cancel: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Run a prepared evaluation to its end and return the stored result.
 
     A job that fails is stored as failed with its error; only an interrupt (Ctrl-C) propagates,
     after the evaluation is marked cancelled.
+
+    Args:
+        evaluation_id: the id to store it under; an evaluation already recorded with this id (by the
+            api, or by an earlier delivery of the same job) is continued, not duplicated.
+        system_extra: facts added to the system description before it is stored (a farm worker adds
+            its agent id and capabilities, which then count in the system's id).
+        cancel: set it to end the running job (a farm worker does when the evaluation is cancelled).
     """
     request, manifest = prepared.request, prepared.manifest
     evaluation_id = store.create_evaluation(
@@ -109,16 +119,20 @@ def evaluate(
     )
     try:
         outcome = get_runner(request.runner).run(
-            job, emit, timeout_s=request.timeout_s, memory_limit_mb=request.memory_limit_mb
+            job, emit, timeout_s=request.timeout_s, memory_limit_mb=request.memory_limit_mb, cancel=cancel
         )
     except KeyboardInterrupt:
         store.cancel_evaluation(evaluation_id)
         raise
     if outcome.result is not None:
         result = outcome.result
+        system = dict(result["system"])
+        if system_extra:
+            system.update(system_extra)
+            system["id"] = system_id(system)
         store.finish_evaluation(
             evaluation_id,
-            system=result["system"],
+            system=system,
             framework={"name": request.framework, **result["framework"]},
             cold_start=result["cold_start"],
             measurements=result["measurements"],

@@ -8,6 +8,7 @@ is the same system; upgrade a library and it becomes another.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -104,6 +105,12 @@ def gpu_facts() -> list[dict[str, Any]]:
 
 
 def _software() -> dict[str, str]:
+    return dict(_software_once())
+
+
+@functools.lru_cache(maxsize=1)
+def _software_once() -> dict[str, str]:
+    """The tracked libraries' versions, read once per process (a worker's inline jobs share them)."""
     versions = {}
     for name in _TRACKED_DISTRIBUTIONS:
         try:
@@ -122,6 +129,10 @@ def _in_container() -> bool:
 def system_id(system: dict[str, Any]) -> str:
     """The content hash of a system's identifying facts."""
     identity = {key: system.get(key) for key in _IDENTITY_KEYS}
+    # A farm worker adds who it is and what it claims (its capabilities); a local run has no agent, and
+    # leaving the key out keeps the ids of systems stored before agents existed.
+    if system.get("agent"):
+        identity["agent"] = system["agent"]
     canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

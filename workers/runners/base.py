@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -30,7 +31,15 @@ class Runner(ABC):
     NAME: ClassVar[str]
 
     @abstractmethod
-    def run(self, job: Job, emit: Emit, *, timeout_s: float, memory_limit_mb: int | None = None) -> Outcome:
+    def run(
+        self,
+        job: Job,
+        emit: Emit,
+        *,
+        timeout_s: float,
+        memory_limit_mb: int | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Outcome:
         """Run a job to its end and never raise for the job's own failures.
 
         Args:
@@ -38,6 +47,8 @@ class Runner(ABC):
             emit: receives the job's events (phase, progress, measurement) as they happen.
             timeout_s: the whole job's time limit; past it the job is ended.
             memory_limit_mb: resident memory allowed to the predictor, where the runner can enforce it.
+            cancel: when set, the job is ended as soon as the runner can (error type "Cancelled");
+                a runner that cannot stop a job midway notices it between events.
 
         Returns:
             The outcome: a result, or an error naming its type, message and phase.

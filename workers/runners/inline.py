@@ -7,6 +7,7 @@ second evaluation's import_ms is not a cold import: the result says `warm_proces
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, ClassVar
 
@@ -24,20 +25,32 @@ class _Deadline(Exception):
 class InlineRunner(Runner):
     NAME: ClassVar[str] = "inline"
 
-    def run(self, job: Job, emit: Emit, *, timeout_s: float, memory_limit_mb: int | None = None) -> Outcome:
+    def run(
+        self,
+        job: Job,
+        emit: Emit,
+        *,
+        timeout_s: float,
+        memory_limit_mb: int | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Outcome:
         deadline = time.monotonic() + timeout_s
         phase = "import"
 
         def guarded(event: dict[str, Any]) -> None:
             nonlocal phase
             phase = event.get("phase", phase)
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or (cancel is not None and cancel.is_set()):
                 raise _Deadline()
             emit(event)
 
         try:
             return Outcome(result=execute(job, guarded))
         except JobFailed as failure:
+            if isinstance(failure.__cause__, _Deadline) and cancel is not None and cancel.is_set():
+                return Outcome(
+                    error={"type": "Cancelled", "message": "the evaluation was cancelled", "phase": phase}
+                )
             if isinstance(failure.__cause__, _Deadline):
                 return Outcome(
                     error={"type": "Timeout", "message": f"exceeded {timeout_s:g} s", "phase": phase}

@@ -54,7 +54,15 @@ class ProcessRunner(Runner):
     def __init__(self, python: str | None = None) -> None:
         self.python = python or sys.executable
 
-    def run(self, job: Job, emit: Emit, *, timeout_s: float, memory_limit_mb: int | None = None) -> Outcome:
+    def run(
+        self,
+        job: Job,
+        emit: Emit,
+        *,
+        timeout_s: float,
+        memory_limit_mb: int | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Outcome:
         child = subprocess.Popen(
             [self.python, "-m", "mlscope.workers.execute"],
             stdin=subprocess.PIPE,
@@ -80,7 +88,7 @@ class ProcessRunner(Runner):
             pass
 
         try:
-            ended = self._supervise(child, timeout_s, memory_limit_mb)
+            ended = self._supervise(child, timeout_s, memory_limit_mb, cancel)
         except BaseException:
             # Interrupted (Ctrl-C, SIGTERM): the child is in a session of its own and would not
             # hear of it, so it is ended here rather than left running.
@@ -106,13 +114,20 @@ class ProcessRunner(Runner):
         return Outcome(error={"type": "PredictorCrashed", "message": message, "phase": phase}, log=tail)
 
     def _supervise(
-        self, child: subprocess.Popen[str], timeout_s: float, memory_limit_mb: int | None
+        self,
+        child: subprocess.Popen[str],
+        timeout_s: float,
+        memory_limit_mb: int | None,
+        cancel: threading.Event | None,
     ) -> dict | None:
-        """Wait for the child; end it past the time or memory limit and say which."""
+        """Wait for the child; end it past the time or memory limit, or when cancelled, and say which."""
         deadline = time.monotonic() + timeout_s
         watched = psutil.Process(child.pid)
         limit = memory_limit_mb * 1024 * 1024 if memory_limit_mb else None
         while child.poll() is None:
+            if cancel is not None and cancel.is_set():
+                self._kill(child)
+                return {"type": "Cancelled", "message": "the evaluation was cancelled while it ran"}
             if time.monotonic() > deadline:
                 self._kill(child)
                 return {
