@@ -1,0 +1,82 @@
+"""Bearer tokens: writes always need one; reads too when `api_reads = "token"`.
+
+The tokens are `settings.api_tokens` (MLSCOPE_API_TOKENS). With none configured, writes are refused
+outright (403) rather than left open: a farm runs whatever it is sent. The health check and the
+OpenAPI document with its docs page stay open whatever the setting.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from flask import Flask, request
+
+from .context import context
+from .problems import ApiProblem
+
+__all__ = ["OPEN_BLUEPRINTS", "OPEN_ENDPOINTS", "WRITE_METHODS", "init_auth"]
+
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+OPEN_ENDPOINTS = frozenset({"ops.Health"})
+# flask-smorest serves openapi.json and the docs page from this blueprint.
+OPEN_BLUEPRINTS = frozenset({"api-docs"})
+_CHALLENGE = 'Bearer realm="mlscope"'
+
+
+def _bearer_token() -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def _known(token: str, tokens: tuple[str, ...]) -> bool:
+    given = token.encode()
+    # Every token is compared, so the time taken says nothing about which one nearly matched.
+    matches = [hmac.compare_digest(given, known.encode()) for known in tokens]
+    return any(matches)
+
+
+def _authorize() -> None:
+    if request.url_rule is None:
+        return  # routing answers 404/405 itself
+    write = request.method in WRITE_METHODS
+    if not write and (
+        context().settings.api_reads == "open"
+        or request.endpoint in OPEN_ENDPOINTS
+        or request.blueprint in OPEN_BLUEPRINTS
+    ):
+        return
+    tokens = context().settings.api_tokens
+    if not tokens:
+        if write:
+            raise ApiProblem(403, "writes are disabled: set MLSCOPE_API_TOKENS")
+        raise ApiProblem(403, "reads need a token, but none is configured: set MLSCOPE_API_TOKENS")
+    token = _bearer_token()
+    what = "writes" if write else "reads"
+    if token is None:
+        raise ApiProblem(
+            401,
+            f"{what} need a token: send Authorization: Bearer <token> (one of MLSCOPE_API_TOKENS)",
+            headers={"WWW-Authenticate": _CHALLENGE},
+        )
+    if not _known(token, tokens):
+        raise ApiProblem(
+            401,
+            "the bearer token is not one the API accepts",
+            headers={"WWW-Authenticate": f'{_CHALLENGE}, error="invalid_token"'},
+        )
+
+
+def _require_json() -> None:
+    if request.method in WRITE_METHODS and request.content_length and not request.is_json:
+        raise ApiProblem.for_field(
+            415, "body", f"must be JSON (Content-Type: application/json), not {request.mimetype or 'none'}"
+        )
+
+
+def init_auth(app: Flask) -> None:
+    """Check the token (then the body's content type) before every request of `app`."""
+    app.before_request(_authorize)
+    app.before_request(_require_json)

@@ -1,0 +1,99 @@
+"""/api/v1/compare: the side-by-side table of succeeded evaluations, as JSON or CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from typing import Any
+
+from flask import Response, request
+from flask.views import MethodView
+
+from mlscope.store.errors import AmbiguousEvaluationId, EvaluationNotFound
+from mlscope.store.records import COMPARE_COLUMNS
+
+from .blueprint import ApiBlueprint
+from .context import context
+from .problems import ApiProblem
+from .schemas import CompareQuerySchema, CompareSchema
+
+__all__ = ["blp", "rows_to_csv"]
+
+CSV_MIMETYPE = "text/csv"
+
+blp = ApiBlueprint(
+    "compare",
+    __name__,
+    url_prefix="/api/v1",
+    description="Compare evaluations across models, frameworks and systems.",
+)
+
+
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "; ".join(str(item) for item in value)
+    return value
+
+
+def rows_to_csv(rows: Sequence[dict[str, Any]]) -> str:
+    """The comparison as CSV: a header of COMPARE_COLUMNS, `reasons` joined by "; "."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(COMPARE_COLUMNS)
+    for row in rows:
+        writer.writerow([_cell(row.get(column)) for column in COMPARE_COLUMNS])
+    return out.getvalue()
+
+
+def _resolve(prefixes: Sequence[str]) -> list[str]:
+    store = context().store
+    resolved = []
+    for index, prefix in enumerate(prefixes):
+        try:
+            resolved.append(store.resolve_id(prefix))
+        except (EvaluationNotFound, AmbiguousEvaluationId) as exc:
+            raise ApiProblem.for_field(422, f"ids.{index}", exc.message) from None
+    return resolved
+
+
+def _wants_csv(query: dict[str, Any]) -> bool:
+    if "format" in query:
+        return bool(query["format"] == "csv")
+    return request.accept_mimetypes.best_match(["application/json", CSV_MIMETYPE]) == CSV_MIMETYPE
+
+
+@blp.route("/compare")
+class Compare(MethodView):
+    @blp.arguments(CompareQuerySchema, location="query")
+    @blp.response(200, CompareSchema)
+    @blp.alt_response(
+        200,
+        success=True,
+        content_type=CSV_MIMETYPE,
+        schema={"type": "string"},
+        description="format=csv or Accept: text/csv: a header row of the columns, then one line per row",
+    )
+    def get(self, query: dict[str, Any]) -> Any:
+        """Compare succeeded evaluations side by side
+
+        One row per (model, framework, system, device, scenario, batch size), from the latest
+        evaluation of each; every filter narrows the evaluations drawn on.
+        """
+        rows = context().store.compare(
+            ids=_resolve(query.get("ids") or ()),
+            models=query.get("models") or (),
+            frameworks=query.get("frameworks") or (),
+            system_ids=query.get("systems") or (),
+            batch_sizes=query.get("batch_sizes") or (),
+            scenarios=query.get("scenarios") or (),
+            since=query.get("since"),
+            until=query.get("until"),
+        )
+        if _wants_csv(query):
+            return Response(rows_to_csv(rows), mimetype=CSV_MIMETYPE)
+        return {"columns": list(COMPARE_COLUMNS), "rows": rows}
