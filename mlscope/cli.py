@@ -68,69 +68,69 @@ def cli() -> None:
     """
 
 
-@cli.command()
-@click.argument("model")
-@click.option(
-    "-f",
-    "--framework",
-    "frameworks",
-    metavar="NAMES",
-    help="Comma-separated frameworks [default: every installed one with a manifest for MODEL].",
+_EVALUATION_OPTIONS = (
+    click.option(
+        "-b",
+        "--batch-sizes",
+        callback=_parse_batch_sizes,
+        metavar="N,N,...",
+        help="Batch sizes to measure [default: 1].",
+    ),
+    click.option(
+        "-s",
+        "--scenario",
+        "scenarios",
+        default="single_stream",
+        show_default=True,
+        metavar="NAMES",
+        help="Comma-separated scenarios: single_stream (back-to-back latency), offline (throughput).",
+    ),
+    click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N."),
+    click.option(
+        "--runner",
+        default="process",
+        show_default=True,
+        help="process (isolated child process) or inline (the worker's own process).",
+    ),
+    click.option("--threads", type=int, help="Intra-op threads [default: the framework's, one per core]."),
+    click.option("--min-seconds", type=float, help="Measure each point at least this long [default: 2]."),
+    click.option(
+        "--max-seconds", type=float, help="Stop each point after this long, stable or not [default: 60]."
+    ),
+    click.option("--min-count", type=int, help="Measure each point at least this many times [default: 30]."),
+    click.option(
+        "--measure",
+        "measure",
+        multiple=True,
+        callback=_parse_key_values,
+        metavar="KEY=VALUE",
+        help="Any measurement setting, e.g. --measure stability=0.01 (repeatable).",
+    ),
+    click.option(
+        "--option",
+        "options",
+        multiple=True,
+        callback=_parse_key_values,
+        metavar="KEY=VALUE",
+        help="A predictor option: threads, inter_op_threads, graph_optimization_level (disable, basic, "
+        "extended, all), execution_providers (a JSON list), input_pool (repeatable).",
+    ),
+    click.option(
+        "--timeout", type=float, default=1800, show_default=True, help="Time limit per evaluation, seconds."
+    ),
+    click.option("--memory-limit", type=int, help="Resident memory limit of the predictor process, MB."),
 )
-@click.option(
-    "-b",
-    "--batch-sizes",
-    callback=_parse_batch_sizes,
-    metavar="N,N,...",
-    help="Batch sizes to measure [default: 1].",
-)
-@click.option(
-    "-s",
-    "--scenario",
-    "scenarios",
-    default="single_stream",
-    show_default=True,
-    metavar="NAMES",
-    help="Comma-separated scenarios: single_stream (back-to-back latency), offline (throughput).",
-)
-@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
-@click.option(
-    "--runner",
-    default="process",
-    show_default=True,
-    help="process (isolated child process) or inline (this process).",
-)
-@click.option("--threads", type=int, help="Intra-op threads [default: the framework's, one per core].")
-@click.option("--min-seconds", type=float, help="Measure each point at least this long [default: 2].")
-@click.option(
-    "--max-seconds", type=float, help="Stop each point after this long, stable or not [default: 60]."
-)
-@click.option("--min-count", type=int, help="Measure each point at least this many times [default: 30].")
-@click.option(
-    "--measure",
-    "measure",
-    multiple=True,
-    callback=_parse_key_values,
-    metavar="KEY=VALUE",
-    help="Any measurement setting, e.g. --measure stability=0.01 (repeatable).",
-)
-@click.option(
-    "--option",
-    "options",
-    multiple=True,
-    callback=_parse_key_values,
-    metavar="KEY=VALUE",
-    help="A predictor option: threads, inter_op_threads, graph_optimization_level (disable, basic, "
-    "extended, all), execution_providers (a JSON list), input_pool (repeatable).",
-)
-@click.option(
-    "--timeout", type=float, default=1800, show_default=True, help="Time limit per evaluation, seconds."
-)
-@click.option("--memory-limit", type=int, help="Resident memory limit of the predictor process, MB.")
-@click.option("--json", "as_json", is_flag=True, help="Print each result as one JSON line on stdout.")
-def run(
-    model: str,
-    frameworks: str | None,
+
+
+def _evaluation_options(command: F) -> F:
+    """The options every way of asking for an evaluation shares (run, submit, compare)."""
+    for option in reversed(_EVALUATION_OPTIONS):
+        command = option(command)
+    return command
+
+
+def _request_fields(
+    *,
     batch_sizes: list[int] | None,
     scenarios: str,
     device: str,
@@ -143,15 +143,13 @@ def run(
     measure: dict[str, Any],
     timeout: float,
     memory_limit: int | None,
-    as_json: bool,
-) -> None:
-    """Evaluate MODEL on this machine and store the results."""
-    from mlscope.commands.run import run_command
-
+) -> dict[str, Any]:
+    """The request document's fields from the shared options."""
+    measure = dict(measure)
     for name, value in (("min_seconds", min_seconds), ("max_seconds", max_seconds), ("min_count", min_count)):
         if value is not None:
             measure[name] = value
-    document: dict[str, Any] = {
+    return {
         "batch_sizes": batch_sizes or [1],
         "scenarios": _split_csv(scenarios),
         "device": device,
@@ -161,7 +159,24 @@ def run(
         "timeout_s": timeout,
         "memory_limit_mb": memory_limit,
     }
-    sys.exit(run_command(model, _split_csv(frameworks), document, as_json=as_json))
+
+
+@cli.command()
+@click.argument("model")
+@click.option(
+    "-f",
+    "--framework",
+    "frameworks",
+    metavar="NAMES",
+    help="Comma-separated frameworks [default: every installed one with a manifest for MODEL].",
+)
+@_evaluation_options
+@click.option("--json", "as_json", is_flag=True, help="Print each result as one JSON line on stdout.")
+def run(model: str, frameworks: str | None, as_json: bool, **fields: Any) -> None:
+    """Evaluate MODEL on this machine and store the results."""
+    from mlscope.commands.run import run_command
+
+    sys.exit(run_command(model, _split_csv(frameworks), _request_fields(**fields), as_json=as_json))
 
 
 @cli.command()
@@ -228,6 +243,173 @@ def results_show(evaluation_id: str, as_json: bool, raw: bool) -> None:
     from mlscope.commands.results import show_command
 
     show_command(evaluation_id, as_json=as_json, raw=raw)
+
+
+# ----- the farm ---------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", type=int, default=8000, show_default=True, help="Port to listen on.")
+@click.option("--threads", type=click.IntRange(min=1), default=8, show_default=True, help="Request threads.")
+def api(host: str, port: int, threads: int) -> None:
+    """Serve the HTTP API (/api/v1, OpenAPI at /api/openapi.json, docs at /api/docs)."""
+    from mlscope.commands.farm import api_command
+
+    api_command(host, port, threads)
+
+
+@cli.command()
+@click.option("--agent-id", help="This agent's id [default: the host name]; unique among live agents.")
+@click.option(
+    "--capability",
+    "capabilities",
+    multiple=True,
+    metavar="CAP",
+    help="Serve as a machine with this capability instead of the detected ones, e.g. "
+    "cpu.x86_64.avx2 (repeatable; to act as several systems on one machine).",
+)
+@click.option("-f", "--frameworks", metavar="NAMES", help="Serve only these installed frameworks.")
+@click.option(
+    "--runner",
+    "runners",
+    default="process,inline",
+    show_default=True,
+    metavar="NAMES",
+    help="Runners requests may use here.",
+)
+@click.option(
+    "--heartbeat-ttl",
+    type=click.FloatRange(min=1),
+    default=15,
+    show_default=True,
+    help="Seconds after its last heartbeat that a silent agent drops out of the registry.",
+)
+@click.option(
+    "--exclusive/--shared-host",
+    default=True,
+    show_default=True,
+    help="Take turns with this host's other workers so that two never measure at once "
+    "(--shared-host: run side by side, e.g. when pinned to separate cores).",
+)
+@click.option("--loglevel", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR.")
+def worker(
+    agent_id: str | None,
+    capabilities: tuple[str, ...],
+    frameworks: str | None,
+    runners: str,
+    heartbeat_ttl: float,
+    exclusive: bool,
+    loglevel: str,
+) -> None:
+    """Join the farm: serve the queues this machine's capabilities and frameworks can serve.
+
+    Stops on SIGTERM or Ctrl-C after finishing the running job (a second signal stops at once; the
+    job then goes back to the queue).
+    """
+    from mlscope.commands.farm import worker_command
+
+    worker_command(
+        agent_id=agent_id,
+        capabilities=list(capabilities),
+        frameworks=_split_csv(frameworks),
+        runners=_split_csv(runners),
+        heartbeat_ttl_s=heartbeat_ttl,
+        exclusive=exclusive,
+        loglevel=loglevel,
+    )
+
+
+@cli.command()
+@click.argument("model")
+@click.option("-f", "--framework", required=True, help="The framework to run MODEL on.")
+@click.option(
+    "--on",
+    "target",
+    metavar="TARGET",
+    help="A capability (cpu, cpu.x86_64, gpu.nvidia) or agent:<id> [default: cpu, or gpu for cuda].",
+)
+@_evaluation_options
+@click.option("--wait", is_flag=True, help="Wait for the result and print it.")
+@click.option("--wait-timeout", type=float, help="With --wait: give up after this many seconds.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the answer (or, with --wait, the result) as JSON."
+)
+def submit(
+    model: str,
+    framework: str,
+    target: str | None,
+    wait: bool,
+    wait_timeout: float | None,
+    as_json: bool,
+    **fields: Any,
+) -> None:
+    """Queue MODEL on FRAMEWORK for the farm, through the API."""
+    from mlscope.commands.farm import submit_command
+
+    document = {"model": model, "framework": framework, **_request_fields(**fields)}
+    if target:
+        document["target"] = target
+    sys.exit(submit_command(document, wait=wait, timeout_s=wait_timeout, as_json=as_json))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON line per agent.")
+def agents(as_json: bool) -> None:
+    """List the live agents (workers) of the farm."""
+    from mlscope.commands.farm import agents_command
+
+    agents_command(as_json=as_json)
+
+
+@cli.command()
+@click.option("-m", "--models", required=True, metavar="NAMES", help="Comma-separated models.")
+@click.option("-f", "--frameworks", required=True, metavar="NAMES", help="Comma-separated frameworks.")
+@click.option(
+    "--on",
+    "targets",
+    default="cpu",
+    show_default=True,
+    metavar="TARGETS",
+    help="Comma-separated capabilities or agent:<id>; each capability fans out to every live agent "
+    "that has it (one system per agent).",
+)
+@click.option(
+    "--fan-out/--no-fan-out",
+    default=True,
+    show_default=True,
+    help="Run a capability target on every live matching agent, or once on any of them.",
+)
+@_evaluation_options
+@click.option(
+    "-o",
+    "--output",
+    metavar="PREFIX",
+    help="Write PREFIX.csv and PREFIX.json [default: mlscope-compare-<UTC time>].",
+)
+@click.option("--wait-timeout", type=float, help="Give up waiting after this many seconds.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison rows as JSON lines.")
+def compare(
+    models: str,
+    frameworks: str,
+    targets: str,
+    fan_out: bool,
+    output: str | None,
+    wait_timeout: float | None,
+    as_json: bool,
+    **fields: Any,
+) -> None:
+    """Compare models × frameworks × systems × batch sizes on the farm, side by side."""
+    from mlscope.commands.farm import compare_command
+
+    body = {
+        "models": _split_csv(models),
+        "frameworks": _split_csv(frameworks),
+        "targets": _split_csv(targets),
+        "fan_out": fan_out,
+        **_request_fields(**fields),
+    }
+    sys.exit(compare_command(body, output=output, timeout_s=wait_timeout, as_json=as_json))
 
 
 def main(argv: list[str] | None = None) -> None:

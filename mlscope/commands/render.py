@@ -13,7 +13,7 @@ __all__ = ["console", "err_console", "measurement_table", "print_json_line", "sh
 
 # Piped output (logs, files, CI) is not cut to 80 columns: a results table must stay readable.
 console = Console(width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 
 def short_id(evaluation_id: str) -> str:

@@ -9,7 +9,20 @@ import sys
 
 import pytest
 
-FORBIDDEN = ("sqlalchemy", "psycopg", "celery", "flask", "redis", "torch", "onnxruntime", "transformers")
+FORBIDDEN = (
+    "sqlalchemy",
+    "psycopg",
+    "mongoengine",
+    "pymongo",
+    "celery",
+    "kombu",
+    "flask",
+    "redis",
+    "requests",
+    "torch",
+    "onnxruntime",
+    "transformers",
+)
 
 
 def imported_after(statement: str) -> set[str]:
@@ -41,3 +54,22 @@ def test_loading_one_predictor_imports_only_its_framework() -> None:
     )
     assert "onnxruntime" in loaded
     assert loaded.isdisjoint({"torch", "transformers", "sqlalchemy"})
+
+
+def test_the_worker_imports_no_web_code_and_no_framework() -> None:
+    # Frameworks are imported by the predictor (in its own process, or inline on the first job).
+    loaded = imported_after("import mlscope.workers.worker")
+    assert "celery" in loaded
+    assert loaded.isdisjoint({"flask", "flask_smorest", "torch", "onnxruntime", "transformers"})
+
+
+def test_the_api_imports_no_framework() -> None:
+    # The api may run on a machine with no framework installed: it validates against manifests only.
+    loaded = imported_after("from mlscope.api import create_app")
+    assert "flask" in loaded
+    assert loaded.isdisjoint({"torch", "onnxruntime", "transformers"})
+
+
+def test_the_client_imports_no_server_code() -> None:
+    loaded = imported_after("import mlscope.client")
+    assert loaded.isdisjoint({"flask", "celery", "sqlalchemy", "torch", "onnxruntime"})

@@ -1,0 +1,58 @@
+"""Fixtures of the integration suite: a real farm on each broker.
+
+`farm` starts nothing by itself; a test starts the api and the workers it needs. It is parametrized
+over Redis and RabbitMQ, so every farm test passes on both brokers. The store is the real
+PostgreSQL (a database made for the session by the contract suite's `postgres_url` fixture).
+Unreachable services skip locally and fail in CI (env CI=true), where a skip would pass unnoticed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.contract.conftest import postgres_url  # noqa: F401 - a fixture, used by name
+from tests.integration.farm import Farm, RabbitVhost, empty_redis_db
+
+
+def _unavailable(message: str) -> None:
+    if os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(params=["redis", "rabbitmq"])
+def farm(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    shared_cache: Path,
+) -> Iterator[Farm]:
+    """A farm on the real broker named by the parameter; its processes are stopped afterwards."""
+    import redis
+
+    store_url = request.getfixturevalue("postgres_url")
+    try:
+        empty_redis_db()
+    except redis.RedisError as exc:
+        _unavailable(f"Redis at 127.0.0.1:6379 is unreachable: {exc}")
+    if request.param == "redis":
+        from tests.integration.farm import REDIS_URL
+
+        made = Farm(broker_url=REDIS_URL, store_url=store_url, tmp=tmp_path, cache_dir=shared_cache)
+        try:
+            yield made
+        finally:
+            made.stop()
+        return
+    if shutil.which("rabbitmqctl") is None:
+        _unavailable("rabbitmqctl is not installed: RabbitMQ cannot be given a virtual host per test")
+    with RabbitVhost() as broker_url:
+        made = Farm(broker_url=broker_url, store_url=store_url, tmp=tmp_path, cache_dir=shared_cache)
+        try:
+            yield made
+        finally:
+            made.stop()
