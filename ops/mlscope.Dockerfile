@@ -1,7 +1,7 @@
 # The farm's image: `mlscope api` and `mlscope worker` (see ops/compose.yaml).
 #
-#   docker build -f ops/farm/Dockerfile -t mlscope-farm .                       # api only
-#   docker build -f ops/farm/Dockerfile --build-arg EXTRAS=farm,mongodb,postgresql,pytorch,onnxruntime \
+#   docker build -f ops/mlscope.Dockerfile -t mlscope-farm .                       # api only
+#   docker build -f ops/mlscope.Dockerfile --build-arg EXTRAS=farm,mongodb,postgresql,pytorch,onnxruntime \
 #       -t mlscope-worker .                                                      # a worker with frameworks
 #
 # BASE is any image with Python 3.10+ and pip. PIP_ARGS passes extra pip options, e.g. an index
