@@ -19,7 +19,7 @@ from flask import Flask, Response
 from marshmallow import Schema, fields
 from werkzeug.exceptions import HTTPException
 
-from mlscope.errors import UserError
+from mlscope.errors import MARSHMALLOW_WORDING, UserError
 from mlscope.registry.agents import RegistryUnavailable
 from mlscope.store.errors import AmbiguousEvaluationId, EvaluationNotFound
 
@@ -36,19 +36,12 @@ __all__ = [
 PROBLEM_MIMETYPE = "application/problem+json"
 logger = logging.getLogger("mlscope.api")
 
-# marshmallow's stock wording, in the voice of the rest of mlscope's messages.
+# marshmallow's and webargs' stock wording, in the voice of the rest of mlscope's messages.
 _REWORDED = {
-    "Missing data for required field.": "required field is missing",
-    "Field may not be null.": "must not be null",
-    "Not a valid string.": "must be a string",
-    "Not a valid integer.": "must be an integer",
-    "Not a valid number.": "must be a number",
-    "Not a valid list.": "must be a list",
+    **MARSHMALLOW_WORDING,
     "Not a valid mapping type.": "must be an object",
     "Invalid input type.": "must be a JSON object",
     "Invalid type.": "must be an object",
-    "Not a valid boolean.": "must be true or false",
-    "Unknown field.": "unknown field",
     "Invalid value.": "invalid value",
     "String does not match expected pattern.": "does not match the expected pattern",
     "Invalid JSON body.": "is not valid JSON",

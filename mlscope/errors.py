@@ -3,7 +3,7 @@ and exits with code 2, the API answers it with a 4xx; anything else is ours."""
 
 from __future__ import annotations
 
-__all__ = ["UserError"]
+__all__ = ["MARSHMALLOW_WORDING", "UserError"]
 
 
 class UserError(Exception):
@@ -21,3 +21,17 @@ class UserError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+# marshmallow's stock messages, in the voice of the rest of mlscope's ("batch_sizes.0: must be an
+# integer"); each door adds its own words for mappings (a manifest's, a JSON body's).
+MARSHMALLOW_WORDING: dict[str, str] = {
+    "Missing data for required field.": "required field is missing",
+    "Field may not be null.": "must not be null",
+    "Not a valid string.": "must be a string",
+    "Not a valid integer.": "must be an integer",
+    "Not a valid number.": "must be a number",
+    "Not a valid list.": "must be a list",
+    "Not a valid boolean.": "must be true or false",
+    "Unknown field.": "unknown field",
+}

@@ -23,7 +23,7 @@ import semantic_version
 import yaml
 from marshmallow import ValidationError
 
-from mlscope.errors import UserError
+from mlscope.errors import MARSHMALLOW_WORDING, UserError
 from mlscope.registry.manifest_schema import SOURCE_KINDS, TASKS, _LoadOptions, _ManifestSchema
 from mlscope.registry.steps import DTYPES
 
@@ -179,16 +179,9 @@ class Manifest:
 
 # marshmallow's stock wording, in the voice of the rest of the messages (step schemas use it).
 _REWORDED = {
-    "Missing data for required field.": "required field is missing",
-    "Field may not be null.": "must not be null",
-    "Not a valid string.": "must be a string",
-    "Not a valid integer.": "must be an integer",
-    "Not a valid number.": "must be a number",
-    "Not a valid list.": "must be a list",
+    **MARSHMALLOW_WORDING,
     "Not a valid mapping type.": "must be a mapping",
     "Invalid input type.": "must be a mapping",
-    "Not a valid boolean.": "must be true or false",
-    "Unknown field.": "unknown field",
 }
 
 

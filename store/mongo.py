@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import re
-import sys
 import threading
 import uuid
-from array import array
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar
@@ -60,6 +58,8 @@ from .records import (
     LayerTotal,
     MeasurementRecord,
     SpanRecord,
+    pack_latencies,
+    unpack_latencies,
 )
 
 __all__ = ["DEFAULT_DATABASE", "RAW_CHUNK_SAMPLES", "MongoStore"]
@@ -239,21 +239,6 @@ def _decode(value: Any) -> Any:
     if isinstance(value, list):
         return [_decode(item) for item in value]
     return value
-
-
-def _pack(values: Sequence[int]) -> bytes:
-    packed = array("q", values)
-    if sys.byteorder == "big":
-        packed.byteswap()
-    return packed.tobytes()
-
-
-def _unpack(data: bytes) -> list[int]:
-    unpacked = array("q")
-    unpacked.frombytes(data)
-    if sys.byteorder == "big":
-        unpacked.byteswap()
-    return unpacked.tolist()
 
 
 def _shown(url: str) -> str:
@@ -501,7 +486,7 @@ class MongoStore(Store):
                         "batch_size": m.batch_size,
                         "seq": seq,
                         "count": len(part),
-                        "data": Binary(_pack(part)),
+                        "data": Binary(pack_latencies(part)),
                     }
                 )
         if chunks:
@@ -515,7 +500,9 @@ class MongoStore(Store):
             [("scenario", ASCENDING), ("batch_size", ASCENDING), ("seq", ASCENDING)]
         )
         for chunk in found:
-            raw.setdefault((chunk["scenario"], chunk["batch_size"]), []).extend(_unpack(bytes(chunk["data"])))
+            raw.setdefault((chunk["scenario"], chunk["batch_size"]), []).extend(
+                unpack_latencies(bytes(chunk["data"]))
+            )
         return raw
 
     def _ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:

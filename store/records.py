@@ -11,6 +11,8 @@ import math
 import numbers
 import operator
 import re
+import sys
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -48,8 +50,10 @@ __all__ = [
     "evaluation_to_dict",
     "json_safe",
     "layer_rows",
+    "pack_latencies",
     "span_group_key",
     "span_to_dict",
+    "unpack_latencies",
 ]
 
 STATUSES: tuple[str, ...] = ("queued", "running", "succeeded", "failed", "cancelled")
@@ -246,6 +250,23 @@ def compare_rows(evaluations: list[dict[str, Any]], where: CompareFilter) -> lis
         )
     )
     return rows
+
+
+def pack_latencies(values: Sequence[int]) -> bytes:
+    """Latencies in nanoseconds as little-endian int64 bytes: the form every backend stores them in."""
+    packed = array("q", values)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def unpack_latencies(data: bytes) -> list[int]:
+    """The inverse of `pack_latencies`."""
+    unpacked = array("q")
+    unpacked.frombytes(data)
+    if sys.byteorder == "big":
+        unpacked.byteswap()
+    return unpacked.tolist()
 
 
 def json_safe(value: Any, field: str) -> Any:

@@ -7,8 +7,6 @@ needs to be shared safely between processes, and the Store primitives in SQL.
 from __future__ import annotations
 
 import json
-import sys
-from array import array
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,7 +43,14 @@ from mlscope.errors import UserError
 
 from .base import Store
 from .errors import EvaluationNotFound
-from .records import EvaluationFilter, EvaluationRecord, MeasurementRecord, SpanRecord
+from .records import (
+    EvaluationFilter,
+    EvaluationRecord,
+    MeasurementRecord,
+    SpanRecord,
+    pack_latencies,
+    unpack_latencies,
+)
 
 __all__ = ["SQLStore"]
 
@@ -159,25 +164,6 @@ class SpanRow(Base):
     start_ns: Mapped[int] = mapped_column(BigInteger)
     end_ns: Mapped[int] = mapped_column(BigInteger)
     attributes: Mapped[dict[str, Any]] = mapped_column(_JSON)
-
-
-def _pack_latencies(values: list[int] | None) -> bytes | None:
-    if values is None:
-        return None
-    packed = array("q", values)
-    if sys.byteorder == "big":
-        packed.byteswap()
-    return packed.tobytes()
-
-
-def _unpack_latencies(data: bytes | None) -> list[int] | None:
-    if data is None:
-        return None
-    unpacked = array("q")
-    unpacked.frombytes(data)
-    if sys.byteorder == "big":
-        unpacked.byteswap()
-    return unpacked.tolist()
 
 
 def _engine_url(url: str) -> URL:
@@ -350,7 +336,7 @@ class SQLStore(Store):
                         throughput=m.throughput,
                         validity=m.validity,
                         extra=m.extra,
-                        latencies_ns=_pack_latencies(m.latencies_ns),
+                        latencies_ns=None if m.latencies_ns is None else pack_latencies(m.latencies_ns),
                     )
                     for m in measurements
                 )
@@ -530,7 +516,9 @@ def _to_record(row: EvaluationRow, *, include_raw: bool) -> EvaluationRecord:
                 throughput=m.throughput,
                 validity=m.validity,
                 extra=m.extra,
-                latencies_ns=_unpack_latencies(m.latencies_ns) if include_raw else None,
+                latencies_ns=unpack_latencies(m.latencies_ns)
+                if include_raw and m.latencies_ns is not None
+                else None,
             )
             for m in row.measurements
         ],
