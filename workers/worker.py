@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import platform
 import socket
 import tempfile
 import threading
@@ -26,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import psutil
 from celery import Celery, Task
 
 from mlscope import __version__
@@ -155,6 +157,9 @@ class Worker:
                 "cpu": cpu.get("model"),
                 "cores": cpu.get("logical_cores"),
                 "gpus": [g.get("name") for g in gpus],
+                "memory_bytes": psutil.virtual_memory().total,
+                "os": platform.platform(),
+                "python": platform.python_version(),
             },
             pid=os.getpid(),
             version=__version__,

@@ -210,7 +210,11 @@ def test_the_cli_lists_agents_submits_and_compares(farm: Farm) -> None:
 
     agents = _mlscope(farm, "agents", "--json")
     assert agents.returncode == 0, agents.stderr
-    assert sorted(json.loads(line)["id"] for line in agents.stdout.splitlines()) == ["cli-a", "cli-b"]
+    listed = [json.loads(line) for line in agents.stdout.splitlines()]
+    assert sorted(agent["id"] for agent in listed) == ["cli-a", "cli-b"]
+    # What each agent publishes: its hardware and software stack, runners and queues.
+    assert all(agent["system"]["python"] and agent["system"]["memory_bytes"] > 0 for agent in listed)
+    assert all("pytorch" in agent["frameworks"] and "process" in agent["runners"] for agent in listed)
 
     submitted = _mlscope(
         farm, "submit", MODEL, "-f", "pytorch", "--on", "agent:cli-b", "--wait", "--json", *quick
