@@ -25,6 +25,11 @@ DOCUMENTED_DEFAULTS = {
     "concurrency": 1,
     "cv_limit": 0.25,
     "contention_limit": 0.25,
+    "max_model_spans": 100_000,
+    "trace_warmup": 2,
+    "trace_iterations": 5,
+    "hardware_seconds": 2.0,
+    "hardware_interval_s": 0.1,
 }
 
 

@@ -68,12 +68,15 @@ class LoopResult:
         wall_ns: wall-clock duration of the timed phase (warm-up excluded).
         stop_reason: STOP_STABLE or STOP_MAX_SECONDS.
         warmup_count: untimed warm-up iterations run before it (across all threads).
+        starts_ns: when each timed iteration started (`time.perf_counter_ns()`), in the order of
+            latencies_ns; recorded only when asked for (MODEL-level tracing), else None.
     """
 
     latencies_ns: npt.NDArray[np.int64]
     wall_ns: int
     stop_reason: str
     warmup_count: int
+    starts_ns: npt.NDArray[np.int64] | None = None
 
 
 def timed_loop(
@@ -83,6 +86,7 @@ def timed_loop(
     *,
     timer: Timer | None = None,
     on_progress: Callable[[float], None] | None = None,
+    record_starts: bool = False,
 ) -> LoopResult:
     """Warm up, then time `predict` on the batches in rotation until the stopping rule holds.
 
@@ -93,6 +97,7 @@ def timed_loop(
         timer: times each call on a device instead of with the host's monotonic clock.
         on_progress: called at check points, and once at the end with 1.0, with the progress
             towards both minimums (the lesser of the count and duration fractions), in [0, 1].
+        record_starts: also record when each iteration started (one more store per iteration).
 
     Returns:
         The recorded latencies, the timed phase's wall time and why it stopped.
@@ -105,7 +110,7 @@ def timed_loop(
         raise ValueError("timed_loop needs at least one batch")
     clock = time.perf_counter_ns
     warmup_count = _warm_up(predict, batches, settings, timer)
-    recorder = _Recorder(predict, batches, timer)
+    recorder = _Recorder(predict, batches, timer, record_starts)
     check_ns = int(settings.check_every_seconds * NS_PER_S)
     max_ns = int(settings.max_seconds * NS_PER_S)
     next_check = check_ns
@@ -133,7 +138,14 @@ def timed_loop(
     wall_ns = now - start
     if on_progress is not None:
         on_progress(1.0)
-    return LoopResult(recorder.recorded().copy(), wall_ns, stop_reason, warmup_count)
+    starts = recorder.recorded_starts()
+    return LoopResult(
+        recorder.recorded().copy(),
+        wall_ns,
+        stop_reason,
+        warmup_count,
+        None if starts is None else starts.copy(),
+    )
 
 
 def threaded_loop(
@@ -144,6 +156,7 @@ def threaded_loop(
     *,
     timer: Timer | None = None,
     on_progress: Callable[[float], None] | None = None,
+    record_starts: bool = False,
 ) -> LoopResult:
     """`timed_loop` with `threads` threads issuing batches at once, for throughput.
 
@@ -160,6 +173,7 @@ def threaded_loop(
         timer: as for `timed_loop`; shared by every thread, so it must be safe to call from
             several at once (one holding a single pair of CUDA events is not).
         on_progress: as for `timed_loop`.
+        record_starts: as for `timed_loop`.
 
     Returns:
         Every thread's latencies (ordered by when each chunk of iterations ended), the wall
@@ -173,13 +187,18 @@ def threaded_loop(
     if threads < 1:
         raise ValueError(f"threaded_loop needs threads ≥ 1, got {threads}")
     if threads == 1:
-        return timed_loop(predict, batches, settings, timer=timer, on_progress=on_progress)
+        return timed_loop(
+            predict, batches, settings, timer=timer, on_progress=on_progress, record_starts=record_starts
+        )
     if len(batches) == 0:
         raise ValueError("threaded_loop needs at least one batch")
     clock = time.perf_counter_ns
     stop, failed = threading.Event(), threading.Event()
     barrier = threading.Barrier(threads + 1)
-    workers = [_Worker(predict, batches, settings, timer, stop, failed, barrier) for _ in range(threads)]
+    workers = [
+        _Worker(predict, batches, settings, timer, stop, failed, barrier, record_starts)
+        for _ in range(threads)
+    ]
     for worker in workers:
         worker.thread.start()
     try:
@@ -214,25 +233,40 @@ def threaded_loop(
         key=lambda chunk: chunk[0],
     )
     ordered = np.concatenate([recorder.array[first:last] for _, recorder, first, last in chunks])
+    starts = None
+    if record_starts:
+        starts = np.concatenate([recorder.starts[first:last] for _, recorder, first, last in chunks])
     return LoopResult(
         latencies_ns=ordered,
         wall_ns=max(worker.finished_ns for worker in workers) - start,
         stop_reason=stop_reason,
         warmup_count=sum(worker.warmup_count for worker in workers),
+        starts_ns=starts,
     )
 
 
 class _Recorder:
     """The latency buffer and the hot loop that fills it, one chunk of iterations at a time."""
 
-    def __init__(self, predict: Callable[[Any], Any], batches: Sequence[Any], timer: Timer | None) -> None:
+    def __init__(
+        self,
+        predict: Callable[[Any], Any],
+        batches: Sequence[Any],
+        timer: Timer | None,
+        record_starts: bool = False,
+    ) -> None:
         self.predict = predict
         self.batches: Iterator[Any] = cycle(batches)
         self.timer = timer
+        self.record_starts = record_starts
         self.array: npt.NDArray[np.int64] = np.zeros(_INITIAL_CAPACITY, dtype=np.int64)
+        self.starts: npt.NDArray[np.int64] = np.zeros(
+            _INITIAL_CAPACITY if record_starts else 0, dtype=np.int64
+        )
         # Writing a Python int through a memoryview skips numpy's scalar conversion: ~25 ns less
         # per iteration than `array[i] = v`.
         self.view = self.array.data
+        self.starts_view = self.starts.data
         self.count = 0
 
     def run(self, iterations: int) -> None:
@@ -244,7 +278,16 @@ class _Recorder:
             grown = np.zeros(capacity, dtype=np.int64)
             grown[: self.count] = self.array[: self.count]
             self.array, self.view = grown, grown.data
-        if self.timer is None:
+            if self.record_starts:
+                grown_starts = np.zeros(capacity, dtype=np.int64)
+                grown_starts[: self.count] = self.starts[: self.count]
+                self.starts, self.starts_view = grown_starts, grown_starts.data
+        if self.record_starts:
+            time_one = None if self.timer is None else self.timer.time
+            _run_recording_starts(
+                time_one, self.predict, self.batches, self.view, self.starts_view, self.count, iterations
+            )
+        elif self.timer is None:
             _run_host_clock(self.predict, self.batches, self.view, self.count, iterations)
         else:
             _run_device_timer(self.timer.time, self.predict, self.batches, self.view, self.count, iterations)
@@ -252,6 +295,9 @@ class _Recorder:
 
     def recorded(self) -> npt.NDArray[np.int64]:
         return self.array[: self.count]
+
+    def recorded_starts(self) -> npt.NDArray[np.int64] | None:
+        return self.starts[: self.count] if self.record_starts else None
 
 
 def _run_host_clock(
@@ -263,6 +309,29 @@ def _run_host_clock(
         started = clock()
         predict(batch)
         out[index] = clock() - started
+
+
+def _run_recording_starts(
+    time_one: Callable[[Callable[[Any], Any], Any], int] | None,
+    predict: Callable[[Any], Any],
+    batches: Iterator[Any],
+    out: memoryview,
+    starts: memoryview,
+    first: int,
+    iterations: int,
+) -> None:
+    # The MODEL-level loop: one more store per iteration, so each inference can become a span.
+    clock = time.perf_counter_ns
+    if time_one is None:
+        for index, batch in enumerate(islice(batches, iterations), first):
+            started = clock()
+            predict(batch)
+            out[index] = clock() - started
+            starts[index] = started
+    else:
+        for index, batch in enumerate(islice(batches, iterations), first):
+            starts[index] = clock()
+            out[index] = int(time_one(predict, batch))
 
 
 def _run_device_timer(
@@ -336,10 +405,11 @@ class _Worker:
         stop: threading.Event,
         failed: threading.Event,
         barrier: threading.Barrier,
+        record_starts: bool = False,
     ) -> None:
         self.predict, self.batches, self.settings, self.timer = predict, batches, settings, timer
         self.stop, self.failed, self.barrier = stop, failed, barrier
-        self.recorder = _Recorder(predict, batches, timer)
+        self.recorder = _Recorder(predict, batches, timer, record_starts)
         self.chunks: list[tuple[int, int, int]] = []
         self.warmup_count = 0
         self.finished_ns = 0

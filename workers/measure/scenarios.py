@@ -40,6 +40,7 @@ class Measurement:
         warmup_count: untimed iterations before it.
         environment: `EnvironmentMonitor.stop()`'s dict for the run.
         settings: the settings it ran with.
+        starts_ns: when each latency's iteration started (perf_counter_ns), when recorded.
     """
 
     scenario: str
@@ -53,6 +54,7 @@ class Measurement:
     warmup_count: int
     environment: dict[str, Any]
     settings: MeasureSettings
+    starts_ns: npt.NDArray[np.int64] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Returns:
@@ -91,6 +93,7 @@ class Scenario(ABC):
         *,
         timer: Timer | None = None,
         on_progress: Callable[[float], None] | None = None,
+        record_starts: bool = False,
     ) -> Measurement:
         """Measure `predict` on `batches` under this scenario.
 
@@ -101,6 +104,7 @@ class Scenario(ABC):
             settings: warm-up, stopping rule, statistics and validity limits.
             timer: device timer replacing the host clock (e.g. CUDA events on a GPU).
             on_progress: called with the fraction of the minimum measurement done, in [0, 1].
+            record_starts: also record when each inference started (for MODEL-level spans).
 
         Returns:
             The measurement, with statistics, throughput and validity verdict.
@@ -116,7 +120,9 @@ class Scenario(ABC):
             )
         monitor = EnvironmentMonitor()
         monitor.start()
-        loop = self._loop(predict, batches, settings, timer=timer, on_progress=on_progress)
+        loop = self._loop(
+            predict, batches, settings, timer=timer, on_progress=on_progress, record_starts=record_starts
+        )
         environment = monitor.stop()
         summary = summarize(loop.latencies_ns, settings)
         return Measurement(
@@ -131,6 +137,7 @@ class Scenario(ABC):
             warmup_count=loop.warmup_count,
             environment=environment,
             settings=settings,
+            starts_ns=loop.starts_ns,
         )
 
     @abstractmethod
@@ -142,11 +149,12 @@ class Scenario(ABC):
         *,
         timer: Timer | None,
         on_progress: Callable[[float], None] | None,
+        record_starts: bool = False,
     ) -> LoopResult:
         """Issue the queries and record their latencies.
 
         Args:
-            predict, batches, settings, timer, on_progress: as for `run`.
+            predict, batches, settings, timer, on_progress, record_starts: as for `run`.
 
         Returns:
             The timed loop's record.
@@ -183,8 +191,11 @@ class SingleStream(Scenario):
         *,
         timer: Timer | None,
         on_progress: Callable[[float], None] | None,
+        record_starts: bool = False,
     ) -> LoopResult:
-        return timed_loop(predict, batches, settings, timer=timer, on_progress=on_progress)
+        return timed_loop(
+            predict, batches, settings, timer=timer, on_progress=on_progress, record_starts=record_starts
+        )
 
     def _throughput(self, loop: LoopResult, summary: LatencySummary, batch_size: int) -> float:
         return batch_size / (summary.mean / 1000.0) if summary.mean > 0 else 0.0
@@ -207,9 +218,16 @@ class Offline(Scenario):
         *,
         timer: Timer | None,
         on_progress: Callable[[float], None] | None,
+        record_starts: bool = False,
     ) -> LoopResult:
         return threaded_loop(
-            predict, batches, settings, settings.concurrency, timer=timer, on_progress=on_progress
+            predict,
+            batches,
+            settings,
+            settings.concurrency,
+            timer=timer,
+            on_progress=on_progress,
+            record_starts=record_starts,
         )
 
     def _throughput(self, loop: LoopResult, summary: LatencySummary, batch_size: int) -> float:

@@ -47,6 +47,15 @@ class MeasureSettings:
         cv_limit: 0.25. Coefficient of variation above which the result carries a warning.
         contention_limit: 0.25. Share of the machine's CPU time other processes may use during
             the run before the result is declared invalid.
+
+    Tracing (used only when the request's trace_level asks for it):
+        max_model_spans: 100000. MODEL spans kept per measurement (one per timed inference); a
+            longer run keeps every k-th inference and says so on its "predict" span.
+        trace_warmup: 2. Untraced inferences before each profiled pass (FRAMEWORK, LIBRARY).
+        trace_iterations: 5. Traced inferences in each profiled pass.
+        hardware_seconds: 2.0. Duration of the HARDWARE pass (inferences back to back while the
+            CPU, and GPU, metrics are sampled).
+        hardware_interval_s: 0.1. Sampling interval of the HARDWARE pass.
     """
 
     warmup_count: int = 10
@@ -63,6 +72,11 @@ class MeasureSettings:
     concurrency: int = 1
     cv_limit: float = 0.25
     contention_limit: float = 0.25
+    max_model_spans: int = 100_000
+    trace_warmup: int = 2
+    trace_iterations: int = 5
+    hardware_seconds: float = 2.0
+    hardware_interval_s: float = 0.1
 
     def __post_init__(self) -> None:
         _require_int(self, "warmup_count", 0)
@@ -85,6 +99,11 @@ class MeasureSettings:
         _require_int(self, "concurrency", 1)
         _require_float(self, "cv_limit", "a number > 0", lambda v: v > 0)
         _require_float(self, "contention_limit", "a number in (0, 1]", lambda v: 0 < v <= 1)
+        _require_int(self, "max_model_spans", 1)
+        _require_int(self, "trace_warmup", 0)
+        _require_int(self, "trace_iterations", 1)
+        _require_float(self, "hardware_seconds", "a number > 0", lambda v: v > 0)
+        _require_float(self, "hardware_interval_s", "a number ≥ 0.01", lambda v: v >= 0.01)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MeasureSettings:
