@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from mlscope.registry.manifest import Manifest
+from mlscope.workers.trace.spans import Tracer
 
 __all__ = ["Predictor", "PredictorError", "PredictorOptions"]
 
@@ -114,6 +115,37 @@ class Predictor(ABC):
             "device": self.device,
             "libraries": self.libraries(),
         }
+
+    def trace_pass(
+        self,
+        level: str,
+        batch: Any,
+        *,
+        tracer: Tracer,
+        parent_id: str,
+        batch_size: int,
+        iterations: int,
+        warmup: int,
+    ) -> bool:
+        """Run one profiled pass on a prepared batch and record its spans into `tracer`.
+
+        Runs after the measured pass, so no latency figure ever comes from a profiled inference.
+        Each of the `iterations` traced inferences (after `warmup` untraced ones) is a MODEL span
+        "inference" under `parent_id`, with the level's spans inside it (see workers/trace).
+
+        Args:
+            level: "FRAMEWORK" (layers) or "LIBRARY" (operators, and kernels on a GPU).
+            batch: a batch from `prepare`.
+            tracer: where the spans go; its clock is the one every span is on.
+            parent_id: the span of the pass, the inferences' parent.
+            batch_size: samples in `batch`, an attribute of every span.
+            iterations: traced inferences.
+            warmup: untraced inferences first.
+
+        Returns:
+            False when this framework cannot trace that level (nothing was recorded).
+        """
+        return False
 
     def close(self) -> None:  # noqa: B027 - nothing to release by default
         """Release the model and its memory."""

@@ -12,6 +12,8 @@ import torch
 
 from mlscope.workers.predictors.base import Predictor, PredictorError
 from mlscope.workers.predictors.torch_models import build_module
+from mlscope.workers.trace.spans import Tracer
+from mlscope.workers.trace.torch_profile import layer_pass, operator_pass
 
 __all__ = ["CudaEventTimer", "PyTorchPredictor"]
 
@@ -88,6 +90,51 @@ class PyTorchPredictor(Predictor):
         if self._device is not None and self._device.type == "cuda":
             torch.cuda.synchronize(self._device)
         return outputs
+
+    def trace_pass(
+        self,
+        level: str,
+        batch: Any,
+        *,
+        tracer: Tracer,
+        parent_id: str,
+        batch_size: int,
+        iterations: int,
+        warmup: int,
+    ) -> bool:
+        """FRAMEWORK: leaf-module hooks; LIBRARY: torch.profiler, with Python stacks at FULL."""
+        model, device = self._model, self._device
+        assert model is not None and device is not None, "load() first"
+
+        def run() -> Any:
+            return self.predict(batch)
+
+        if level == "FRAMEWORK":
+            layer_pass(
+                model,
+                run,
+                device=device,
+                tracer=tracer,
+                parent_id=parent_id,
+                batch_size=batch_size,
+                iterations=iterations,
+                warmup=warmup,
+            )
+            return True
+        if level == "LIBRARY":
+            operator_pass(
+                model,
+                run,
+                device=device,
+                tracer=tracer,
+                parent_id=parent_id,
+                batch_size=batch_size,
+                iterations=iterations,
+                warmup=warmup,
+                with_stack=tracer.level == "FULL",
+            )
+            return True
+        return False
 
     def outputs_to_numpy(self, outputs: Any) -> dict[str, np.ndarray]:
         values = outputs if isinstance(outputs, tuple | list) else (outputs,)
