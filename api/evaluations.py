@@ -24,7 +24,7 @@ from .schemas import (
     EvaluationSchema,
     ListQuerySchema,
 )
-from .submit import BrokerUnavailable, LiveAgents, enqueue, plan_batch, plan_one
+from .submit import BrokerUnavailable, LiveAgents, enqueue, plan_batch, plan_one, submit_span
 
 __all__ = ["blp"]
 
@@ -113,7 +113,8 @@ class Evaluations(MethodView):
         ctx = context()
         job = plan_one(request, ctx.models, LiveAgents.read(ctx.agents))
         try:
-            evaluation_id = enqueue(ctx, job)
+            with submit_span(ctx, request.trace_level, "/api/v1/evaluations") as traced:
+                evaluation_id = enqueue(ctx, job, traced)
         except BrokerUnavailable as exc:
             raise _unavailable(exc) from None
         url = _url(evaluation_id)
@@ -144,24 +145,27 @@ class EvaluationBatch(MethodView):
         ctx = context()
         plan = plan_batch(body, ctx.models, LiveAgents.read(ctx.agents))
         created: list[dict[str, Any]] = []
-        for job in plan.jobs:
-            try:
-                evaluation_id = enqueue(ctx, job)
-            except BrokerUnavailable as exc:
-                queued = [c["id"] for c in created]
-                raise _unavailable(
-                    exc, queued=queued, not_submitted=len(plan.jobs) - len(created) - 1
-                ) from None
-            created.append(
-                {
-                    "id": evaluation_id,
-                    "model": job.request.model,
-                    "framework": job.request.framework,
-                    "target": job.target,
-                    "queue": job.queue,
-                    "warnings": list(job.warnings),
-                }
-            )
+        # One trace for the whole batch: its evaluations are one comparison.
+        trace_level = plan.jobs[0].request.trace_level if plan.jobs else "NO_TRACE"
+        with submit_span(ctx, trace_level, "/api/v1/evaluations/batch") as traced:
+            for job in plan.jobs:
+                try:
+                    evaluation_id = enqueue(ctx, job, traced)
+                except BrokerUnavailable as exc:
+                    queued = [c["id"] for c in created]
+                    raise _unavailable(
+                        exc, queued=queued, not_submitted=len(plan.jobs) - len(created) - 1
+                    ) from None
+                created.append(
+                    {
+                        "id": evaluation_id,
+                        "model": job.request.model,
+                        "framework": job.request.framework,
+                        "target": job.target,
+                        "queue": job.queue,
+                        "warnings": list(job.warnings),
+                    }
+                )
         ids = ",".join(c["id"] for c in created)
         return {
             "evaluations": created,

@@ -8,27 +8,42 @@ so no evaluation stays queued that no queue holds.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import flask
 
 from mlscope.broker.app import send_evaluation
 from mlscope.broker.contract import EvaluationRequest, parse_request
 from mlscope.broker.queues import AGENT_PREFIX, Target, parse_target
 from mlscope.broker.tasks import EvaluationMessage
+from mlscope.broker.tracing import export_spans
 from mlscope.errors import UserError
 from mlscope.registry.agents import AgentInfo, AgentRegistry
 from mlscope.registry.frameworks import get_framework
 from mlscope.registry.manifest import Manifest
 from mlscope.registry.models import ModelRegistry
 from mlscope.workers.measure import MeasureSettings
+from mlscope.workers.trace.spans import TraceContext, Tracer
 
 from .context import ApiContext, redact_url
 from .problems import ApiProblem
 from .schemas import MAX_BATCH_JOBS, SHARED_REQUEST_FIELDS
 
-__all__ = ["BatchPlan", "BrokerUnavailable", "Job", "LiveAgents", "enqueue", "plan_batch", "plan_one"]
+__all__ = [
+    "BatchPlan",
+    "BrokerUnavailable",
+    "Job",
+    "LiveAgents",
+    "TracedSubmit",
+    "enqueue",
+    "plan_batch",
+    "plan_one",
+    "submit_span",
+]
 
 logger = logging.getLogger("mlscope.api")
 
@@ -235,8 +250,41 @@ def plan_batch(body: Mapping[str, Any], models: ModelRegistry, live: LiveAgents)
     return plan
 
 
-def enqueue(ctx: ApiContext, job: Job) -> str:
+@contextlib.contextmanager
+def submit_span(ctx: ApiContext, trace_level: str, route: str) -> Iterator[TracedSubmit]:
+    """Trace a submission: the api's span "POST <route>" (child of the HTTP request's W3C
+    `traceparent` when it has one), under which every job it enqueues is traced. When the span
+    ends it is stored with each evaluation it created (and sent over OTLP when configured)."""
+    tracer = Tracer(trace_level, TraceContext.parse(flask.request.headers.get("traceparent")))
+    submit = TracedSubmit(tracer)
+    attributes = {"mlscope.process": "api", "http.request.method": "POST", "http.route": route}
+    with tracer.span(f"POST {route}", **attributes):
+        yield submit
+    spans = tracer.drain()
+    if not spans or not submit.evaluation_ids:
+        return
+    try:
+        for evaluation_id in submit.evaluation_ids:
+            ctx.store.save_spans(evaluation_id, spans)
+        export_spans(ctx.settings, spans)
+    except Exception as exc:  # the jobs are queued; only the api's own span is missing from the trace
+        logger.warning("the api's span of trace %s was not kept: %s", tracer.trace_id, exc)
+
+
+@dataclass
+class TracedSubmit:
+    """The tracer of one submission and the evaluations it created."""
+
+    tracer: Tracer
+    evaluation_ids: list[str] = field(default_factory=list)
+
+
+def enqueue(ctx: ApiContext, job: Job, traced: TracedSubmit | None = None) -> str:
     """Record the job as a queued evaluation and send it to its queue.
+
+    Args:
+        traced: the submission's tracer: the evaluation records its trace id, and the message
+            carries the W3C trace context the worker continues.
 
     Returns:
         The evaluation id (also the Celery task id).
@@ -246,6 +294,7 @@ def enqueue(ctx: ApiContext, job: Job) -> str:
         UserError: the store refused the record (naming the field).
     """
     manifest = job.manifest
+    tracer = traced.tracer if traced is not None and traced.tracer.enabled("APPLICATION") else None
     evaluation_id = ctx.store.create_evaluation(
         model={"name": manifest.name, "version": manifest.version, "manifest_sha256": manifest.sha256},
         manifest=manifest.to_dict(),
@@ -254,9 +303,16 @@ def enqueue(ctx: ApiContext, job: Job) -> str:
         device=job.request.device,
         request=job.request.to_dict(),
         trace_level=job.request.trace_level,
+        trace_id=None if tracer is None else tracer.trace_id,
     )
+    traceparent = ""
+    if tracer is not None and traced is not None:
+        traced.evaluation_ids.append(evaluation_id)
+        traceparent = TraceContext(tracer.trace_id, tracer.current_id).traceparent()
     try:
-        send_evaluation(ctx.celery, EvaluationMessage(evaluation_id, job.request, job.queue))
+        send_evaluation(
+            ctx.celery, EvaluationMessage(evaluation_id, job.request, job.queue, traceparent=traceparent)
+        )
     except Exception as exc:  # kombu, redis and amqp each raise their own kinds
         message = f"the broker at {redact_url(ctx.broker_url)} did not take the job: {exc}"
         logger.warning("evaluation %s not queued: %s", evaluation_id, message)

@@ -32,12 +32,16 @@ class EvaluationMessage:
         queue: the queue it was sent to.
         submitted_at: wall-clock seconds (time.time()) when the api sent it; the worker's queue wait
             is measured from it.
+        traceparent: the W3C trace context of the api's span for a traced request, so the
+            worker's and the predictor's spans join the same trace; "" when not traced. An
+            optional field: a message without it is read as untraced (still version 1).
     """
 
     evaluation_id: str
     request: EvaluationRequest
     queue: str
     submitted_at: float = field(default_factory=time.time)
+    traceparent: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -46,6 +50,7 @@ class EvaluationMessage:
             "request": self.request.to_dict(),
             "queue": self.queue,
             "submitted_at": self.submitted_at,
+            "traceparent": self.traceparent,
         }
 
     @classmethod
@@ -64,6 +69,7 @@ class EvaluationMessage:
                 request=parse_request(data["request"]),
                 queue=str(data["queue"]),
                 submitted_at=float(data["submitted_at"]),
+                traceparent=str(data.get("traceparent") or ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"task message: missing or malformed field {exc}") from None

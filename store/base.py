@@ -47,6 +47,7 @@ from .records import (
     check_spans,
     check_system,
     check_text,
+    check_trace_id,
     compare_rows,
     evaluation_to_dict,
     layer_rows,
@@ -122,6 +123,7 @@ class Store(ABC):
         device: str,
         request: Mapping[str, Any],
         trace_level: str = "NO_TRACE",
+        trace_id: str | None = None,
         id: str | None = None,
         created_at: datetime | None = None,
     ) -> str:
@@ -135,6 +137,8 @@ class Store(ABC):
             device: where it runs ("cpu", "cuda:0", ...).
             request: snapshot of the request as submitted.
             trace_level: one of TRACE_LEVELS.
+            trace_id: the OpenTelemetry trace (32 lower-case hex digits) the evaluation's spans
+                belong to; None when it is not traced.
             id: the id to use; a new one when None. Submitting an id that exists changes nothing,
                 so a retried submit is harmless.
             created_at: aware datetime; now when None.
@@ -162,6 +166,7 @@ class Store(ABC):
             runner=check_text(runner, "runner"),
             device=check_text(device, "device"),
             trace_level=trace_level,
+            trace_id=None if trace_id is None else check_trace_id(trace_id, "trace_id"),
             request=check_object(request, "request"),
             manifest=check_object(manifest, "manifest"),
             created_at=check_aware(created_at, "created_at") or _now(),

@@ -46,6 +46,7 @@ __all__ = [
     "check_spans",
     "check_system",
     "check_text",
+    "check_trace_id",
     "compare_rows",
     "evaluation_to_dict",
     "json_safe",
@@ -565,6 +566,15 @@ def _check_hex_id(value: Any, pattern: re.Pattern[str], digits: int, field: str)
             f"{field} must be {digits} lower-case hex digits, not all zero, not {value!r}", field=field
         )
     return value
+
+
+def check_trace_id(value: Any, field: str) -> str:
+    """A trace id: 32 lower-case hex digits, not all zero.
+
+    Raises:
+        UserError: naming `field`.
+    """
+    return _check_hex_id(value, _TRACE_ID, 32, field)
 
 
 def _check_ns(value: Any, field: str) -> int:

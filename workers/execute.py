@@ -19,11 +19,14 @@ from typing import Any
 from mlscope.errors import UserError
 from mlscope.registry.frameworks import get_framework
 from mlscope.registry.manifest import parse_manifest
+from mlscope.registry.steps import apply_steps
 from mlscope.workers.job import Job, JobFailed
 from mlscope.workers.measure import MeasureSettings, get_scenario
 from mlscope.workers.predictors import Predictor, PredictorError, PredictorOptions, load_predictor_class
 from mlscope.workers.predictors.inputs import synthetic_batches
 from mlscope.workers.system import capture_system
+from mlscope.workers.trace.passes import add_model_spans, run_traced_passes
+from mlscope.workers.trace.spans import TraceContext, Tracer
 
 __all__ = ["Emit", "execute", "main"]
 
@@ -46,15 +49,27 @@ class _Phases:
         self.emit({"event": "phase", "phase": phase, **detail})
 
 
-def _measure_all(predictor: Predictor, job: Job, settings: MeasureSettings, phases: _Phases) -> list[dict]:
+def _postprocess(predictor: Predictor, batch: Any) -> None:
+    """One inference's outputs to host arrays and through the manifest's postprocessing steps: the
+    work a serving system does after `predict`, traced once per batch size, never timed."""
+    outputs = predictor.outputs_to_numpy(predictor.predict(batch))
+    for spec in predictor.manifest.outputs:
+        if spec.name in outputs:
+            apply_steps(spec.steps, outputs[spec.name])
+
+
+def _measure_all(
+    predictor: Predictor, job: Job, settings: MeasureSettings, phases: _Phases, tracer: Tracer
+) -> list[dict]:
     measurements = []
     timer = predictor.timer()
     scenarios = [get_scenario(name) for name in job.scenarios]
     for batch_size in job.batch_sizes:
-        arrays = synthetic_batches(
-            predictor.manifest, batch_size, predictor.options.input_pool, seed=predictor.options.seed
-        )
-        batches = [predictor.prepare(a) for a in arrays]
+        with tracer.span("preprocess", batch_size=batch_size):
+            arrays = synthetic_batches(
+                predictor.manifest, batch_size, predictor.options.input_pool, seed=predictor.options.seed
+            )
+            batches = [predictor.prepare(a) for a in arrays]
         for scenario in scenarios:
             phases.enter("measure", scenario=scenario.NAME, batch_size=batch_size)
 
@@ -68,9 +83,23 @@ def _measure_all(predictor: Predictor, job: Job, settings: MeasureSettings, phas
                     }
                 )
 
-            measurement = scenario.run(
-                predictor.predict, batches, batch_size, settings, timer=timer, on_progress=progress
-            ).to_dict()
+            with tracer.span("predict", scenario=scenario.NAME, batch_size=batch_size) as attributes:
+                run = scenario.run(
+                    predictor.predict,
+                    batches,
+                    batch_size,
+                    settings,
+                    timer=timer,
+                    on_progress=progress,
+                    record_starts=tracer.enabled("MODEL"),
+                )
+                if attributes is not None:
+                    attributes.update(
+                        add_model_spans(
+                            tracer, run, parent_id=tracer.current_id, max_spans=settings.max_model_spans
+                        )
+                    )
+            measurement = run.to_dict()
             phases.emit(
                 {
                     "event": "measurement",
@@ -82,8 +111,14 @@ def _measure_all(predictor: Predictor, job: Job, settings: MeasureSettings, phas
                 }
             )
             measurements.append(measurement)
+        with tracer.span("postprocess", batch_size=batch_size):
+            _postprocess(predictor, batches[0])
         del batches, arrays
     return measurements
+
+
+def _gpu_indices(device: str) -> tuple[int, ...]:
+    return (int(device.partition(":")[2] or 0),) if device.startswith("cuda") else ()
 
 
 def execute(job: Job, emit: Emit) -> dict[str, Any]:
@@ -94,12 +129,22 @@ def execute(job: Job, emit: Emit) -> dict[str, Any]:
     """
     phases = _Phases(emit)
     predictor: Predictor | None = None
+    tracer = Tracer(job.trace_level, TraceContext.parse(job.traceparent))
+    root = tracer.span(
+        "evaluation",
+        **{"mlscope.process": "predictor", "pid": os.getpid()},
+        model=job.manifest.get("name"),
+        framework=job.framework,
+        device=job.device,
+    )
+    root.__enter__()
     try:
         phases.enter("import")
         spec = get_framework(job.framework)
         warm_process = spec.import_name in sys.modules
         start = time.perf_counter_ns()
-        predictor_class = load_predictor_class(job.framework)
+        with tracer.span("import", warm_process=warm_process):
+            predictor_class = load_predictor_class(job.framework)
         import_ms = _ms(start)
 
         manifest = parse_manifest(job.manifest, origin=job.origin)
@@ -111,26 +156,41 @@ def execute(job: Job, emit: Emit) -> dict[str, Any]:
 
         phases.enter("fetch")
         start = time.perf_counter_ns()
-        predictor.fetch()
+        with tracer.span("fetch", source=manifest.source.kind):
+            predictor.fetch()
         fetch_ms = _ms(start)
 
         phases.enter("load")
         start = time.perf_counter_ns()
-        predictor.load()
+        with tracer.span("load"):
+            predictor.load()
         load_ms = _ms(start)
 
         phases.enter("first_inference")
         first = predictor.prepare(synthetic_batches(manifest, job.batch_sizes[0], 1, seed=options.seed)[0])
         start = time.perf_counter_ns()
-        predictor.predict(first)
+        with tracer.span("first_inference", batch_size=job.batch_sizes[0]):
+            predictor.predict(first)
         first_inference_ms = _ms(start)
         del first
 
-        measurements = _measure_all(predictor, job, settings, phases)
+        measurements = _measure_all(predictor, job, settings, phases, tracer)
+
+        if tracer.enabled("FRAMEWORK"):
+            phases.enter("trace", level=job.trace_level)
+            loaded = predictor
+
+            def one_batch(batch_size: int) -> Any:
+                arrays = synthetic_batches(manifest, batch_size, 1, seed=options.seed)[0]
+                return loaded.prepare(arrays)
+
+            run_traced_passes(
+                predictor, one_batch, job.batch_sizes, tracer, settings, _gpu_indices(job.device)
+            )
 
         phases.enter("report")
         framework = predictor.describe()
-        return {
+        result = {
             # The framework's build facts stay with the framework: the system is the machine and
             # its installed stack, the same for every framework evaluated on it.
             "system": capture_system(),
@@ -144,20 +204,36 @@ def execute(job: Job, emit: Emit) -> dict[str, Any]:
                 "warm_process": warm_process,
             },
             "measurements": measurements,
+            "trace": {"trace_id": tracer.trace_id, "spans": tracer.spans},
         }
-    except JobFailed:
-        raise
-    except (UserError, PredictorError) as exc:
-        raise JobFailed(type(exc).__name__, str(exc), phases.current) from exc
-    except MemoryError as exc:
-        raise JobFailed("OutOfMemory", f"out of memory: {exc}", phases.current) from exc
-    except Exception as exc:
-        raise JobFailed(
-            type(exc).__name__, str(exc) or repr(exc), phases.current, traceback.format_exc()
-        ) from exc
+        root.__exit__(None, None, None)  # the root span joins tracer.spans, which result shares
+        return result
+    except BaseException as exc:
+        # The root span ends with the failure named on it; the spans so far travel with the error.
+        root.__exit__(type(exc), exc, exc.__traceback__)
+        failure = _as_failure(exc, phases.current)
+        if failure is None:
+            raise
+        failure.spans = tracer.spans
+        if failure is exc:
+            raise
+        raise failure from exc
     finally:
         if predictor is not None:
             predictor.close()
+
+
+def _as_failure(exc: BaseException, phase: str) -> JobFailed | None:
+    """The JobFailed an exception ends the job with; None for what must propagate (an interrupt)."""
+    if isinstance(exc, JobFailed):
+        return exc
+    if isinstance(exc, (UserError, PredictorError)):
+        return JobFailed(type(exc).__name__, str(exc), phase)
+    if isinstance(exc, MemoryError):
+        return JobFailed("OutOfMemory", f"out of memory: {exc}", phase)
+    if isinstance(exc, Exception):
+        return JobFailed(type(exc).__name__, str(exc) or repr(exc), phase, traceback.format_exc())
+    return None
 
 
 def _die_with_parent() -> None:
@@ -194,7 +270,7 @@ def main() -> None:
     try:
         result = execute(job, emit)
     except JobFailed as failure:
-        emit({"event": "error", **failure.to_error(), "detail": failure.detail})
+        emit({"event": "error", **failure.to_error(), "detail": failure.detail, "spans": failure.spans})
         sys.exit(1)
     emit({"event": "result", "result": result})
 

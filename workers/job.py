@@ -12,7 +12,7 @@ from typing import Any
 __all__ = ["PHASES", "Job", "JobFailed"]
 
 # In the order they run; an error names the phase it happened in.
-PHASES = ("import", "fetch", "load", "first_inference", "measure", "report")
+PHASES = ("import", "fetch", "load", "first_inference", "measure", "trace", "report")
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,9 @@ class Job:
         measure: MeasureSettings as a dict.
         options: PredictorOptions as a dict.
         cache_dir: where fetched and exported graphs are cached.
+        trace_level: how deep to trace (broker.contract.TRACE_LEVELS).
+        traceparent: the W3C trace context the predictor's spans hang under (the caller's span);
+            a new trace when empty.
     """
 
     evaluation_id: str
@@ -42,6 +45,8 @@ class Job:
     measure: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     cache_dir: str = ""
+    trace_level: str = "NO_TRACE"
+    traceparent: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -55,7 +60,11 @@ class Job:
 
 
 class JobFailed(Exception):
-    """An evaluation that ended in error: what kind, what was said, and in which phase."""
+    """An evaluation that ended in error: what kind, what was said, and in which phase.
+
+    `spans` holds what was traced up to the failure (a failed evaluation's trace shows where it
+    stopped).
+    """
 
     def __init__(self, type_: str, message: str, phase: str, detail: str = "") -> None:
         super().__init__(f"{type_} in {phase}: {message}")
@@ -63,6 +72,7 @@ class JobFailed(Exception):
         self.message = message
         self.phase = phase
         self.detail = detail
+        self.spans: list[dict[str, Any]] = []
 
     def to_error(self) -> dict[str, str]:
         return {"type": self.type, "message": self.message, "phase": self.phase}

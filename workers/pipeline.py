@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlscope.broker.contract import EvaluationRequest
+from mlscope.broker.tracing import export_spans
 from mlscope.errors import UserError
 from mlscope.registry.frameworks import check_available, get_framework
 from mlscope.registry.manifest import Manifest
@@ -25,8 +26,9 @@ from mlscope.workers.job import Job
 from mlscope.workers.measure import MeasureSettings
 from mlscope.workers.runners import get_runner
 from mlscope.workers.system import gpu_facts, system_id
+from mlscope.workers.trace.spans import TraceContext, Tracer
 
-__all__ = ["PreparedEvaluation", "evaluate", "prepare"]
+__all__ = ["PreparedEvaluation", "evaluate", "keep_spans", "prepare"]
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -79,6 +81,7 @@ def evaluate(
     evaluation_id: str | None = None,
     system_extra: Mapping[str, Any] | None = None,
     cancel: threading.Event | None = None,
+    tracer: Tracer | None = None,
 ) -> dict[str, Any]:
     """Run a prepared evaluation to its end and return the stored result.
 
@@ -91,8 +94,39 @@ def evaluate(
         system_extra: facts added to the system description before it is stored (a farm worker adds
             its agent id and capabilities, which then count in the system's id).
         cancel: set it to end the running job (a farm worker does when the evaluation is cancelled).
+        tracer: the caller's tracer, whose open span the predictor's spans hang under (a farm
+            worker's task span); None starts a trace of its own at the request's trace_level,
+            rooted in a span "run" of this process.
     """
+    if tracer is not None:
+        return _evaluate(prepared, store, settings, emit, evaluation_id, system_extra, cancel, tracer)
+    tracer = Tracer(prepared.request.trace_level)
+    with tracer.span("run", **{"mlscope.process": "cli"}):
+        result = _evaluate(prepared, store, settings, emit, evaluation_id, system_extra, cancel, tracer)
+    keep_spans(store, settings, result["id"], tracer.drain())
+    return result
+
+
+def keep_spans(store: Store, settings: Settings, evaluation_id: str, spans: list[dict[str, Any]]) -> None:
+    """Store an evaluation's spans and, when MLSCOPE_OTLP_ENDPOINT is set, send them over OTLP."""
+    if not spans:
+        return
+    store.save_spans(evaluation_id, spans)
+    export_spans(settings, spans)
+
+
+def _evaluate(
+    prepared: PreparedEvaluation,
+    store: Store,
+    settings: Settings,
+    emit: Emit,
+    evaluation_id: str | None,
+    system_extra: Mapping[str, Any] | None,
+    cancel: threading.Event | None,
+    tracer: Tracer,
+) -> dict[str, Any]:
     request, manifest = prepared.request, prepared.manifest
+    traced = tracer.enabled("APPLICATION")
     evaluation_id = store.create_evaluation(
         id=evaluation_id,
         model={"name": manifest.name, "version": manifest.version, "manifest_sha256": manifest.sha256},
@@ -102,6 +136,7 @@ def evaluate(
         device=request.device,
         request=request.to_dict(),
         trace_level=request.trace_level,
+        trace_id=tracer.trace_id if traced else None,
     )
     emit({"event": "created", "id": evaluation_id})
     store.start_evaluation(evaluation_id)
@@ -116,6 +151,8 @@ def evaluate(
         measure=dict(request.measure),
         options=dict(request.options),
         cache_dir=str(settings.cache_dir),
+        trace_level=request.trace_level,
+        traceparent=TraceContext(tracer.trace_id, tracer.current_id).traceparent() if traced else "",
     )
     try:
         outcome = get_runner(request.runner).run(
@@ -124,20 +161,24 @@ def evaluate(
     except KeyboardInterrupt:
         store.cancel_evaluation(evaluation_id)
         raise
-    if outcome.result is not None:
-        result = outcome.result
-        system = dict(result["system"])
-        if system_extra:
-            system.update(system_extra)
-            system["id"] = system_id(system)
-        store.finish_evaluation(
-            evaluation_id,
-            system=system,
-            framework={"name": request.framework, **result["framework"]},
-            cold_start=result["cold_start"],
-            measurements=result["measurements"],
-        )
-    else:
-        assert outcome.error is not None
-        store.fail_evaluation(evaluation_id, error=outcome.error)
+    with tracer.span("store", status="succeeded" if outcome.result is not None else "failed"):
+        if outcome.result is not None:
+            result = outcome.result
+            predictor_spans = result.get("trace", {}).get("spans", [])
+            system = dict(result["system"])
+            if system_extra:
+                system.update(system_extra)
+                system["id"] = system_id(system)
+            store.finish_evaluation(
+                evaluation_id,
+                system=system,
+                framework={"name": request.framework, **result["framework"]},
+                cold_start=result["cold_start"],
+                measurements=result["measurements"],
+            )
+        else:
+            assert outcome.error is not None
+            predictor_spans = outcome.spans
+            store.fail_evaluation(evaluation_id, error=outcome.error)
+    keep_spans(store, settings, evaluation_id, [*predictor_spans, *tracer.drain()])
     return store.get_evaluation(evaluation_id)

@@ -41,9 +41,10 @@ from mlscope.registry.models import ModelRegistry
 from mlscope.settings import Settings
 from mlscope.store import EvaluationNotFound, InvalidTransition, Store, open_store
 from mlscope.workers.capabilities import detect_capabilities
-from mlscope.workers.pipeline import evaluate, prepare
+from mlscope.workers.pipeline import evaluate, keep_spans, prepare
 from mlscope.workers.runners import RUNNERS
 from mlscope.workers.system import cpu_facts, gpu_facts
+from mlscope.workers.trace.spans import TraceContext, Tracer
 
 try:
     import fcntl
@@ -231,24 +232,48 @@ class Worker:
             self._fail(evaluation_id, "InvalidRequest", exc.message, "validate")
             return
         agent = {"id": self.agent_id, "capabilities": list(self.capabilities)}
+        tracer = Tracer(request.trace_level, TraceContext.parse(message.traceparent))
+        task_span = tracer.span(
+            EVALUATE_TASK,
+            **{
+                "mlscope.process": "worker",
+                "messaging.system": "celery",
+                "messaging.destination.name": message.queue,
+            },
+            agent=self.agent_id,
+            evaluation_id=evaluation_id,
+        )
         try:
-            with self._host_turn(evaluation_id):
-                result = evaluate(
-                    prepared,
-                    store=self.store,
-                    settings=self.settings,
-                    evaluation_id=evaluation_id,
-                    system_extra={"agent": agent},
-                    cancel=self._cancel,
+            with task_span:
+                # The api's clock stamped submitted_at: across machines this span is as good as
+                # their clocks' agreement (NTP: milliseconds).
+                received = tracer.clock.now()
+                tracer.add(
+                    "queue_wait",
+                    "APPLICATION",
+                    min(int(message.submitted_at * 1e9), received),
+                    received,
+                    attributes={"mlscope.process": "worker", "queue": message.queue},
                 )
+                with self._host_turn(evaluation_id, tracer):
+                    result = evaluate(
+                        prepared,
+                        store=self.store,
+                        settings=self.settings,
+                        evaluation_id=evaluation_id,
+                        system_extra={"agent": agent},
+                        cancel=self._cancel,
+                        tracer=tracer,
+                    )
         except InvalidTransition as ended:
             # Cancelled before it started, or a duplicate delivery of a job that has ended.
             log.info("job %s has already ended (%s): nothing to do", evaluation_id, ended.current)
             return
+        keep_spans(self.store, self.settings, evaluation_id, tracer.drain())
         log.info("job %s %s", evaluation_id, result["status"])
 
     @contextlib.contextmanager
-    def _host_turn(self, evaluation_id: str) -> Iterator[None]:
+    def _host_turn(self, evaluation_id: str, tracer: Tracer) -> Iterator[None]:
         """Hold this host's measurement lock (when exclusive) for the length of a job."""
         if not self.exclusive or fcntl is None:
             yield
@@ -258,7 +283,8 @@ class Worker:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 log.info("job %s waits for this host's other agent to finish measuring", evaluation_id)
-                fcntl.flock(lock, fcntl.LOCK_EX)
+                with tracer.span("host_turn_wait", **{"mlscope.process": "worker"}):
+                    fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
             finally:

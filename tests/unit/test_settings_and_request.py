@@ -93,6 +93,8 @@ def test_every_bad_field_is_named_in_one_message() -> None:
     assert raised.value.field is not None
 
 
-def test_trace_levels_beyond_no_trace_are_refused_until_tracing_exists() -> None:
-    with pytest.raises(UserError, match="trace_level: must be one of: NO_TRACE"):
-        parse_request({"model": "m", "framework": "f", "trace_level": "MODEL"})
+def test_every_trace_level_is_accepted_and_an_unknown_one_is_named() -> None:
+    for level in ("NO_TRACE", "APPLICATION", "MODEL", "FRAMEWORK", "LIBRARY", "HARDWARE", "FULL"):
+        assert parse_request({"model": "m", "framework": "f", "trace_level": level}).trace_level == level
+    with pytest.raises(UserError, match="trace_level: must be one of: NO_TRACE, APPLICATION, MODEL"):
+        parse_request({"model": "m", "framework": "f", "trace_level": "KERNEL"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from mlscope.workers.execute import Emit
@@ -17,12 +17,14 @@ __all__ = ["Outcome", "Runner"]
 class Outcome:
     """How a job ended: a result, or an error {type, message, phase} (exactly one is set).
 
-    `log` holds the last lines the predictor wrote to stderr, for a failed job's diagnosis.
+    `log` holds the last lines the predictor wrote to stderr, for a failed job's diagnosis;
+    `spans`, what a failed job traced before it failed (a result carries its own under "trace").
     """
 
     result: dict[str, Any] | None = None
     error: dict[str, str] | None = None
     log: str = ""
+    spans: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Runner(ABC):

@@ -49,10 +49,12 @@ class InlineRunner(Runner):
         except JobFailed as failure:
             if isinstance(failure.__cause__, _Deadline) and cancel is not None and cancel.is_set():
                 return Outcome(
-                    error={"type": "Cancelled", "message": "the evaluation was cancelled", "phase": phase}
+                    error={"type": "Cancelled", "message": "the evaluation was cancelled", "phase": phase},
+                    spans=failure.spans,
                 )
             if isinstance(failure.__cause__, _Deadline):
                 return Outcome(
-                    error={"type": "Timeout", "message": f"exceeded {timeout_s:g} s", "phase": phase}
+                    error={"type": "Timeout", "message": f"exceeded {timeout_s:g} s", "phase": phase},
+                    spans=failure.spans,
                 )
-            return Outcome(error=failure.to_error(), log=failure.detail)
+            return Outcome(error=failure.to_error(), log=failure.detail, spans=failure.spans)

@@ -105,7 +105,9 @@ class ProcessRunner(Runner):
             return Outcome(result=final["result"], log=tail)
         if final and final["event"] == "error":
             return Outcome(
-                error={k: final[k] for k in ("type", "message", "phase")}, log=final.get("detail") or tail
+                error={k: final[k] for k in ("type", "message", "phase")},
+                log=final.get("detail") or tail,
+                spans=final.get("spans") or [],
             )
         message = _describe_exit(child.returncode)
         last = tail.strip().splitlines()[-1:] if tail.strip() else []
