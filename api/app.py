@@ -15,6 +15,7 @@ from celery import Celery
 from flask import Flask
 from flask_smorest import Api
 
+import mlscope.api.traces  # noqa: F401  (importing it adds /trace and /layers to evaluations.blp)
 from mlscope import __version__
 from mlscope.broker.app import make_celery
 from mlscope.registry.agents import AgentRegistry

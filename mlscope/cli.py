@@ -92,6 +92,15 @@ _EVALUATION_OPTIONS = (
         show_default=True,
         help="process (isolated child process) or inline (the worker's own process).",
     ),
+    click.option(
+        "--trace-level",
+        default="NO_TRACE",
+        show_default=True,
+        metavar="LEVEL",
+        help="How deep to trace: NO_TRACE, APPLICATION (phases), MODEL (each inference), FRAMEWORK "
+        "(layers), LIBRARY (operators, kernels), HARDWARE (CPU/GPU metrics), FULL. Deeper levels run "
+        "extra profiled passes after the measured one; `mlscope trace ID` shows the result.",
+    ),
     click.option("--threads", type=int, help="Intra-op threads [default: the framework's, one per core]."),
     click.option("--min-seconds", type=float, help="Measure each point at least this long [default: 2]."),
     click.option(
@@ -135,6 +144,7 @@ def _request_fields(
     scenarios: str,
     device: str,
     runner: str,
+    trace_level: str,
     threads: int | None,
     options: dict[str, Any],
     min_seconds: float | None,
@@ -154,6 +164,7 @@ def _request_fields(
         "scenarios": _split_csv(scenarios),
         "device": device,
         "runner": runner,
+        "trace_level": trace_level.upper(),
         "measure": measure,
         "options": {**options, **({"threads": threads} if threads else {})},
         "timeout_s": timeout,
@@ -243,6 +254,45 @@ def results_show(evaluation_id: str, as_json: bool, raw: bool) -> None:
     from mlscope.commands.results import show_command
 
     show_command(evaluation_id, as_json=as_json, raw=raw)
+
+
+@cli.command()
+@click.argument("evaluation_id", metavar="ID")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["table", "json", "chrome"]),
+    default="table",
+    show_default=True,
+    help="table: span counts and the APPLICATION timeline; json: every span; chrome: a trace file "
+    "for Perfetto (ui.perfetto.dev) or chrome://tracing.",
+)
+@click.option(
+    "-o",
+    "--output",
+    metavar="FILE",
+    help="Write json or chrome here ('-': stdout) [default: stdout for json, ID.trace.json for chrome].",
+)
+@click.option("--layers", is_flag=True, help="Where inference time went: per layer, top operators, kernels.")
+@click.option(
+    "--group-by",
+    type=click.Choice(["layer_type", "name", "layer"]),
+    default="layer_type",
+    show_default=True,
+    help="With --layers: group layers by type (Conv2d), by name or by layer path.",
+)
+@click.option(
+    "--top", type=click.IntRange(min=1), default=10, show_default=True, help="With --layers: hotspots shown."
+)
+def trace(
+    evaluation_id: str, output_format: str, output: str | None, layers: bool, group_by: str, top: int
+) -> None:
+    """Show or export the trace of one evaluation (ID or a unique prefix of it)."""
+    from mlscope.commands.trace import trace_command
+
+    trace_command(
+        evaluation_id, output_format=output_format, output=output, layers=layers, group_by=group_by, top=top
+    )
 
 
 # ----- the farm ---------------------------------------------------------------------------------

@@ -277,6 +277,45 @@ class Client:
             else:
                 time.sleep(poll_s)
 
+    def trace(
+        self,
+        id: str,
+        *,
+        format: str = "json",
+        level: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> dict[str, Any]:
+        """An evaluation's trace: format "json" gives a page of spans {evaluation_id, trace_id,
+        trace_level, level, count, total, limit, offset, spans} (`level`, `limit`, `offset` narrow
+        it); "chrome" the whole trace in the Chrome Trace Event Format {traceEvents,
+        displayTimeUnit, otherData} (narrowed by `level`), to save as a file for Perfetto.
+
+        Raises:
+            ApiError: 404 when no evaluation has this id, 422 naming an invalid argument.
+        """
+        params = _params({"format": format, "level": level, "limit": limit, "offset": offset})
+        trace: dict[str, Any] = self._json(
+            "GET", f"{_V1}/evaluations/{quote(id, safe='')}/trace", params=params
+        )
+        return trace
+
+    def layers(
+        self, id: str, *, group_by: str | None = None, top: int | None = None, level: str | None = None
+    ) -> dict[str, Any]:
+        """Where an evaluation's traced inferences spent their time: {evaluation_id, trace_level,
+        group_by, top, hotspot_level, rows, hotspots, kernels}; `group_by` is layer_type, name or
+        layer, `top` the hotspots per batch size, `level` their pass (LIBRARY or FRAMEWORK).
+
+        Raises:
+            ApiError: 404 when no evaluation has this id, 422 naming an invalid argument.
+        """
+        params = _params({"group_by": group_by, "top": top, "level": level})
+        layers: dict[str, Any] = self._json(
+            "GET", f"{_V1}/evaluations/{quote(id, safe='')}/layers", params=params
+        )
+        return layers
+
     # ----- comparison ------------------------------------------------------------------------------
 
     def compare(self, **filters: Any) -> dict[str, Any]:
