@@ -159,7 +159,10 @@ class ListQuerySchema(Schema):
         load_default=50,
         validate=validate.Range(min=1, max=MAX_LIST_LIMIT, error="must be between {min} and {max}"),
     )
-    offset = fields.Integer(load_default=0, validate=validate.Range(min=0, error="must be 0 or more"))
+    # The stores keep offsets as 64-bit integers: a larger one must be refused here, not by the database.
+    offset = fields.Integer(
+        load_default=0, validate=validate.Range(min=0, max=2**63 - 1, error="must be between {min} and {max}")
+    )
 
 
 class EvaluationQuerySchema(Schema):

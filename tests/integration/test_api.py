@@ -386,6 +386,8 @@ def test_listing_filters_and_pages_newest_first(http: FlaskClient, store: Store)
     assert_problem(http.get("/api/v1/evaluations?since=2024-05-01T12:00:00"), 422, "since")
     assert_problem(http.get("/api/v1/evaluations?limit=1001"), 422, "limit")
     assert_problem(http.get("/api/v1/evaluations?status=done"), 422, "status")
+    # An offset past what the store's 64-bit integers hold is refused here, not a database error.
+    assert_problem(http.get("/api/v1/evaluations?offset=12800985442523647282"), 422, "offset")
 
 
 def test_one_evaluation_by_id_or_prefix_in_the_result_shape(http: FlaskClient, store: Store) -> None:
@@ -556,6 +558,8 @@ def test_the_openapi_document_lists_every_path_and_the_docs_page_loads_it(http: 
         "/api/v1/evaluations",
         "/api/v1/evaluations/batch",
         "/api/v1/evaluations/{evaluation_id}",
+        "/api/v1/evaluations/{evaluation_id}/trace",
+        "/api/v1/evaluations/{evaluation_id}/layers",
         "/api/v1/models",
         "/api/v1/models/{name}",
         "/api/v1/frameworks",
