@@ -88,7 +88,7 @@ def main() -> None:
             passes = {
                 s["attributes"]["pass"]: (s["end_ns"] - s["start_ns"]) / 1e9
                 for s in spans
-                if s["name"] == "profile"
+                if s["name"].startswith("profile ")
             }
             counts = Counter(s["level"] for s in spans)
             print(

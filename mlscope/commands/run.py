@@ -128,6 +128,15 @@ def _print_human(results: list[dict[str, Any]]) -> None:
                 f"[red]{short_line(result)} failed[/red] in {error.get('phase')}: "
                 f"{error.get('type')}: {error.get('message')}"
             )
+    traced = [r for r in results if r.get("trace_id")]
+    if traced:
+        level = traced[0]["trace_level"]
+        deep = level not in ("APPLICATION", "MODEL")
+        hint = " --layers" if deep else ""
+        console.print(
+            f"traced at {level}: `mlscope trace {traced[0]['id'][:8]}{hint}` shows it; "
+            "`--format chrome` writes a file for ui.perfetto.dev"
+        )
 
 
 def short_line(result: dict[str, Any]) -> str:

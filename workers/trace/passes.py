@@ -62,7 +62,7 @@ def run_traced_passes(
     gpu_indices: Sequence[int] = (),
 ) -> None:
     """Run the passes the tracer's level asks for, after the measured pass, each as an APPLICATION
-    span "profile" with attributes {"pass", "batch_size"}.
+    span "profile <LEVEL>" with attributes {"pass", "batch_size"}.
 
     Args:
         predictor: the loaded predictor.
@@ -77,7 +77,7 @@ def run_traced_passes(
             continue
         for batch_size in batch_sizes:
             batch = batches(batch_size)
-            with tracer.span("profile", **{"pass": level, "batch_size": batch_size}) as attributes:
+            with tracer.span(f"profile {level}", **{"pass": level, "batch_size": batch_size}) as attributes:
                 assert attributes is not None
                 supported = predictor.trace_pass(
                     level,
@@ -95,7 +95,7 @@ def run_traced_passes(
         return
     for batch_size in batch_sizes:
         batch = batches(batch_size)
-        with tracer.span("profile", **{"pass": "HARDWARE", "batch_size": batch_size}) as attributes:
+        with tracer.span("profile HARDWARE", **{"pass": "HARDWARE", "batch_size": batch_size}) as attributes:
             assert attributes is not None
             first = len(tracer.spans)
             inferences = 0
