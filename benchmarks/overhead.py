@@ -48,8 +48,11 @@ def bare_session_median_ms(graph: Path, feed: dict[str, np.ndarray], seconds: fl
     return statistics.median(samples) / 1e6
 
 
-def mlscope_median_ms(manifest_doc: dict, origin: str, cache_dir: Path, seconds: float) -> float:
-    job = Job(
+def onnxruntime_job(
+    manifest_doc: dict, origin: str, cache_dir: Path, seconds: float, trace_level: str = "NO_TRACE"
+) -> Job:
+    """Batch 1 on ONNX Runtime's CPU provider, measured for at least `seconds`, one input batch."""
+    return Job(
         evaluation_id="bench",
         manifest=manifest_doc,
         origin=origin,
@@ -60,8 +63,12 @@ def mlscope_median_ms(manifest_doc: dict, origin: str, cache_dir: Path, seconds:
         measure={"min_seconds": seconds, "max_seconds": seconds * 3, "stability": 0.005},
         options={"input_pool": 1},
         cache_dir=str(cache_dir),
+        trace_level=trace_level,
     )
-    result = execute(job, lambda event: None)
+
+
+def mlscope_median_ms(manifest_doc: dict, origin: str, cache_dir: Path, seconds: float) -> float:
+    result = execute(onnxruntime_job(manifest_doc, origin, cache_dir, seconds), lambda event: None)
     return float(result["measurements"][0]["latency_ms"]["median"])
 
 

@@ -13,6 +13,7 @@ Usage: python benchmarks/trace_overhead.py [--rounds 4] [--seconds 3] [--model r
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import tempfile
 import time
@@ -22,25 +23,19 @@ from typing import Any
 
 from mlscope.registry.models import ModelRegistry
 from mlscope.workers.execute import execute
-from mlscope.workers.job import Job
 from mlscope.workers.predictors.export import exported_graph
+
+# The job is the one benchmarks/overhead.py measures, with a trace level.
+_spec = importlib.util.spec_from_file_location("overhead", Path(__file__).resolve().parent / "overhead.py")
+assert _spec and _spec.loader
+overhead = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(overhead)
 
 
 def run(manifest_doc: dict, origin: str, cache_dir: Path, seconds: float, level: str) -> dict[str, Any]:
-    job = Job(
-        evaluation_id="bench",
-        manifest=manifest_doc,
-        origin=origin,
-        framework="onnxruntime",
-        device="cpu",
-        batch_sizes=(1,),
-        scenarios=("single_stream",),
-        measure={"min_seconds": seconds, "max_seconds": seconds * 3, "stability": 0.005},
-        options={"input_pool": 1},
-        cache_dir=str(cache_dir),
-        trace_level=level,
+    return execute(
+        overhead.onnxruntime_job(manifest_doc, origin, cache_dir, seconds, level), lambda event: None
     )
-    return execute(job, lambda event: None)
 
 
 def median_ms(result: dict[str, Any]) -> float:

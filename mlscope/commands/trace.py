@@ -81,38 +81,32 @@ def _table(title: str, columns: list[tuple[str, str]], rows: list[list[str]]) ->
     return table
 
 
+def _figure_rows(rows: list[dict[str, Any]], batch_size: Any, last: str) -> list[list[str]]:
+    """The cells of one batch size's rows: key, calls, total, mean, share, then the `last` figure."""
+    return [
+        [
+            row["key"],
+            str(row["calls"]),
+            _ms(row["total_ms"]),
+            _ms(row["mean_ms"]),
+            _share(row["share"]),
+            _ms(row[last]),
+        ]
+        for row in rows
+        if row["batch_size"] == batch_size
+    ]
+
+
 def _layer_tables(report: dict[str, Any]) -> list[Table]:
     tables = []
     figures = [("calls", "right"), ("total ms", "right"), ("mean ms", "right"), ("share", "right")]
     for batch_size in dict.fromkeys(row["batch_size"] for row in report["rows"]):
-        rows = [
-            [
-                row["key"],
-                str(row["calls"]),
-                _ms(row["total_ms"]),
-                _ms(row["mean_ms"]),
-                _share(row["share"]),
-                _ms(row["per_inference_ms"]),
-            ]
-            for row in report["rows"]
-            if row["batch_size"] == batch_size
-        ]
+        rows = _figure_rows(report["rows"], batch_size, "per_inference_ms")
         title = f"FRAMEWORK pass, batch {batch_size}: time per {report['group_by']} (share of inference time)"
         columns = [(report["group_by"], "left"), *figures, ("ms / inference", "right")]
         tables.append(_table(title, columns, rows))
     for batch_size in dict.fromkeys(row["batch_size"] for row in report["hotspots"]):
-        rows = [
-            [
-                row["key"],
-                str(row["calls"]),
-                _ms(row["total_ms"]),
-                _ms(row["mean_ms"]),
-                _share(row["share"]),
-                _ms(row["self_ms"]),
-            ]
-            for row in report["hotspots"]
-            if row["batch_size"] == batch_size
-        ]
+        rows = _figure_rows(report["hotspots"], batch_size, "self_ms")
         title = f"{report['hotspot_level']} pass, batch {batch_size}: top {report['top']} by total time"
         tables.append(_table(title, [("name", "left"), *figures, ("self ms", "right")], rows))
     for batch_size in dict.fromkeys(row["batch_size"] for row in report["kernels"]):

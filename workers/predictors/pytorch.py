@@ -109,30 +109,19 @@ class PyTorchPredictor(Predictor):
         def run() -> Any:
             return self.predict(batch)
 
+        common = {
+            "device": device,
+            "tracer": tracer,
+            "parent_id": parent_id,
+            "batch_size": batch_size,
+            "iterations": iterations,
+            "warmup": warmup,
+        }
         if level == "FRAMEWORK":
-            layer_pass(
-                model,
-                run,
-                device=device,
-                tracer=tracer,
-                parent_id=parent_id,
-                batch_size=batch_size,
-                iterations=iterations,
-                warmup=warmup,
-            )
+            layer_pass(model, run, **common)
             return True
         if level == "LIBRARY":
-            operator_pass(
-                model,
-                run,
-                device=device,
-                tracer=tracer,
-                parent_id=parent_id,
-                batch_size=batch_size,
-                iterations=iterations,
-                warmup=warmup,
-                with_stack=tracer.level == "FULL",
-            )
+            operator_pass(model, run, **common, with_stack=tracer.level == "FULL")
             return True
         return False
 
