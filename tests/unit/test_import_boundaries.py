@@ -22,6 +22,7 @@ FORBIDDEN = (
     "torch",
     "onnxruntime",
     "transformers",
+    "opentelemetry",
 )
 
 
@@ -33,7 +34,16 @@ def imported_after(statement: str) -> set[str]:
 
 @pytest.mark.parametrize(
     "module",
-    ["mlscope.workers.execute", "mlscope.workers.measure", "mlscope.workers.predictors", "mlscope.registry"],
+    [
+        "mlscope.workers.execute",
+        "mlscope.workers.measure",
+        "mlscope.workers.predictors",
+        "mlscope.workers.trace",
+        "mlscope.workers.trace.passes",
+        "mlscope.workers.trace.torch_profile",
+        "mlscope.workers.trace.ort_profile",
+        "mlscope.registry",
+    ],
 )
 def test_the_predictor_runtime_imports_no_store_broker_web_or_framework(module: str) -> None:
     assert imported_after(f"import {module}").isdisjoint(FORBIDDEN)
@@ -73,3 +83,8 @@ def test_the_api_imports_no_framework() -> None:
 def test_the_client_imports_no_server_code() -> None:
     loaded = imported_after("import mlscope.client")
     assert loaded.isdisjoint({"flask", "celery", "sqlalchemy", "torch", "onnxruntime"})
+
+
+def test_running_without_an_otlp_endpoint_imports_no_opentelemetry() -> None:
+    # The exporter is loaded only when MLSCOPE_OTLP_ENDPOINT is set.
+    assert "opentelemetry" not in imported_after("import mlscope.workers.pipeline, mlscope.broker.tracing")
