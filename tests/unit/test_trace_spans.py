@@ -161,3 +161,16 @@ def test_the_timed_loop_records_when_each_inference_started() -> None:
     assert (single.starts_ns[1:] >= ends[:-1]).all()
     assert timed_loop(predict, [1], settings).starts_ns is None
     assert np.all(np.diff(single.starts_ns) > 0)
+
+
+def test_a_new_trace_has_one_root_and_nothing_to_hand_on_before_it_opens() -> None:
+    tracer = Tracer("APPLICATION")
+    with pytest.raises(RuntimeError, match="no span is open"):
+        _ = tracer.current_id
+    with tracer.span("run"):
+        child_context = TraceContext(tracer.trace_id, tracer.current_id)
+        with tracer.span("store"):
+            pass
+    run, store = sorted(tracer.spans, key=lambda span: span["start_ns"])
+    assert run["parent_id"] is None
+    assert store["parent_id"] == run["span_id"] == child_context.span_id

@@ -112,12 +112,13 @@ class Clock:
 class Tracer:
     """Records the spans of one process at or above the requested level.
 
-    `span()` nests: a span's parent is the innermost open span, else the context's span. A span
+    `span()` nests: a span's parent is the innermost open span, else the context's span (none: the
+    span is the root of a new trace). A span
     deeper than the requested level records nothing and costs one dict lookup.
 
     Attributes:
         level: the requested trace level.
-        context: the trace and parent span this process's spans belong to (a new trace when None).
+        context: the trace and parent span this process's spans belong to; None starts a new trace.
         spans: the recorded spans, in the order they ended.
     """
 
@@ -126,19 +127,32 @@ class Tracer:
             raise ValueError(f"trace level {level!r} is not one of {', '.join(TRACE_LEVELS)}")
         self.level = level
         self.rank = LEVEL_RANK[level]
-        self.context = context if context is not None else TraceContext.new()
+        self.context = context
+        self._trace_id = context.trace_id if context is not None else new_trace_id()
         self.clock = clock if clock is not None else Clock()
         self.spans: list[dict[str, Any]] = []
         self._stack: list[str] = []
 
     @property
     def trace_id(self) -> str:
-        return self.context.trace_id
+        return self._trace_id
 
     @property
     def current_id(self) -> str:
-        """The id a span started now would have as its parent."""
-        return self._stack[-1] if self._stack else self.context.span_id
+        """The id of the innermost open span, else the context's span: where work started now hangs.
+
+        Raises:
+            RuntimeError: no span is open in a new trace (there is nothing to hang under yet).
+        """
+        parent = self._parent_id()
+        if parent is None:
+            raise RuntimeError("no span is open: open one before handing its context on")
+        return parent
+
+    def _parent_id(self) -> str | None:
+        if self._stack:
+            return self._stack[-1]
+        return self.context.span_id if self.context is not None else None
 
     def enabled(self, level: str) -> bool:
         return self.rank > 0 and LEVEL_RANK[level] <= self.rank
@@ -154,7 +168,7 @@ class Tracer:
             yield None
             return
         span_id = new_span_id()
-        parent_id = self.current_id
+        parent_id = self._parent_id()
         self._stack.append(span_id)
         start = self.clock.now()
         try:
@@ -183,7 +197,7 @@ class Tracer:
         if not self.enabled(level):
             return None
         span_id = span_id or new_span_id()
-        parent = parent_id if parent_id is not None else self.current_id
+        parent = parent_id if parent_id is not None else self._parent_id()
         self.spans.append(self._make(span_id, parent, name, level, start_ns, end_ns, attributes or {}))
         return span_id
 
@@ -207,7 +221,7 @@ class Tracer:
         attributes: dict[str, Any],
     ) -> dict[str, Any]:
         return {
-            "trace_id": self.context.trace_id,
+            "trace_id": self._trace_id,
             "span_id": span_id,
             "parent_id": parent_id,
             "name": name,
