@@ -23,7 +23,7 @@ from mlscope.broker.tasks import EvaluationMessage
 from mlscope.broker.tracing import export_spans
 from mlscope.errors import UserError
 from mlscope.registry.agents import AgentInfo, AgentRegistry
-from mlscope.registry.frameworks import get_framework
+from mlscope.registry.frameworks import check_runnable, get_framework
 from mlscope.registry.manifest import Manifest
 from mlscope.registry.models import ModelRegistry
 from mlscope.workers.measure import MeasureSettings
@@ -153,7 +153,7 @@ def plan_one(request: EvaluationRequest, models: ModelRegistry, live: LiveAgents
             manifest for the framework (`model`/`framework`, with suggestions), or a measurement
             setting is unknown or out of range (`measure.<name>`).
     """
-    get_framework(request.framework)
+    check_runnable(get_framework(request.framework))
     manifest = models.get(request.model, request.framework)
     _check_measure(request.measure)
     return _job(request, manifest, live)
@@ -202,7 +202,7 @@ def plan_batch(body: Mapping[str, Any], models: ModelRegistry, live: LiveAgents)
     names: list[str] = list(dict.fromkeys(body["models"]))
     for index, framework in enumerate(body["frameworks"]):
         try:
-            get_framework(framework)
+            check_runnable(get_framework(framework))
         except UserError as exc:
             raise UserError(exc.message, field=f"frameworks.{index}") from None
     for index, name in enumerate(body["models"]):

@@ -18,7 +18,7 @@ from mlscope.errors import UserError
 
 __all__ = ["DEVICE_PATTERN", "RUNNERS", "TRACE_LEVELS", "EvaluationRequest", "parse_request"]
 
-RUNNERS = ("inline", "process")
+RUNNERS = ("inline", "process", "docker")
 TRACE_LEVELS = ("NO_TRACE", "APPLICATION", "MODEL", "FRAMEWORK", "LIBRARY", "HARDWARE", "FULL")
 DEVICE_PATTERN = re.compile(r"^(cpu|cuda(:\d+)?)$")
 MAX_BATCH_SIZE = 65536

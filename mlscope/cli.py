@@ -462,6 +462,70 @@ def compare(
     sys.exit(compare_command(body, output=output, timeout_s=wait_timeout, as_json=as_json))
 
 
+@cli.group()
+def image() -> None:
+    """Predictor images for `--runner docker`: one per framework, the framework and mlscope's
+    predictor runtime only."""
+
+
+@image.command("build")
+@click.argument("frameworks", nargs=-1, metavar="[FRAMEWORK]...")
+@click.option("--base", metavar="IMAGE", help="The base image [default: the Dockerfile's, python:3.11-slim].")
+@click.option(
+    "--ca-bundle",
+    type=click.Path(dir_okay=False, exists=True),
+    help="A CA bundle pip inside the build must trust (a TLS-intercepting proxy); copied into the "
+    "build context for the build only.",
+)
+@click.option(
+    "--network", help="The build's network, e.g. host (needed where pip reaches the index only so)."
+)
+@click.option("--rebuild", is_flag=True, help="Build even when an image of the same inputs exists.")
+def image_build(
+    frameworks: tuple[str, ...], base: str | None, ca_bundle: str | None, network: str | None, rebuild: bool
+) -> None:
+    """Build the predictor image of each FRAMEWORK [default: every framework with a Dockerfile]."""
+    from mlscope.commands.images import build_command
+
+    sys.exit(
+        build_command(list(frameworks), base=base, ca_bundle=ca_bundle, network=network, rebuild=rebuild)
+    )
+
+
+@image.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON line per image.")
+def image_list(as_json: bool) -> None:
+    """List the predictor images this Docker engine has."""
+    from mlscope.commands.images import list_command
+
+    list_command(as_json=as_json)
+
+
+@cli.group()
+def env() -> None:
+    """Framework environments for `--runner process`: a virtual environment of its own for a framework
+    whose requirements clash with mlscope's (MXNet 1.9 needs numpy < 1.24)."""
+
+
+@env.command("create")
+@click.argument("framework")
+@click.option("--rebuild", is_flag=True, help="Make it again even if it exists.")
+def env_create(framework: str, rebuild: bool) -> None:
+    """Create (or update) the environment of FRAMEWORK under the cache directory."""
+    from mlscope.commands.envs import create_command
+
+    sys.exit(create_command(framework, rebuild=rebuild))
+
+
+@env.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON line per environment.")
+def env_list(as_json: bool) -> None:
+    """List the framework environments and the framework version each holds."""
+    from mlscope.commands.envs import list_command
+
+    list_command(as_json=as_json)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; a UserError anywhere becomes one line and exit code 2."""
     try:

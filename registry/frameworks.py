@@ -18,6 +18,7 @@ __all__ = [
     "FRAMEWORKS",
     "FrameworkSpec",
     "check_available",
+    "check_runnable",
     "get_framework",
     "installed_version",
     "register_framework",
@@ -36,6 +37,8 @@ class FrameworkSpec:
         predictor: `module:Class` of its Predictor.
         sources: the manifest source kinds it can run.
         install_hint: what to install when it is missing.
+        unavailable: why it cannot run anywhere mlscope is installed from (known, listed, and
+            refused with this reason); None for a framework that can run.
     """
 
     name: str
@@ -45,9 +48,18 @@ class FrameworkSpec:
     predictor: str
     sources: frozenset[str]
     install_hint: str
+    unavailable: str | None = None
 
 
 FRAMEWORKS: dict[str, FrameworkSpec] = {}
+
+# What was found when looking for a Caffe2 runtime that installs from PyPI or Debian (see README).
+CAFFE2_UNAVAILABLE = (
+    "no build installable here carries a working Caffe2 Python runtime: PyPI's torch 1.13.1 wheel has no "
+    "caffe2/ at all, the 1.12.1 wheel lacks caffe2_pybind11_state ('Caffe2 support is not fully enabled "
+    "in this PyTorch build'), Debian's python3-torch ships no caffe2.python, PyPI's caffe2 0.5.0a0 does "
+    "not build, and a source build with BUILD_CAFFE2=1 takes many hours"
+)
 
 
 def register_framework(spec: FrameworkSpec) -> FrameworkSpec:
@@ -81,6 +93,45 @@ register_framework(
 )
 
 
+register_framework(
+    FrameworkSpec(
+        name="tensorflow",
+        display="TensorFlow",
+        import_name="tensorflow",
+        distributions=("tensorflow-cpu", "tensorflow", "tensorflow-intel"),
+        predictor="mlscope.workers.predictors.tensorflow:TensorFlowPredictor",
+        sources=frozenset({"keras_applications"}),
+        install_hint="pip install 'mlscope[tensorflow]', "
+        "or `mlscope image build tensorflow` for --runner docker",
+    )
+)
+register_framework(
+    FrameworkSpec(
+        name="mxnet",
+        display="MXNet",
+        import_name="mxnet",
+        distributions=("mxnet", "mxnet-mkl", "mxnet-cu112"),
+        predictor="mlscope.workers.predictors.mxnet:MXNetPredictor",
+        sources=frozenset({"gluon"}),
+        # MXNet 1.9 needs numpy < 1.24, which the rest of mlscope's stack does not accept.
+        install_hint="`mlscope env create mxnet` (an environment of its own, for --runner process), or "
+        "`mlscope image build mxnet` for --runner docker",
+    )
+)
+register_framework(
+    FrameworkSpec(
+        name="caffe2",
+        display="Caffe2 (through PyTorch)",
+        import_name="caffe2",
+        distributions=("torch",),
+        predictor="mlscope.workers.predictors.caffe2:Caffe2Predictor",
+        sources=frozenset(),
+        install_hint="no installable build carries a working Caffe2 runtime",
+        unavailable=CAFFE2_UNAVAILABLE,
+    )
+)
+
+
 def _load_plugins() -> None:
     for entry in importlib.metadata.entry_points(group="mlscope.frameworks"):
         spec = entry.load()
@@ -104,6 +155,17 @@ def get_framework(name: str) -> FrameworkSpec:
         raise UserError(f"unknown framework {name!r}; known frameworks: {known}", field="framework") from None
 
 
+def check_runnable(spec: FrameworkSpec) -> FrameworkSpec:
+    """The framework, if it can run somewhere.
+
+    Raises:
+        UserError: it is known but cannot run (Caffe2), naming the reason.
+    """
+    if spec.unavailable is not None:
+        raise UserError(f"framework {spec.name!r} cannot run: {spec.unavailable}", field="framework")
+    return spec
+
+
 def installed_version(spec: FrameworkSpec) -> str | None:
     """The installed version of the framework, read from package metadata (no import), or None.
 
@@ -115,7 +177,10 @@ def installed_version(spec: FrameworkSpec) -> str | None:
 
 @functools.lru_cache(maxsize=64)
 def _installed_version(import_name: str, distributions: tuple[str, ...]) -> str | None:
-    if importlib.util.find_spec(import_name) is None:
+    try:
+        if importlib.util.find_spec(import_name) is None:
+            return None
+    except ModuleNotFoundError:  # a dotted name whose parent package is missing
         return None
     for distribution in distributions:
         try:
@@ -125,37 +190,53 @@ def _installed_version(import_name: str, distributions: tuple[str, ...]) -> str 
     return "unknown"
 
 
-def check_available(spec: FrameworkSpec, constraint: str = "*", source_kind: str | None = None) -> str:
-    """Check that the framework can run here and satisfies a manifest's version constraint.
+_INSTALLED = object()
+
+
+def check_available(
+    spec: FrameworkSpec,
+    constraint: str = "*",
+    source_kind: str | None = None,
+    *,
+    version: object = _INSTALLED,
+    where: str = "here",
+) -> str:
+    """Check that the framework can run and satisfies a manifest's version constraint.
 
     Args:
         spec: the framework.
         constraint: a semver constraint from a manifest (`>=2.0`, `^1.16`, `*`).
         source_kind: the manifest's source kind, checked against what the framework can run.
+        version: the version that would run (None: none would); default: the one installed in this
+            Python. A runner passes what it would run: a framework environment's, an image's.
+        where: where that is, for messages ("here", "in image mlscope-predictor-mxnet:0.1.0").
 
     Returns:
-        The installed version.
+        The version that would run.
 
     Raises:
-        UserError: not installed (with what to install), the wrong version, or a source it cannot run.
+        UserError: unavailable everywhere (with the reason), not installed (with what to install),
+            the wrong version, or a source it cannot run.
     """
+    check_runnable(spec)
     if source_kind is not None and source_kind not in spec.sources:
         kinds = ", ".join(sorted(spec.sources))
         raise UserError(
             f"{spec.display} cannot run a model whose source is {source_kind!r}; it runs: {kinds}",
             field="framework",
         )
-    version = installed_version(spec)
-    if version is None:
+    found = installed_version(spec) if version is _INSTALLED else version
+    if found is None:
         raise UserError(
-            f"framework {spec.name!r} is not installed here ({spec.install_hint})", field="framework"
+            f"framework {spec.name!r} is not installed {where} ({spec.install_hint})", field="framework"
         )
-    if constraint not in ("", "*") and version != "unknown":
+    found = str(found)
+    if constraint not in ("", "*") and found != "unknown":
         from mlscope.registry.manifest import FrameworkRequirement
 
-        if not FrameworkRequirement(spec.name, constraint).allows(version):
+        if not FrameworkRequirement(spec.name, constraint).allows(found):
             raise UserError(
-                f"the manifest needs {spec.name} {constraint}, but {version} is installed here",
+                f"the manifest needs {spec.name} {constraint}, but {found} is installed {where}",
                 field="framework.version",
             )
-    return version
+    return found

@@ -17,7 +17,7 @@ from typing import Any
 from mlscope.broker.contract import EvaluationRequest
 from mlscope.broker.tracing import export_spans
 from mlscope.errors import UserError
-from mlscope.registry.frameworks import check_available, get_framework
+from mlscope.registry.frameworks import check_available, check_runnable, get_framework
 from mlscope.registry.manifest import Manifest
 from mlscope.registry.models import ModelRegistry
 from mlscope.settings import Settings
@@ -56,18 +56,27 @@ def _check_device(device: str) -> None:
         )
 
 
-def prepare(request: EvaluationRequest, registry: ModelRegistry) -> PreparedEvaluation:
-    """Check that the request can run here.
+def prepare(
+    request: EvaluationRequest, registry: ModelRegistry, settings: Settings | None = None
+) -> PreparedEvaluation:
+    """Check that the request can run here, with the runner it asks for.
 
     Raises:
-        UserError: unknown model or framework, a framework not installed or of the wrong version,
-            a device this machine lacks, bad measurement settings, an unknown runner.
+        UserError: unknown model or framework, a framework the runner cannot run here (not installed,
+            no environment or image) or of the wrong version, a device this machine lacks, bad
+            measurement settings, an unknown runner.
     """
-    framework = get_framework(request.framework)
+    framework = check_runnable(get_framework(request.framework))
     manifest = registry.get(request.model, request.framework)
-    version = check_available(framework, manifest.framework.version, manifest.source.kind)
+    runner = get_runner(request.runner, settings)
+    version = check_available(
+        framework,
+        manifest.framework.version,
+        manifest.source.kind,
+        version=runner.framework_version(framework),
+        where=runner.where(framework),
+    )
     MeasureSettings.from_dict(request.measure)
-    get_runner(request.runner)
     _check_device(request.device)
     return PreparedEvaluation(request, manifest, version)
 
@@ -155,7 +164,7 @@ def _evaluate(
         traceparent=TraceContext(tracer.trace_id, tracer.current_id).traceparent() if traced else "",
     )
     try:
-        outcome = get_runner(request.runner).run(
+        outcome = get_runner(request.runner, settings).run(
             job, emit, timeout_s=request.timeout_s, memory_limit_mb=request.memory_limit_mb, cancel=cancel
         )
     except KeyboardInterrupt:

@@ -36,13 +36,12 @@ from mlscope.broker.queues import check_agent_id, check_capability, queues_for
 from mlscope.broker.tasks import BARE_TASK, EVALUATE_TASK, EvaluationMessage
 from mlscope.errors import UserError
 from mlscope.registry.agents import DEFAULT_TTL_S, AgentInfo, AgentRegistry
-from mlscope.registry.frameworks import FRAMEWORKS, installed_version
 from mlscope.registry.models import ModelRegistry
 from mlscope.settings import Settings
 from mlscope.store import EvaluationNotFound, InvalidTransition, Store, open_store
 from mlscope.workers.capabilities import detect_capabilities
 from mlscope.workers.pipeline import evaluate, keep_spans, prepare
-from mlscope.workers.runners import RUNNERS
+from mlscope.workers.runners import RUNNERS, frameworks_for, get_runner
 from mlscope.workers.system import cpu_facts, gpu_facts
 from mlscope.workers.trace.spans import TraceContext, Tracer
 
@@ -67,15 +66,6 @@ def default_agent_id() -> str:
     """The machine's host name, made a valid agent id."""
     name = "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname())
     return name.strip(".-_")[:128] or "agent"
-
-
-def _installed_frameworks() -> dict[str, str]:
-    found = {}
-    for name, spec in FRAMEWORKS.items():
-        version = installed_version(spec)
-        if version is not None:
-            found[name] = version
-    return found
 
 
 class Worker:
@@ -116,7 +106,15 @@ class Worker:
         self.capabilities = tuple(
             check_capability(c, "capability") for c in (capabilities or detect_capabilities(cpu, gpus))
         )
-        installed = _installed_frameworks()
+        unknown = [r for r in runners if r not in RUNNERS]
+        if unknown or not runners:
+            raise UserError(
+                f"runner(s) {', '.join(unknown) or '(none)'}: expected some of {', '.join(RUNNERS)}",
+                field="runners",
+            )
+        # What this agent can run: whatever any of its runners can (this Python's frameworks, their
+        # own environments, their images).
+        installed = frameworks_for([get_runner(name, settings) for name in runners])
         if frameworks:
             missing = [f for f in frameworks if f not in installed]
             if missing:
@@ -131,12 +129,6 @@ class Worker:
                 "no framework is installed here: install mlscope[pytorch] or mlscope[onnxruntime]"
             )
         self.frameworks = installed
-        unknown = [r for r in runners if r not in RUNNERS]
-        if unknown or not runners:
-            raise UserError(
-                f"runner(s) {', '.join(unknown) or '(none)'}: expected some of {', '.join(RUNNERS)}",
-                field="runners",
-            )
         self.runners = tuple(runners)
         self.queues = queues_for(self.frameworks, self.capabilities, self.agent_id)
         self.registry = AgentRegistry(settings.agent_registry_url, ttl_s=heartbeat_ttl_s)
@@ -227,7 +219,7 @@ class Worker:
             )
             return
         try:
-            prepared = prepare(request, self.models)
+            prepared = prepare(request, self.models, self.settings)
         except UserError as exc:
             self._fail(evaluation_id, "InvalidRequest", exc.message, "validate")
             return

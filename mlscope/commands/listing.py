@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 from mlscope.commands.render import console, print_json_line
@@ -53,14 +54,15 @@ def frameworks_command(*, as_json: bool) -> None:
     rows = []
     for name in sorted(FRAMEWORKS):
         spec = FRAMEWORKS[name]
-        version = installed_version(spec)
+        version = installed_version(spec) if spec.unavailable is None else None
+        reason = None if version else f"not installed ({spec.install_hint})"
         rows.append(
             {
                 "name": name,
                 "display": spec.display,
                 "installed": version,
                 "available": version is not None,
-                "reason": None if version else f"not installed ({spec.install_hint})",
+                "reason": f"unavailable: {spec.unavailable}" if spec.unavailable is not None else reason,
                 "sources": sorted(spec.sources),
             }
         )
@@ -77,6 +79,6 @@ def frameworks_command(*, as_json: bool) -> None:
             row["display"],
             row["installed"] or "-",
             ", ".join(row["sources"]),
-            row["reason"] or "",
+            escape(row["reason"] or ""),
         )
     console.print(table)

@@ -81,7 +81,8 @@ def run_command(model: str, frameworks: list[str], document: dict[str, Any], *, 
     # Every request is checked before the first runs: a typo in the third framework must not
     # cost the user the first two runs' time, and must leave the store untouched.
     prepared = [
-        prepare(parse_request({**document, "model": model, "framework": name}), registry) for name in names
+        prepare(parse_request({**document, "model": model, "framework": name}), registry, settings)
+        for name in names
     ]
     results = []
     with open_store(settings.store_url) as store:

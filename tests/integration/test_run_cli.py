@@ -174,7 +174,7 @@ def test_inline_runner_gives_the_same_shape_and_reports_a_warm_process(mlscope_e
     ("args", "words"),
     [
         (["run", "resnet19"], "unknown model 'resnet19'"),
-        (["run", "resnet18", "-f", "tensorflow"], "unknown framework 'tensorflow'"),
+        (["run", "resnet18", "-f", "tensorflw"], "unknown framework 'tensorflw'"),
         (["run", "resnet18", "-f", "pytorch", "-b", "1,0"], "batch_sizes.1"),
         (["run", "resnet18", "-f", "pytorch", "-b", "one"], "'one' is not a whole number"),
         (["run", "resnet18", "-f", "pytorch", "--device", "tpu"], "device"),

@@ -7,6 +7,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from mlscope.registry.frameworks import FrameworkSpec, installed_version
+from mlscope.settings import Settings
 from mlscope.workers.execute import Emit
 from mlscope.workers.job import Job
 
@@ -31,6 +33,20 @@ class Runner(ABC):
     """Runs jobs somewhere: this process, a child process, a container."""
 
     NAME: ClassVar[str]
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None) -> Runner:
+        """The runner as the settings configure it (cache directory, images...); default: no settings."""
+        return cls()
+
+    def framework_version(self, spec: FrameworkSpec) -> str | None:
+        """The version of the framework this runner would run a job with, or None when it cannot run
+        it. Default: the one installed in this Python."""
+        return installed_version(spec)
+
+    def where(self, spec: FrameworkSpec) -> str:
+        """Where this runner looks for the framework, for messages ("here", "in image X")."""
+        return "here"
 
     @abstractmethod
     def run(
