@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # The venv is rebuilt only when what it is made from changes.
 INPUTS_HASH := $(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 STAMP  := $(VENV)/.installed-$(INPUTS_HASH)
-EXTRAS := pytorch,onnxruntime,postgresql,mongodb,farm,otlp,dev
+EXTRAS := pytorch,onnxruntime,postgresql,mongodb,farm,otlp,docker,dev
 
 .PHONY: demo test lint typecheck unit services bench clean
 
