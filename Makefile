@@ -5,9 +5,9 @@ BIN    := $(VENV)/bin
 # The venv is rebuilt only when what it is made from changes.
 INPUTS_HASH := $(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 STAMP  := $(VENV)/.installed-$(INPUTS_HASH)
-EXTRAS := pytorch,onnxruntime,postgresql,mongodb,farm,otlp,docker,dev
+EXTRAS := pytorch,onnxruntime,tensorflow,postgresql,mongodb,farm,otlp,docker,dev
 
-.PHONY: demo test lint typecheck unit services bench clean
+.PHONY: demo test lint typecheck unit services docker bench clean
 
 $(STAMP):
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,7 +32,11 @@ typecheck: $(STAMP)
 services:
 	@bash ops/ci/services.sh
 
-test: $(STAMP) services lint typecheck
+# A Docker engine, the offline base image and the predictor images (each step skipped when done).
+docker: $(STAMP)
+	@bash ops/ci/docker.sh && bash ops/ci/images.sh
+
+test: $(STAMP) services docker lint typecheck
 	$(BIN)/python -m pytest -q
 
 unit: $(STAMP)

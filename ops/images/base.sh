@@ -1,18 +1,30 @@
 #!/usr/bin/env bash
 # Builds the offline base image mlscope-base:bookworm (Debian 12 minbase + python3, python3-venv,
-# ca-certificates, libgomp1, libquadmath0) without any image registry: debootstrap a root
+# ca-certificates, libgomp1, libquadmath0), or of another Debian release (bullseye: Python 3.9, which
+# the Caffe2 image needs), without any image registry: debootstrap a root
 # filesystem from the Debian mirror the host's apt already uses, cache it as a tarball, and
 # `docker import` it. A lost image is
 # re-imported from the cached tarball without a new debootstrap. Does nothing when the image exists.
 #
 #   ops/images/base.sh           ensure the image exists (silent when it does)
 #   ops/images/base.sh --rebuild forget the cached root filesystem and image, build both again
+#   ops/images/base.sh --release bullseye [--rebuild]   the same for mlscope-base:bullseye
 #
 # Environment: MLSCOPE_DEBIAN_MIRROR overrides the mirror read from /etc/apt; XDG_CACHE_HOME moves
 # the cache (default ~/.cache/mlscope-ci).
 set -euo pipefail
 
-readonly RELEASE=bookworm
+RELEASE=bookworm
+REBUILD=0
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --rebuild) REBUILD=1; shift ;;
+    --release) [[ $# -ge 2 && $2 =~ ^[a-z]+$ ]] || { echo "base image: error: --release needs a Debian codename" >&2; exit 1; }
+               RELEASE=$2; shift 2 ;;
+    *) echo "base image: error: unknown argument '$1' (only --rebuild, --release NAME)" >&2; exit 1 ;;
+  esac
+done
+readonly RELEASE REBUILD
 readonly IMAGE=mlscope-base:$RELEASE
 # libgomp1, libquadmath0: MXNet's wheel loads them from the system (PyTorch, ONNX Runtime don't).
 readonly PACKAGES=python3,python3-venv,ca-certificates,libgomp1,libquadmath0
@@ -29,16 +41,27 @@ image_exists() {  # ... and was built from the current package list
     2>/dev/null) == "$PACKAGES" ]]
 }
 
-debian_mirror() {  # the first apt source serving $RELEASE (one-line or deb822 format)
+debian_mirror() {  # the first apt source serving $RELEASE, else the host's own release's (one
+  # Debian mirror serves every release: a bookworm host's sources name no bullseye line)
   if [[ -n ${MLSCOPE_DEBIAN_MIRROR:-} ]]; then echo "$MLSCOPE_DEBIAN_MIRROR"; return; fi
-  local mirror=""
+  local mirror="" release
+  for release in "$RELEASE" $(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}"); do
+    mirror=$(mirror_for "$release")
+    [[ -z $mirror ]] || break
+  done
+  [[ -n $mirror ]] || die "no apt source for '$RELEASE' in /etc/apt; set MLSCOPE_DEBIAN_MIRROR"
+  echo "$mirror"
+}
+
+mirror_for() {  # the first apt source serving release $1 (one-line or deb822 format), or nothing
+  local release=$1 mirror=""
   if [[ -r /etc/apt/sources.list ]]; then
-    mirror=$(awk -v release="$RELEASE" '
+    mirror=$(awk -v release="$release" '
       $1 == "deb" { i = 2; if ($2 ~ /^\[/) while (i <= NF && $(i - 1) !~ /\]$/) i++
                     if ($(i + 1) == release) { print $i; exit } }' /etc/apt/sources.list)
   fi
   if [[ -z $mirror ]] && compgen -G '/etc/apt/sources.list.d/*.sources' >/dev/null; then
-    mirror=$(awk -v release="$RELEASE" '
+    mirror=$(awk -v release="$release" '
       BEGIN { RS = ""; FS = "\n" }
       { uri = ""; ok = 0; off = 0; deb = 0
         for (n = 1; n <= NF; n++) {
@@ -52,7 +75,6 @@ debian_mirror() {  # the first apt source serving $RELEASE (one-line or deb822 f
         if (deb && ok && !off && uri != "") { print uri; exit } }' \
       /etc/apt/sources.list.d/*.sources)
   fi
-  [[ -n $mirror ]] || die "no apt source for '$RELEASE' in /etc/apt; set MLSCOPE_DEBIAN_MIRROR"
   echo "$mirror"
 }
 
@@ -105,11 +127,9 @@ import_image() {  # labels say when the root filesystem was built and which Debi
   [[ -z $outdated ]] || docker image rm "$outdated" >/dev/null 2>&1 || true
 }
 
-if [[ ${1:-} == --rebuild ]]; then
+if [[ $REBUILD == 1 ]]; then
   rm -f "$ROOTFS_TAR"
   docker image rm -f "$IMAGE" >/dev/null 2>&1 || true
-elif [[ $# -gt 0 ]]; then
-  die "unknown argument '$1' (only --rebuild)"
 fi
 
 image_exists && exit 0
