@@ -7,6 +7,7 @@ case and without the prefix (`store_url = "postgresql://..."`).
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -31,6 +32,10 @@ def _default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir(APP))
 
 
+# Docker refuses a container memory limit under 6 MB.
+_DOCKER_MIN_MEMORY_MB = 6
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every setting mlscope reads, validated on construction."""
@@ -48,6 +53,10 @@ class Settings:
     registry_url: str | None = None
     visibility_timeout_s: float = 7200.0
     api_reads: str = "open"
+    # The docker runner's limits for every container it starts: CPUs (fractions allowed; None: all
+    # of the machine's) and memory in MB (None: no limit; a request's memory_limit_mb wins).
+    docker_cpus: float | None = None
+    docker_memory_mb: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("store_url", "broker_url", "api_url"):
@@ -66,6 +75,23 @@ class Settings:
         if self.api_reads not in ("open", "token"):
             raise UserError(
                 f"setting api_reads={self.api_reads!r}: expected 'open' or 'token'", field="api_reads"
+            )
+        if self.docker_cpus is not None and not (
+            isinstance(self.docker_cpus, (int, float)) and 0 < self.docker_cpus < math.inf
+        ):
+            raise UserError(
+                f"setting docker_cpus={self.docker_cpus!r}: expected a number of CPUs > 0 (e.g. 2 or 0.5)",
+                field="docker_cpus",
+            )
+        if self.docker_memory_mb is not None and not (
+            isinstance(self.docker_memory_mb, int)
+            and not isinstance(self.docker_memory_mb, bool)
+            and self.docker_memory_mb >= _DOCKER_MIN_MEMORY_MB
+        ):
+            raise UserError(
+                f"setting docker_memory_mb={self.docker_memory_mb!r}: expected a whole number of MB "
+                f">= {_DOCKER_MIN_MEMORY_MB}",
+                field="docker_memory_mb",
             )
 
     @property
@@ -112,6 +138,18 @@ def _coerce(name: str, raw: Any) -> Any:
         except (TypeError, ValueError):
             raise UserError(
                 f"setting visibility_timeout_s={raw!r}: expected a number of seconds", field=name
+            ) from None
+    if name == "docker_cpus":
+        try:
+            return float(raw)
+        except (TypeError, ValueError):
+            raise UserError(f"setting docker_cpus={raw!r}: expected a number of CPUs", field=name) from None
+    if name == "docker_memory_mb":
+        try:
+            return int(str(raw).strip())
+        except ValueError:
+            raise UserError(
+                f"setting docker_memory_mb={raw!r}: expected a whole number of MB", field=name
             ) from None
     return str(raw)
 

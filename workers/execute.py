@@ -2,11 +2,14 @@
 
 This is the predictor runtime's entry point. The process runner starts it as
 `python -m mlscope.workers.execute` (a job as JSON on stdin, events as JSON lines on stdout); the
-inline runner calls `execute` directly. It imports no store, broker or web code.
+docker runner as `... --job FILE --result FILE` (the job read from a file, the final result or
+error written to one, progress events still on stdout); the inline runner calls `execute` directly.
+It imports no store, broker or web code.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -256,8 +259,35 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def main() -> None:
-    """Entry point of a predictor process: job JSON on stdin, events as JSON lines on stdout."""
+def _write_atomically(path: Path, event: dict[str, Any]) -> None:
+    """Write the final event so a reader sees all of it or no file: a predictor killed while
+    writing leaves no half a result under the final name."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text(json.dumps(event, separators=(",", ":")))
+    os.replace(partial, path)
+
+
+def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m mlscope.workers.execute",
+        description="Run one evaluation job; progress events go to stdout as JSON lines.",
+    )
+    parser.add_argument("--job", type=Path, help="read the job (JSON) from this file instead of stdin")
+    parser.add_argument(
+        "--result", type=Path, help="write the final result or error (JSON) to this file instead of stdout"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of a predictor process: a job in, events as JSON lines on stdout.
+
+    Args:
+        argv: the command line's arguments; default sys.argv[1:]. `--job FILE` reads the job from a
+            file (default: stdin); `--result FILE` writes the final {"event": "result" | "error"}
+            there, replacing the file in one step (default: the last line on stdout).
+    """
+    arguments = _parse_arguments(argv)
     _die_with_parent()
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     # Whatever a framework prints goes to stderr, so it cannot corrupt the event stream.
@@ -267,13 +297,20 @@ def main() -> None:
         protocol.write(json.dumps(event, separators=(",", ":")) + "\n")
         protocol.flush()
 
-    job = Job.from_dict(json.loads(sys.stdin.read()))
+    def finish(event: dict[str, Any]) -> None:
+        if arguments.result is None:
+            emit(event)
+        else:
+            _write_atomically(arguments.result, event)
+
+    document = arguments.job.read_text() if arguments.job is not None else sys.stdin.read()
+    job = Job.from_dict(json.loads(document))
     try:
         result = execute(job, emit)
     except JobFailed as failure:
-        emit({"event": "error", **failure.to_error(), "detail": failure.detail, "spans": failure.spans})
+        finish({"event": "error", **failure.to_error(), "detail": failure.detail, "spans": failure.spans})
         sys.exit(1)
-    emit({"event": "result", "result": result})
+    finish({"event": "result", "result": result})
 
 
 if __name__ == "__main__":

@@ -25,16 +25,25 @@ def exported_graph(manifest: Manifest, cache_dir: Path, seed: int = 0, timeout_s
     """The cached ONNX graph of the manifest, exported on first use.
 
     Concurrent callers wait on a lock instead of exporting twice; a partial file never becomes
-    visible under the final name.
+    visible under the final name. A graph already cached is only read: no lock, no write, so a
+    cache mounted read-only (the docker runner's, where the host exported it first) serves it.
 
     Raises:
-        PredictorError: the export failed; the message carries the exporter's last lines.
+        PredictorError: the export failed; the message carries the exporter's last lines. Or the
+            graph is not cached and the cache cannot be written.
     """
     target = cache_dir / "onnx" / f"{manifest.sha256}-seed{seed}.onnx"
     if target.is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.with_suffix(".lock"), "w") as lock:
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(target.with_suffix(".lock"), "w")  # noqa: SIM115 - closed by the with below
+    except OSError as exc:
+        raise PredictorError(
+            f"{manifest.name} has no exported ONNX graph at {target}, and the cache cannot be written "
+            f"to export it ({exc.strerror or exc})"
+        ) from exc
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if target.is_file():
             return target

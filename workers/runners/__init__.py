@@ -6,12 +6,22 @@ from mlscope.errors import UserError
 from mlscope.registry.frameworks import FRAMEWORKS
 from mlscope.settings import Settings
 from mlscope.workers.runners.base import Outcome, Runner
+from mlscope.workers.runners.docker import DockerRunner
 from mlscope.workers.runners.inline import InlineRunner
 from mlscope.workers.runners.process import ProcessRunner
 
-__all__ = ["RUNNERS", "InlineRunner", "Outcome", "ProcessRunner", "Runner", "frameworks_for", "get_runner"]
+__all__ = [
+    "RUNNERS",
+    "DockerRunner",
+    "InlineRunner",
+    "Outcome",
+    "ProcessRunner",
+    "Runner",
+    "frameworks_for",
+    "get_runner",
+]
 
-RUNNERS: dict[str, type[Runner]] = {cls.NAME: cls for cls in (InlineRunner, ProcessRunner)}
+RUNNERS: dict[str, type[Runner]] = {cls.NAME: cls for cls in (InlineRunner, ProcessRunner, DockerRunner)}
 
 
 def get_runner(name: str, settings: Settings | None = None) -> Runner:

@@ -1,0 +1,198 @@
+"""The docker runner against the real Docker engine and the real ONNX Runtime predictor image.
+
+End to end through the farm (a real `mlscope worker --runner docker`, the api over HTTP, Redis,
+PostgreSQL), and the two ways a container can fail — it hangs, or it dies — through the pipeline
+into a real SQLite store. Every test checks that no container of its evaluation is left behind.
+Without an engine or the image these tests skip locally and fail in CI (env CI=true).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlscope.broker.contract import parse_request
+from mlscope.registry.models import ModelRegistry
+from mlscope.settings import Settings
+from mlscope.store import open_store
+from mlscope.workers.job import PHASES
+from mlscope.workers.pipeline import evaluate, prepare
+from mlscope.workers.predictors.export import exported_graph
+from mlscope.workers.runners.docker import EVALUATION_LABEL
+from tests.conftest import RUNTIME_MANIFESTS
+from tests.integration.conftest import _unavailable
+from tests.integration.farm import Farm, wait_until
+
+pytestmark = pytest.mark.slow
+
+FRAMEWORK = "onnxruntime"
+TINY = "test_tiny_mlp"
+# Enough measuring to be a real evaluation, short enough for a test on a shared 2-core machine.
+QUICK = {"warmup_count": 2, "warmup_seconds": 0.0, "min_count": 10, "min_seconds": 0.2, "max_seconds": 5}
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Any]:
+    """The Docker engine's client, once the ONNX Runtime predictor image is there."""
+    from mlscope.errors import UserError
+    from mlscope.workers.images import docker_client, image_for, image_name
+
+    try:
+        client = docker_client()
+    except UserError as exc:
+        _unavailable(str(exc))
+    if image_for(FRAMEWORK, client) is None:
+        _unavailable(f"no image {image_name(FRAMEWORK)}: run `mlscope image build {FRAMEWORK}`")
+    yield client
+    client.close()
+
+
+def _containers_of(engine: Any, evaluation_id: str) -> list[Any]:
+    found: list[Any] = engine.containers.list(
+        all=True, filters={"label": f"{EVALUATION_LABEL}={evaluation_id}"}
+    )
+    return found
+
+
+@pytest.mark.parametrize("farm", ["redis"], indirect=True)
+def test_a_farm_worker_runs_resnet18_in_the_onnxruntime_image(farm: Farm, engine: Any) -> None:
+    from mlscope.workers.images import image_for
+
+    image = image_for(FRAMEWORK, engine)
+    assert image is not None
+    # Given a worker that runs evaluations in containers only
+    farm.start_api()
+    capability = farm.capability("docker")
+    farm.start_worker("agent-docker", capability, extra=("--runner", "docker"))
+
+    # When ResNet-18 on ONNX Runtime is submitted over HTTP, asking for the docker runner
+    answer = farm.client.submit(
+        {
+            "model": "resnet18",
+            "framework": FRAMEWORK,
+            "target": capability,
+            "runner": "docker",
+            "measure": QUICK,
+            "timeout_s": 600,
+        }
+    )
+    [result] = farm.client.wait([answer["id"]], timeout_s=600)
+
+    # Then it succeeded inside a container of the image it records, and left no container behind
+    assert result["status"] == "succeeded", (result["error"], farm.log("agent-docker")[-3000:])
+    assert result["runner"] == "docker"
+    recorded = result["framework"]["image"]
+    assert recorded["id"] == image.id and recorded["name"] == image.name
+    assert recorded["digest"].startswith("sha256:")
+    assert result["framework"]["version"] == image.framework_version
+    assert result["system"]["container"] is True
+    assert result["measurements"] and all(m["latency_ms"]["median"] > 0 for m in result["measurements"])
+    assert _containers_of(engine, answer["id"]) == []
+
+
+@pytest.fixture
+def local(tmp_path: Path, shared_cache: Path) -> Iterator[tuple[Settings, Any]]:
+    """Settings and a SQLite store of this test's own; the session's model cache, holding the tiny
+    model's ONNX graph already (so a time limit is spent in the container, not exporting)."""
+    settings = Settings(store_url=f"sqlite:///{tmp_path / 'store.db'}", cache_dir=shared_cache)
+    exported_graph(ModelRegistry.load([RUNTIME_MANIFESTS]).get(TINY, FRAMEWORK), shared_cache)
+    store = open_store(settings.store_url)
+    yield settings, store
+    store.close()
+
+
+def _evaluate_tiny(
+    settings: Settings, store: Any, emit: Any, *, measure: dict[str, Any], timeout_s: float
+) -> dict[str, Any]:
+    request = parse_request(
+        {
+            "model": TINY,
+            "framework": FRAMEWORK,
+            "runner": "docker",
+            "measure": measure,
+            "timeout_s": timeout_s,
+        }
+    )
+    prepared = prepare(request, ModelRegistry.load([RUNTIME_MANIFESTS]), settings)
+    return evaluate(prepared, store=store, settings=settings, emit=emit)
+
+
+def test_a_container_past_its_time_limit_is_ended_and_removed(
+    engine: Any, local: tuple[Settings, Any]
+) -> None:
+    """The hang is made by measuring for far longer (min_seconds 120, with max_seconds above it)
+    than the evaluation's time limit allows (15 s)."""
+    settings, store = local
+    running: list[Any] = []
+
+    def note_the_container(event: dict[str, Any]) -> None:
+        if event.get("event") == "created":
+            running.append(event["id"])
+        elif event.get("event") == "phase" and event.get("phase") == "measure":
+            running.extend(_containers_of(engine, running[0]))
+
+    # When a tiny model must measure for two minutes within a 15-second limit
+    started = time.monotonic()
+    result = _evaluate_tiny(
+        settings,
+        store,
+        note_the_container,
+        measure={**QUICK, "min_seconds": 120, "max_seconds": 150},
+        timeout_s=15,
+    )
+
+    # Then the evaluation fails as a timeout near the limit, in a phase of the predictor's, and the
+    # container that was measuring is gone
+    assert result["status"] == "failed"
+    assert result["error"]["type"] == "Timeout"
+    assert "15 s" in result["error"]["message"]
+    assert result["error"]["phase"] in PHASES
+    assert time.monotonic() - started < 60
+    assert len(running) == 2, "no container was seen measuring"
+    assert _containers_of(engine, result["id"]) == []
+
+
+def test_a_container_killed_from_outside_is_a_crash_naming_the_signal(
+    engine: Any, local: tuple[Settings, Any]
+) -> None:
+    """The crash is made from outside: once the predictor reports the measure phase, the test
+    kills its container with the Docker SDK (SIGKILL), as the kernel or an operator would."""
+    settings, store = local
+    killed: list[str] = []
+
+    def kill_when_measuring(event: dict[str, Any]) -> None:
+        if event.get("event") == "created":
+            killed.append(event["id"])
+        if event.get("event") == "phase" and event.get("phase") == "measure" and len(killed) == 1:
+            threading.Thread(target=_kill_containers, args=(engine, killed), daemon=True).start()
+
+    # When the container is killed while it measures (for up to a minute)
+    result = _evaluate_tiny(
+        settings,
+        store,
+        kill_when_measuring,
+        measure={**QUICK, "min_seconds": 60, "max_seconds": 90},
+        timeout_s=300,
+    )
+
+    # Then the evaluation failed as a crash in the measure phase, naming exit code 137 = SIGKILL,
+    # and the container is gone
+    assert len(killed) == 2, "the container was never killed"
+    assert result["status"] == "failed"
+    assert result["error"]["type"] == "PredictorCrashed"
+    assert result["error"]["phase"] == "measure"
+    assert "137" in result["error"]["message"] and "SIGKILL" in result["error"]["message"]
+    assert _containers_of(engine, result["id"]) == []
+
+
+def _kill_containers(engine: Any, killed: list[str]) -> None:
+    evaluation_id = killed[0]
+    containers = wait_until(lambda: _containers_of(engine, evaluation_id), 30, "the evaluation's container")
+    for container in containers:
+        container.kill()
+    killed.append(container.id)
