@@ -3,6 +3,12 @@
 A crash (a segfault in a framework), a hang past the time limit, or memory past the limit ends the
 child's whole process group and becomes a failed evaluation naming the phase it happened in; the
 caller lives on. A fresh process per job also makes `import_ms` a real cold import.
+
+The child runs in this Python when the job's framework is installed here, else in the framework's
+environment (`mlscope env create <framework>`, see mlscope.workers.envs), which holds the framework,
+the predictor runtime and this same mlscope source. A job that asks for a number of threads starts
+its child with OMP_NUM_THREADS set to it: frameworks that read their OpenMP threads only when they
+load (MXNet) get the request that way, and the others set their own count on top of it.
 """
 
 from __future__ import annotations
@@ -16,10 +22,15 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import IO, Any, ClassVar
 
 import psutil
 
+from mlscope.errors import UserError
+from mlscope.registry.frameworks import FrameworkSpec, get_framework, installed_version
+from mlscope.settings import Settings
+from mlscope.workers.envs import EnvInfo, env_for, find_pins
 from mlscope.workers.execute import Emit
 from mlscope.workers.job import Job
 from mlscope.workers.runners.base import Outcome, Runner
@@ -51,8 +62,62 @@ def _describe_exit(code: int) -> str:
 class ProcessRunner(Runner):
     NAME: ClassVar[str] = "process"
 
-    def __init__(self, python: str | None = None) -> None:
-        self.python = python or sys.executable
+    def __init__(self, python: str | None = None, cache_dir: Path | None = None) -> None:
+        """Args:
+        python: run every job in this interpreter; default: per framework (see the module).
+        cache_dir: where framework environments are looked for; default: the settings' default.
+        """
+        self.python = python
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else Settings().cache_dir
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None) -> ProcessRunner:
+        return cls(cache_dir=settings.cache_dir if settings is not None else None)
+
+    def _environment(self, spec: FrameworkSpec) -> EnvInfo | None:
+        """The framework's environment, when the framework is not installed in this Python."""
+        if self.python is not None or installed_version(spec) is not None:
+            return None
+        return env_for(spec.name, self.cache_dir)
+
+    def framework_version(self, spec: FrameworkSpec) -> str | None:
+        """The version installed in this Python, else the one in the framework's environment."""
+        if self.python is not None:
+            return super().framework_version(spec)
+        found = installed_version(spec)
+        if found is not None:
+            return found
+        environment = env_for(spec.name, self.cache_dir)
+        return environment.version if environment is not None else None
+
+    def where(self, spec: FrameworkSpec) -> str:
+        if self.python is not None or installed_version(spec) is not None:
+            return "here"
+        environment = env_for(spec.name, self.cache_dir)
+        if environment is not None:
+            return f"in environment {environment.directory}"
+        try:
+            find_pins(spec.name)
+        except UserError:  # no environment can be made for it: only this Python counts
+            return "here"
+        return f"here or in a framework environment under {self.cache_dir / 'envs'}"
+
+    def python_for(self, framework: str) -> str:
+        """The interpreter a job of `framework` runs in: the one given, this one when the framework is
+        installed here, else its environment's (this one when there is none: the job then fails in
+        its import phase naming what to install)."""
+        if self.python is not None:
+            return self.python
+        environment = self._environment(get_framework(framework))
+        return str(environment.python) if environment is not None else sys.executable
+
+    @staticmethod
+    def _child_environment(job: Job) -> dict[str, str]:
+        environ = dict(os.environ)
+        threads = job.options.get("threads")
+        if threads:
+            environ["OMP_NUM_THREADS"] = str(int(threads))
+        return environ
 
     def run(
         self,
@@ -64,7 +129,8 @@ class ProcessRunner(Runner):
         cancel: threading.Event | None = None,
     ) -> Outcome:
         child = subprocess.Popen(
-            [self.python, "-m", "mlscope.workers.execute"],
+            [self.python_for(job.framework), "-m", "mlscope.workers.execute"],
+            env=self._child_environment(job),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
