@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import importlib.util
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from mlscope.errors import UserError
@@ -52,14 +53,6 @@ class FrameworkSpec:
 
 
 FRAMEWORKS: dict[str, FrameworkSpec] = {}
-
-# What was found when looking for a Caffe2 runtime that installs from PyPI or Debian (see README).
-CAFFE2_UNAVAILABLE = (
-    "no build installable here carries a working Caffe2 Python runtime: PyPI's torch 1.13.1 wheel has no "
-    "caffe2/ at all, the 1.12.1 wheel lacks caffe2_pybind11_state ('Caffe2 support is not fully enabled "
-    "in this PyTorch build'), Debian's python3-torch ships no caffe2.python, PyPI's caffe2 0.5.0a0 does "
-    "not build, and a source build with BUILD_CAFFE2=1 takes many hours"
-)
 
 
 def register_framework(spec: FrameworkSpec) -> FrameworkSpec:
@@ -125,15 +118,25 @@ register_framework(
         import_name="caffe2",
         distributions=("torch",),
         predictor="mlscope.workers.predictors.caffe2:Caffe2Predictor",
-        sources=frozenset(),
-        install_hint="no installable build carries a working Caffe2 runtime",
-        unavailable=CAFFE2_UNAVAILABLE,
+        # Caffe2 runs torchvision graphs exported to ONNX and converted to Caffe2 nets, on the CPU.
+        sources=frozenset({"torchvision"}),
+        # torch 1.10.2 is the last wheel with the Caffe2 extension, and it needs Python 3.9 (docs/caffe2.md).
+        install_hint="`mlscope env create caffe2` (a Python 3.9 environment with torch 1.10.2, for "
+        "--runner process), or `mlscope image build caffe2` for --runner docker",
     )
 )
 
 
+def _entry_points(group: str) -> Iterable[importlib.metadata.EntryPoint]:
+    found = importlib.metadata.entry_points()
+    if hasattr(found, "select"):
+        return found.select(group=group)
+    # Python 3.9 (the Caffe2 environment's) returns a dict of groups and takes no `group=`.
+    return found.get(group, ())
+
+
 def _load_plugins() -> None:
-    for entry in importlib.metadata.entry_points(group="mlscope.frameworks"):
+    for entry in _entry_points("mlscope.frameworks"):
         spec = entry.load()
         if isinstance(spec, FrameworkSpec):
             register_framework(spec)
@@ -159,7 +162,7 @@ def check_runnable(spec: FrameworkSpec) -> FrameworkSpec:
     """The framework, if it can run somewhere.
 
     Raises:
-        UserError: it is known but cannot run (Caffe2), naming the reason.
+        UserError: it is known but cannot run anywhere, naming the reason.
     """
     if spec.unavailable is not None:
         raise UserError(f"framework {spec.name!r} cannot run: {spec.unavailable}", field="framework")

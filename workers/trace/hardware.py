@@ -211,7 +211,9 @@ class _CpuReader:
         cpu_times = psutil.cpu_times(percpu=True)
         per_cpu = [
             _busy_percent(_busy_times(before), _busy_times(after))
-            for before, after in zip(self._cpu_times, cpu_times, strict=False)  # CPUs may go offline
+            # CPUs may go offline: stop at the shorter list (zip without strict=, which Python 3.9,
+            # the Caffe2 environment's, lacks).
+            for before, after in zip(self._cpu_times, cpu_times)  # noqa: B905
         ]
         overall = _busy_percent(_sum_times(self._cpu_times), _sum_times(cpu_times))
         self._cpu_times = cpu_times
