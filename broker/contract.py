@@ -35,7 +35,8 @@ class EvaluationRequest:
         batch_sizes: batch sizes to measure, each ≥ 1.
         scenarios: measurement scenarios (`single_stream`, `offline`).
         device: `cpu`, `cuda` or `cuda:N`.
-        runner: `process` (a child process: a crash or hang ends only the evaluation) or `inline`.
+        runner: `process` (a child process: a crash or hang ends only the evaluation), `docker` (the
+            framework's predictor image, no network) or `inline`.
         trace_level: how deep to trace: NO_TRACE, APPLICATION (phases), MODEL (each inference),
             FRAMEWORK (layers, a profiled pass), LIBRARY (operators and kernels, another pass),
             HARDWARE (CPU/GPU metrics sampled in a pass of their own), FULL (all of it, with

@@ -90,7 +90,8 @@ _EVALUATION_OPTIONS = (
         "--runner",
         default="process",
         show_default=True,
-        help="process (isolated child process) or inline (the worker's own process).",
+        help="process (a child process; a framework not installed here runs in its `mlscope env`), docker "
+        "(the framework's predictor image, no network), or inline (this process).",
     ),
     click.option(
         "--trace-level",

@@ -9,7 +9,7 @@ import pytest
 
 from mlscope.cli import main
 from mlscope.registry import frameworks
-from mlscope.registry.frameworks import FrameworkSpec, register_framework
+from mlscope.registry.frameworks import FrameworkSpec
 
 MANIFEST = """
 name: absent_model
@@ -25,19 +25,19 @@ outputs: [{name: y}]
 
 @pytest.fixture
 def absent_framework(monkeypatch: pytest.MonkeyPatch) -> FrameworkSpec:
-    # A registration exactly like a real plugin's, whose module is not installed here.
-    monkeypatch.setattr(frameworks, "FRAMEWORKS", dict(frameworks.FRAMEWORKS))
-    return register_framework(
-        FrameworkSpec(
-            name="absentfw",
-            display="Absent",
-            import_name="mlscope_absent_framework_module",
-            distributions=("absent-framework",),
-            predictor="nowhere:Predictor",
-            sources=frozenset({"python"}),
-            install_hint="pip install absent-framework",
-        )
+    # A registration exactly like a real plugin's, whose module is not installed here. It goes into
+    # the registry's own dict (modules that imported FRAMEWORKS earlier see it), removed afterwards.
+    spec = FrameworkSpec(
+        name="absentfw",
+        display="Absent",
+        import_name="mlscope_absent_framework_module",
+        distributions=("absent-framework",),
+        predictor="nowhere:Predictor",
+        sources=frozenset({"python"}),
+        install_hint="pip install absent-framework",
     )
+    monkeypatch.setitem(frameworks.FRAMEWORKS, spec.name, spec)
+    return spec
 
 
 def test_a_framework_that_is_not_installed_exits_2_naming_what_to_install(

@@ -23,6 +23,10 @@ FORBIDDEN = (
     "onnxruntime",
     "transformers",
     "opentelemetry",
+    "tensorflow",
+    "keras",
+    "mxnet",
+    "docker",
 )
 
 
@@ -42,6 +46,8 @@ def imported_after(statement: str) -> set[str]:
         "mlscope.workers.trace.passes",
         "mlscope.workers.trace.torch_profile",
         "mlscope.workers.trace.ort_profile",
+        "mlscope.workers.trace.tf_profile",
+        "mlscope.workers.trace.mx_profile",
         "mlscope.registry",
     ],
 )
