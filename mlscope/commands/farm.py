@@ -25,6 +25,7 @@ from mlscope.commands.render import (
     short_id,
     validity_notes,
 )
+from mlscope.errors import UserError
 from mlscope.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -217,6 +218,13 @@ def compare_command(
     from mlscope.client import Client
 
     settings: Settings = load_settings()
+    prefix = Path(output or time.strftime("mlscope-compare-%Y%m%d-%H%M%S", time.gmtime(now())))
+    # Checked before anything is submitted: a comparison's results must have somewhere to go.
+    try:
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        message = f"-o {output}: cannot make the folder {prefix.parent}: {exc.strerror}"
+        raise UserError(message, field="output") from None
     client = Client(settings=settings)
     answer = client.submit_batch(body)
     for skipped in answer.get("skipped", []):
@@ -243,7 +251,6 @@ def compare_command(
             )
     comparison = client.compare(ids=ids)
     rows = comparison["rows"]
-    prefix = Path(output or time.strftime("mlscope-compare-%Y%m%d-%H%M%S", time.gmtime(now())))
     csv_path, json_path = prefix.with_suffix(".csv"), prefix.with_suffix(".json")
     csv_path.write_text(_csv(comparison["columns"], rows))
     json_path.write_text(json.dumps({"evaluations": ids, **comparison}, indent=2) + "\n")
