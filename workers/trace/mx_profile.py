@@ -47,7 +47,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from mlscope.workers.trace.spans import Tracer, new_span_id
+from mlscope.workers.trace.spans import Tracer, make_span, new_span_id
 
 __all__ = [
     "DOMAIN",
@@ -188,23 +188,15 @@ def layer_pass(
                 inference_id = new_span_id()
                 current.update(inference=inference_id, index=0)
                 open_calls.clear()
-                attributes: dict[str, Any] = {**base, "iteration": iteration}
-                start = clock.now()
-                try:
+                with tracer.span(
+                    "inference",
+                    "MODEL",
+                    parent_id=parent_id,
+                    span_id=inference_id,
+                    **base,
+                    iteration=iteration,
+                ):
                     run()
-                except BaseException as exc:
-                    attributes["error"] = f"{type(exc).__name__}: {exc}"
-                    raise
-                finally:
-                    tracer.add(
-                        "inference",
-                        "MODEL",
-                        start,
-                        clock.now(),
-                        parent_id=parent_id,
-                        span_id=inference_id,
-                        attributes=attributes,
-                    )
 
 
 # -- LIBRARY: mx.profiler ---------------------------------------------------------------------
@@ -423,7 +415,7 @@ def mx_profile_to_spans(
         name = str(event.get("name", ""))
         iteration = _iteration(name)
         if iteration is not None:
-            span = _span(
+            span = make_span(
                 trace_id,
                 new_id(),
                 parent_id,
@@ -454,7 +446,7 @@ def mx_profile_to_spans(
         layer = next((path for first, last, path in layers if first <= start and end <= last), None)
         attributes = {**common, "kind": "operator", "layer": layer, "thread": str(event.get("tid"))}
         members[inference["span_id"]].append(
-            _span(
+            make_span(
                 trace_id,
                 new_id(),
                 inference["span_id"],
@@ -473,25 +465,3 @@ def mx_profile_to_spans(
         spans.append(inference)
         spans.extend(operator_spans)
     return spans
-
-
-def _span(
-    trace_id: str,
-    span_id: str,
-    parent_id: str,
-    name: str,
-    level: str,
-    start_ns: int,
-    end_ns: int,
-    attributes: dict[str, Any],
-) -> dict[str, Any]:
-    return {
-        "trace_id": trace_id,
-        "span_id": span_id,
-        "parent_id": parent_id,
-        "name": name,
-        "level": level,
-        "start_ns": int(start_ns),
-        "end_ns": int(max(end_ns, start_ns)),
-        "attributes": attributes,
-    }

@@ -42,7 +42,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from mlscope.workers.trace.spans import new_span_id
+from mlscope.workers.trace.spans import make_span, new_span_id
 
 __all__ = ["PROFILE_LEVELS", "ort_profile_to_spans"]
 
@@ -131,7 +131,7 @@ def ort_profile_to_spans(
     for iteration, run in enumerate(runs[warmup_runs:]):
         start = epoch_ns(run["ts"])
         inference_spans.append(
-            _span(
+            make_span(
                 trace_id,
                 new_id(),
                 parent_id,
@@ -238,7 +238,7 @@ def _node_span(
         name, span_level = op_type, "LIBRARY"
     start = epoch_ns(event["ts"])
     end = start + int(event["dur"]) * _US
-    return _span(trace_id, span_id, inference["span_id"], name, span_level, start, end, attributes)
+    return make_span(trace_id, span_id, inference["span_id"], name, span_level, start, end, attributes)
 
 
 def _kernel_span(
@@ -270,7 +270,9 @@ def _kernel_span(
             attributes[key] = sizes
     start = epoch_ns(event["ts"])
     end = start + int(event["dur"]) * _US
-    return _span(trace_id, span_id, parent["span_id"], str(event["name"]), "LIBRARY", start, end, attributes)
+    return make_span(
+        trace_id, span_id, parent["span_id"], str(event["name"]), "LIBRARY", start, end, attributes
+    )
 
 
 def _nest_in_control_flow(nodes: list[dict[str, Any]], threads: dict[int, Any]) -> None:
@@ -315,25 +317,3 @@ def _int_or_none(value: Any) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
-
-
-def _span(
-    trace_id: str,
-    span_id: str,
-    parent_id: str,
-    name: str,
-    level: str,
-    start_ns: int,
-    end_ns: int,
-    attributes: dict[str, Any],
-) -> dict[str, Any]:
-    return {
-        "trace_id": trace_id,
-        "span_id": span_id,
-        "parent_id": parent_id,
-        "name": name,
-        "level": level,
-        "start_ns": int(start_ns),
-        "end_ns": int(max(end_ns, start_ns)),
-        "attributes": attributes,
-    }

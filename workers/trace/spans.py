@@ -24,6 +24,7 @@ __all__ = [
     "TraceContext",
     "Tracer",
     "level_enabled",
+    "make_span",
     "nest_by_containment",
     "new_span_id",
     "new_trace_id",
@@ -159,16 +160,28 @@ class Tracer:
 
     @contextmanager
     def span(
-        self, name: str, level: str = "APPLICATION", **attributes: Any
+        self,
+        name: str,
+        level: str = "APPLICATION",
+        *,
+        parent_id: str | None = None,
+        span_id: str | None = None,
+        **attributes: Any,
     ) -> Iterator[dict[str, Any] | None]:
         """Record the enclosed work as a span; yields its attributes (add to them while it runs), or
         None when `level` is not traced. The span is kept also when the work raises, with
-        attributes["error"] naming the exception."""
+        attributes["error"] naming the exception.
+
+        Args:
+            parent_id: its parent; default: the innermost open span (else the context's).
+            span_id: its id, when the caller needs it before the span ends (a profiled pass's
+                inference, which the layers inside it name); default: a new one.
+        """
         if not self.enabled(level):
             yield None
             return
-        span_id = new_span_id()
-        parent_id = self._parent_id()
+        span_id = span_id or new_span_id()
+        parent_id = parent_id if parent_id is not None else self._parent_id()
         self._stack.append(span_id)
         start = self.clock.now()
         try:
@@ -220,16 +233,30 @@ class Tracer:
         end: int,
         attributes: dict[str, Any],
     ) -> dict[str, Any]:
-        return {
-            "trace_id": self._trace_id,
-            "span_id": span_id,
-            "parent_id": parent_id,
-            "name": name,
-            "level": level,
-            "start_ns": int(start),
-            "end_ns": int(max(end, start)),
-            "attributes": attributes,
-        }
+        return make_span(self._trace_id, span_id, parent_id, name, level, start, end, attributes)
+
+
+def make_span(
+    trace_id: str,
+    span_id: str,
+    parent_id: str | None,
+    name: str,
+    level: str,
+    start_ns: int,
+    end_ns: int,
+    attributes: dict[str, Any],
+) -> dict[str, Any]:
+    """A span dict in the store's shape; an end before the start (clock granularity) is clamped."""
+    return {
+        "trace_id": trace_id,
+        "span_id": span_id,
+        "parent_id": parent_id,
+        "name": name,
+        "level": level,
+        "start_ns": int(start_ns),
+        "end_ns": int(max(end_ns, start_ns)),
+        "attributes": attributes,
+    }
 
 
 def nest_by_containment(spans: list[dict[str, Any]], *, key: str | None = None) -> None:

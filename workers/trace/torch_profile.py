@@ -166,23 +166,10 @@ def layer_pass(
             inference_id = new_span_id()
             current.update(inference=inference_id, index=0)
             open_calls.clear()
-            attributes: dict[str, Any] = {**base, "iteration": iteration}
-            start = clock.now()
-            try:
+            with tracer.span(
+                "inference", "MODEL", parent_id=parent_id, span_id=inference_id, **base, iteration=iteration
+            ):
                 run()
-            except BaseException as exc:
-                attributes["error"] = f"{type(exc).__name__}: {exc}"
-                raise
-            finally:
-                tracer.add(
-                    "inference",
-                    "MODEL",
-                    start,
-                    clock.now(),
-                    parent_id=parent_id,
-                    span_id=inference_id,
-                    attributes=attributes,
-                )
     finally:
         for handle in handles:
             handle.remove()
