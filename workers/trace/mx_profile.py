@@ -47,6 +47,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from mlscope.workers.trace.layers import LayerRecorder
 from mlscope.workers.trace.spans import Tracer, make_span, new_span_id
 
 __all__ = [
@@ -155,48 +156,21 @@ def layer_pass(
         iterations: traced inferences.
         warmup: untraced inferences first (imperative too, without hooks).
     """
-    clock = tracer.clock
-    base = {"pass": "FRAMEWORK", "batch_size": batch_size}
-    current: dict[str, Any] = {"inference": parent_id, "index": 0}
-    open_calls: list[tuple[int, list[list[int]]]] = []
+    recorder = LayerRecorder(
+        tracer, parent_id=parent_id, batch_size=batch_size, shapes=_shapes, synchronize=wait_all
+    )
 
     def before(path: str, block: Any, inputs: Any) -> None:
-        wait_all()
-        open_calls.append((clock.now(), _shapes(inputs)))
+        recorder.before(inputs)
 
     def after(path: str, block: Any, inputs: Any, outputs: Any) -> None:
-        wait_all()
-        end = clock.now()
-        start, input_shapes = open_calls.pop()
-        attributes = {
-            **base,
-            "kind": "layer",
-            "layer_type": type(block).__name__,
-            "layer": path,
-            "layer_index": current["index"],
-            "input_shapes": input_shapes,
-            "output_shapes": _shapes(outputs),
-        }
-        current["index"] += 1
-        tracer.add(path, "FRAMEWORK", start, end, parent_id=current["inference"], attributes=attributes)
+        recorder.after(path, type(block).__name__, outputs)
 
     with _imperative(net, restore):
         for _ in range(warmup):
             run()
         with _hooks(net, before, after):
-            for iteration in range(iterations):
-                inference_id = new_span_id()
-                current.update(inference=inference_id, index=0)
-                open_calls.clear()
-                with tracer.span(
-                    "inference",
-                    "MODEL",
-                    parent_id=parent_id,
-                    span_id=inference_id,
-                    **base,
-                    iteration=iteration,
-                ):
-                    run()
+            recorder.inferences(run, iterations)
 
 
 # -- LIBRARY: mx.profiler ---------------------------------------------------------------------

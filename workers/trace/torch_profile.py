@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlscope.workers.trace.layers import LayerRecorder
 from mlscope.workers.trace.spans import Tracer, nest_by_containment, new_span_id
 
 if TYPE_CHECKING:
@@ -124,52 +125,27 @@ def layer_pass(
     """
     for _ in range(warmup):
         run()
-    clock = tracer.clock
     # On a GPU a layer's work is queued, not done, when its forward returns: synchronising before
     # and after each layer makes its span cover its kernels, but serialises the GPU (no overlap of
     # one layer's kernels with the next layer's launches). That is this pass's framework-level
     # view; the LIBRARY pass shows the kernels as they really ran.
-    synchronize = _synchronizer(device)
-    base = {"pass": "FRAMEWORK", "batch_size": batch_size}
-    current: dict[str, Any] = {"inference": parent_id, "index": 0}
-    open_calls: list[tuple[int, list[list[int]]]] = []
-
-    def before(module: torch.nn.Module, args: tuple[Any, ...]) -> None:
-        synchronize()
-        open_calls.append((clock.now(), _tensor_shapes(args)))
+    recorder = LayerRecorder(
+        tracer,
+        parent_id=parent_id,
+        batch_size=batch_size,
+        shapes=_tensor_shapes,
+        synchronize=_synchronizer(device),
+    )
 
     def after_for(path: str) -> Callable[[torch.nn.Module, tuple[Any, ...], Any], None]:
-        def after(module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
-            synchronize()
-            end = clock.now()
-            start, input_shapes = open_calls.pop()
-            attributes = {
-                **base,
-                "kind": "layer",
-                "layer_type": type(module).__name__,
-                "layer": path,
-                "layer_index": current["index"],
-                "input_shapes": input_shapes,
-                "output_shapes": _tensor_shapes(output),
-            }
-            current["index"] += 1
-            tracer.add(path, "FRAMEWORK", start, end, parent_id=current["inference"], attributes=attributes)
-
-        return after
+        return lambda module, args, output: recorder.after(path, type(module).__name__, output)
 
     handles = []
     try:
         for path, module in leaf_modules(model):
-            handles.append(module.register_forward_pre_hook(before))
+            handles.append(module.register_forward_pre_hook(lambda module, args: recorder.before(args)))
             handles.append(module.register_forward_hook(after_for(path)))
-        for iteration in range(iterations):
-            inference_id = new_span_id()
-            current.update(inference=inference_id, index=0)
-            open_calls.clear()
-            with tracer.span(
-                "inference", "MODEL", parent_id=parent_id, span_id=inference_id, **base, iteration=iteration
-            ):
-                run()
+        recorder.inferences(run, iterations)
     finally:
         for handle in handles:
             handle.remove()
