@@ -42,6 +42,7 @@ __all__ = [
     "env_dir",
     "env_for",
     "envs_root",
+    "file_lock",
     "find_pins",
     "list_envs",
     "pins_hash",
@@ -284,8 +285,9 @@ def env_for(framework: str, cache_dir: Path, pins_dir: Path | None = None) -> En
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `path` (made if missing): two creators of one environment take turns."""
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (made if missing): two makers of one environment (or image)
+    on this machine take turns, and the second finds the first's work done."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -378,7 +380,7 @@ def create_env(
     if checkout is None:
         raise UserError("mlscope is installed without its source checkout: nothing to install into the env")
     directory = env_dir(framework, cache_dir, pins)
-    with _locked(directory.with_name(directory.name + ".lock")):
+    with file_lock(directory.with_name(directory.name + ".lock")):
         existing = read_env(directory)
         interpreter = base_interpreter(pins)
         python = directory / "bin" / "python"

@@ -10,15 +10,13 @@ nothing here imports Celery, Flask or a database.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import re
 import shutil
 import tempfile
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,8 @@ from typing import Any
 import mlscope
 from mlscope.errors import UserError
 from mlscope.registry.frameworks import get_framework
+from mlscope.workers import envs
+from mlscope.workers.envs import file_lock
 
 __all__ = [
     "BUILT_BY_DEFAULT",
@@ -157,16 +157,14 @@ def source_checkout() -> Path:
     Raises:
         UserError: mlscope is installed from a wheel, without its source and ops/images/.
     """
-    import mlscope.workers
-
-    root = Path(mlscope.workers.__file__).resolve().parent.parent
-    if not ((root / "pyproject.toml").is_file() and (root / "ops" / "images").is_dir()):
+    checkout = envs.source_checkout()
+    if checkout is None:
         raise UserError(
-            f"predictor images are built from a source checkout of mlscope (pyproject.toml and "
-            f"ops/images/); this installation at {root} is not one: clone the repository and "
-            f"`pip install -e` it"
+            "predictor images are built from a source checkout of mlscope (pyproject.toml and "
+            "ops/images/); this installation is not one: clone the repository and install it with "
+            "`pip install -e .`"
         )
-    return root
+    return checkout
 
 
 def _images_dir(checkout: Path | None) -> Path:
@@ -320,19 +318,6 @@ def list_images(client: Any = None) -> list[ImageInfo]:
     return sorted(found, key=lambda info: info.name)
 
 
-@contextlib.contextmanager
-def _build_lock(framework: str) -> Iterator[None]:
-    """One build of a framework's image at a time on this machine: the second one then finds the
-    first's image up to date instead of building it again."""
-    path = Path(tempfile.gettempdir()) / f"mlscope-image-build-{framework}.lock"
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _base_reference(client: Any, base: str | None) -> str:
     """What the inputs hash knows of the base: its name, and its id when the engine has it (a
     re-imported base is a new base)."""
@@ -400,7 +385,8 @@ def build_image(
     checkout = source_checkout()
     client = docker_client()
     name = image_name(framework)
-    with _build_lock(framework), tempfile.TemporaryDirectory(prefix="mlscope-image-") as scratch:
+    lock = Path(tempfile.gettempdir()) / f"mlscope-image-build-{framework}.lock"
+    with file_lock(lock), tempfile.TemporaryDirectory(prefix="mlscope-image-") as scratch:
         context = assemble_context(framework, Path(scratch) / "context", ca_bundle=ca_path, checkout=checkout)
         inputs = hashlib.sha256(f"{context.inputs}\0{_base_reference(client, base)}".encode()).hexdigest()
         existing = image_for(framework, client)
