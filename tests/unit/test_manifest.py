@@ -42,11 +42,11 @@ def base_document() -> dict[str, Any]:
 
 
 # The architectures each further framework ships (Keras has no ResNet-18 or AlexNet; Gluon's model
-# zoo has no AlexNet manifest here; Caffe2 runs ResNets converted from torchvision).
+# zoo has no AlexNet manifest here; Caffe2 runs torchvision's ImageNet models converted to its nets).
 OTHER_FRAMEWORKS = {
     "tensorflow": {"resnet50", "mobilenet_v2", "vgg16"},
     "mxnet": {"resnet18", "resnet50", "mobilenet_v2", "vgg16"},
-    "caffe2": {"resnet18", "resnet50"},
+    "caffe2": {"resnet18", "resnet50", "mobilenet_v2", "vgg16"},
 }
 
 

@@ -41,7 +41,7 @@ def test_shipped_registry_lists_models_and_frameworks(shipped: ModelRegistry) ->
     assert shipped.frameworks_for("bert_base") == ["onnxruntime", "pytorch"]
     assert shipped.frameworks_for("resnet50") == ["caffe2", "mxnet", "onnxruntime", "pytorch", "tensorflow"]
     keys = [m.key for m in shipped.all()]
-    assert keys == sorted(keys) and len(keys) == len(shipped) == 21
+    assert keys == sorted(keys) and len(keys) == len(shipped) == 23
     assert shipped.get("resnet50", "onnxruntime").attributes["top1"] == 76.130
 
 
