@@ -17,8 +17,8 @@ from typing import Any
 import redis
 from celery import Celery
 
-from mlscope.workers.execute import execute
-from mlscope.workers.job import Job
+from mlscope.contract.job import Job
+from mlscope.runtime.execute import execute
 
 app = Celery("bare", broker=os.environ["MLSCOPE_BROKER_URL"], set_as_current=True)
 app.conf.update(

@@ -35,9 +35,9 @@ import redis
 from celery import Celery
 
 from mlscope.client import Client
+from mlscope.contract.job import Job
 from mlscope.registry.models import ModelRegistry
 from mlscope.store import open_store
-from mlscope.workers.job import Job
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any
 
-from mlscope.workers.measure import MeasureSettings, summarize, timed_loop
+from mlscope.runtime.measure import MeasureSettings, summarize, timed_loop
 
 __all__ = ["TARGET_NS_PER_ITERATION", "measure_harness_overhead"]
 

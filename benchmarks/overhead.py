@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from mlscope.contract.job import Job
 from mlscope.registry.models import ModelRegistry
-from mlscope.workers.execute import execute
-from mlscope.workers.job import Job
-from mlscope.workers.predictors.export import exported_graph
-from mlscope.workers.predictors.inputs import synthetic_batches
+from mlscope.runtime.execute import execute
+from mlscope.runtime.predictors.export import exported_graph
+from mlscope.runtime.predictors.inputs import synthetic_batches
 
 HERE = Path(__file__).resolve().parent
 

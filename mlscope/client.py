@@ -23,8 +23,8 @@ from urllib.parse import quote
 
 import requests
 
-from mlscope.errors import UserError
-from mlscope.settings import Settings, load_settings
+from mlscope.contract.errors import UserError
+from mlscope.contract.settings import Settings, load_settings
 
 __all__ = ["TERMINAL_STATUSES", "ApiError", "Client", "WaitTimeout"]
 

@@ -16,12 +16,6 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 MLSCOPE_CACHE_DIR=/var/cache/ml
 WORKDIR /opt/mlscope
 COPY pyproject.toml constraints.txt README.md ./
 COPY mlscope ./mlscope
-COPY registry ./registry
-COPY broker ./broker
-COPY workers ./workers
-COPY store ./store
-COPY api ./api
-COPY manifests ./manifests
 RUN pip install --no-cache-dir ${PIP_ARGS} -c constraints.txt ".[${EXTRAS}]" \
     && useradd --system --create-home mlscope \
     && mkdir -p /var/cache/mlscope && chown mlscope /var/cache/mlscope

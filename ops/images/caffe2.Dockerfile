@@ -25,7 +25,7 @@ RUN set -eu; \
     pip="/opt/mlscope/bin/pip install --no-cache-dir --progress-bar off --disable-pip-version-check"; \
     $pip -r /tmp/build/requirements/runtime.requirements.txt -r /tmp/build/requirements/caffe2.requirements.txt; \
     $pip --no-deps --ignore-requires-python /tmp/build/src; \
-    /opt/mlscope/bin/python -c "import mlscope.workers.execute, mlscope.workers.predictors.caffe2"
+    /opt/mlscope/bin/python -c "import mlscope.runtime.execute, mlscope.runtime.predictors.caffe2"
 
 FROM ${BASE}
 ARG MLSCOPE_VERSION=""
@@ -41,4 +41,4 @@ USER 10001:10001
 WORKDIR /tmp
 COPY --from=build /opt/mlscope /opt/mlscope
 # No ENTRYPOINT or CMD of its own: the Docker runner names the command,
-#   python -m mlscope.workers.execute --job /mlscope/io/job.json --result /mlscope/io/result.json
+#   python -m mlscope.runtime.execute --job /mlscope/io/job.json --result /mlscope/io/result.json

@@ -28,7 +28,7 @@ RUN set -eu; \
         cp -L "$path" /opt/mlscope/lib/system/; \
     done; \
     export LD_LIBRARY_PATH=/opt/mlscope/lib/system; \
-    /opt/mlscope/bin/python -c "import mlscope.workers.execute, mxnet"
+    /opt/mlscope/bin/python -c "import mlscope.runtime.execute, mxnet"
 
 FROM ${BASE}
 # Metadata first, the COPY last: the legacy builder makes a container for every step, and with vfs
@@ -48,5 +48,5 @@ ENV PATH=/opt/mlscope/bin:$PATH HOME=/tmp PYTHONUNBUFFERED=1 MLSCOPE_CACHE_DIR=/
 USER 10001:10001
 WORKDIR /tmp
 # No ENTRYPOINT or CMD of its own: the Docker runner names the command,
-#   python -m mlscope.workers.execute --job /mlscope/io/job.json --result /mlscope/io/result.json
+#   python -m mlscope.runtime.execute --job /mlscope/io/job.json --result /mlscope/io/result.json
 COPY --from=build /opt/mlscope /opt/mlscope

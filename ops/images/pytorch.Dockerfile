@@ -18,7 +18,7 @@ RUN set -eu; \
     pip="/opt/mlscope/bin/pip install --no-cache-dir --progress-bar off --disable-pip-version-check"; \
     $pip -r /tmp/build/requirements/runtime.requirements.txt -r /tmp/build/requirements/pytorch.requirements.txt; \
     $pip --no-deps /tmp/build/src; \
-    /opt/mlscope/bin/python -c "import mlscope.workers.execute, torch, torchvision"
+    /opt/mlscope/bin/python -c "import mlscope.runtime.execute, torch, torchvision"
 
 FROM ${BASE}
 # Metadata first, the COPY last: the legacy builder makes a container for every step, and with vfs
@@ -37,5 +37,5 @@ ENV PATH=/opt/mlscope/bin:$PATH HOME=/tmp PYTHONUNBUFFERED=1 MLSCOPE_CACHE_DIR=/
 USER 10001:10001
 WORKDIR /tmp
 # No ENTRYPOINT or CMD of its own: the Docker runner names the command,
-#   python -m mlscope.workers.execute --job /mlscope/io/job.json --result /mlscope/io/result.json
+#   python -m mlscope.runtime.execute --job /mlscope/io/job.json --result /mlscope/io/result.json
 COPY --from=build /opt/mlscope /opt/mlscope

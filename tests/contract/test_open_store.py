@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mlscope.errors import UserError
+from mlscope.contract.errors import UserError
 from mlscope.store import Store, open_store
 
 MODEL = {"name": "resnet18", "version": "1.0", "manifest_sha256": None}

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mlscope.errors import UserError
+from mlscope.contract.errors import UserError
 from mlscope.store import Store
 from mlscope.store.records import COMPARE_COLUMNS, CompareFilter, compare_rows
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mlscope.errors import UserError
+from mlscope.contract.errors import UserError
 from mlscope.store import InvalidTransition, Store, open_store
 
 from .builders import (

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mlscope.errors import UserError
+from mlscope.contract.errors import UserError
 from mlscope.store import EvaluationNotFound, Store, open_store
 
 from .builders import ERROR, T0, finish, ids_of, make_measurement, make_system, run_to, submit

@@ -26,12 +26,12 @@ from werkzeug.serving import make_server
 
 from mlscope import __version__
 from mlscope.api import create_app
-from mlscope.broker.queues import queues_for
 from mlscope.broker.tasks import EVALUATE_TASK, EvaluationMessage
 from mlscope.client import ApiError, Client, WaitTimeout
+from mlscope.contract.queues import queues_for
+from mlscope.contract.settings import Settings, load_settings
 from mlscope.registry.agents import AgentInfo, AgentRegistry
 from mlscope.registry.models import ModelRegistry
-from mlscope.settings import Settings, load_settings
 from mlscope.store import Store
 from mlscope.store.records import COMPARE_COLUMNS
 from mlscope.store.sql import SQLStore

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from mlscope.errors import UserError
+from mlscope.contract.errors import UserError
 from mlscope.workers.envs import EnvBuildError, EnvInfo, create_env
 from tests.conftest import REPO
 from tests.integration.conftest import _unavailable
@@ -62,8 +62,8 @@ def _pinned(name: str) -> str:
 
 
 def _run_job(python: Path, cache: Path, *, device: str = "cpu", trace_level: str = "NO_TRACE") -> Any:
+    from mlscope.contract.job import Job
     from mlscope.registry.models import ModelRegistry
-    from mlscope.workers.job import Job
     from mlscope.workers.runners.process import ProcessRunner
 
     manifest = ModelRegistry.load().get("resnet18", "caffe2")
@@ -97,9 +97,9 @@ from pathlib import Path
 from typing import Any
 import numpy as np, torch
 from mlscope.registry.models import ModelRegistry
-from mlscope.workers.predictors import PredictorOptions
-from mlscope.workers.predictors.caffe2 import Caffe2Predictor, build_torchvision_model, nets_dir
-from mlscope.workers.predictors.inputs import synthetic_batches
+from mlscope.runtime.predictors import PredictorOptions
+from mlscope.runtime.predictors.caffe2 import Caffe2Predictor, build_torchvision_model, nets_dir
+from mlscope.runtime.predictors.inputs import synthetic_batches
 
 manifest = ModelRegistry.load().get("resnet18", "caffe2")
 cache = Path(sys.argv[1])

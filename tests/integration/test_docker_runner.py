@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from mlscope.broker.contract import parse_request
+from mlscope.contract.job import PHASES
+from mlscope.contract.request import parse_request
+from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
-from mlscope.settings import Settings
+from mlscope.runtime.predictors.export import exported_graph
 from mlscope.store import open_store
-from mlscope.workers.job import PHASES
 from mlscope.workers.pipeline import evaluate, prepare
-from mlscope.workers.predictors.export import exported_graph
 from mlscope.workers.runners.docker import EVALUATION_LABEL
 from tests.conftest import RUNTIME_MANIFESTS
 from tests.integration.conftest import _unavailable
@@ -39,7 +39,7 @@ QUICK = {"warmup_count": 2, "warmup_seconds": 0.0, "min_count": 10, "min_seconds
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Any]:
     """The Docker engine's client, once the ONNX Runtime predictor image is there."""
-    from mlscope.errors import UserError
+    from mlscope.contract.errors import UserError
     from mlscope.workers.images import docker_client, image_for, image_name
 
     try:

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import requests
 
+from mlscope.runtime.trace.spans import TraceContext
 from mlscope.store import open_store
-from mlscope.workers.trace.spans import TraceContext
 from tests.integration.farm import TOKEN, Farm, wait_until
 from tests.otlp_receiver import OtlpReceiver
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from mlscope.registry.models import ModelRegistry
-from mlscope.workers.predictors import PredictorOptions, load_predictor_class
-from mlscope.workers.predictors.export import exported_graph
-from mlscope.workers.predictors.inputs import synthetic_batches
+from mlscope.runtime.predictors import PredictorOptions, load_predictor_class
+from mlscope.runtime.predictors.export import exported_graph
+from mlscope.runtime.predictors.inputs import synthetic_batches
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from mlscope.errors import UserError
+from mlscope.contract.errors import UserError
 from mlscope.workers.images import (
     ImageInfo,
     build_image,
@@ -35,7 +35,7 @@ BASE_IMAGE = "mlscope-base:bookworm"
 CA_BUNDLE = Path(os.environ.get("MLSCOPE_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt"))
 FARM_MODULES = ("torch", "celery", "flask", "sqlalchemy", "redis", "pymongo", "opentelemetry")
 PROBE = f"""
-import json, sys, onnxruntime, mlscope.workers.execute
+import json, sys, onnxruntime, mlscope.runtime.execute
 print(json.dumps({{"onnxruntime": onnxruntime.__version__,
                   "farm": [m for m in {FARM_MODULES!r} if m in sys.modules]}}))
 """

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from mlscope.contract.job import PHASES, Job
 from mlscope.registry.models import ModelRegistry
-from mlscope.workers.job import PHASES, Job
 from mlscope.workers.runners import InlineRunner
 from tests.conftest import RUNTIME_MANIFESTS
 

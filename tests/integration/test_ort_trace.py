@@ -13,10 +13,10 @@ import onnxruntime as ort
 import pytest
 
 from mlscope.registry.models import ModelRegistry
-from mlscope.workers.predictors import Predictor, PredictorOptions, load_predictor_class
-from mlscope.workers.predictors.export import exported_graph
-from mlscope.workers.predictors.inputs import synthetic_batches
-from mlscope.workers.trace.spans import Tracer
+from mlscope.runtime.predictors import Predictor, PredictorOptions, load_predictor_class
+from mlscope.runtime.predictors.export import exported_graph
+from mlscope.runtime.predictors.inputs import synthetic_batches
+from mlscope.runtime.trace.spans import Tracer
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from mlscope.broker.otlp import MAX_SPANS_PER_REQUEST, OtlpExporter, traces_url
-from mlscope.errors import UserError
-from mlscope.workers.trace.spans import new_span_id, new_trace_id
+from mlscope.contract.errors import UserError
+from mlscope.runtime.trace.spans import new_span_id, new_trace_id
 from tests.otlp_receiver import OtlpReceiver
 
 NS = 1_000_000

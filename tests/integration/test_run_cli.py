@@ -269,7 +269,7 @@ def test_interrupting_a_run_ends_its_predictor_and_cancels_the_evaluation(
     predictors = [
         p
         for p in psutil.Process(run.pid).children(recursive=True)
-        if "mlscope.workers.execute" in p.cmdline()
+        if "mlscope.runtime.execute" in p.cmdline()
     ]
     assert predictors
     # When mlscope is interrupted (Ctrl-C, or a SIGTERM from a supervisor)

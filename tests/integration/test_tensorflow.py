@@ -91,10 +91,10 @@ PROBE = """
 import json, sys
 import numpy as np
 from mlscope.registry.models import ModelRegistry
-from mlscope.registry.steps import apply_steps
-from mlscope.workers.predictors import PredictorOptions, load_predictor_class
-from mlscope.workers.predictors.inputs import synthetic_batches
-from mlscope.workers.trace.spans import Tracer
+from mlscope.contract.steps import apply_steps
+from mlscope.runtime.predictors import PredictorOptions, load_predictor_class
+from mlscope.runtime.predictors.inputs import synthetic_batches
+from mlscope.runtime.trace.spans import Tracer
 
 manifest = ModelRegistry.load().get("mobilenet_v2", "tensorflow")
 predictor = load_predictor_class("tensorflow")(manifest=manifest, options=PredictorOptions(seed=1))

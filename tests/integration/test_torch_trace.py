@@ -17,12 +17,12 @@ import pytest
 import torch
 
 from mlscope.registry.models import ModelRegistry
-from mlscope.workers.predictors import PredictorOptions, load_predictor_class
-from mlscope.workers.predictors.base import Predictor
-from mlscope.workers.predictors.inputs import synthetic_batches
-from mlscope.workers.predictors.torch_models import build_module
-from mlscope.workers.trace.spans import Tracer, new_span_id
-from mlscope.workers.trace.torch_profile import layer_pass
+from mlscope.runtime.predictors import PredictorOptions, load_predictor_class
+from mlscope.runtime.predictors.base import Predictor
+from mlscope.runtime.predictors.inputs import synthetic_batches
+from mlscope.runtime.predictors.torch_models import build_module
+from mlscope.runtime.trace.spans import Tracer, new_span_id
+from mlscope.runtime.trace.torch_profile import layer_pass
 
 pytestmark = pytest.mark.slow
 

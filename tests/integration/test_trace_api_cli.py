@@ -23,7 +23,7 @@ from werkzeug.serving import make_server
 from mlscope.api import create_app
 from mlscope.cli import main
 from mlscope.client import ApiError, Client
-from mlscope.settings import load_settings
+from mlscope.contract.settings import load_settings
 from mlscope.store import Store, open_store
 from mlscope.store.traces import BETWEEN_LAYERS, layer_breakdown
 from tests.contract.builders import finish

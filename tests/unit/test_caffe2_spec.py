@@ -10,10 +10,10 @@ import json
 import pytest
 
 from mlscope.cli import main
-from mlscope.errors import UserError
-from mlscope.registry import frameworks
-from mlscope.registry.frameworks import check_available, check_runnable, get_framework
+from mlscope.contract.errors import UserError
 from mlscope.registry.models import ModelRegistry
+from mlscope.runtime import frameworks
+from mlscope.runtime.frameworks import check_available, check_runnable, get_framework
 from tests.conftest import REPO
 
 IMAGES = REPO / "ops" / "images"

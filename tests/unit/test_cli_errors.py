@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from mlscope.cli import main
-from mlscope.registry import frameworks
-from mlscope.registry.frameworks import FrameworkSpec
+from mlscope.runtime import frameworks
+from mlscope.runtime.frameworks import FrameworkSpec
 
 MANIFEST = """
 name: absent_model

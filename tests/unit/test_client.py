@@ -15,8 +15,8 @@ import pytest
 from werkzeug.serving import make_server
 
 from mlscope.client import ApiError, Client, WaitTimeout
-from mlscope.errors import UserError
-from mlscope.settings import Settings
+from mlscope.contract.errors import UserError
+from mlscope.contract.settings import Settings
 
 Environ = dict[str, Any]
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]

@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 import yaml
 
-from mlscope.broker.contract import parse_request
-from mlscope.errors import UserError
-from mlscope.registry.frameworks import FRAMEWORKS, FrameworkSpec, get_framework
-from mlscope.registry.manifest import parse_manifest
+from mlscope.contract.errors import UserError
+from mlscope.contract.job import Job
+from mlscope.contract.manifest import parse_manifest
+from mlscope.contract.request import parse_request
+from mlscope.contract.settings import Settings, load_settings
 from mlscope.registry.models import ModelRegistry
-from mlscope.settings import Settings, load_settings
-from mlscope.workers.job import Job
+from mlscope.runtime.frameworks import FRAMEWORKS, FrameworkSpec, get_framework
+from mlscope.runtime.predictors.base import PredictorError
+from mlscope.runtime.predictors.export import exported_graph
 from mlscope.workers.pipeline import prepare
-from mlscope.workers.predictors.base import PredictorError
-from mlscope.workers.predictors.export import exported_graph
 from mlscope.workers.runners import get_runner
 from mlscope.workers.runners.docker import (
     CONTAINER_CACHE,
@@ -170,7 +170,7 @@ def _execute(tmp_path: Path, job: Job) -> tuple[subprocess.CompletedProcess[str]
         [
             sys.executable,
             "-m",
-            "mlscope.workers.execute",
+            "mlscope.runtime.execute",
             "--job",
             str(tmp_path / "job.json"),
             "--result",
@@ -231,7 +231,7 @@ def imageless(monkeypatch: pytest.MonkeyPatch) -> FrameworkSpec:
         display="Imageless",
         import_name="json",
         distributions=(),
-        predictor="mlscope.workers.predictors.onnxruntime:OnnxRuntimePredictor",
+        predictor="mlscope.runtime.predictors.onnxruntime:OnnxRuntimePredictor",
         sources=frozenset({"python"}),
         install_hint="nothing to install",
     )
@@ -287,6 +287,6 @@ def test_a_container_has_a_lifetime_of_its_own_past_the_job_limit(tmp_path: Path
     # An orphan (its worker SIGKILLed) must end by itself: `timeout` is the container's PID 1.
     options = container_options(_job(), image="img:1", io_dir=tmp_path, cache_dir=tmp_path, lifetime_s=90.5)
     assert options["command"][:3] == ["timeout", "--signal=KILL", "91"]
-    assert options["command"][3:6] == ["python", "-m", "mlscope.workers.execute"]
+    assert options["command"][3:6] == ["python", "-m", "mlscope.runtime.execute"]
     unlimited = container_options(_job(), image="img:1", io_dir=tmp_path, cache_dir=tmp_path)
     assert unlimited["command"][0] == "python"

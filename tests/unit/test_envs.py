@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from mlscope.cli import main
-from mlscope.errors import UserError
-from mlscope.registry.frameworks import get_framework
+from mlscope.contract.errors import UserError
+from mlscope.contract.job import Job
+from mlscope.runtime.frameworks import get_framework
 from mlscope.workers.envs import (
     METADATA_FILE,
     EnvBuildError,
@@ -28,7 +29,6 @@ from mlscope.workers.envs import (
     read_env,
     source_checkout,
 )
-from mlscope.workers.job import Job
 from mlscope.workers.runners.process import ProcessRunner
 
 

@@ -14,8 +14,8 @@ import psutil
 import pynvml
 import pytest
 
-from mlscope.workers.trace import Tracer
-from mlscope.workers.trace.hardware import (
+from mlscope.runtime.trace import Tracer
+from mlscope.runtime.trace.hardware import (
     HardwareSampler,
     clock_event_reason_names,
     decode_clock_event_reasons,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import mlscope
-from mlscope.errors import UserError
+from mlscope.contract.errors import UserError
 from mlscope.workers import images
 from mlscope.workers.images import (
     BUILT_BY_DEFAULT,
@@ -34,8 +34,9 @@ def _files(root: Path) -> set[str]:
 
 
 def _package_folders() -> list[str]:
-    mapping = re.findall(r'^"mlscope[.\w]*" = "(\w+)"$', (REPO / "pyproject.toml").read_text(), re.M)
-    return sorted(set(mapping))
+    """The package's folders an image is built from: mlscope and each part under it."""
+    parts = [p.name for p in (REPO / "mlscope").iterdir() if (p / "__init__.py").is_file()]
+    return ["mlscope", *(f"mlscope/{part}" for part in sorted(parts))]
 
 
 @pytest.fixture
@@ -46,8 +47,7 @@ def checkout(tmp_path: Path) -> Path:
     shutil.copy2(REPO / "pyproject.toml", copy / "pyproject.toml")
     shutil.copy2(REPO / "README.md", copy / "README.md")
     shutil.copytree(REPO / "ops" / "images", copy / "ops" / "images")
-    for folder in _package_folders():
-        shutil.copytree(REPO / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "mlscope", copy / "mlscope", ignore=shutil.ignore_patterns("__pycache__"))
     return copy
 
 
@@ -150,7 +150,7 @@ def test_the_inputs_hash_follows_what_the_image_is_built_from(tmp_path: Path, ch
     assert inputs("again") == first  # deterministic
     # When only the README or byte-code changes, the image would be the same: same hash
     (checkout / "README.md").write_text("rewritten\n")
-    cache = checkout / "workers" / "__pycache__"
+    cache = checkout / "mlscope" / "runtime" / "__pycache__"
     cache.mkdir(exist_ok=True)
     (cache / "stray.cpython-311.pyc").write_bytes(b"\0")
     assert inputs("readme") == first
@@ -164,7 +164,9 @@ def test_the_inputs_hash_follows_what_the_image_is_built_from(tmp_path: Path, ch
     runtime.write_text(runtime.read_text() + "six==1.17.0\n")
     after_pins = inputs("pins")
     assert after_pins != after_dockerfile
-    (checkout / "workers" / "execute.py").write_text((checkout / "workers" / "execute.py").read_text() + "\n")
+    (checkout / "mlscope" / "runtime" / "execute.py").write_text(
+        (checkout / "mlscope" / "runtime" / "execute.py").read_text() + "\n"
+    )
     assert inputs("source") != after_pins
 
 

@@ -39,15 +39,15 @@ def imported_after(statement: str) -> set[str]:
 @pytest.mark.parametrize(
     "module",
     [
-        "mlscope.workers.execute",
-        "mlscope.workers.measure",
-        "mlscope.workers.predictors",
-        "mlscope.workers.trace",
-        "mlscope.workers.trace.passes",
-        "mlscope.workers.trace.torch_profile",
-        "mlscope.workers.trace.ort_profile",
-        "mlscope.workers.trace.tf_profile",
-        "mlscope.workers.trace.mx_profile",
+        "mlscope.runtime.execute",
+        "mlscope.runtime.measure",
+        "mlscope.runtime.predictors",
+        "mlscope.runtime.trace",
+        "mlscope.runtime.trace.passes",
+        "mlscope.runtime.trace.torch_profile",
+        "mlscope.runtime.trace.ort_profile",
+        "mlscope.runtime.trace.tf_profile",
+        "mlscope.runtime.trace.mx_profile",
         "mlscope.registry",
     ],
 )
@@ -58,7 +58,7 @@ def test_the_predictor_runtime_imports_no_store_broker_web_or_framework(module: 
 def test_listing_models_and_frameworks_imports_no_framework() -> None:
     loaded = imported_after(
         "from mlscope.registry.models import ModelRegistry; "
-        "from mlscope.registry.frameworks import FRAMEWORKS, installed_version; "
+        "from mlscope.runtime.frameworks import FRAMEWORKS, installed_version; "
         "ModelRegistry.load(); [installed_version(s) for s in FRAMEWORKS.values()]"
     )
     assert loaded.isdisjoint({"torch", "onnxruntime", "transformers"})
@@ -66,7 +66,7 @@ def test_listing_models_and_frameworks_imports_no_framework() -> None:
 
 def test_loading_one_predictor_imports_only_its_framework() -> None:
     loaded = imported_after(
-        "from mlscope.workers.predictors import load_predictor_class; load_predictor_class('onnxruntime')"
+        "from mlscope.runtime.predictors import load_predictor_class; load_predictor_class('onnxruntime')"
     )
     assert "onnxruntime" in loaded
     assert loaded.isdisjoint({"torch", "transformers", "sqlalchemy"})

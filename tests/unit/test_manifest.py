@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from mlscope.errors import UserError
-from mlscope.registry.manifest import (
+from mlscope.contract.errors import UserError
+from mlscope.contract.manifest import (
     FrameworkRequirement,
     Manifest,
     Source,

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from mlscope.errors import UserError
-from mlscope.registry.manifest import ManifestError, load_manifest, parse_manifest
+from mlscope.contract.errors import UserError
+from mlscope.contract.manifest import ManifestError, load_manifest, parse_manifest
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "manifests"
 SHA_A = "a" * 64

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mlscope.workers.measure import (
+from mlscope.runtime.measure import (
     STOP_MAX_SECONDS,
     STOP_STABLE,
     MeasureSettings,

@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from mlscope.errors import UserError
-from mlscope.workers.measure import (
+from mlscope.contract.errors import UserError
+from mlscope.runtime.measure import (
     SCENARIOS,
     LatencySummary,
     LoopResult,

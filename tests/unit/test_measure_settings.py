@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from mlscope.errors import UserError
-from mlscope.workers.measure import MeasureSettings
+from mlscope.contract.errors import UserError
+from mlscope.runtime.measure import MeasureSettings
 
 DOCUMENTED_DEFAULTS = {
     "warmup_count": 10,

@@ -8,7 +8,7 @@ import statistics
 import numpy as np
 import pytest
 
-from mlscope.workers.measure import (
+from mlscope.runtime.measure import (
     MeasureSettings,
     median_ci_relative_halfwidth,
     order_statistic_median_ci,

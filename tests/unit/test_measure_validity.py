@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pytest
 
-from mlscope.workers.measure import (
+from mlscope.runtime.measure import (
     STOP_MAX_SECONDS,
     STOP_STABLE,
     EnvironmentMonitor,
@@ -18,7 +18,7 @@ from mlscope.workers.measure import (
     judge,
     summarize,
 )
-from mlscope.workers.measure import validity as validity_module
+from mlscope.runtime.measure import validity as validity_module
 
 SETTINGS = MeasureSettings(bootstrap_resamples=200)
 QUIET = {"other_cpu_share": 0.05, "cpu_freq_start_mhz": 3000.0, "cpu_freq_end_mhz": 2950.0}

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from mlscope.errors import UserError
-from mlscope.registry.manifest import ManifestError, parse_manifest
+from mlscope.contract.errors import UserError
+from mlscope.contract.manifest import ManifestError, parse_manifest
 from mlscope.registry.models import ModelRegistry
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "manifests"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mlscope.workers.trace.mx_profile import mx_inference_starts, mx_profile_to_spans, read_dump
+from mlscope.runtime.trace.mx_profile import mx_inference_starts, mx_profile_to_spans, read_dump
 
 ENGINE_TID = 15496377576671395674  # MXNet's thread ids are 64-bit hashes
 PYTHON_TID = 18213698599492368631

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from mlscope.broker.contract import parse_request
-from mlscope.broker.queues import Target, capability_prefixes, parse_target, queues_for
 from mlscope.broker.tasks import EvaluationMessage
-from mlscope.errors import UserError
-from mlscope.settings import load_settings
+from mlscope.contract.errors import UserError
+from mlscope.contract.queues import Target, capability_prefixes, parse_target, queues_for
+from mlscope.contract.request import parse_request
+from mlscope.contract.settings import load_settings
 from mlscope.workers.capabilities import cpu_capability, detect_capabilities, gpu_capabilities
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from mlscope.broker.contract import EvaluationRequest, parse_request
-from mlscope.errors import UserError
-from mlscope.settings import load_settings
+from mlscope.contract.errors import UserError
+from mlscope.contract.request import EvaluationRequest, parse_request
+from mlscope.contract.settings import load_settings
 
 
 def test_the_environment_wins_over_the_settings_file(tmp_path: Path) -> None:

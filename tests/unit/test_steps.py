@@ -12,9 +12,9 @@ import yaml
 from marshmallow import Schema, fields
 from PIL import Image
 
-from mlscope.errors import UserError
-from mlscope.registry.manifest import ManifestError, Step, load_manifest, parse_manifest
-from mlscope.registry.steps import (
+from mlscope.contract.errors import UserError
+from mlscope.contract.manifest import ManifestError, Step, load_manifest, parse_manifest
+from mlscope.contract.steps import (
     STEPS,
     apply_steps,
     argmax,

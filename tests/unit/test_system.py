@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from mlscope.workers.system import capture_system, system_id
+from mlscope.runtime.system import capture_system, system_id
 
 
 def test_the_capture_describes_this_machine() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mlscope.errors import UserError
+from mlscope.contract.errors import UserError
 from mlscope.store.timeline import chrome_trace, trace_summary
 from mlscope.store.traces import (
     BETWEEN_LAYERS,

@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from mlscope.workers.measure import MeasureSettings
-from mlscope.workers.measure.loop import threaded_loop, timed_loop
-from mlscope.workers.trace.spans import Clock, TraceContext, Tracer, level_enabled, nest_by_containment
+from mlscope.runtime.measure import MeasureSettings
+from mlscope.runtime.measure.loop import threaded_loop, timed_loop
+from mlscope.runtime.trace.spans import Clock, TraceContext, Tracer, level_enabled, nest_by_containment
 
 HEX32 = re.compile(r"[0-9a-f]{32}")
 HEX16 = re.compile(r"[0-9a-f]{16}")

@@ -1,0 +1,149 @@
+"""The Flask app factory and the server the CLI's `mlscope api` runs.
+
+`create_app` builds one app from settings (or from parts a test hands it): the store, the Celery app,
+the agent and model registries, kept on `app.extensions["mlscope"]`; flask-smorest for validation and
+the OpenAPI document (`/api/openapi.json`, docs page at `/api/docs`); problem documents for every error;
+bearer-token checks; Prometheus metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import waitress
+from celery import Celery
+from flask import Flask
+from flask_smorest import Api
+
+import mlscope.api.traces  # noqa: F401  (importing it adds /trace and /layers to evaluations.blp)
+from mlscope import __version__
+from mlscope.broker.app import make_celery
+from mlscope.contract.settings import Settings, load_settings
+from mlscope.registry.agents import AgentRegistry
+from mlscope.registry.models import ModelRegistry
+from mlscope.store import Store, open_store
+
+from . import catalog, compare, evaluations, ops
+from .auth import init_auth
+from .context import ApiContext
+from .metrics import ApiMetrics
+from .problems import PROBLEM_MIMETYPE, ProblemSchema, install_error_handlers
+
+__all__ = ["MAX_BODY_BYTES", "create_app", "serve"]
+
+MAX_BODY_BYTES = 1024 * 1024
+SWAGGER_UI_CDN = "https://cdn.jsdelivr.net/npm/swagger-ui-dist/"
+logger = logging.getLogger("mlscope.api")
+
+
+class _ProblemApi(Api):
+    """flask-smorest's Api, documenting errors as the problem documents they are."""
+
+    ERROR_SCHEMA = ProblemSchema
+
+    def _register_responses(self) -> None:
+        # The shared error responses (422, default) are problem documents, not application/json.
+        self.DEFAULT_RESPONSE_CONTENT_TYPE = PROBLEM_MIMETYPE
+        try:
+            super()._register_responses()
+        finally:
+            del self.DEFAULT_RESPONSE_CONTENT_TYPE
+
+
+def _configure(app: Flask) -> None:
+    app.config.update(
+        API_TITLE="mlscope",
+        API_VERSION=__version__,
+        OPENAPI_VERSION="3.0.3",
+        OPENAPI_URL_PREFIX="/api",
+        OPENAPI_JSON_PATH="openapi.json",
+        OPENAPI_SWAGGER_UI_PATH="/docs",
+        OPENAPI_SWAGGER_UI_URL=SWAGGER_UI_CDN,
+        API_SPEC_OPTIONS={
+            "info": {
+                "description": "Submit, follow and compare deep-learning benchmarks on a farm of workers. "
+                "Errors are RFC 7807 problem documents (application/problem+json). Writes need a bearer "
+                "token."
+            },
+            "components": {"securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}}},
+        },
+        MAX_CONTENT_LENGTH=MAX_BODY_BYTES,
+    )
+    # Keys keep the order they were built in: result documents read in the contract's order.
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    store: Store | None = None,
+    celery: Celery | None = None,
+    agents: AgentRegistry | None = None,
+    models: ModelRegistry | None = None,
+) -> Flask:
+    """Build the API app.
+
+    Args:
+        settings: the settings; `load_settings()` when None.
+        store: the store; opened from `settings.store_url` when None. The SQL store is safe to share
+            between request threads (not between forked processes).
+        celery: the Celery app jobs are sent through; `make_celery(settings)` when None.
+        agents: the agent registry; at `settings.agent_registry_url` when None.
+        models: the manifests; the shipped ones plus `settings.manifests` when None.
+
+    Returns:
+        The Flask app, its parts on `app.extensions["mlscope"]` (an ApiContext).
+
+    Raises:
+        UserError: a setting is invalid, the store cannot be opened, or a manifest is broken.
+    """
+    settings = settings if settings is not None else load_settings()
+    ctx = ApiContext(
+        settings=settings,
+        store=store if store is not None else open_store(settings.store_url),
+        celery=celery if celery is not None else make_celery(settings),
+        agents=agents if agents is not None else AgentRegistry(settings.agent_registry_url),
+        models=models if models is not None else ModelRegistry.load(settings.manifests),
+        metrics=ApiMetrics(),
+        store_url=settings.store_url if store is None else None,
+    )
+    ctx.metrics.watch(ctx)
+
+    app = Flask("mlscope.api")
+    _configure(app)
+    app.extensions["mlscope"] = ctx
+    ctx.metrics.init_app(app)
+    init_auth(app)
+    api = _ProblemApi(app)
+    for blueprint in (evaluations.blp, catalog.blp, compare.blp, ops.blp):
+        api.register_blueprint(blueprint)
+    # After flask-smorest's own handler, so these win.
+    install_error_handlers(app)
+    return app
+
+
+def serve(
+    settings: Settings | None = None, host: str = "127.0.0.1", port: int = 8000, threads: int = 8
+) -> None:
+    """Serve the API until interrupted.
+
+    It runs on waitress, a production WSGI server in pure Python (a pool of `threads` request
+    threads); for more than one process, serve `create_app()` from a WSGI server such as gunicorn.
+
+    Args:
+        settings: the settings; `load_settings()` when None.
+        host: the address to listen on.
+        port: the TCP port.
+        threads: request threads.
+
+    Raises:
+        UserError: as `create_app`.
+    """
+    app = create_app(settings)
+    ctx: ApiContext = app.extensions["mlscope"]
+    logger.info("mlscope API on http://%s:%d (docs at /api/docs)", host, port)
+    try:
+        waitress.serve(app, host=host, port=port, threads=threads, ident="mlscope")
+    finally:
+        ctx.store.close()
+        ctx.agents.close()

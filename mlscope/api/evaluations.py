@@ -1,0 +1,213 @@
+"""/api/v1/evaluations: submit one or a batch, list, read and cancel evaluations."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from flask import url_for
+from flask.views import MethodView
+
+from mlscope.contract.request import EvaluationRequest, EvaluationRequestSchema
+
+from .blueprint import ApiBlueprint
+from .context import bounded, context
+from .problems import PROBLEM_MIMETYPE, ApiProblem, ProblemSchema
+from .schemas import (
+    BatchAcceptedSchema,
+    BatchRequestSchema,
+    CancelledSchema,
+    EvaluationAcceptedSchema,
+    EvaluationPageSchema,
+    EvaluationQuerySchema,
+    EvaluationSchema,
+    ListQuerySchema,
+)
+from .submit import BrokerUnavailable, LiveAgents, enqueue, plan_batch, plan_one, submit_span
+
+__all__ = ["blp"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+logger = logging.getLogger("mlscope.api")
+# Revoking tells live workers to drop the job; the store's `cancelled` is what counts, so a broker that
+# is slow to take the broadcast is not waited for.
+REVOKE_TIMEOUT_S = 2.0
+WRITE_SECURITY: list[dict[str, list[str]]] = [{"bearerAuth": []}]
+
+blp = ApiBlueprint(
+    "evaluations",
+    __name__,
+    url_prefix="/api/v1/evaluations",
+    description="Submit evaluations to the farm, follow them and cancel them.",
+)
+
+
+def _a_write(broker_failure: str) -> Callable[[F], F]:
+    """Documents what a write can answer besides success: no or a wrong token, writes disabled, the
+    broker down; and that it needs the bearer token."""
+
+    def document(view: F) -> F:
+        for status, description in (
+            (503, broker_failure),
+            (403, "Writes are disabled (no tokens configured)"),
+            (401, "No token, or a wrong one"),
+        ):
+            view = blp.alt_response(
+                status, schema=ProblemSchema, content_type=PROBLEM_MIMETYPE, description=description
+            )(view)
+        documented: F = blp.doc(security=WRITE_SECURITY)(view)
+        return documented
+
+    return document
+
+
+def _url(evaluation_id: str) -> str:
+    return url_for("evaluations.EvaluationById", evaluation_id=evaluation_id)
+
+
+def _unavailable(exc: BrokerUnavailable, **extra: Any) -> ApiProblem:
+    return ApiProblem(
+        503,
+        f"evaluation {exc.evaluation_id} could not be queued and is recorded as failed: {exc.message}",
+        failed=exc.evaluation_id,
+        **extra,
+    )
+
+
+@blp.route("")
+class Evaluations(MethodView):
+    @blp.arguments(ListQuerySchema, location="query")
+    @blp.response(200, EvaluationPageSchema)
+    def get(self, query: dict[str, Any]) -> dict[str, Any]:
+        """List evaluations, newest first
+
+        Filters combine; `since` and `until` are ISO 8601 times with a timezone.
+        """
+        store = context().store
+        filters = {
+            "model": query.get("model"),
+            "framework": query.get("framework"),
+            "system_id": query.get("system"),
+            "status": query.get("status"),
+            "since": query.get("since"),
+            "until": query.get("until"),
+        }
+        items = store.list_evaluations(**filters, limit=query["limit"], offset=query["offset"])
+        total = store.count_evaluations(**filters)
+        return {"items": items, "total": total, "limit": query["limit"], "offset": query["offset"]}
+
+    @blp.arguments(EvaluationRequestSchema, description="One model on one framework")
+    @blp.response(
+        202,
+        EvaluationAcceptedSchema,
+        headers={"Location": {"description": "the evaluation's URL", "schema": {"type": "string"}}},
+    )
+    @_a_write(broker_failure="The broker did not take the job")
+    def post(self, request: EvaluationRequest) -> tuple[dict[str, Any], int, dict[str, str]]:
+        """Submit an evaluation
+
+        The job is recorded as queued and sent to the queue of its framework and target
+        (`pytorch@cpu`, `agent@<id>`). A warning says when no live worker serves that queue yet.
+        """
+        ctx = context()
+        job = plan_one(request, ctx.models, LiveAgents.read(ctx.agents))
+        try:
+            with submit_span(ctx, request.trace_level, "/api/v1/evaluations") as traced:
+                evaluation_id = enqueue(ctx, job, traced)
+        except BrokerUnavailable as exc:
+            raise _unavailable(exc) from None
+        url = _url(evaluation_id)
+        body = {
+            "id": evaluation_id,
+            "status": "queued",
+            "queue": job.queue,
+            "target": job.target,
+            "warnings": list(job.warnings),
+            "links": {"self": url},
+        }
+        return body, 202, {"Location": url}
+
+
+@blp.route("/batch")
+class EvaluationBatch(MethodView):
+    @blp.arguments(BatchRequestSchema, description="Models × frameworks × targets")
+    @blp.response(202, BatchAcceptedSchema)
+    @_a_write(broker_failure="The broker did not take a job")
+    def post(self, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        """Submit a matrix of evaluations
+
+        One evaluation per (model, framework, target), each measuring every batch size. With
+        `fan_out`, a capability target becomes one evaluation per live agent that matches it and
+        has the framework, pinned to that agent. Pairs without a manifest are skipped, with the
+        reason. Everything is checked before anything is stored; at most 500 evaluations.
+        """
+        ctx = context()
+        plan = plan_batch(body, ctx.models, LiveAgents.read(ctx.agents))
+        created: list[dict[str, Any]] = []
+        # One trace for the whole batch: its evaluations are one comparison.
+        trace_level = plan.jobs[0].request.trace_level if plan.jobs else "NO_TRACE"
+        with submit_span(ctx, trace_level, "/api/v1/evaluations/batch") as traced:
+            for job in plan.jobs:
+                try:
+                    evaluation_id = enqueue(ctx, job, traced)
+                except BrokerUnavailable as exc:
+                    queued = [c["id"] for c in created]
+                    raise _unavailable(
+                        exc, queued=queued, not_submitted=len(plan.jobs) - len(created) - 1
+                    ) from None
+                created.append(
+                    {
+                        "id": evaluation_id,
+                        "model": job.request.model,
+                        "framework": job.request.framework,
+                        "target": job.target,
+                        "queue": job.queue,
+                        "warnings": list(job.warnings),
+                    }
+                )
+        ids = ",".join(c["id"] for c in created)
+        return {
+            "evaluations": created,
+            "skipped": plan.skipped,
+            "warnings": plan.warnings,
+            "compare_url": f"{url_for('compare.Compare')}?ids={ids}",
+        }, 202
+
+
+@blp.route("/<string:evaluation_id>")
+class EvaluationById(MethodView):
+    @blp.arguments(EvaluationQuerySchema, location="query")
+    @blp.response(200, EvaluationSchema)
+    @blp.alt_response(
+        404, schema=ProblemSchema, content_type=PROBLEM_MIMETYPE, description="No evaluation has this id"
+    )
+    def get(self, query: dict[str, Any], evaluation_id: str) -> dict[str, Any]:
+        """Read one evaluation
+
+        `evaluation_id` is the id or a unique prefix of it (at least 4 characters); an ambiguous
+        prefix answers 422 with the candidates.
+        """
+        return context().store.get_evaluation(evaluation_id, include_raw=query["raw"])
+
+    @blp.response(200, CancelledSchema)
+    @blp.alt_response(
+        404, schema=ProblemSchema, content_type=PROBLEM_MIMETYPE, description="No evaluation has this id"
+    )
+    @blp.doc(security=WRITE_SECURITY)
+    def delete(self, evaluation_id: str) -> dict[str, Any]:
+        """Cancel an evaluation
+
+        A queued or running evaluation becomes cancelled (`cancelled: true`); one that has ended
+        is left as it is (`cancelled: false`). Live workers are told to drop the job.
+        """
+        ctx = context()
+        full_id = ctx.store.resolve_id(evaluation_id)
+        cancelled = ctx.store.cancel_evaluation(full_id)
+        if cancelled:
+            try:
+                bounded(lambda: ctx.celery.control.revoke(full_id), REVOKE_TIMEOUT_S)
+            except Exception as exc:  # the store already says cancelled; workers check it
+                logger.warning("could not revoke %s through the broker: %s", full_id, exc)
+        status = ctx.store.get_evaluation(full_id)["status"]
+        return {"id": full_id, "status": status, "cancelled": cancelled}

@@ -1,0 +1,301 @@
+"""The HTTP schemas: what each endpoint accepts and answers, for validation and for the OpenAPI document.
+
+The evaluation request itself is `mlscope.contract.request.EvaluationRequestSchema`, the one every door
+shares; the batch body reuses its fields, so a batch accepts exactly what a single submission does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marshmallow import RAISE, Schema, ValidationError, fields, validate
+from webargs.fields import DelimitedList
+
+from mlscope.contract.errors import UserError
+from mlscope.contract.queues import parse_target
+from mlscope.contract.request import EvaluationRequestSchema
+from mlscope.store.base import MAX_LIST_LIMIT
+from mlscope.store.records import STATUSES
+
+__all__ = [
+    "MAX_BATCH_JOBS",
+    "SHARED_REQUEST_FIELDS",
+    "AgentSchema",
+    "BatchAcceptedSchema",
+    "BatchRequestSchema",
+    "CancelledSchema",
+    "CompareQuerySchema",
+    "CompareSchema",
+    "EvaluationAcceptedSchema",
+    "EvaluationPageSchema",
+    "EvaluationQuerySchema",
+    "EvaluationSchema",
+    "FrameworkSchema",
+    "HealthSchema",
+    "ListQuerySchema",
+    "ModelDetailSchema",
+    "ModelSummarySchema",
+    "QueueSchema",
+]
+
+# A batch may expand to at most this many evaluations.
+MAX_BATCH_JOBS = 500
+# The request fields a batch applies to every evaluation it creates.
+SHARED_REQUEST_FIELDS = (
+    "batch_sizes",
+    "scenarios",
+    "device",
+    "runner",
+    "trace_level",
+    "measure",
+    "options",
+    "timeout_s",
+    "memory_limit_mb",
+)
+_TIME_ERRORS: dict[str, str | list[Any] | dict[Any, Any]] = {
+    "invalid": "must be an ISO 8601 time with a timezone, e.g. 2024-05-01T12:00:00Z",
+    "invalid_awareness": "has no timezone: give one, e.g. 2024-05-01T12:00:00Z or +02:00",
+}
+
+
+def _aware_time(description: str) -> fields.AwareDateTime:
+    return fields.AwareDateTime(
+        format="iso", error_messages=_TIME_ERRORS, metadata={"description": description}
+    )
+
+
+def _check_target(value: str) -> None:
+    try:
+        parse_target(value)
+    except UserError as exc:
+        raise ValidationError(exc.message.partition(": ")[2] or exc.message) from None
+
+
+def _names(what: str, most: int) -> fields.List:
+    return fields.List(
+        fields.String(validate=validate.Length(min=1, max=200)),
+        required=True,
+        validate=validate.Length(min=1, max=most),
+        metadata={"description": f"{what} (1 to {most})"},
+    )
+
+
+class _StrictSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+
+_shared = {name: EvaluationRequestSchema._declared_fields[name] for name in SHARED_REQUEST_FIELDS}
+
+BatchRequestSchema: type[Schema] = _StrictSchema.from_dict(
+    {
+        "models": _names("model names", MAX_BATCH_JOBS),
+        "frameworks": _names("framework names", 50),
+        "targets": fields.List(
+            fields.String(validate=_check_target),
+            validate=validate.Length(min=1, max=100),
+            load_default=None,
+            metadata={
+                "description": "capabilities (cpu, gpu.nvidia) or agents (agent:<id>); default: cpu for a "
+                "CPU device, gpu otherwise"
+            },
+        ),
+        "fan_out": fields.Boolean(
+            load_default=False,
+            metadata={
+                "description": "one evaluation per live agent matching each capability target and "
+                "having the framework, pinned to that agent"
+            },
+        ),
+        **_shared,
+    },
+    name="EvaluationBatch",
+)
+
+
+class LinksSchema(Schema):
+    self = fields.String(metadata={"description": "the evaluation's URL"})
+
+
+class EvaluationAcceptedSchema(Schema):
+    id = fields.String()
+    status = fields.String(metadata={"description": "queued"})
+    queue = fields.String(metadata={"description": "the broker queue the job waits in"})
+    target = fields.String(metadata={"description": "the capability or agent:<id> it runs on"})
+    warnings = fields.List(fields.String())
+    links = fields.Nested(LinksSchema)
+
+
+class BatchEvaluationSchema(Schema):
+    id = fields.String()
+    model = fields.String()
+    framework = fields.String()
+    target = fields.String()
+    queue = fields.String()
+    warnings = fields.List(fields.String())
+
+
+class SkippedSchema(Schema):
+    model = fields.String()
+    framework = fields.String()
+    reason = fields.String()
+
+
+class BatchAcceptedSchema(Schema):
+    evaluations = fields.List(fields.Nested(BatchEvaluationSchema))
+    skipped = fields.List(fields.Nested(SkippedSchema))
+    warnings = fields.List(fields.String())
+    compare_url = fields.String(metadata={"description": "the comparison of exactly these evaluations"})
+
+
+class ListQuerySchema(Schema):
+    model = fields.String(validate=validate.Length(min=1))
+    framework = fields.String(validate=validate.Length(min=1))
+    system = fields.String(validate=validate.Length(min=1), metadata={"description": "a system id"})
+    status = fields.String(validate=validate.OneOf(STATUSES, error="must be one of: {choices}"))
+    since = _aware_time("created at or after this time")
+    until = _aware_time("created before this time")
+    limit = fields.Integer(
+        load_default=50,
+        validate=validate.Range(min=1, max=MAX_LIST_LIMIT, error="must be between {min} and {max}"),
+    )
+    # The stores keep offsets as 64-bit integers: a larger one must be refused here, not by the database.
+    offset = fields.Integer(
+        load_default=0, validate=validate.Range(min=0, max=2**63 - 1, error="must be between {min} and {max}")
+    )
+
+
+class EvaluationQuerySchema(Schema):
+    raw = fields.Boolean(
+        load_default=False, metadata={"description": "add each measurement's latencies_ns (can be large)"}
+    )
+
+
+def _obj(description: str) -> fields.Dict:
+    return fields.Dict(allow_none=True, metadata={"description": description})
+
+
+class EvaluationSchema(Schema):
+    """The result shape (DESIGN.md, "Result shape"), with the request and manifest snapshots."""
+
+    id = fields.String()
+    status = fields.String(metadata={"description": " | ".join(STATUSES)})
+    model = _obj("{name, version, manifest_sha256}")
+    framework = _obj("{name, version, ...details}")
+    system = _obj("the machine it ran on: {id, hostname, cpu, gpus, ...}")
+    runner = fields.String()
+    device = fields.String()
+    trace_level = fields.String()
+    trace_id = fields.String(allow_none=True)
+    cold_start = _obj("{import_ms, load_ms, first_inference_ms}")
+    measurements = fields.List(
+        fields.Dict(),
+        metadata={
+            "description": "one per (scenario, batch_size): {scenario, batch_size, latency_ms, throughput, "
+            "validity, ...}"
+        },
+    )
+    error = _obj("{type, message, phase} when it failed")
+    created_at = fields.String(allow_none=True)
+    started_at = fields.String(allow_none=True)
+    finished_at = fields.String(allow_none=True)
+    request = _obj("the request as submitted")
+    manifest = _obj("the manifest it ran")
+
+
+class EvaluationPageSchema(Schema):
+    items = fields.List(fields.Nested(EvaluationSchema))
+    total = fields.Integer(metadata={"description": "how many match the filters in all"})
+    limit = fields.Integer()
+    offset = fields.Integer()
+
+
+class CancelledSchema(Schema):
+    id = fields.String()
+    status = fields.String(metadata={"description": "the status after the call"})
+    cancelled = fields.Boolean(metadata={"description": "false when it had already ended"})
+
+
+class ModelSummarySchema(Schema):
+    name = fields.String()
+    task = fields.String()
+    description = fields.String()
+    frameworks = fields.List(fields.String())
+    version = fields.String()
+
+
+class ModelDetailSchema(Schema):
+    name = fields.String()
+    manifests = fields.Dict(
+        keys=fields.String(), values=fields.Dict(), metadata={"description": "framework → manifest"}
+    )
+
+
+class FrameworkSchema(Schema):
+    name = fields.String()
+    display = fields.String()
+    installed_here = fields.String(allow_none=True, metadata={"description": "its version on the API host"})
+    served_by = fields.List(fields.String(), metadata={"description": "ids of live agents that have it"})
+
+
+class AgentSchema(Schema):
+    id = fields.String()
+    hostname = fields.String()
+    capabilities = fields.List(fields.String())
+    frameworks = fields.Dict(keys=fields.String(), values=fields.String())
+    runners = fields.List(fields.String())
+    queues = fields.List(fields.String())
+    system = fields.Dict()
+    pid = fields.Integer()
+    version = fields.String()
+    started_at = fields.Float()
+    heartbeat_at = fields.Float()
+    current_job = fields.String(allow_none=True)
+    jobs_done = fields.Integer()
+    seconds_since_heartbeat = fields.Float()
+
+
+class QueueSchema(Schema):
+    queue = fields.String()
+    depth = fields.Integer(metadata={"description": "messages waiting (not those a worker holds)"})
+    consumers = fields.List(fields.String(), metadata={"description": "ids of live agents consuming it"})
+
+
+def _listed(inner: fields.Field, description: str) -> DelimitedList:
+    return DelimitedList(inner, metadata={"description": f"{description}, comma-separated"})
+
+
+class CompareQuerySchema(Schema):
+    ids = _listed(fields.String(validate=validate.Length(min=1)), "evaluation ids or unique prefixes")
+    models = _listed(fields.String(validate=validate.Length(min=1)), "model names")
+    frameworks = _listed(fields.String(validate=validate.Length(min=1)), "framework names")
+    systems = _listed(fields.String(validate=validate.Length(min=1)), "system ids")
+    batch_sizes = _listed(
+        fields.Integer(validate=validate.Range(min=1, error="must be an integer ≥ {min}")), "batch sizes"
+    )
+    scenarios = _listed(fields.String(validate=validate.Length(min=1)), "scenarios")
+    since = _aware_time("created at or after this time")
+    until = _aware_time("created before this time")
+    format = fields.String(
+        validate=validate.OneOf(("json", "csv"), error="must be one of: {choices}"),
+        metadata={"description": "json (default) or csv; Accept: text/csv also selects csv"},
+    )
+
+
+class CompareSchema(Schema):
+    columns = fields.List(fields.String())
+    rows = fields.List(fields.Dict(), metadata={"description": "one object per row, keyed by column"})
+
+
+class CheckSchema(Schema):
+    ok = fields.Boolean()
+    url = fields.String()
+    error = fields.String()
+
+
+class HealthSchema(Schema):
+    status = fields.String(metadata={"description": "ok, or degraded when a dependency is down"})
+    broker = fields.Nested(CheckSchema)
+    store = fields.Nested(CheckSchema)
+    registry = fields.Nested(CheckSchema)
+    agents = fields.Integer(allow_none=True, metadata={"description": "live agents"})

@@ -1,0 +1,115 @@
+"""`mlscope results list|show`: read what the store holds."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.table import Table
+
+from mlscope.cli.render import console, measurement_table, print_json_line, short_id, validity_notes
+from mlscope.contract.settings import load_settings
+from mlscope.store import open_store
+
+__all__ = ["list_command", "show_command"]
+
+
+def _headline(result: dict[str, Any]) -> str:
+    if result["status"] != "succeeded" or not result.get("measurements"):
+        error = result.get("error") or {}
+        return f"{error.get('type', '')}: {error.get('message', '')}"[:80] if error else ""
+    first = result["measurements"][0]
+    return f"b{first['batch_size']} {first['latency_ms']['median']:.2f} ms {first['throughput']:,.1f}/s"
+
+
+def _settings_of(framework: dict[str, Any]) -> str:
+    """The framework's effective settings, e.g. `(threads 2, providers CPUExecutionProvider)`."""
+    shown = {k: v for k, v in framework.items() if k not in ("name", "version", "libraries", "device")}
+    parts = [f"{k} {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in shown.items()]
+    return f"({'; '.join(parts)})" if parts else ""
+
+
+def list_command(
+    *,
+    model: str | None,
+    framework: str | None,
+    status: str | None,
+    system_id: str | None,
+    limit: int,
+    offset: int,
+    as_json: bool,
+) -> None:
+    settings = load_settings()
+    with open_store(settings.store_url) as store:
+        filters: dict[str, Any] = {
+            "model": model,
+            "framework": framework,
+            "status": status,
+            "system_id": system_id,
+        }
+        found = store.list_evaluations(**filters, limit=limit, offset=offset)
+        total = store.count_evaluations(**filters)
+    if as_json:
+        for result in found:
+            print_json_line(result)
+        return
+    table = Table(title=f"{len(found)} of {total} evaluations in {settings.store_url}", title_justify="left")
+    for column in (
+        "id",
+        "created",
+        "model",
+        "framework",
+        "device",
+        "status",
+        "batch sizes",
+        "first point (median, rate)",
+        "system",
+    ):
+        table.add_column(column)
+    for r in found:
+        sizes = ",".join(str(s) for s in r.get("request", {}).get("batch_sizes", []))
+        table.add_row(
+            short_id(r["id"]),
+            (r["created_at"] or "")[:19].replace("T", " "),
+            r["model"]["name"],
+            f"{r['framework']['name']} {r['framework'].get('version') or ''}".strip(),
+            r["device"],
+            r["status"],
+            sizes,
+            _headline(r),
+            ((r.get("system") or {}).get("id") or "-"),
+        )
+    console.print(table)
+
+
+def show_command(evaluation_id: str, *, as_json: bool, raw: bool) -> None:
+    settings = load_settings()
+    with open_store(settings.store_url) as store:
+        result = store.get_evaluation(store.resolve_id(evaluation_id), include_raw=raw)
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    console.print(measurement_table([result], title=f"evaluation {result['id']} ({result['status']})"))
+    for note in validity_notes([result]):
+        console.print(f"[yellow]note[/yellow] {note}")
+    system = result.get("system") or {}
+    cpu = system.get("cpu") or {}
+    model = result["model"]
+    memory_gib = (system.get("memory_bytes") or 0) / 2**30
+    facts = {
+        "model": f"{model['name']} {model['version']} (manifest {model['manifest_sha256'][:12]})",
+        "framework": f"{result['framework']['name']} {result['framework'].get('version')} "
+        + _settings_of(result["framework"]),
+        "runner / device": f"{result['runner']} / {result['device']}",
+        "system": f"{system.get('id', '-')} {system.get('hostname', '')}: {cpu.get('model', '?')}, "
+        f"{cpu.get('logical_cores', '?')} logical cores, {memory_gib:.1f} GiB",
+        "cold start": ", ".join(f"{k} {v}" for k, v in (result.get("cold_start") or {}).items()),
+        "created / started / finished": " / ".join(
+            str(result[key]) for key in ("created_at", "started_at", "finished_at")
+        ),
+    }
+    if result.get("error"):
+        e = result["error"]
+        facts["error"] = f"{e['type']} in {e['phase']}: {e['message']}"
+    for key, value in facts.items():
+        console.print(f"[bold]{key}[/bold]: {value}")

@@ -1,0 +1,144 @@
+"""`mlscope run`: evaluate one model on one or more frameworks here, with progress, into the store."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from mlscope.cli.render import (
+    console,
+    err_console,
+    measurement_table,
+    print_json_line,
+    validity_notes,
+)
+from mlscope.contract.errors import UserError
+from mlscope.contract.request import parse_request
+from mlscope.contract.settings import load_settings
+from mlscope.registry.models import ModelRegistry
+from mlscope.runtime.frameworks import get_framework, installed_version
+from mlscope.store import open_store
+from mlscope.workers.pipeline import PreparedEvaluation, evaluate, prepare
+
+__all__ = ["run_command"]
+
+
+def _default_frameworks(registry: ModelRegistry, model: str) -> list[str]:
+    names = registry.frameworks_for(model)  # an unknown model raises, with suggestions
+    installed = [name for name in names if installed_version(get_framework(name)) is not None]
+    if not installed:
+        raise UserError(
+            f"model {model!r} has manifests for {', '.join(names)}, but none of them is installed here"
+        )
+    return installed
+
+
+class _ProgressView:
+    """Turns a job's events into one progress bar per evaluation."""
+
+    def __init__(self, progress: Progress, prepared: PreparedEvaluation) -> None:
+        request = prepared.request
+        self.progress = progress
+        self.label = f"{request.model} on {request.framework}"
+        self.points = len(request.batch_sizes) * len(request.scenarios)
+        self.done = 0
+        self.task: TaskID = progress.add_task(self.label, total=self.points, phase="waiting")
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "phase":
+            phase = event["phase"]
+            if phase == "measure":
+                phase = f"{event['scenario']} batch {event['batch_size']}"
+            self.progress.update(self.task, phase=phase)
+        elif kind == "progress":
+            self.progress.update(self.task, completed=self.done + min(event["fraction"], 0.99))
+        elif kind == "measurement":
+            self.done += 1
+            self.progress.update(self.task, completed=self.done)
+
+    def finish(self, status: str) -> None:
+        self.progress.update(self.task, completed=self.points, phase=status)
+
+
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM ends a run as Ctrl-C does: the predictor is stopped and the evaluation cancelled."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def run_command(model: str, frameworks: list[str], document: dict[str, Any], *, as_json: bool) -> int:
+    """Returns: the exit code (0 all succeeded, 1 some evaluation failed)."""
+    _interrupt_on_sigterm()
+    settings = load_settings()
+    registry = ModelRegistry.load(settings.manifests)
+    names = frameworks or _default_frameworks(registry, model)
+    # Every request is checked before the first runs: a typo in the third framework must not
+    # cost the user the first two runs' time, and must leave the store untouched.
+    prepared = [
+        prepare(parse_request({**document, "model": model, "framework": name}), registry, settings)
+        for name in names
+    ]
+    results = []
+    with open_store(settings.store_url) as store:
+        progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[phase]}"),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=as_json,
+        )
+        with progress:
+            for item in prepared:
+                view = _ProgressView(progress, item)
+                result = evaluate(item, store=store, settings=settings, emit=view)
+                view.finish(result["status"])
+                results.append(result)
+    if as_json:
+        for result in results:
+            print_json_line(result)
+    else:
+        _print_human(results)
+    return 0 if all(r["status"] == "succeeded" for r in results) else 1
+
+
+def _print_human(results: list[dict[str, Any]]) -> None:
+    console.print(measurement_table(results))
+    for note in validity_notes(results):
+        console.print(f"[yellow]note[/yellow] {note}")
+    for result in results:
+        framework = result["framework"]
+        if result["status"] == "succeeded":
+            cold = result["cold_start"] or {}
+            system = result.get("system") or {}
+            console.print(
+                f"{short_line(result)}: {framework['name']} {framework.get('version')}; cold start: import "
+                f"{cold.get('import_ms', 0):.0f} ms, load {cold.get('load_ms', 0):.0f} ms, first inference "
+                f"{cold.get('first_inference_ms', 0):.1f} ms; on {system.get('cpu', {}).get('model', '?')} "
+                f"(system {system.get('id', '?')})"
+            )
+        else:
+            error = result.get("error") or {}
+            console.print(
+                f"[red]{short_line(result)} failed[/red] in {error.get('phase')}: "
+                f"{error.get('type')}: {error.get('message')}"
+            )
+    traced = [r for r in results if r.get("trace_id")]
+    if traced:
+        level = traced[0]["trace_level"]
+        deep = level not in ("APPLICATION", "MODEL")
+        hint = " --layers" if deep else ""
+        console.print(
+            f"traced at {level}: `mlscope trace {traced[0]['id'][:8]}{hint}` shows it; "
+            "`--format chrome` writes a file for ui.perfetto.dev"
+        )
+
+
+def short_line(result: dict[str, Any]) -> str:
+    return f"{result['id'][:8]} {result['model']['name']}"

@@ -1,0 +1,178 @@
+"""The evaluation request: what a client may ask for, validated at the boundary.
+
+Every way in (the CLI today, HTTP and the queue with the farm) loads a request through
+`parse_request`, so a bad value gets the same message whichever door it came through.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from marshmallow import RAISE, Schema, ValidationError, fields, post_load, validate
+
+from mlscope.contract.errors import UserError
+from mlscope.contract.queues import parse_target
+
+__all__ = ["DEVICE_PATTERN", "RUNNERS", "TRACE_LEVELS", "EvaluationRequest", "parse_request"]
+
+RUNNERS = ("inline", "process", "docker")
+TRACE_LEVELS = ("NO_TRACE", "APPLICATION", "MODEL", "FRAMEWORK", "LIBRARY", "HARDWARE", "FULL")
+DEVICE_PATTERN = re.compile(r"^(cpu|cuda(:\d+)?)$")
+MAX_BATCH_SIZE = 65536
+GRAPH_OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
+
+
+@dataclass(frozen=True)
+class EvaluationRequest:
+    """One model on one framework, measured at each batch size in each scenario.
+
+    Attributes:
+        model: a manifest name (`mlscope models` lists them).
+        framework: a registered framework name.
+        batch_sizes: batch sizes to measure, each ≥ 1.
+        scenarios: measurement scenarios (`single_stream`, `offline`).
+        device: `cpu`, `cuda` or `cuda:N`.
+        runner: `process` (a child process: a crash or hang ends only the evaluation), `docker` (the
+            framework's predictor image, no network) or `inline`.
+        trace_level: how deep to trace: NO_TRACE, APPLICATION (phases), MODEL (each inference),
+            FRAMEWORK (layers, a profiled pass), LIBRARY (operators and kernels, another pass),
+            HARDWARE (CPU/GPU metrics sampled in a pass of their own), FULL (all of it, with
+            operators' call stacks). Deeper levels never touch the latency figures.
+        measure: overrides of the measurement settings (see MeasureSettings).
+        options: predictor options: threads, inter_op_threads, graph_optimization_level,
+            execution_providers, input_pool.
+        timeout_s: the whole evaluation's time limit in seconds.
+        memory_limit_mb: the predictor process's resident-memory limit, or None.
+        target: where a farm runs it: a capability (`cpu.x86_64`, `gpu`) or one agent
+            (`agent:<id>`); None means `cpu` for a CPU device and `gpu` otherwise. A local run
+            (`mlscope run`) ignores it.
+    """
+
+    model: str
+    framework: str
+    batch_sizes: tuple[int, ...] = (1,)
+    scenarios: tuple[str, ...] = ("single_stream",)
+    device: str = "cpu"
+    runner: str = "process"
+    trace_level: str = "NO_TRACE"
+    measure: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    timeout_s: float = 1800.0
+    memory_limit_mb: int | None = None
+    target: str | None = None
+
+    @property
+    def effective_target(self) -> str:
+        return self.target or ("cpu" if self.device == "cpu" else "gpu")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["batch_sizes"] = list(self.batch_sizes)
+        data["scenarios"] = list(self.scenarios)
+        return data
+
+
+class PredictorOptionsSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    threads = fields.Integer(validate=validate.Range(min=1, max=1024), allow_none=True)
+    inter_op_threads = fields.Integer(validate=validate.Range(min=1, max=1024), allow_none=True)
+    graph_optimization_level = fields.String(validate=validate.OneOf(GRAPH_OPTIMIZATION_LEVELS))
+    execution_providers = fields.List(fields.String(validate=validate.Length(min=1)))
+    input_pool = fields.Integer(validate=validate.Range(min=1, max=64))
+
+
+def _check_measure_value(value: object) -> None:
+    if not isinstance(value, int | float | bool):
+        raise ValidationError("must be a number or true/false")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValidationError("must be a finite number")
+
+
+def _check_target(value: str) -> None:
+    try:
+        parse_target(value)
+    except UserError as exc:
+        raise ValidationError(exc.message.partition(": ")[2] or exc.message) from None
+
+
+class EvaluationRequestSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    model = fields.String(required=True, validate=validate.Length(min=1, max=200))
+    framework = fields.String(required=True, validate=validate.Length(min=1, max=100))
+    batch_sizes = fields.List(
+        fields.Integer(
+            strict=True,
+            validate=validate.Range(min=1, max=MAX_BATCH_SIZE, error="must be between {min} and {max}"),
+        ),
+        validate=validate.Length(min=1, max=64),
+        load_default=lambda: [1],
+    )
+    scenarios = fields.List(
+        fields.String(validate=validate.OneOf(("single_stream", "offline"))),
+        validate=validate.Length(min=1),
+        load_default=lambda: ["single_stream"],
+    )
+    device = fields.String(
+        load_default="cpu",
+        validate=validate.Regexp(DEVICE_PATTERN, error="must be cpu, cuda or cuda:N"),
+    )
+    runner = fields.String(load_default="process", validate=validate.OneOf(RUNNERS))
+    trace_level = fields.String(
+        load_default="NO_TRACE",
+        validate=validate.OneOf(TRACE_LEVELS, error="must be one of: {choices}"),
+    )
+    # Keys and ranges are checked by MeasureSettings where the evaluation runs: the contract stays
+    # free of the measurement code, which lives in the predictor runtime.
+    measure = fields.Dict(
+        keys=fields.String(validate=validate.Regexp(r"^[a-z_]+$")),
+        values=fields.Raw(validate=_check_measure_value),
+        load_default=dict,
+    )
+    options = fields.Nested(PredictorOptionsSchema, load_default=dict)
+    timeout_s = fields.Float(load_default=1800.0, validate=validate.Range(min=1, max=7 * 24 * 3600))
+    memory_limit_mb = fields.Integer(load_default=None, allow_none=True, validate=validate.Range(min=64))
+    target = fields.String(load_default=None, allow_none=True, validate=_check_target)
+
+    @post_load
+    def _build(self, data: dict[str, Any], **_: Any) -> EvaluationRequest:
+        data["batch_sizes"] = tuple(dict.fromkeys(data["batch_sizes"]))
+        data["scenarios"] = tuple(dict.fromkeys(data["scenarios"]))
+        return EvaluationRequest(**data)
+
+
+def _flatten(messages: Any, prefix: str = "") -> list[tuple[str, str]]:
+    if isinstance(messages, dict):
+        out: list[tuple[str, str]] = []
+        if prefix and set(messages) <= {"key", "value"}:  # a Dict field's entry: name the entry
+            return [pair for value in messages.values() for pair in _flatten(value, prefix)]
+        for key, value in messages.items():
+            out += _flatten(value, f"{prefix}.{key}" if prefix else str(key))
+        return out
+    if isinstance(messages, list) and all(isinstance(m, str) for m in messages):
+        return [(prefix, " ".join(messages))]
+    if isinstance(messages, list):
+        return [pair for m in messages for pair in _flatten(m, prefix)]
+    return [(prefix, str(messages))]
+
+
+def parse_request(data: dict[str, Any]) -> EvaluationRequest:
+    """Validate a request document.
+
+    Raises:
+        UserError: one line per offending field (`batch_sizes.0: must be between 1 and 65536`);
+            `field` names the first.
+    """
+    try:
+        request: EvaluationRequest = EvaluationRequestSchema().load(data)
+    except ValidationError as exc:
+        problems = _flatten(exc.messages)
+        text = "; ".join(f"{name}: {message}" for name, message in problems)
+        raise UserError(f"invalid request: {text}", field=problems[0][0] if problems else None) from None
+    return request

@@ -1,0 +1,177 @@
+"""Settings: the environment, or a settings file; the environment wins.
+
+The names are a contract shared by every part (DESIGN.md, "Contracts"). The settings file is TOML
+at `$MLSCOPE_SETTINGS` or `<user config dir>/mlscope/settings.toml`, with the same names in lower
+case and without the prefix (`store_url = "postgresql://..."`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from mlscope.contract.errors import UserError
+
+__all__ = ["Settings", "load_settings"]
+
+APP = "mlscope"
+
+
+def _default_store_url() -> str:
+    return f"sqlite:///{Path(platformdirs.user_data_dir(APP)) / 'mlscope.db'}"
+
+
+def _default_cache_dir() -> Path:
+    return Path(platformdirs.user_cache_dir(APP))
+
+
+# Docker refuses a container memory limit under 6 MB.
+_DOCKER_MIN_MEMORY_MB = 6
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting mlscope reads, validated on construction."""
+
+    store_url: str = field(default_factory=_default_store_url)
+    broker_url: str = "redis://127.0.0.1:6379/0"
+    api_url: str = "http://127.0.0.1:8000"
+    api_tokens: tuple[str, ...] = ()
+    manifests: tuple[Path, ...] = ()
+    cache_dir: Path = field(default_factory=_default_cache_dir)
+    otlp_endpoint: str | None = None
+    # The farm's own settings (additive to the contract's): where live workers register, how long
+    # a job a dead worker held stays invisible before Redis hands it to another, and whether reads
+    # of the API need a token too.
+    registry_url: str | None = None
+    visibility_timeout_s: float = 7200.0
+    api_reads: str = "open"
+    # The docker runner's limits for every container it starts: CPUs (fractions allowed; None: all
+    # of the machine's) and memory in MB (None: no limit; a request's memory_limit_mb wins).
+    docker_cpus: float | None = None
+    docker_memory_mb: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("store_url", "broker_url", "api_url"):
+            value = getattr(self, name)
+            if "://" not in value:
+                raise UserError(f"setting {name}={value!r} is not a URL: expected scheme://...", field=name)
+        if self.registry_url is not None and not self.registry_url.startswith(("redis://", "rediss://")):
+            raise UserError(
+                f"setting registry_url={self.registry_url!r}: expected a redis:// URL", field="registry_url"
+            )
+        if not self.visibility_timeout_s > 0:
+            raise UserError(
+                f"setting visibility_timeout_s={self.visibility_timeout_s!r}: expected seconds > 0",
+                field="visibility_timeout_s",
+            )
+        if self.api_reads not in ("open", "token"):
+            raise UserError(
+                f"setting api_reads={self.api_reads!r}: expected 'open' or 'token'", field="api_reads"
+            )
+        if self.docker_cpus is not None and not (
+            isinstance(self.docker_cpus, (int, float)) and 0 < self.docker_cpus < math.inf
+        ):
+            raise UserError(
+                f"setting docker_cpus={self.docker_cpus!r}: expected a number of CPUs > 0 (e.g. 2 or 0.5)",
+                field="docker_cpus",
+            )
+        if self.docker_memory_mb is not None and not (
+            isinstance(self.docker_memory_mb, int)
+            and not isinstance(self.docker_memory_mb, bool)
+            and self.docker_memory_mb >= _DOCKER_MIN_MEMORY_MB
+        ):
+            raise UserError(
+                f"setting docker_memory_mb={self.docker_memory_mb!r}: expected a whole number of MB "
+                f">= {_DOCKER_MIN_MEMORY_MB}",
+                field="docker_memory_mb",
+            )
+
+    @property
+    def agent_registry_url(self) -> str:
+        """The Redis that holds the agent registry: `registry_url`, else the broker when it is Redis,
+        else Redis on this machine."""
+        if self.registry_url:
+            return self.registry_url
+        if self.broker_url.startswith(("redis://", "rediss://")):
+            return self.broker_url
+        return "redis://127.0.0.1:6379/0"
+
+
+def _settings_file(env: Mapping[str, str]) -> Path:
+    explicit = env.get("MLSCOPE_SETTINGS")
+    return Path(explicit) if explicit else Path(platformdirs.user_config_dir(APP)) / "settings.toml"
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"settings file {path}: not valid TOML ({exc})") from exc
+
+
+def _coerce(name: str, raw: Any) -> Any:
+    if name == "api_tokens":
+        items = raw if isinstance(raw, list) else str(raw).split(",")
+        return tuple(t.strip() for t in items if t.strip())
+    if name == "manifests":
+        items = raw if isinstance(raw, list) else str(raw).split(os.pathsep)
+        return tuple(Path(p).expanduser() for p in items if p)
+    if name == "cache_dir":
+        return Path(str(raw)).expanduser()
+    if name == "visibility_timeout_s":
+        try:
+            return float(raw)
+        except (TypeError, ValueError):
+            raise UserError(
+                f"setting visibility_timeout_s={raw!r}: expected a number of seconds", field=name
+            ) from None
+    if name == "docker_cpus":
+        try:
+            return float(raw)
+        except (TypeError, ValueError):
+            raise UserError(f"setting docker_cpus={raw!r}: expected a number of CPUs", field=name) from None
+    if name == "docker_memory_mb":
+        try:
+            return int(str(raw).strip())
+        except ValueError:
+            raise UserError(
+                f"setting docker_memory_mb={raw!r}: expected a whole number of MB", field=name
+            ) from None
+    return str(raw)
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read settings from the settings file, then the environment on top of it.
+
+    Raises:
+        UserError: a setting has an unknown name or a value of the wrong form.
+    """
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    known = {f.name for f in fields(Settings)}
+    path = _settings_file(env)
+    values: dict[str, Any] = {}
+    for key, raw in _read_file(path).items():
+        if key not in known:
+            raise UserError(
+                f"settings file {path}: unknown setting {key!r}; known: {', '.join(sorted(known))}"
+            )
+        values[key] = _coerce(key, raw)
+    for name in known:
+        raw = env.get(f"MLSCOPE_{name.upper()}")
+        if raw:
+            values[name] = _coerce(name, raw)
+    return Settings(**values)

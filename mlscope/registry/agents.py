@@ -1,0 +1,147 @@
+"""The agent registry: which workers are alive, what they can serve and what they are doing.
+
+Each worker keeps one Redis key, `mlscope:agent:<id>`, holding its description as JSON and
+expiring `ttl_s` after its last heartbeat; a worker that dies simply stops renewing it and drops out
+of `live()` within `ttl_s`. The set `mlscope:agents` indexes the keys (entries whose key expired are
+pruned on read), and `mlscope:queues` remembers every queue a job was ever sent to, for queue depths.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import redis
+
+from mlscope.contract.errors import UserError
+
+__all__ = ["DEFAULT_TTL_S", "AgentInfo", "AgentRegistry", "RegistryUnavailable"]
+
+DEFAULT_TTL_S = 15.0
+_PREFIX = "mlscope:agent:"
+_INDEX = "mlscope:agents"
+_QUEUES = "mlscope:queues"
+
+
+class RegistryUnavailable(UserError):
+    """The registry's Redis cannot be reached."""
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    """One live worker.
+
+    Attributes:
+        id: the agent id (default: the hostname).
+        hostname: the machine's name.
+        capabilities: dotted capabilities, as detected or given by flag.
+        frameworks: installed framework name → version.
+        runners: the runners it can use (inline, process, docker).
+        queues: the queues it consumes.
+        system: a short description of the machine (cpu, gpus, memory, os, python).
+        pid: the worker's process id.
+        version: the mlscope version it runs.
+        started_at, heartbeat_at: wall-clock seconds.
+        current_job: the evaluation id it is running, or None when idle.
+        jobs_done: how many jobs it has ended since it started.
+    """
+
+    id: str
+    hostname: str
+    capabilities: tuple[str, ...]
+    frameworks: dict[str, str]
+    runners: tuple[str, ...]
+    queues: tuple[str, ...]
+    system: dict[str, Any] = field(default_factory=dict)
+    pid: int = 0
+    version: str = ""
+    started_at: float = field(default_factory=time.time)
+    heartbeat_at: float = field(default_factory=time.time)
+    current_job: str | None = None
+    jobs_done: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["capabilities"] = list(self.capabilities)
+        data["runners"] = list(self.runners)
+        data["queues"] = list(self.queues)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AgentInfo:
+        return cls(
+            **{
+                **data,
+                "capabilities": tuple(data["capabilities"]),
+                "runners": tuple(data["runners"]),
+                "queues": tuple(data["queues"]),
+            }
+        )
+
+
+class AgentRegistry:
+    """Live workers in Redis, with heartbeats that expire."""
+
+    def __init__(self, url: str, *, ttl_s: float = DEFAULT_TTL_S) -> None:
+        self.url = url
+        self.ttl_s = ttl_s
+        self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+
+    def _call(self, what: str, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except redis.RedisError as exc:
+            raise RegistryUnavailable(f"agent registry at {self.url}: cannot {what} ({exc})") from None
+
+    def ping(self) -> None:
+        """Raises RegistryUnavailable when Redis does not answer."""
+        self._call("ping", self._redis.ping)
+
+    def register(self, info: AgentInfo) -> None:
+        """Publish (or refresh) an agent's description; it expires `ttl_s` after this call."""
+        data = json.dumps({**info.to_dict(), "heartbeat_at": time.time()})
+        pipe = self._redis.pipeline()
+        pipe.set(_PREFIX + info.id, data, px=int(self.ttl_s * 1000))
+        pipe.sadd(_INDEX, info.id)
+        self._call("register an agent", pipe.execute)
+
+    def heartbeat(self, info: AgentInfo) -> AgentInfo:
+        """Renew the agent's key with its current state; returns the state as published."""
+        updated = replace(info, heartbeat_at=time.time())
+        self.register(updated)
+        return updated
+
+    def unregister(self, agent_id: str) -> None:
+        pipe = self._redis.pipeline()
+        pipe.delete(_PREFIX + agent_id)
+        pipe.srem(_INDEX, agent_id)
+        self._call("unregister an agent", pipe.execute)
+
+    def get(self, agent_id: str) -> AgentInfo | None:
+        raw = self._call("read an agent", self._redis.get, _PREFIX + agent_id)
+        return AgentInfo.from_dict(json.loads(raw)) if raw else None
+
+    def live(self) -> list[AgentInfo]:
+        """Every agent whose heartbeat has not expired, ordered by id."""
+        ids = sorted(i.decode() for i in self._call("list agents", self._redis.smembers, _INDEX))
+        if not ids:
+            return []
+        raws = self._call("read agents", self._redis.mget, [_PREFIX + i for i in ids])
+        gone = [i for i, raw in zip(ids, raws, strict=True) if raw is None]
+        if gone:
+            self._call("prune expired agents", self._redis.srem, _INDEX, *gone)
+        return [AgentInfo.from_dict(json.loads(raw)) for raw in raws if raw is not None]
+
+    def note_queue(self, queue: str) -> None:
+        """Remember that a job was sent to `queue`."""
+        self._call("record a queue", self._redis.sadd, _QUEUES, queue)
+
+    def known_queues(self) -> set[str]:
+        """Every queue a job was sent to, and every queue a live agent consumes."""
+        noted = {q.decode() for q in self._call("list queues", self._redis.smembers, _QUEUES)}
+        return noted | {q for agent in self.live() for q in agent.queues}
+
+    def close(self) -> None:
+        self._redis.close()

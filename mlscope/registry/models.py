@@ -1,0 +1,165 @@
+"""The model registry: every manifest mlscope knows, the shipped ones and the user's, by (name, framework).
+
+Manifests are read from the `mlscope.manifests` package directory, then from each extra
+directory in order (the user's `MLSCOPE_MANIFESTS`); a later layer replaces an earlier one's
+manifest for the same (name, framework). A broken file fails the whole load: skipping it would
+make a model silently disappear.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Iterator, Sequence
+from importlib import resources
+from importlib.abc import Traversable
+from pathlib import Path
+
+from mlscope.contract.errors import UserError
+from mlscope.contract.manifest import Manifest, ManifestError, load_manifest, parse_manifest_text
+
+__all__ = ["ModelRegistry"]
+
+_SUFFIXES = (".yaml", ".yml")
+
+
+def _duplicate(first: Manifest, second: Manifest) -> ManifestError:
+    name, framework = second.key
+    return ManifestError(
+        second.origin,
+        [
+            (
+                "",
+                f"model {name!r} for framework {framework!r} is already defined by {first.origin}; "
+                "keep one of the two",
+            )
+        ],
+    )
+
+
+def _index(manifests: Iterable[Manifest]) -> dict[tuple[str, str], Manifest]:
+    indexed: dict[tuple[str, str], Manifest] = {}
+    for manifest in manifests:
+        if manifest.key in indexed:
+            raise _duplicate(indexed[manifest.key], manifest)
+        indexed[manifest.key] = manifest
+    return indexed
+
+
+def _shipped_files(node: Traversable) -> Iterator[Traversable]:
+    for child in sorted(node.iterdir(), key=lambda c: c.name):
+        if child.is_dir() and not child.name.startswith((".", "__")):
+            yield from _shipped_files(child)
+        elif child.is_file() and child.name.endswith(_SUFFIXES):
+            yield child
+
+
+def _load_shipped() -> list[Manifest]:
+    loaded = []
+    for resource in _shipped_files(resources.files("mlscope.manifests")):
+        # An installed package is a directory in practice; a zipped one has no directory to resolve against.
+        if isinstance(resource, Path):
+            loaded.append(load_manifest(resource))
+        else:
+            loaded.append(parse_manifest_text(resource.read_text(encoding="utf-8"), str(resource)))
+    return loaded
+
+
+def _load_directory(directory: Path) -> list[Manifest]:
+    if not directory.exists():
+        raise UserError(
+            f"manifest directory {directory} does not exist (check MLSCOPE_MANIFESTS)", field="manifests"
+        )
+    if not directory.is_dir():
+        raise UserError(
+            f"manifest directory {directory} is not a directory (check MLSCOPE_MANIFESTS)", field="manifests"
+        )
+    files = sorted(
+        path
+        for path in directory.rglob("*")
+        if path.suffix in _SUFFIXES
+        and path.is_file()
+        and not any(part.startswith(".") for part in path.relative_to(directory).parts)
+    )
+    return [load_manifest(path) for path in files]
+
+
+class ModelRegistry:
+    """The manifests that can be evaluated, looked up by model name and framework.
+
+    Args:
+        manifests: at most one manifest per (name, framework).
+
+    Raises:
+        ManifestError: two manifests share a (name, framework); names both files.
+    """
+
+    def __init__(self, manifests: Iterable[Manifest] = ()) -> None:
+        self._by_key = _index(manifests)
+
+    @classmethod
+    def load(cls, extra_dirs: Sequence[Path] = ()) -> ModelRegistry:
+        """Read the shipped manifests, then each extra directory (recursively, *.yaml and *.yml).
+
+        Args:
+            extra_dirs: the user's manifest directories; each replaces manifests with the same
+                (name, framework) from the shipped set and from directories before it.
+
+        Returns:
+            The registry.
+
+        Raises:
+            UserError: an extra directory does not exist.
+            ManifestError: a file is not a valid manifest, or two files in one layer (the
+                shipped set, or one extra directory) define the same (name, framework).
+        """
+        layers = [_load_shipped()] + [_load_directory(Path(directory)) for directory in extra_dirs]
+        merged: dict[tuple[str, str], Manifest] = {}
+        for layer in layers:
+            merged.update(_index(layer))
+        return cls(merged.values())
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def all(self) -> list[Manifest]:
+        """Every manifest, sorted by (name, framework)."""
+        return [self._by_key[key] for key in sorted(self._by_key)]
+
+    def names(self) -> list[str]:
+        """The sorted model names."""
+        return sorted({name for name, _ in self._by_key})
+
+    def frameworks_for(self, name: str) -> list[str]:
+        """The sorted frameworks that have a manifest for model `name`.
+
+        Raises:
+            UserError: no manifest has that name; suggests close ones.
+        """
+        frameworks = sorted(framework for model, framework in self._by_key if model == name)
+        if not frameworks:
+            raise self._unknown_model(name)
+        return frameworks
+
+    def get(self, name: str, framework: str) -> Manifest:
+        """The manifest of model `name` for `framework`.
+
+        Raises:
+            UserError: the model is unknown (suggests close names), or it has no manifest for this
+                framework (lists the frameworks it has).
+        """
+        frameworks = self.frameworks_for(name)
+        manifest = self._by_key.get((name, framework))
+        if manifest is None:
+            has = ", ".join(frameworks)
+            raise UserError(
+                f"model {name!r} has no manifest for framework {framework!r}; it has: {has}",
+                field="framework",
+            )
+        return manifest
+
+    def _unknown_model(self, name: str) -> UserError:
+        names = self.names()
+        close = difflib.get_close_matches(name.lower(), names, n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        known = ", ".join(names) or "none"
+        return UserError(f"unknown model {name!r}; {hint}known models: {known}", field="model")

@@ -1,0 +1,317 @@
+"""Runs one job where the predictor lives: import, fetch, load, first inference, measure, report.
+
+This is the predictor runtime's entry point. The process runner starts it as
+`python -m mlscope.runtime.execute` (a job as JSON on stdin, events as JSON lines on stdout); the
+docker runner as `... --job FILE --result FILE` (the job read from a file, the final result or
+error written to one, progress events still on stdout); the inline runner calls `execute` directly.
+It imports no store, broker or web code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mlscope.contract.errors import UserError
+from mlscope.contract.job import Job, JobFailed
+from mlscope.contract.manifest import parse_manifest
+from mlscope.contract.steps import apply_steps
+from mlscope.runtime.frameworks import get_framework
+from mlscope.runtime.measure import MeasureSettings, get_scenario
+from mlscope.runtime.predictors import Predictor, PredictorError, PredictorOptions, load_predictor_class
+from mlscope.runtime.predictors.inputs import synthetic_batches
+from mlscope.runtime.system import capture_system
+from mlscope.runtime.trace.passes import add_model_spans, run_traced_passes
+from mlscope.runtime.trace.spans import TraceContext, Tracer
+
+__all__ = ["Emit", "execute", "main"]
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+def _ms(start_ns: int) -> float:
+    return round((time.perf_counter_ns() - start_ns) / 1e6, 3)
+
+
+class _Phases:
+    """Tracks the phase the job is in, so a failure names it, and tells the caller of each one."""
+
+    def __init__(self, emit: Emit) -> None:
+        self.emit = emit
+        self.current = "import"
+
+    def enter(self, phase: str, **detail: Any) -> None:
+        self.current = phase
+        self.emit({"event": "phase", "phase": phase, **detail})
+
+
+def _postprocess(predictor: Predictor, raw_outputs: Any) -> None:
+    """One inference's outputs to host arrays and through the manifest's postprocessing steps: the
+    work a serving system does after `predict`, traced once per batch size, never timed."""
+    outputs = predictor.outputs_to_numpy(raw_outputs)
+    for spec in predictor.manifest.outputs:
+        if spec.name in outputs:
+            apply_steps(spec.steps, outputs[spec.name])
+
+
+def _measure_all(
+    predictor: Predictor, job: Job, settings: MeasureSettings, phases: _Phases, tracer: Tracer
+) -> list[dict]:
+    measurements = []
+    timer = predictor.timer()
+    scenarios = [get_scenario(name) for name in job.scenarios]
+    for batch_size in job.batch_sizes:
+        with tracer.span("preprocess", batch_size=batch_size):
+            arrays = synthetic_batches(
+                predictor.manifest, batch_size, predictor.options.input_pool, seed=predictor.options.seed
+            )
+            batches = [predictor.prepare(a) for a in arrays]
+        for scenario in scenarios:
+            phases.enter("measure", scenario=scenario.NAME, batch_size=batch_size)
+
+            def progress(fraction: float, scenario_name: str = scenario.NAME, size: int = batch_size) -> None:
+                phases.emit(
+                    {
+                        "event": "progress",
+                        "scenario": scenario_name,
+                        "batch_size": size,
+                        "fraction": round(fraction, 3),
+                    }
+                )
+
+            with tracer.span("predict", scenario=scenario.NAME, batch_size=batch_size) as attributes:
+                run = scenario.run(
+                    predictor.predict,
+                    batches,
+                    batch_size,
+                    settings,
+                    timer=timer,
+                    on_progress=progress,
+                    record_starts=tracer.enabled("MODEL"),
+                )
+                if attributes is not None:
+                    attributes.update(
+                        add_model_spans(
+                            tracer, run, parent_id=tracer.current_id, max_spans=settings.max_model_spans
+                        )
+                    )
+            measurement = run.to_dict()
+            phases.emit(
+                {
+                    "event": "measurement",
+                    "scenario": scenario.NAME,
+                    "batch_size": batch_size,
+                    "latency_ms": measurement["latency_ms"],
+                    "throughput": measurement["throughput"],
+                    "validity": measurement["validity"],
+                }
+            )
+            measurements.append(measurement)
+        raw_outputs = predictor.predict(batches[0])
+        with tracer.span("postprocess", batch_size=batch_size):
+            _postprocess(predictor, raw_outputs)
+        del batches, arrays
+    return measurements
+
+
+def _gpu_indices(device: str) -> tuple[int, ...]:
+    return (int(device.partition(":")[2] or 0),) if device.startswith("cuda") else ()
+
+
+def execute(job: Job, emit: Emit) -> dict[str, Any]:
+    """Run a job and return its result: system, framework, cold start and measurements.
+
+    Raises:
+        JobFailed: anything went wrong; it names the phase.
+    """
+    phases = _Phases(emit)
+    predictor: Predictor | None = None
+    tracer = Tracer(job.trace_level, TraceContext.parse(job.traceparent))
+    root = tracer.span(
+        "evaluation",
+        **{"mlscope.process": "predictor", "pid": os.getpid()},
+        model=job.manifest.get("name"),
+        framework=job.framework,
+        device=job.device,
+    )
+    root.__enter__()
+    try:
+        phases.enter("import")
+        spec = get_framework(job.framework)
+        warm_process = spec.import_name in sys.modules
+        start = time.perf_counter_ns()
+        with tracer.span("import", warm_process=warm_process):
+            predictor_class = load_predictor_class(job.framework)
+        import_ms = _ms(start)
+
+        manifest = parse_manifest(job.manifest, origin=job.origin)
+        settings = MeasureSettings.from_dict(job.measure)
+        options = PredictorOptions.from_dict(job.options)
+        predictor = predictor_class(
+            manifest=manifest, device=job.device, options=options, cache_dir=Path(job.cache_dir)
+        )
+
+        phases.enter("fetch")
+        start = time.perf_counter_ns()
+        with tracer.span("fetch", source=manifest.source.kind):
+            predictor.fetch()
+        fetch_ms = _ms(start)
+
+        phases.enter("load")
+        start = time.perf_counter_ns()
+        with tracer.span("load"):
+            predictor.load()
+        load_ms = _ms(start)
+
+        phases.enter("first_inference")
+        first = predictor.prepare(synthetic_batches(manifest, job.batch_sizes[0], 1, seed=options.seed)[0])
+        start = time.perf_counter_ns()
+        with tracer.span("first_inference", batch_size=job.batch_sizes[0]):
+            predictor.predict(first)
+        first_inference_ms = _ms(start)
+        del first
+
+        measurements = _measure_all(predictor, job, settings, phases, tracer)
+
+        if tracer.enabled("FRAMEWORK"):
+            phases.enter("trace", level=job.trace_level)
+            loaded = predictor
+
+            def one_batch(batch_size: int) -> Any:
+                arrays = synthetic_batches(manifest, batch_size, 1, seed=options.seed)[0]
+                return loaded.prepare(arrays)
+
+            run_traced_passes(
+                predictor, one_batch, job.batch_sizes, tracer, settings, _gpu_indices(job.device)
+            )
+
+        phases.enter("report")
+        framework = predictor.describe()
+        result = {
+            # The framework's build facts stay with the framework: the system is the machine and
+            # its installed stack, the same for every framework evaluated on it.
+            "system": capture_system(),
+            "framework": framework,
+            "cold_start": {
+                "import_ms": import_ms,
+                "load_ms": load_ms,
+                "first_inference_ms": first_inference_ms,
+                "fetch_ms": fetch_ms,
+                # The framework was already imported by this process: import_ms is not a cold import.
+                "warm_process": warm_process,
+            },
+            "measurements": measurements,
+            "trace": {"trace_id": tracer.trace_id, "spans": tracer.spans},
+        }
+        root.__exit__(None, None, None)  # the root span joins tracer.spans, which result shares
+        return result
+    except BaseException as exc:
+        # The root span ends with the failure named on it; the spans so far travel with the error.
+        root.__exit__(type(exc), exc, exc.__traceback__)
+        failure = _as_failure(exc, phases.current)
+        if failure is None:
+            raise
+        failure.spans = tracer.spans
+        if failure is exc:
+            raise
+        raise failure from exc
+    finally:
+        if predictor is not None:
+            predictor.close()
+
+
+def _as_failure(exc: BaseException, phase: str) -> JobFailed | None:
+    """The JobFailed an exception ends the job with; None for what must propagate (an interrupt)."""
+    if isinstance(exc, JobFailed):
+        return exc
+    if isinstance(exc, (UserError, PredictorError)):
+        return JobFailed(type(exc).__name__, str(exc), phase)
+    if isinstance(exc, MemoryError):
+        return JobFailed("OutOfMemory", f"out of memory: {exc}", phase)
+    if isinstance(exc, Exception):
+        return JobFailed(type(exc).__name__, str(exc) or repr(exc), phase, traceback.format_exc())
+    return None
+
+
+def _die_with_parent() -> None:
+    """On Linux, ask the kernel to kill this process when the process that started it dies, so a
+    worker killed with SIGKILL leaves no predictor running on behind it (its job is redelivered and
+    would otherwise compete with its orphan for the machine)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def _write_atomically(path: Path, event: dict[str, Any]) -> None:
+    """Write the final event so a reader sees all of it or no file: a predictor killed while
+    writing leaves no half a result under the final name."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text(json.dumps(event, separators=(",", ":")))
+    os.replace(partial, path)
+
+
+def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m mlscope.runtime.execute",
+        description="Run one evaluation job; progress events go to stdout as JSON lines.",
+    )
+    parser.add_argument("--job", type=Path, help="read the job (JSON) from this file instead of stdin")
+    parser.add_argument(
+        "--result", type=Path, help="write the final result or error (JSON) to this file instead of stdout"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of a predictor process: a job in, events as JSON lines on stdout.
+
+    Args:
+        argv: the command line's arguments; default sys.argv[1:]. `--job FILE` reads the job from a
+            file (default: stdin); `--result FILE` writes the final {"event": "result" | "error"}
+            there, replacing the file in one step (default: the last line on stdout).
+    """
+    arguments = _parse_arguments(argv)
+    _die_with_parent()
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    # Whatever a framework prints goes to stderr, so it cannot corrupt the event stream.
+    os.dup2(2, 1)
+
+    def emit(event: dict[str, Any]) -> None:
+        protocol.write(json.dumps(event, separators=(",", ":")) + "\n")
+        protocol.flush()
+
+    def finish(event: dict[str, Any]) -> None:
+        if arguments.result is None:
+            emit(event)
+        else:
+            _write_atomically(arguments.result, event)
+
+    document = arguments.job.read_text() if arguments.job is not None else sys.stdin.read()
+    job = Job.from_dict(json.loads(document))
+    try:
+        result = execute(job, emit)
+    except JobFailed as failure:
+        finish({"event": "error", **failure.to_error(), "detail": failure.detail, "spans": failure.spans})
+        sys.exit(1)
+    finish({"event": "result", "result": result})
+
+
+if __name__ == "__main__":
+    main()

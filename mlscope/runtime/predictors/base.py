@@ -1,0 +1,151 @@
+"""The predictor interface: what every framework adapter does, and nothing framework-specific.
+
+A predictor lives in the process that runs the evaluation (the caller's, a child process, later a
+container) and is the only code there that imports its framework.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from mlscope.contract.manifest import Manifest
+from mlscope.runtime.trace.spans import Tracer
+
+__all__ = ["Predictor", "PredictorError", "PredictorOptions"]
+
+
+class PredictorError(Exception):
+    """A predictor could not do what was asked (no such device, a provider missing, a bad graph)."""
+
+
+@dataclass(frozen=True)
+class PredictorOptions:
+    """Framework knobs a request may set; a framework ignores those that mean nothing to it.
+
+    Attributes:
+        threads: intra-op threads (None: the framework's default, usually one per core).
+        inter_op_threads: inter-op threads (None: the framework's default).
+        graph_optimization_level: ONNX Runtime's `disable|basic|extended|all` (default all).
+        execution_providers: ONNX Runtime providers, in priority order (default: by device).
+        input_pool: how many distinct input batches are cycled through while measuring, so a
+            cache never serves the same input twice in a row.
+        seed: seeds random weights and inputs, so two runs build the same model.
+    """
+
+    threads: int | None = None
+    inter_op_threads: int | None = None
+    graph_optimization_level: str = "all"
+    execution_providers: tuple[str, ...] = ()
+    input_pool: int = 4
+    seed: int = 0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PredictorOptions:
+        values = dict(data)
+        if "execution_providers" in values:
+            values["execution_providers"] = tuple(values["execution_providers"])
+        return cls(**values)
+
+
+@dataclass
+class Predictor(ABC):
+    """One model on one framework and device.
+
+    Lifecycle: `fetch()` (obtain the graph: download, export; cached), `load()`, then any number of
+    `prepare()` + `predict()`, then `close()`.
+    """
+
+    NAME: ClassVar[str]
+
+    manifest: Manifest
+    device: str = "cpu"
+    options: PredictorOptions = field(default_factory=PredictorOptions)
+    cache_dir: Path = field(default_factory=lambda: Path.cwd() / ".mlscope-cache")
+
+    @classmethod
+    @abstractmethod
+    def framework_version(cls) -> str:
+        """Returns: the version of the framework this process imported."""
+
+    @classmethod
+    @abstractmethod
+    def libraries(cls) -> dict[str, Any]:
+        """Returns: versions and build facts of the libraries under the framework (CUDA, cuDNN, oneDNN...)."""
+
+    def fetch(self) -> None:  # noqa: B027 - most frameworks have nothing to fetch
+        """Obtain what `load` needs (download, convert), once, into the cache. Default: nothing."""
+
+    @abstractmethod
+    def load(self) -> None:
+        """Build the model on the device, ready to predict.
+
+        Raises:
+            PredictorError: the device or an option is not available here.
+        """
+
+    @abstractmethod
+    def prepare(self, arrays: dict[str, np.ndarray]) -> Any:
+        """Turn one batch of input arrays (by input name) into what `predict` takes, on the device.
+
+        Copying inputs to the device is done here, outside the timed region.
+        """
+
+    @abstractmethod
+    def predict(self, batch: Any) -> Any:
+        """Run one inference on a prepared batch and return when its results are ready."""
+
+    @abstractmethod
+    def outputs_to_numpy(self, outputs: Any) -> dict[str, np.ndarray]:
+        """Outputs of `predict` as host arrays by output name (for checks, not on the timed path)."""
+
+    def timer(self) -> Any | None:
+        """A device timer for the measurement loop (CUDA events on a GPU), or None for the host clock."""
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """Returns: what ran, for the result: framework name and version, device, effective options."""
+        return {
+            "name": self.NAME,
+            "version": self.framework_version(),
+            "device": self.device,
+            "libraries": self.libraries(),
+        }
+
+    def trace_pass(
+        self,
+        level: str,
+        batch: Any,
+        *,
+        tracer: Tracer,
+        parent_id: str,
+        batch_size: int,
+        iterations: int,
+        warmup: int,
+    ) -> bool:
+        """Run one profiled pass on a prepared batch and record its spans into `tracer`.
+
+        Runs after the measured pass, so no latency figure ever comes from a profiled inference.
+        Each of the `iterations` traced inferences (after `warmup` untraced ones) is a MODEL span
+        "inference" under `parent_id`, with the level's spans inside it (see workers/trace).
+
+        Args:
+            level: "FRAMEWORK" (layers) or "LIBRARY" (operators, and kernels on a GPU).
+            batch: a batch from `prepare`.
+            tracer: where the spans go; its clock is the one every span is on.
+            parent_id: the span of the pass, the inferences' parent.
+            batch_size: samples in `batch`, an attribute of every span.
+            iterations: traced inferences.
+            warmup: untraced inferences first.
+
+        Returns:
+            False when this framework cannot trace that level (nothing was recorded).
+        """
+        return False
+
+    def close(self) -> None:  # noqa: B027 - nothing to release by default
+        """Release the model and its memory."""

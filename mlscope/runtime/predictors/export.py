@@ -1,0 +1,102 @@
+"""ONNX graphs exported from a manifest's PyTorch source, cached by the manifest's content hash.
+
+The export runs in a child process (`python -m mlscope.runtime.predictors.export`), so the process
+that measures ONNX Runtime never imports PyTorch: its memory, threads and import time stay its own.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from mlscope.contract.manifest import Manifest, parse_manifest
+from mlscope.runtime.predictors.base import PredictorError
+
+__all__ = ["OPSET", "export_onnx", "exported_graph"]
+
+OPSET = 17
+
+
+def exported_graph(manifest: Manifest, cache_dir: Path, seed: int = 0, timeout_s: float = 1800) -> Path:
+    """The cached ONNX graph of the manifest, exported on first use.
+
+    Concurrent callers wait on a lock instead of exporting twice; a partial file never becomes
+    visible under the final name. A graph already cached is only read: no lock, no write, so a
+    cache mounted read-only (the docker runner's, where the host exported it first) serves it.
+
+    Raises:
+        PredictorError: the export failed; the message carries the exporter's last lines. Or the
+            graph is not cached and the cache cannot be written.
+    """
+    target = cache_dir / "onnx" / f"{manifest.sha256}-seed{seed}.onnx"
+    if target.is_file():
+        return target
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(target.with_suffix(".lock"), "w")  # noqa: SIM115 - closed by the with below
+    except OSError as exc:
+        raise PredictorError(
+            f"{manifest.name} has no exported ONNX graph at {target}, and the cache cannot be written "
+            f"to export it ({exc.strerror or exc})"
+        ) from exc
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.is_file():
+            return target
+        partial = target.with_suffix(f".{os.getpid()}.partial")
+        document = json.dumps({"manifest": manifest.to_dict(), "origin": manifest.origin, "seed": seed})
+        completed = subprocess.run(
+            [sys.executable, "-m", "mlscope.runtime.predictors.export", str(partial)],
+            input=document,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+        if completed.returncode != 0 or not partial.is_file():
+            partial.unlink(missing_ok=True)
+            tail = "\n".join(completed.stderr.strip().splitlines()[-5:])
+            raise PredictorError(f"exporting {manifest.name} to ONNX failed: {tail}")
+        partial.rename(target)
+    return target
+
+
+def export_onnx(manifest: Manifest, path: Path, seed: int = 0) -> None:
+    """Export the manifest's PyTorch model to ONNX at `path`, batch dimension dynamic."""
+    import numpy as np
+    import torch
+
+    from mlscope.runtime.predictors.inputs import synthetic_batch
+    from mlscope.runtime.predictors.torch_models import build_module
+
+    model = build_module(manifest, seed=seed)
+    arrays = synthetic_batch(manifest, 1, np.random.default_rng(seed))
+    example = tuple(torch.from_numpy(arrays[spec.name]) for spec in manifest.inputs)
+    input_names = [spec.name for spec in manifest.inputs]
+    output_names = [spec.name for spec in manifest.outputs]
+    dynamic = {name: {0: "batch"} for name in input_names + output_names}
+    with torch.inference_mode():
+        torch.onnx.export(
+            model,
+            example,
+            str(path),
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_axes=dynamic,
+            opset_version=OPSET,
+            dynamo=False,
+        )
+
+
+def _main() -> None:
+    job = json.loads(sys.stdin.read())
+    manifest = parse_manifest(job["manifest"], origin=job["origin"])
+    export_onnx(manifest, Path(sys.argv[1]), seed=int(job["seed"]))
+
+
+if __name__ == "__main__":
+    _main()

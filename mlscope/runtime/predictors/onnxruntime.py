@@ -1,0 +1,221 @@
+"""The ONNX Runtime predictor: session options (threads, graph optimisation level), execution
+providers by device, I/O binding on GPUs so inputs are on the device before timing starts, and
+the FRAMEWORK and LIBRARY trace passes from ORT's session profiling."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import onnxruntime as ort
+
+from mlscope.runtime.predictors.base import Predictor, PredictorError
+from mlscope.runtime.predictors.export import exported_graph
+from mlscope.runtime.predictors.files import local_file
+from mlscope.runtime.trace.ort_profile import PROFILE_LEVELS, ort_profile_to_spans
+from mlscope.runtime.trace.spans import Tracer
+
+__all__ = ["OnnxRuntimePredictor"]
+
+_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+@dataclass(frozen=True)
+class _DeviceBatch:
+    """A batch on a GPU: the binding `predict` runs, and the device inputs bound to it, which a
+    profiling session (another session, so another binding) binds again."""
+
+    binding: ort.IOBinding
+    inputs: dict[str, ort.OrtValue]
+
+
+class OnnxRuntimePredictor(Predictor):
+    NAME: ClassVar[str] = "onnxruntime"
+
+    _graph: Path | None = None
+    _session: ort.InferenceSession | None = None
+
+    @classmethod
+    def framework_version(cls) -> str:
+        return str(ort.__version__)
+
+    @classmethod
+    def libraries(cls) -> dict[str, Any]:
+        return {"available_providers": ort.get_available_providers(), "build_device": ort.get_device()}
+
+    def _providers(self) -> list[str]:
+        if self.options.execution_providers:
+            wanted = list(self.options.execution_providers)
+        elif self.device.startswith("cuda"):
+            wanted = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        else:
+            wanted = ["CPUExecutionProvider"]
+        missing = [p for p in wanted if p not in ort.get_available_providers()]
+        if missing:
+            have = ", ".join(ort.get_available_providers())
+            raise PredictorError(
+                f"execution providers {', '.join(missing)} are not in this build; it has: {have}"
+            )
+        return wanted
+
+    def fetch(self) -> None:
+        source = self.manifest.source
+        if source.kind == "onnx":
+            self._graph = local_file(source.target, source.options.get("sha256"))
+        else:
+            self._graph = exported_graph(self.manifest, self.cache_dir, seed=self.options.seed)
+
+    def load(self) -> None:
+        if self._graph is None:
+            self.fetch()
+        self._session = self._open_session(self._session_options())
+
+    def _session_options(self) -> ort.SessionOptions:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = _LEVELS[self.options.graph_optimization_level]
+        if self.options.threads:
+            options.intra_op_num_threads = self.options.threads
+        if self.options.inter_op_threads:
+            options.inter_op_num_threads = self.options.inter_op_threads
+        return options
+
+    def _device_id(self) -> int:
+        return int(self.device.partition(":")[2] or 0)
+
+    def _open_session(self, options: ort.SessionOptions) -> ort.InferenceSession:
+        providers = self._providers()
+        provider_options: list[dict[str, Any]] = [{} for _ in providers]
+        if self.device.startswith("cuda"):
+            provider_options[providers.index("CUDAExecutionProvider")] = {"device_id": self._device_id()}
+        return ort.InferenceSession(
+            str(self._graph), sess_options=options, providers=providers, provider_options=provider_options
+        )
+
+    def _bind(self, session: ort.InferenceSession, inputs: dict[str, ort.OrtValue]) -> ort.IOBinding:
+        binding = session.io_binding()
+        for name, value in inputs.items():
+            binding.bind_ortvalue_input(name, value)
+        for output in session.get_outputs():
+            binding.bind_output(output.name, "cuda", self._device_id())
+        return binding
+
+    def prepare(self, arrays: dict[str, np.ndarray]) -> Any:
+        if not self.device.startswith("cuda"):
+            return {name: np.ascontiguousarray(array) for name, array in arrays.items()}
+        assert self._session is not None, "load() first"
+        inputs = {
+            name: ort.OrtValue.ortvalue_from_numpy(array, "cuda", self._device_id())
+            for name, array in arrays.items()
+        }
+        return _DeviceBatch(self._bind(self._session, inputs), inputs)
+
+    def predict(self, batch: Any) -> Any:
+        session = self._session
+        assert session is not None, "load() first"
+        if isinstance(batch, dict):
+            return session.run(None, batch)
+        session.run_with_iobinding(batch.binding)
+        batch.binding.synchronize_outputs()
+        return batch.binding
+
+    def trace_pass(
+        self,
+        level: str,
+        batch: Any,
+        *,
+        tracer: Tracer,
+        parent_id: str,
+        batch_size: int,
+        iterations: int,
+        warmup: int,
+    ) -> bool:
+        """Profile `warmup` + `iterations` inferences with ORT's session profiler and record the
+        traced ones as spans: FRAMEWORK, one layer span per graph node executed; LIBRARY, one
+        operator span per node and, on a GPU, the kernels each node launched.
+
+        The profile comes from a second session on the same graph with the same options plus
+        `enable_profiling`, so the measured session is never profiled. On the CPU both levels see
+        the same node events, as layers in one pass and as operators in the other: ORT's profiler
+        records nothing below a node there (MLAS and oneDNN calls are not events). On a GPU the
+        CUDA provider adds its kernels and copies to the profile only in ORT builds compiled with
+        ENABLE_CUDA_PROFILING (no session or provider option turns it on); without it the LIBRARY
+        pass has operators only. Node spans on a GPU time the node's launch on the host: ORT does
+        not wait for the device between nodes.
+
+        Args: as `Predictor.trace_pass`.
+
+        Returns:
+            True for FRAMEWORK and LIBRARY, False (nothing run) for any other level.
+        """
+        if level not in PROFILE_LEVELS:
+            return False
+        assert self._session is not None, "load() first"
+        options = self._session_options()
+        options.enable_profiling = True
+        with tempfile.TemporaryDirectory(prefix="mlscope-ort-profile-") as folder:
+            options.profile_file_prefix = str(Path(folder) / "profile")
+            session = self._open_session(options)
+            run = self._runner(session, batch)
+            for _ in range(warmup):
+                run()
+            starts: list[int] = []
+            for _ in range(iterations):
+                starts.append(tracer.clock.now())
+                run()
+            events = json.loads(Path(session.end_profiling()).read_text())
+            profile_start_ns = session.get_profiling_start_time_ns()
+            del run, session
+        tracer.extend(
+            ort_profile_to_spans(
+                events,
+                trace_id=tracer.trace_id,
+                parent_id=parent_id,
+                offset_ns=profile_start_ns,
+                batch_size=batch_size,
+                level=level,
+                inference_starts_ns=starts,
+                device=self.device if self.device.startswith("cuda") else None,
+            )
+        )
+        return True
+
+    def _runner(self, session: ort.InferenceSession, batch: Any) -> Any:
+        """A no-argument callable running one inference of `batch` on `session`."""
+        if isinstance(batch, dict):
+            return lambda: session.run(None, batch)
+        binding = self._bind(session, batch.inputs)
+
+        def run_bound() -> None:
+            session.run_with_iobinding(binding)
+            binding.synchronize_outputs()
+
+        return run_bound
+
+    def outputs_to_numpy(self, outputs: Any) -> dict[str, np.ndarray]:
+        assert self._session is not None
+        names = [output.name for output in self._session.get_outputs()]
+        values = outputs if isinstance(outputs, list) else outputs.copy_outputs_to_cpu()
+        return dict(zip(names, values, strict=True))
+
+    def describe(self) -> dict[str, Any]:
+        facts = super().describe()
+        if self._session is not None:
+            facts["providers"] = self._session.get_providers()
+            options = self._session.get_session_options()
+            facts["threads"] = options.intra_op_num_threads or "default"
+            facts["graph_optimization_level"] = self.options.graph_optimization_level
+        if self._graph is not None:
+            facts["graph"] = self._graph.name
+        return facts
+
+    def close(self) -> None:
+        self._session = None

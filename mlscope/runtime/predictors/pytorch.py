@@ -1,0 +1,149 @@
+"""The PyTorch predictor: eval mode, inference mode, placement on the requested device, and
+CUDA-event timing with synchronisation on GPUs."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from mlscope.runtime.predictors.base import Predictor, PredictorError
+from mlscope.runtime.predictors.torch_models import build_module
+from mlscope.runtime.trace.spans import Tracer
+from mlscope.runtime.trace.torch_profile import layer_pass, operator_pass
+
+__all__ = ["CudaEventTimer", "PyTorchPredictor"]
+
+
+class CudaEventTimer:
+    """Times one inference on the GPU's own clock: an event before, an event after, then waits.
+
+    Each thread gets its own pair of events (the offline scenario may time from several threads).
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self._device = device
+        self._local = threading.local()
+
+    def time(self, predict: Callable[[Any], Any], batch: Any) -> int:
+        local = self._local
+        if not hasattr(local, "start"):
+            local.start = torch.cuda.Event(enable_timing=True)
+            local.end = torch.cuda.Event(enable_timing=True)
+            local.stream = torch.cuda.current_stream(self._device)
+        local.start.record(local.stream)
+        predict(batch)
+        local.end.record(local.stream)
+        local.end.synchronize()
+        return int(local.start.elapsed_time(local.end) * 1_000_000)
+
+
+class PyTorchPredictor(Predictor):
+    NAME: ClassVar[str] = "pytorch"
+
+    _model: torch.nn.Module | None = None
+    _device: torch.device | None = None
+
+    @classmethod
+    def framework_version(cls) -> str:
+        return str(torch.__version__)
+
+    @classmethod
+    def libraries(cls) -> dict[str, Any]:
+        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        return {
+            "cuda": torch.version.cuda,
+            "cudnn": cudnn,
+            "mkldnn": torch.backends.mkldnn.is_available(),
+            "openmp": torch.backends.openmp.is_available(),
+            "parallel": torch.__config__.parallel_info().splitlines()[0:3],
+        }
+
+    def load(self) -> None:
+        device = torch.device(self.device)
+        if device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise PredictorError(f"device {self.device}: this PyTorch sees no CUDA device")
+            if (device.index or 0) >= torch.cuda.device_count():
+                raise PredictorError(f"device {self.device}: only {torch.cuda.device_count()} CUDA devices")
+        if self.options.threads:
+            torch.set_num_threads(self.options.threads)
+        if self.options.inter_op_threads:
+            try:
+                torch.set_num_interop_threads(self.options.inter_op_threads)
+            except RuntimeError as exc:  # only settable before the first parallel work
+                raise PredictorError(f"inter_op_threads: {exc}") from exc
+        self._device = device
+        self._model = build_module(self.manifest, seed=self.options.seed).to(device)
+
+    def prepare(self, arrays: dict[str, np.ndarray]) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.from_numpy(arrays[spec.name]).to(self._device) for spec in self.manifest.inputs)
+
+    def predict(self, batch: tuple[torch.Tensor, ...]) -> Any:
+        model = self._model
+        assert model is not None, "load() first"
+        with torch.inference_mode():
+            outputs = model(*batch)
+        if self._device is not None and self._device.type == "cuda":
+            torch.cuda.synchronize(self._device)
+        return outputs
+
+    def trace_pass(
+        self,
+        level: str,
+        batch: Any,
+        *,
+        tracer: Tracer,
+        parent_id: str,
+        batch_size: int,
+        iterations: int,
+        warmup: int,
+    ) -> bool:
+        """FRAMEWORK: leaf-module hooks; LIBRARY: torch.profiler, with Python stacks at FULL."""
+        model, device = self._model, self._device
+        assert model is not None and device is not None, "load() first"
+
+        def run() -> Any:
+            return self.predict(batch)
+
+        common = {
+            "device": device,
+            "tracer": tracer,
+            "parent_id": parent_id,
+            "batch_size": batch_size,
+            "iterations": iterations,
+            "warmup": warmup,
+        }
+        if level == "FRAMEWORK":
+            layer_pass(model, run, **common)
+            return True
+        if level == "LIBRARY":
+            operator_pass(model, run, **common, with_stack=tracer.level == "FULL")
+            return True
+        return False
+
+    def outputs_to_numpy(self, outputs: Any) -> dict[str, np.ndarray]:
+        values = outputs if isinstance(outputs, tuple | list) else (outputs,)
+        names = [spec.name for spec in self.manifest.outputs]
+        return {name: value.detach().cpu().numpy() for name, value in zip(names, values, strict=False)}
+
+    def timer(self) -> CudaEventTimer | None:
+        if self._device is not None and self._device.type == "cuda":
+            return CudaEventTimer(self._device)
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        facts = super().describe()
+        facts["threads"] = torch.get_num_threads()
+        facts["inter_op_threads"] = torch.get_num_interop_threads()
+        if self._device is not None and self._device.type == "cuda":
+            facts["device_name"] = torch.cuda.get_device_name(self._device)
+        return facts
+
+    def close(self) -> None:
+        self._model = None
+        if self._device is not None and self._device.type == "cuda":
+            torch.cuda.empty_cache()

@@ -1,0 +1,63 @@
+"""Results and traces: one Store interface, chosen by URL scheme.
+
+`open_store(url)` looks the scheme up in `_STORES` and imports the implementation only then, so a
+process that never opens PostgreSQL never needs its driver.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from mlscope.contract.errors import UserError
+
+from .base import Store
+from .errors import AmbiguousEvaluationId, EvaluationNotFound, InvalidTransition, SystemNotFound
+from .records import STATUSES, TRACE_LEVELS
+
+__all__ = [
+    "STATUSES",
+    "TRACE_LEVELS",
+    "AmbiguousEvaluationId",
+    "EvaluationNotFound",
+    "InvalidTransition",
+    "Store",
+    "SystemNotFound",
+    "open_store",
+]
+
+# URL scheme → "module:class".
+_STORES: dict[str, str] = {
+    "sqlite": "mlscope.store.sql:SQLStore",
+    "postgresql": "mlscope.store.sql:SQLStore",
+    "postgresql+psycopg": "mlscope.store.sql:SQLStore",
+    "mongodb": "mlscope.store.mongo:MongoStore",
+    "mongodb+srv": "mlscope.store.mongo:MongoStore",
+}
+
+
+def open_store(url: str) -> Store:
+    """Opens the store at `url`, creating its schema if needed.
+
+    Args:
+        url: `sqlite:///path/to/file.db`, `postgresql://user@host:port/database`,
+            `mongodb://host:port/database`, ...
+
+    Returns:
+        The Store implementation registered for the URL's scheme.
+
+    Raises:
+        UserError: when the URL has no scheme, the scheme is unknown, or the store cannot be opened.
+    """
+    scheme, separator, _ = url.partition("://") if isinstance(url, str) else ("", "", "")
+    if not separator or not scheme:
+        raise UserError(f"store URL {url!r} is not a URL: expected scheme://...", field="store_url")
+    target = _STORES.get(scheme.lower())
+    if target is None:
+        raise UserError(
+            f"store URL scheme {scheme!r} is not supported: use one of {', '.join(sorted(_STORES))}",
+            field="store_url",
+        )
+    module_name, _, class_name = target.partition(":")
+    implementation: Callable[[str], Store] = getattr(importlib.import_module(module_name), class_name)
+    return implementation(url)

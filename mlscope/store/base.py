@@ -1,0 +1,728 @@
+"""The Store interface: where evaluations, their measurements and the systems they ran on are kept.
+
+`Store`'s public methods own everything backends must agree on (validation, the lifecycle
+`queued → running → succeeded | failed | cancelled`, idempotency, id prefixes, the result shape);
+each backend implements only the small private primitives marked abstract below.
+"""
+
+from __future__ import annotations
+
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime, timezone
+from types import TracebackType
+from typing import Any, ClassVar
+
+from mlscope.contract.errors import UserError
+
+from .errors import (
+    CANDIDATES_SHOWN,
+    AmbiguousEvaluationId,
+    EvaluationNotFound,
+    InvalidTransition,
+    SystemNotFound,
+)
+from .records import (
+    ACTIVE_STATUSES,
+    SPAN_GROUPINGS,
+    SPAN_LEVELS,
+    STATUSES,
+    TERMINAL_STATUSES,
+    TRACE_LEVELS,
+    CompareFilter,
+    EvaluationFilter,
+    EvaluationRecord,
+    LayerTotal,
+    MeasurementRecord,
+    SpanRecord,
+    check_aware,
+    check_cold_start,
+    check_error,
+    check_framework,
+    check_measurements,
+    check_model,
+    check_object,
+    check_optional_text,
+    check_spans,
+    check_system,
+    check_text,
+    check_trace_id,
+    compare_rows,
+    evaluation_to_dict,
+    layer_rows,
+    span_group_key,
+    span_to_dict,
+)
+
+__all__ = ["MAX_LIST_LIMIT", "MIN_PREFIX_LENGTH", "SPAN_BATCH_SIZE", "Store"]
+
+# Shorter prefixes would match too often to be worth the lookup; git uses the same floor.
+MIN_PREFIX_LENGTH = 4
+MAX_LIST_LIMIT = 1000
+# Spans are written and read this many at a time: big enough to amortise a round trip, small enough
+# that a trace of millions never sits in memory as one request.
+SPAN_BATCH_SIZE = 5000
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Store(ABC):
+    """Results of evaluations, and the systems they ran on.
+
+    Every method is safe to call from several processes on the same store; writes that repeat
+    (a redelivered job, a retried submit) are idempotent as documented per method.
+    """
+
+    NAME: ClassVar[str]
+
+    # ----- systems ---------------------------------------------------------------------------------
+
+    def save_system(self, system: Mapping[str, Any]) -> str:
+        """Keeps a hardware/software description; saving the same id again keeps the first.
+
+        Args:
+            system: JSON-able description with an "id" that is a hash of its content.
+
+        Returns:
+            The system's id.
+
+        Raises:
+            UserError: when `system` is not JSON-able or has no string "id".
+        """
+        checked = check_system(system)
+        self._insert_system(checked["id"], checked)
+        return str(checked["id"])
+
+    def get_system(self, id: str) -> dict[str, Any]:
+        """The system description saved under `id`, "id" included.
+
+        Raises:
+            SystemNotFound: when no system has this id.
+        """
+        system = self._read_system(check_text(id, "system_id"))
+        if system is None:
+            raise SystemNotFound(id)
+        return system
+
+    def list_systems(self) -> list[dict[str, Any]]:
+        """Every saved system description, ordered by id."""
+        return self._read_systems()
+
+    # ----- the lifecycle ---------------------------------------------------------------------------
+
+    def create_evaluation(
+        self,
+        *,
+        model: Mapping[str, Any],
+        manifest: Mapping[str, Any],
+        framework: Mapping[str, Any],
+        runner: str,
+        device: str,
+        request: Mapping[str, Any],
+        trace_level: str = "NO_TRACE",
+        trace_id: str | None = None,
+        id: str | None = None,
+        created_at: datetime | None = None,
+    ) -> str:
+        """Records a queued evaluation.
+
+        Args:
+            model: {"name", "version", "manifest_sha256"}.
+            manifest: snapshot of the validated manifest the evaluation runs.
+            framework: {"name", "version"}; version may be None until the framework is imported.
+            runner: how the predictor is isolated (inline, process, docker).
+            device: where it runs ("cpu", "cuda:0", ...).
+            request: snapshot of the request as submitted.
+            trace_level: one of TRACE_LEVELS.
+            trace_id: the OpenTelemetry trace (32 lower-case hex digits) the evaluation's spans
+                belong to; None when it is not traced.
+            id: the id to use; a new one when None. Submitting an id that exists changes nothing,
+                so a retried submit is harmless.
+            created_at: aware datetime; now when None.
+
+        Returns:
+            The evaluation's id.
+
+        Raises:
+            UserError: naming the first invalid field.
+        """
+        checked_model = check_model(model)
+        checked_framework = check_framework(framework)
+        if trace_level not in TRACE_LEVELS:
+            raise UserError(
+                f"trace_level={trace_level!r} is not one of {', '.join(TRACE_LEVELS)}", field="trace_level"
+            )
+        record = EvaluationRecord(
+            id=uuid.uuid4().hex if id is None else check_text(id, "id"),
+            status="queued",
+            model_name=checked_model["name"],
+            model_version=checked_model["version"],
+            manifest_sha256=checked_model["manifest_sha256"],
+            framework_name=checked_framework["name"],
+            framework_version=checked_framework["version"],
+            runner=check_text(runner, "runner"),
+            device=check_text(device, "device"),
+            trace_level=trace_level,
+            trace_id=None if trace_id is None else check_trace_id(trace_id, "trace_id"),
+            request=check_object(request, "request"),
+            manifest=check_object(manifest, "manifest"),
+            created_at=check_aware(created_at, "created_at") or _now(),
+        )
+        self._insert_evaluation(record)
+        return record.id
+
+    def start_evaluation(self, id: str, *, started_at: datetime | None = None) -> None:
+        """Marks the evaluation running. A redelivered job may start again: running → running.
+
+        Args:
+            id: the full evaluation id.
+            started_at: aware datetime; now when None.
+
+        Raises:
+            EvaluationNotFound: when no evaluation has this id.
+            InvalidTransition: when the evaluation has already ended.
+        """
+        changes = {"status": "running", "started_at": check_aware(started_at, "started_at") or _now()}
+        before = self._transition(check_text(id, "id"), allowed_from=ACTIVE_STATUSES, changes=changes)
+        if before in TERMINAL_STATUSES:
+            raise InvalidTransition(id, before, "running")
+
+    def finish_evaluation(
+        self,
+        id: str,
+        *,
+        system: Mapping[str, Any],
+        framework: Mapping[str, Any],
+        cold_start: Mapping[str, Any],
+        measurements: Sequence[Mapping[str, Any]],
+        finished_at: datetime | None = None,
+    ) -> None:
+        """Stores the results and marks the evaluation succeeded, atomically.
+
+        Only a queued or running evaluation changes: finishing one that has ended (a redelivered job
+        finishing twice, a job cancelled meanwhile) leaves it exactly as it was, so an evaluation never
+        holds two sets of measurements.
+
+        Args:
+            id: the full evaluation id.
+            system: the description of the machine it ran on (saved as by `save_system`).
+            framework: {"name", "version"}; the version installed where it ran is kept.
+            cold_start: {"import_ms", "load_ms", "first_inference_ms", ...}.
+            measurements: one per (scenario, batch_size), each {"scenario", "batch_size",
+                "latency_ms", "throughput", "validity", "latencies_ns", ...}; other keys are kept.
+            finished_at: aware datetime; now when None.
+
+        Raises:
+            EvaluationNotFound: when no evaluation has this id.
+            UserError: naming the first invalid field; nothing is stored then.
+        """
+        checked_system = check_system(system)
+        checked_framework = check_framework(framework)
+        changes = {
+            "status": "succeeded",
+            "system_id": checked_system["id"],
+            "framework_version": checked_framework["version"],
+            "framework_details": checked_framework["details"],
+            "cold_start": check_cold_start(cold_start),
+            "error": None,
+            "finished_at": check_aware(finished_at, "finished_at") or _now(),
+        }
+        records = check_measurements(measurements)
+        # Saved outside the transaction: systems are content-addressed and shared, so one saved for a
+        # finish that then changes nothing is still a true description of a machine.
+        self._insert_system(checked_system["id"], checked_system)
+        self._transition(
+            check_text(id, "id"), allowed_from=ACTIVE_STATUSES, changes=changes, measurements=records
+        )
+
+    def fail_evaluation(
+        self, id: str, *, error: Mapping[str, Any], finished_at: datetime | None = None
+    ) -> None:
+        """Marks a queued or running evaluation failed, keeping the error; an ended one is left as is.
+
+        Args:
+            id: the full evaluation id.
+            error: {"type", "message", "phase"}.
+            finished_at: aware datetime; now when None.
+
+        Raises:
+            EvaluationNotFound: when no evaluation has this id.
+            UserError: naming the first invalid field.
+        """
+        changes = {
+            "status": "failed",
+            "error": check_error(error),
+            "finished_at": check_aware(finished_at, "finished_at") or _now(),
+        }
+        self._transition(check_text(id, "id"), allowed_from=ACTIVE_STATUSES, changes=changes)
+
+    def cancel_evaluation(self, id: str) -> bool:
+        """Cancels a queued or running evaluation.
+
+        Args:
+            id: the evaluation id or a unique prefix of it.
+
+        Returns:
+            True if it was cancelled by this call, False if it had already ended.
+
+        Raises:
+            EvaluationNotFound, AmbiguousEvaluationId: as `resolve_id`.
+        """
+        full_id = self.resolve_id(id)
+        changes = {"status": "cancelled", "finished_at": _now()}
+        return self._transition(full_id, allowed_from=ACTIVE_STATUSES, changes=changes) in ACTIVE_STATUSES
+
+    # ----- reading ---------------------------------------------------------------------------------
+
+    def resolve_id(self, prefix: str) -> str:
+        """The full id of the evaluation `prefix` names: an exact id, or a unique prefix of at least
+        MIN_PREFIX_LENGTH characters (like git's abbreviated hashes).
+
+        Raises:
+            EvaluationNotFound: when nothing matches.
+            AmbiguousEvaluationId: when several evaluations match, listing them.
+        """
+        check_text(prefix, "id")
+        if len(prefix) < MIN_PREFIX_LENGTH:
+            if self._ids_with_prefix(prefix, limit=1) == [prefix]:
+                return prefix
+            raise EvaluationNotFound(prefix, f" (an id prefix needs at least {MIN_PREFIX_LENGTH} characters)")
+        candidates = self._ids_with_prefix(prefix, limit=CANDIDATES_SHOWN + 1)
+        # Ids sort before their own extensions, so an exact match is always the first candidate.
+        if candidates and (len(candidates) == 1 or candidates[0] == prefix):
+            return candidates[0]
+        if not candidates:
+            raise EvaluationNotFound(prefix)
+        raise AmbiguousEvaluationId(prefix, candidates)
+
+    def get_evaluation(self, id: str, *, include_raw: bool = False) -> dict[str, Any]:
+        """One evaluation in the public result shape.
+
+        Args:
+            id: the evaluation id or a unique prefix of it.
+            include_raw: add each measurement's "latencies_ns" (can be large).
+
+        Raises:
+            EvaluationNotFound, AmbiguousEvaluationId: as `resolve_id`.
+        """
+        full_id = self.resolve_id(id)
+        record = self._read_evaluation(full_id, include_raw=include_raw)
+        if record is None:
+            raise EvaluationNotFound(id)
+        return evaluation_to_dict(record, include_raw=include_raw)
+
+    def list_evaluations(
+        self,
+        *,
+        model: str | None = None,
+        framework: str | None = None,
+        system_id: str | None = None,
+        status: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        """Evaluations matching every given condition, newest first (then by id), without raw latencies.
+
+        Args:
+            model, framework: model and framework names.
+            system_id: the id of the system they ran on.
+            status: one of STATUSES.
+            since, until: aware datetimes bounding created_at; since inclusive, until exclusive.
+            limit: at most this many, 1 to MAX_LIST_LIMIT.
+            offset: skip this many first.
+
+        Raises:
+            UserError: naming the invalid filter.
+        """
+        where = _check_filter(model, framework, system_id, status, since, until)
+        for name, value, low, high in (("limit", limit, 1, MAX_LIST_LIMIT), ("offset", offset, 0, None)):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or value < low
+                or (high and value > high)
+            ):
+                bounds = f"from {low} to {high}" if high else f"{low} or more"
+                raise UserError(f"{name}={value!r} must be an integer {bounds}", field=name)
+        records = self._query_evaluations(where, limit=limit, offset=offset)
+        return [evaluation_to_dict(record) for record in records]
+
+    def count_evaluations(
+        self,
+        *,
+        model: str | None = None,
+        framework: str | None = None,
+        system_id: str | None = None,
+        status: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> int:
+        """How many evaluations `list_evaluations` would find with no limit; same filters and errors."""
+        return self._count_evaluations(_check_filter(model, framework, system_id, status, since, until))
+
+    def compare(
+        self,
+        *,
+        ids: Sequence[str] = (),
+        models: Sequence[str] = (),
+        frameworks: Sequence[str] = (),
+        system_ids: Sequence[str] = (),
+        batch_sizes: Sequence[int] = (),
+        scenarios: Sequence[str] = (),
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[dict[str, Any]]:
+        """The side-by-side table of succeeded evaluations (records.COMPARE_COLUMNS).
+
+        One row per (model, framework, system, device, scenario, batch size), from the latest
+        evaluation of each; every argument narrows the evaluations drawn on (empty: any).
+
+        Args:
+            ids: full evaluation ids (a batch's ids, say).
+            models, frameworks, system_ids, batch_sizes, scenarios: allowed values.
+            since, until: aware datetimes bounding created_at.
+
+        Raises:
+            UserError: naming the invalid argument.
+        """
+        where = CompareFilter(
+            ids=tuple(check_text(i, "ids") for i in ids),
+            models=tuple(check_text(m, "models") for m in models),
+            frameworks=tuple(check_text(f, "frameworks") for f in frameworks),
+            system_ids=tuple(check_text(s, "system_ids") for s in system_ids),
+            batch_sizes=tuple(_check_batch_size(b) for b in batch_sizes),
+            scenarios=tuple(check_text(s, "scenarios") for s in scenarios),
+            since=check_aware(since, "since"),
+            until=check_aware(until, "until"),
+        )
+        return self._compare_rows(where)
+
+    # ----- spans -----------------------------------------------------------------------------------
+
+    def save_spans(self, evaluation_id: str, spans: Sequence[Mapping[str, Any]]) -> int:
+        """Keeps the spans traced while running an evaluation; saving a span again stores nothing new.
+
+        Every span is checked before any is stored; they are stored in batches of SPAN_BATCH_SIZE, so
+        one call may carry hundreds of thousands.
+
+        Args:
+            evaluation_id: the full evaluation id.
+            spans: each {"trace_id": 32 lower-case hex digits, "span_id": 16, "parent_id": 16 or None,
+                "name", "level": one of SPAN_LEVELS, "start_ns", "end_ns" ≥ start_ns (integer
+                nanoseconds), "attributes": a JSON object}. A span id is unique within an evaluation.
+
+        Returns:
+            How many of the spans were new.
+
+        Raises:
+            EvaluationNotFound: when no evaluation has this id.
+            UserError: naming the first invalid field, e.g. "spans.3.end_ns"; nothing is stored then.
+        """
+        id = check_text(evaluation_id, "evaluation_id")
+        if self._ids_with_prefix(id, limit=1) != [id]:
+            raise EvaluationNotFound(id)
+        records = check_spans(spans)
+        return sum(
+            self._insert_spans(id, records[start : start + SPAN_BATCH_SIZE])
+            for start in range(0, len(records), SPAN_BATCH_SIZE)
+        )
+
+    def get_spans(
+        self, evaluation_id: str, *, level: str | None = None, limit: int | None = None, offset: int = 0
+    ) -> list[dict[str, Any]]:
+        """An evaluation's spans in the shape `save_spans` takes, ordered by start_ns, then span_id.
+
+        Args:
+            evaluation_id: the evaluation id or a unique prefix of it.
+            level: only spans of this level (one of SPAN_LEVELS); any level when None.
+            limit: at most this many (1 or more); all when None.
+            offset: skip this many first.
+
+        Raises:
+            EvaluationNotFound, AmbiguousEvaluationId: as `resolve_id`.
+            UserError: naming the invalid argument.
+        """
+        full_id = self.resolve_id(evaluation_id)
+        checked_level = None if level is None else _check_choice(level, SPAN_LEVELS, "level")
+        if limit is not None:
+            _check_int("limit", limit, 1)
+        _check_int("offset", offset, 0)
+        records = self._read_spans(full_id, level=checked_level, limit=limit, offset=offset)
+        return [span_to_dict(record) for record in records]
+
+    def count_spans(self, evaluation_id: str) -> int:
+        """How many spans an evaluation has.
+
+        Raises:
+            EvaluationNotFound, AmbiguousEvaluationId: as `resolve_id`.
+        """
+        return self._count_spans(self.resolve_id(evaluation_id))
+
+    def layer_breakdown(
+        self, evaluation_id: str, *, level: str = "FRAMEWORK", group_by: str = "name"
+    ) -> list[dict[str, Any]]:
+        """Where an evaluation's time went at one trace level: its spans grouped by name or layer type.
+
+        Args:
+            evaluation_id: the evaluation id or a unique prefix of it.
+            level: the spans' level, one of SPAN_LEVELS.
+            group_by: "name", or "layer_type" (the span's attributes["layer_type"], its name when it
+                has none).
+
+        Returns:
+            Rows {"key", "calls", "total_ms", "mean_ms", "share"}, largest total first, then by key;
+            share is the fraction of the evaluation's MODEL-level time (of the rows' own total when it
+            has no MODEL spans). See records.layer_rows.
+
+        Raises:
+            EvaluationNotFound, AmbiguousEvaluationId: as `resolve_id`.
+            UserError: naming the invalid argument.
+        """
+        full_id = self.resolve_id(evaluation_id)
+        checked_level = _check_choice(level, SPAN_LEVELS, "level")
+        checked_group_by = _check_choice(group_by, SPAN_GROUPINGS, "group_by")
+        totals, model_total_ns = self._layer_totals(full_id, level=checked_level, group_by=checked_group_by)
+        return layer_rows(totals, model_total_ns)
+
+    # ----- lifetime --------------------------------------------------------------------------------
+
+    @abstractmethod
+    def close(self) -> None:
+        """Releases connections; the store is unusable afterwards. Calling it twice is harmless."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ----- primitives each backend implements --------------------------------------------------------
+
+    @abstractmethod
+    def _insert_system(self, id: str, system: dict[str, Any]) -> None:
+        """Stores `system` under `id` unless a system with that id exists; safe under concurrency.
+
+        Args:
+            id: the system's id.
+            system: its checked description, "id" included.
+        """
+
+    @abstractmethod
+    def _read_system(self, id: str) -> dict[str, Any] | None:
+        """The description stored under `id`.
+
+        Returns:
+            The description, or None when there is none.
+        """
+
+    @abstractmethod
+    def _read_systems(self) -> list[dict[str, Any]]:
+        """Every stored description, ordered by id."""
+
+    @abstractmethod
+    def _insert_evaluation(self, record: EvaluationRecord) -> None:
+        """Stores `record` unless an evaluation with its id exists; safe under concurrency.
+
+        Args:
+            record: a checked, queued evaluation without system or measurements.
+        """
+
+    @abstractmethod
+    def _transition(
+        self,
+        id: str,
+        *,
+        allowed_from: frozenset[str],
+        changes: Mapping[str, Any],
+        measurements: Sequence[MeasurementRecord] = (),
+    ) -> str:
+        """In one transaction, and with the evaluation locked against concurrent transitions: if its
+        status is in `allowed_from`, set `changes` and add `measurements`; otherwise change nothing.
+
+        Args:
+            id: the full evaluation id.
+            allowed_from: statuses the change may start from.
+            changes: new values of EvaluationRecord fields.
+            measurements: checked measurements to add with the change.
+
+        Returns:
+            The status the evaluation had before the call, whether or not it changed.
+
+        Raises:
+            EvaluationNotFound: when no evaluation has this id.
+        """
+
+    @abstractmethod
+    def _ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:
+        """Ids starting with `prefix` (taken literally, no wildcards), sorted ascending.
+
+        Args:
+            prefix: the start of an id.
+            limit: return at most this many.
+        """
+
+    @abstractmethod
+    def _read_evaluation(self, id: str, *, include_raw: bool) -> EvaluationRecord | None:
+        """The evaluation with its system and measurements.
+
+        Args:
+            id: the full evaluation id.
+            include_raw: fill each measurement's `latencies_ns`; leave them None otherwise.
+
+        Returns:
+            The record, or None when there is none.
+        """
+
+    @abstractmethod
+    def _query_evaluations(
+        self, where: EvaluationFilter, *, limit: int, offset: int
+    ) -> list[EvaluationRecord]:
+        """Evaluations matching `where`, with systems and measurements (latencies_ns left None),
+        ordered by created_at descending, then id ascending.
+
+        Args:
+            where: checked conditions.
+            limit: at most this many.
+            offset: skipping this many first.
+        """
+
+    @abstractmethod
+    def _count_evaluations(self, where: EvaluationFilter) -> int:
+        """How many evaluations match `where`."""
+
+    @abstractmethod
+    def _insert_spans(self, evaluation_id: str, spans: Sequence[SpanRecord]) -> int:
+        """Stores the spans (at most SPAN_BATCH_SIZE, distinct span ids) of an existing evaluation,
+        skipping any whose (evaluation_id, span_id) is stored already; safe under concurrency.
+
+        Returns:
+            How many were stored.
+        """
+
+    @abstractmethod
+    def _read_spans(
+        self, evaluation_id: str, *, level: str | None, limit: int | None, offset: int
+    ) -> list[SpanRecord]:
+        """An evaluation's spans ordered by start_ns, then span_id.
+
+        Args:
+            evaluation_id: the full evaluation id.
+            level: only spans of this level; any when None.
+            limit: at most this many; all when None.
+            offset: skipping this many first.
+        """
+
+    @abstractmethod
+    def _count_spans(self, evaluation_id: str) -> int:
+        """How many spans the evaluation has."""
+
+    def _layer_totals(
+        self, evaluation_id: str, *, level: str, group_by: str
+    ) -> tuple[list[LayerTotal], int | None]:
+        """The per-group totals of a layer breakdown, and the MODEL-level spans' summed duration (None
+        when there are none). This default reads the spans page by page; a backend may compute the
+        same integers where the spans are (the contract suite checks).
+
+        Args:
+            evaluation_id: the full evaluation id.
+            level: the level of the spans grouped.
+            group_by: one of SPAN_GROUPINGS (see records.span_group_key).
+        """
+        calls: dict[str, int] = {}
+        totals: dict[str, int] = {}
+        for span in self._iter_spans(evaluation_id, level):
+            key = span_group_key(span, group_by)
+            calls[key] = calls.get(key, 0) + 1
+            totals[key] = totals.get(key, 0) + span.end_ns - span.start_ns
+        model_total_ns = None
+        for span in self._iter_spans(evaluation_id, "MODEL"):
+            model_total_ns = (model_total_ns or 0) + span.end_ns - span.start_ns
+        return [LayerTotal(key, calls[key], totals[key]) for key in totals], model_total_ns
+
+    def _iter_spans(self, evaluation_id: str, level: str) -> Iterator[SpanRecord]:
+        offset = 0
+        while page := self._read_spans(evaluation_id, level=level, limit=SPAN_BATCH_SIZE, offset=offset):
+            yield from page
+            offset += len(page)
+
+    def _compare_rows(self, where: CompareFilter) -> list[dict[str, Any]]:
+        """The comparison rows for `where`. This default reads matching evaluations page by page and
+        builds the rows with records.compare_rows; a backend with a query language of its own may
+        override it, provided it returns the same rows (the contract suite checks)."""
+        one = {
+            name: values[0] if len(values) == 1 else None
+            for name, values in (
+                ("model", where.models),
+                ("framework", where.frameworks),
+                ("system_id", where.system_ids),
+            )
+        }
+        if where.ids:
+            found = (self._read_evaluation(i, include_raw=False) for i in dict.fromkeys(where.ids))
+            records = [r for r in found if r is not None and r.status == "succeeded"]
+        else:
+            base = EvaluationFilter(status="succeeded", since=where.since, until=where.until, **one)
+            records, offset = [], 0
+            while page := self._query_evaluations(base, limit=MAX_LIST_LIMIT, offset=offset):
+                records += page
+                offset += len(page)
+        evaluations = [
+            evaluation_to_dict(r)
+            for r in records
+            if (not where.models or r.model_name in where.models)
+            and (not where.frameworks or r.framework_name in where.frameworks)
+            and (not where.system_ids or r.system_id in where.system_ids)
+            and (where.since is None or r.created_at >= where.since)
+            and (where.until is None or r.created_at < where.until)
+        ]
+        return compare_rows(evaluations, where)
+
+
+def _check_choice(value: Any, choices: Sequence[str], field: str) -> str:
+    if value not in choices:
+        raise UserError(f"{field}={value!r} is not one of {', '.join(choices)}", field=field)
+    return str(value)
+
+
+def _check_int(field: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise UserError(f"{field}={value!r} must be an integer, {low} or more", field=field)
+    return value
+
+
+def _check_batch_size(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(
+            f"batch_sizes: {value!r} is not a batch size: expected an integer ≥ 1", field="batch_sizes"
+        )
+    return value
+
+
+def _check_filter(
+    model: str | None,
+    framework: str | None,
+    system_id: str | None,
+    status: str | None,
+    since: datetime | None,
+    until: datetime | None,
+) -> EvaluationFilter:
+    if status is not None and status not in STATUSES:
+        raise UserError(f"status={status!r} is not one of {', '.join(STATUSES)}", field="status")
+    return EvaluationFilter(
+        model=check_optional_text(model, "model"),
+        framework=check_optional_text(framework, "framework"),
+        system_id=check_optional_text(system_id, "system_id"),
+        status=status,
+        since=check_aware(since, "since"),
+        until=check_aware(until, "until"),
+    )

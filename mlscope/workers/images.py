@@ -1,0 +1,457 @@
+"""Predictor images: their names, finding them on the Docker engine, and building them.
+
+One image per framework, `mlscope-predictor-<framework>:<mlscope version>`, built from
+`ops/images/<framework>.Dockerfile` of the source checkout. It holds the framework (pinned by
+`ops/images/<framework>.requirements.txt`) and mlscope's predictor runtime only. Its labels say
+which framework and version it carries and a hash of everything it was built from, so a build
+whose inputs have not changed is skipped. The Docker SDK is imported only when an engine is needed;
+nothing here imports Celery, Flask or a database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlscope
+from mlscope.contract.errors import UserError
+from mlscope.runtime.frameworks import get_framework
+from mlscope.workers import envs
+from mlscope.workers.envs import file_lock
+
+__all__ = [
+    "BUILT_BY_DEFAULT",
+    "LABEL_FRAMEWORK",
+    "LABEL_INPUTS",
+    "LABEL_VERSION",
+    "BuildContext",
+    "ImageBuildError",
+    "ImageInfo",
+    "assemble_context",
+    "build_image",
+    "docker_client",
+    "docker_frameworks",
+    "image_for",
+    "image_name",
+    "list_images",
+    "pinned_version",
+    "source_checkout",
+]
+
+LABEL_FRAMEWORK = "org.mlscope.framework"
+LABEL_VERSION = "org.mlscope.framework.version"
+LABEL_INPUTS = "org.mlscope.inputs"
+
+# Built when `mlscope image build` names none: what builds from PyPI in reasonable time and space.
+# PyTorch's PyPI wheel is the CUDA build (several GB): built only when asked for by name.
+BUILT_BY_DEFAULT = ("onnxruntime", "tensorflow", "mxnet")
+
+_IMAGE_PREFIX = "mlscope-predictor-"
+_RUNTIME_REQUIREMENTS = "runtime.requirements.txt"
+# Inside the build context; the Dockerfiles COPY `build/` as one layer (vfs copies every layer).
+_CONTEXT_REQUIREMENTS = "build/requirements"
+_CONTEXT_SOURCE = "build/src"
+_CONTEXT_CA = "build/ca"
+# Each build request may wait this long for the engine's next output line: pip prints nothing while
+# it downloads a large wheel with the progress bar off.
+_BUILD_READ_TIMEOUT_S = 3600
+_LOG_TAIL_LINES = 30
+_INTERMEDIATE_IMAGE = re.compile(r"^ ---> ([0-9a-f]{12,64})$")
+_BUILT_IMAGE = re.compile(r"^Successfully built ([0-9a-f]{12,64})$")
+
+Log = Callable[[str], None]
+
+
+class ImageBuildError(Exception):
+    """The engine failed to build an image (not the user's mistake: the CLI exits 1).
+
+    Attributes:
+        tail: the last lines of the build's output, which usually say why.
+    """
+
+    def __init__(self, message: str, tail: list[str]) -> None:
+        super().__init__(message)
+        self.tail = tail
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """A predictor image the engine has.
+
+    Attributes:
+        name: `repository:tag`.
+        id: the image id (`sha256:...`).
+        framework: the framework it carries (label).
+        framework_version: the pinned framework version (label).
+        inputs: the hash of what it was built from (label).
+        created: when it was built, as the engine says (ISO 8601).
+        size: its size in bytes, base image included.
+    """
+
+    name: str
+    id: str
+    framework: str
+    framework_version: str | None
+    inputs: str | None
+    created: str
+    size: int
+
+    @property
+    def short_id(self) -> str:
+        """The 12 hex digits `docker images` shows."""
+        return self.id.removeprefix("sha256:")[:12]
+
+    @classmethod
+    def from_image(cls, name: str, image: Any) -> ImageInfo:
+        """From a `docker.models.images.Image` tagged `name`."""
+        labels = image.labels or {}
+        return cls(
+            name=name,
+            id=image.id,
+            framework=labels.get(LABEL_FRAMEWORK, ""),
+            framework_version=labels.get(LABEL_VERSION) or None,
+            inputs=labels.get(LABEL_INPUTS) or None,
+            created=image.attrs.get("Created", ""),
+            size=int(image.attrs.get("Size") or 0),
+        )
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """A temporary build context made by `assemble_context`.
+
+    Attributes:
+        path: the directory sent to the engine.
+        dockerfile: the Dockerfile's name inside it.
+        inputs: the hash of the Dockerfile, the requirements and the mlscope source in it (the CA
+            bundle is not an input: it only lets pip through a proxy).
+        ca_name: the CA bundle's file name under `build/ca/`, or None.
+    """
+
+    path: Path
+    dockerfile: str
+    inputs: str
+    ca_name: str | None
+
+
+def image_name(framework: str) -> str:
+    """The name of the predictor image of `framework` for this version of mlscope.
+
+    Raises:
+        UserError: no framework of that name is registered.
+    """
+    return f"{_IMAGE_PREFIX}{get_framework(framework).name}:{mlscope.__version__}"
+
+
+def source_checkout() -> Path:
+    """The mlscope source checkout this installation runs from (an editable install of it).
+
+    Raises:
+        UserError: mlscope is installed from a wheel, without its source and ops/images/.
+    """
+    checkout = envs.source_checkout()
+    if checkout is None:
+        raise UserError(
+            "predictor images are built from a source checkout of mlscope (pyproject.toml and "
+            "ops/images/); this installation is not one: clone the repository and install it with "
+            "`pip install -e .`"
+        )
+    return checkout
+
+
+def _images_dir(checkout: Path | None) -> Path:
+    return (checkout or source_checkout()) / "ops" / "images"
+
+
+def docker_frameworks(checkout: Path | None = None) -> list[str]:
+    """The frameworks that have a Dockerfile under ops/images/, sorted."""
+    return sorted(p.name.removesuffix(".Dockerfile") for p in _images_dir(checkout).glob("*.Dockerfile"))
+
+
+def _canonical(distribution: str) -> str:
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
+def pinned_version(framework: str, checkout: Path | None = None) -> str | None:
+    """The framework version `ops/images/<framework>.requirements.txt` pins, or None."""
+    path = _images_dir(checkout) / f"{framework}.requirements.txt"
+    if not path.is_file():
+        return None
+    wanted = [_canonical(d) for d in get_framework(framework).distributions]
+    pins = {}
+    for line in path.read_text().splitlines():
+        name, sep, version = line.split("#", 1)[0].strip().partition("==")
+        if sep:
+            pins[_canonical(name.strip())] = version.strip()
+    return next((pins[d] for d in wanted if d in pins), None)
+
+
+def _copy_source(checkout: Path, dest: Path) -> None:
+    dest.mkdir(parents=True)
+    shutil.copy2(checkout / "pyproject.toml", dest / "pyproject.toml")
+    # pyproject names README.md as the long description; the image needs none, and a stand-in keeps
+    # README edits from changing the inputs hash (and so from rebuilding every image).
+    (dest / "README.md").write_text("mlscope's predictor runtime; see the project's README.\n")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    shutil.copytree(checkout / "mlscope", dest / "mlscope", ignore=ignore)
+
+
+def _hash_tree(root: Path, *, exclude: str) -> str:
+    """sha256 over every file's relative path and bytes, in path order; `exclude` is skipped."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith(exclude + "/"):
+            continue
+        digest.update(relative.encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def assemble_context(
+    framework: str, dest: Path, *, ca_bundle: Path | None = None, checkout: Path | None = None
+) -> BuildContext:
+    """Lay out the build context of `framework`'s image in the empty or missing directory `dest`:
+    the Dockerfile, the runtime and framework requirements, a copy of the mlscope source, and the CA
+    bundle when one is given (under build/ca/, for pip in the build stage only).
+
+    Raises:
+        UserError: no Dockerfile or requirements for `framework`, or no source checkout.
+    """
+    checkout = checkout or source_checkout()
+    images = _images_dir(checkout)
+    dockerfile = images / f"{framework}.Dockerfile"
+    requirements = [images / _RUNTIME_REQUIREMENTS, images / f"{framework}.requirements.txt"]
+    if not dockerfile.is_file():
+        raise UserError(
+            f"no predictor image for '{framework}': ops/images/ has Dockerfiles for "
+            f"{', '.join(docker_frameworks(checkout)) or 'no framework'}"
+        )
+    for path in requirements:
+        if not path.is_file():
+            raise UserError(f"ops/images/{path.name} is missing: the image of '{framework}' needs it")
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(dockerfile, dest / dockerfile.name)
+    (dest / _CONTEXT_REQUIREMENTS).mkdir(parents=True)
+    for path in requirements:
+        shutil.copy2(path, dest / _CONTEXT_REQUIREMENTS / path.name)
+    _copy_source(checkout, dest / _CONTEXT_SOURCE)
+    (dest / _CONTEXT_CA).mkdir(parents=True)
+    ca_name = None
+    if ca_bundle is not None:
+        ca_name = "build-ca.crt"
+        shutil.copyfile(ca_bundle, dest / _CONTEXT_CA / ca_name)
+    return BuildContext(dest, dockerfile.name, _hash_tree(dest, exclude=_CONTEXT_CA), ca_name)
+
+
+def docker_client(timeout_s: float = 60) -> Any:
+    """A Docker SDK client of the engine DOCKER_HOST names (default: the local socket), checked to
+    answer.
+
+    Raises:
+        UserError: the Docker SDK is not installed, or no engine answers.
+    """
+    try:
+        import docker
+    except ImportError as exc:
+        raise UserError("the Docker SDK for Python is missing: pip install 'mlscope[docker]'") from exc
+    where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    try:
+        client = docker.from_env(timeout=timeout_s)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise UserError(
+            f"no Docker engine answers at {where} (DOCKER_HOST): {exc}; start one (as root: "
+            f"`bash ops/ci/docker.sh` starts dockerd) or point DOCKER_HOST at one"
+        ) from exc
+    return client
+
+
+def image_for(framework: str, client: Any = None) -> ImageInfo | None:
+    """The engine's image of `framework` for this mlscope version, or None when it has none.
+
+    Raises:
+        UserError: unknown framework, no Docker SDK, or no engine (when `client` is not given).
+    """
+    name = image_name(framework)
+    client = client or docker_client()
+    from docker.errors import ImageNotFound
+
+    try:
+        return ImageInfo.from_image(name, client.images.get(name))
+    except ImageNotFound:
+        return None
+
+
+def list_images(client: Any = None) -> list[ImageInfo]:
+    """Every predictor image the engine has (any mlscope version), by name.
+
+    Raises:
+        UserError: no Docker SDK, or no engine (when `client` is not given).
+    """
+    client = client or docker_client()
+    found = []
+    for image in client.images.list(filters={"label": LABEL_FRAMEWORK}):
+        found += [ImageInfo.from_image(tag, image) for tag in image.tags if tag.startswith(_IMAGE_PREFIX)]
+    return sorted(found, key=lambda info: info.name)
+
+
+def _base_reference(client: Any, base: str | None) -> str:
+    """What the inputs hash knows of the base: its name, and its id when the engine has it (a
+    re-imported base is a new base)."""
+    if base is None:
+        return "the Dockerfile's default"
+    from docker.errors import ImageNotFound
+
+    try:
+        return f"{base}@{client.images.get(base).id}"
+    except ImageNotFound:
+        return base
+
+
+def _remove_untagged(client: Any, image_ids: list[str], keep: str | None) -> None:
+    """Remove the images of `image_ids` that nothing tags and nothing builds on: the build stage
+    (with the CA bundle) and a replaced image. vfs holds a full filesystem copy per layer."""
+    from docker.errors import APIError, ImageNotFound
+
+    for image_id in reversed(image_ids):
+        try:
+            image = client.images.get(image_id)
+            if image.tags or (keep and image.id == keep):
+                continue
+            # Not forced: an image with children (the final image's own layers) or a container
+            # using it stays.
+            client.images.remove(image.id, noprune=False)
+        except (ImageNotFound, APIError):
+            continue
+
+
+def build_image(
+    framework: str,
+    *,
+    base: str | None = None,
+    ca_bundle: str | Path | None = None,
+    network: str | None = None,
+    rebuild: bool = False,
+    log: Log = lambda line: None,
+) -> ImageInfo:
+    """Build the predictor image of `framework`, unless one of the same inputs exists.
+
+    Args:
+        framework: a framework with a Dockerfile under ops/images/.
+        base: the base image (build argument BASE); None keeps the Dockerfile's default.
+        ca_bundle: a CA bundle pip must trust inside the build (a TLS-intercepting proxy); it goes
+            into the temporary build context and the build stage only.
+        network: the build's network mode, e.g. "host" where pip reaches the index only so.
+        rebuild: build even when an image with the same inputs exists.
+        log: called with each line of the build's output.
+
+    Returns:
+        The image, built or found up to date.
+
+    Raises:
+        UserError: unknown framework, a framework that cannot run anywhere, no Dockerfile, no
+            source checkout, no CA bundle at that path, no Docker SDK or no engine.
+        ImageBuildError: the build failed; its `tail` holds the last output lines.
+    """
+    spec = get_framework(framework)
+    if spec.unavailable:
+        raise UserError(f"{spec.display} has no image: {spec.unavailable}")
+    ca_path = Path(ca_bundle) if ca_bundle is not None else None
+    if ca_path is not None and not ca_path.is_file():
+        raise UserError(f"CA bundle {ca_path}: no such file")
+    checkout = source_checkout()
+    client = docker_client()
+    name = image_name(framework)
+    lock = Path(tempfile.gettempdir()) / f"mlscope-image-build-{framework}.lock"
+    with file_lock(lock), tempfile.TemporaryDirectory(prefix="mlscope-image-") as scratch:
+        context = assemble_context(framework, Path(scratch) / "context", ca_bundle=ca_path, checkout=checkout)
+        inputs = hashlib.sha256(f"{context.inputs}\0{_base_reference(client, base)}".encode()).hexdigest()
+        existing = image_for(framework, client)
+        if existing is not None and existing.inputs == inputs and not rebuild:
+            log(f"{name} is up to date ({existing.short_id})")
+            return existing
+        # The Dockerfiles turn these into labels in one LABEL step before their last COPY (labels
+        # the SDK adds become one step each after it: a full filesystem copy each under vfs).
+        build_args = {
+            "MLSCOPE_VERSION": mlscope.__version__,
+            "MLSCOPE_FRAMEWORK_VERSION": pinned_version(framework, checkout) or "",
+            "MLSCOPE_INPUTS": inputs,
+            "MLSCOPE_BASE": base or "",
+        }
+        if base:
+            build_args["BASE"] = base
+        if context.ca_name:
+            build_args["CA_BUNDLE"] = context.ca_name
+        built_id, intermediates = _run_build(
+            client, context, name, build_args=build_args, network=network, log=log
+        )
+    replaced = [existing.id] if existing is not None and existing.id != built_id else []
+    _remove_untagged(client, intermediates + replaced, keep=built_id)
+    image = image_for(framework, client)
+    if image is None:  # pragma: no cover - the engine reported success
+        raise ImageBuildError(f"the build reported success but {name} is missing", [])
+    return image
+
+
+def _run_build(
+    client: Any,
+    context: BuildContext,
+    name: str,
+    *,
+    build_args: dict[str, str],
+    network: str | None,
+    log: Log,
+) -> tuple[str, list[str]]:
+    """Run one build, streaming its output to `log`. Returns the image id and the intermediate
+    images it made; on failure removes those and raises ImageBuildError."""
+    from docker.errors import APIError
+
+    client.api.timeout = _BUILD_READ_TIMEOUT_S
+    tail: deque[str] = deque(maxlen=_LOG_TAIL_LINES)
+    intermediates: list[str] = []
+    built_id = None
+    error = None
+    try:
+        stream = client.api.build(
+            path=str(context.path),
+            dockerfile=context.dockerfile,
+            tag=name,
+            buildargs=build_args,
+            network_mode=network,
+            rm=True,
+            forcerm=True,
+            pull=False,
+            decode=True,
+        )
+        for chunk in stream:
+            for line in str(chunk.get("stream", "")).splitlines():
+                tail.append(line)
+                log(line)
+                match = _INTERMEDIATE_IMAGE.match(line)
+                if match:
+                    intermediates.append(match.group(1))
+                built = _BUILT_IMAGE.match(line)
+                if built and built_id is None:
+                    built_id = built.group(1)
+            if "aux" in chunk and isinstance(chunk["aux"], dict):
+                built_id = chunk["aux"].get("ID", built_id)
+            if "error" in chunk:
+                error = str(chunk.get("errorDetail", {}).get("message") or chunk["error"]).strip()
+                tail.append(error)
+                log(error)
+    except APIError as exc:
+        error = f"the engine refused the build: {exc.explanation or exc}"
+        tail.append(error)
+    if error is not None or built_id is None:
+        _remove_untagged(client, intermediates, keep=None)
+        raise ImageBuildError(f"building {name} failed: {error or 'no image id reported'}", list(tail))
+    return built_id, intermediates

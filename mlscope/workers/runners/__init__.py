@@ -1,0 +1,52 @@
+"""Runners: where a predictor runs. One module per runner, found by name."""
+
+from __future__ import annotations
+
+from mlscope.contract.errors import UserError
+from mlscope.contract.settings import Settings
+from mlscope.runtime.frameworks import FRAMEWORKS
+from mlscope.workers.runners.base import Outcome, Runner
+from mlscope.workers.runners.docker import DockerRunner
+from mlscope.workers.runners.inline import InlineRunner
+from mlscope.workers.runners.process import ProcessRunner
+
+__all__ = [
+    "RUNNERS",
+    "DockerRunner",
+    "InlineRunner",
+    "Outcome",
+    "ProcessRunner",
+    "Runner",
+    "frameworks_for",
+    "get_runner",
+]
+
+RUNNERS: dict[str, type[Runner]] = {cls.NAME: cls for cls in (InlineRunner, ProcessRunner, DockerRunner)}
+
+
+def get_runner(name: str, settings: Settings | None = None) -> Runner:
+    """A runner by name, configured from the settings.
+
+    Raises:
+        UserError: no runner of that name; the message lists the known ones.
+    """
+    try:
+        cls = RUNNERS[name]
+    except KeyError:
+        raise UserError(
+            f"unknown runner {name!r}; known runners: {', '.join(sorted(RUNNERS))}", field="runner"
+        ) from None
+    return cls.from_settings(settings)
+
+
+def frameworks_for(runners: list[Runner]) -> dict[str, str]:
+    """Every framework at least one of the runners can run, with the version the first one would use."""
+    found: dict[str, str] = {}
+    for runner in runners:
+        for name, spec in FRAMEWORKS.items():
+            if name in found or spec.unavailable is not None:
+                continue
+            version = runner.framework_version(spec)
+            if version is not None:
+                found[name] = version
+    return found

@@ -1,0 +1,73 @@
+"""The runner interface: where a job's predictor runs, and how its end is reported."""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from mlscope.contract.job import Job
+from mlscope.contract.settings import Settings
+from mlscope.runtime.execute import Emit
+from mlscope.runtime.frameworks import FrameworkSpec, installed_version
+
+__all__ = ["Outcome", "Runner"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a job ended: a result, or an error {type, message, phase} (exactly one is set).
+
+    `log` holds the last lines the predictor wrote to stderr, for a failed job's diagnosis;
+    `spans`, what a failed job traced before it failed (a result carries its own under "trace").
+    """
+
+    result: dict[str, Any] | None = None
+    error: dict[str, str] | None = None
+    log: str = ""
+    spans: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Runner(ABC):
+    """Runs jobs somewhere: this process, a child process, a container."""
+
+    NAME: ClassVar[str]
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None) -> Runner:
+        """The runner as the settings configure it (cache directory, images...); default: no settings."""
+        return cls()
+
+    def framework_version(self, spec: FrameworkSpec) -> str | None:
+        """The version of the framework this runner would run a job with, or None when it cannot run
+        it. Default: the one installed in this Python."""
+        return installed_version(spec)
+
+    def where(self, spec: FrameworkSpec) -> str:
+        """Where this runner looks for the framework, for messages ("here", "in image X")."""
+        return "here"
+
+    @abstractmethod
+    def run(
+        self,
+        job: Job,
+        emit: Emit,
+        *,
+        timeout_s: float,
+        memory_limit_mb: int | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Outcome:
+        """Run a job to its end and never raise for the job's own failures.
+
+        Args:
+            job: what to run.
+            emit: receives the job's events (phase, progress, measurement) as they happen.
+            timeout_s: the whole job's time limit; past it the job is ended.
+            memory_limit_mb: resident memory allowed to the predictor, where the runner can enforce it.
+            cancel: when set, the job is ended as soon as the runner can (error type "Cancelled");
+                a runner that cannot stop a job midway notices it between events.
+
+        Returns:
+            The outcome: a result, or an error naming its type, message and phase.
+        """

@@ -1,0 +1,60 @@
+"""The inline runner: the predictor runs in the caller's process.
+
+Cheapest and simplest to debug, but a framework crash takes the caller with it, the time limit
+can only be checked between phases' events, and the framework stays imported afterwards (so a
+second evaluation's import_ms is not a cold import: the result says `warm_process`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, ClassVar
+
+from mlscope.contract.job import Job, JobFailed
+from mlscope.runtime.execute import Emit, execute
+from mlscope.workers.runners.base import Outcome, Runner
+
+__all__ = ["InlineRunner"]
+
+
+class _Deadline(Exception):
+    pass
+
+
+class InlineRunner(Runner):
+    NAME: ClassVar[str] = "inline"
+
+    def run(
+        self,
+        job: Job,
+        emit: Emit,
+        *,
+        timeout_s: float,
+        memory_limit_mb: int | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Outcome:
+        deadline = time.monotonic() + timeout_s
+        phase = "import"
+
+        def guarded(event: dict[str, Any]) -> None:
+            nonlocal phase
+            phase = event.get("phase", phase)
+            if time.monotonic() > deadline or (cancel is not None and cancel.is_set()):
+                raise _Deadline()
+            emit(event)
+
+        try:
+            return Outcome(result=execute(job, guarded))
+        except JobFailed as failure:
+            if isinstance(failure.__cause__, _Deadline) and cancel is not None and cancel.is_set():
+                return Outcome(
+                    error={"type": "Cancelled", "message": "the evaluation was cancelled", "phase": phase},
+                    spans=failure.spans,
+                )
+            if isinstance(failure.__cause__, _Deadline):
+                return Outcome(
+                    error={"type": "Timeout", "message": f"exceeded {timeout_s:g} s", "phase": phase},
+                    spans=failure.spans,
+                )
+            return Outcome(error=failure.to_error(), log=failure.detail, spans=failure.spans)

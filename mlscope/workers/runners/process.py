@@ -1,0 +1,245 @@
+"""The process runner: the predictor runs in a child process of its own.
+
+A crash (a segfault in a framework), a hang past the time limit, or memory past the limit ends the
+child's whole process group and becomes a failed evaluation naming the phase it happened in; the
+caller lives on. A fresh process per job also makes `import_ms` a real cold import.
+
+The child runs in this Python when the job's framework is installed here, else in the framework's
+environment (`mlscope env create <framework>`, see mlscope.workers.envs), which holds the framework,
+the predictor runtime and this same mlscope source. A job that asks for a number of threads starts
+its child with OMP_NUM_THREADS set to it: frameworks that read their OpenMP threads only when they
+load (MXNet) get the request that way, and the others set their own count on top of it.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any, ClassVar
+
+import psutil
+
+from mlscope.contract.errors import UserError
+from mlscope.contract.job import Job
+from mlscope.contract.settings import Settings
+from mlscope.runtime.execute import Emit
+from mlscope.runtime.frameworks import FrameworkSpec, get_framework, installed_version
+from mlscope.workers.envs import EnvInfo, env_for, find_pins
+from mlscope.workers.runners.base import Outcome, Runner
+
+__all__ = ["ProcessRunner"]
+
+_POLL_S = 0.1
+_LOG_LINES = 40
+
+
+def _tree_rss(process: psutil.Process) -> int:
+    total = 0
+    for member in [process, *process.children(recursive=True)]:
+        try:
+            total += member.memory_info().rss
+        except psutil.Error:
+            continue
+    return total
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        name = signal.Signals(-code).name
+        hint = " (killed: out of memory?)" if -code == signal.SIGKILL else ""
+        return f"the predictor process died of {name}{hint}"
+    return f"the predictor process exited with code {code} without a result"
+
+
+class ProcessRunner(Runner):
+    NAME: ClassVar[str] = "process"
+
+    def __init__(self, python: str | None = None, cache_dir: Path | None = None) -> None:
+        """Args:
+        python: run every job in this interpreter; default: per framework (see the module).
+        cache_dir: where framework environments are looked for; default: the settings' default.
+        """
+        self.python = python
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else Settings().cache_dir
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None) -> ProcessRunner:
+        return cls(cache_dir=settings.cache_dir if settings is not None else None)
+
+    def _environment(self, spec: FrameworkSpec) -> EnvInfo | None:
+        """The framework's environment, when the framework is not installed in this Python."""
+        if self.python is not None or installed_version(spec) is not None:
+            return None
+        return env_for(spec.name, self.cache_dir)
+
+    def framework_version(self, spec: FrameworkSpec) -> str | None:
+        """The version installed in this Python, else the one in the framework's environment."""
+        if self.python is not None:
+            return super().framework_version(spec)
+        found = installed_version(spec)
+        if found is not None:
+            return found
+        environment = env_for(spec.name, self.cache_dir)
+        return environment.version if environment is not None else None
+
+    def where(self, spec: FrameworkSpec) -> str:
+        if self.python is not None or installed_version(spec) is not None:
+            return "here"
+        environment = env_for(spec.name, self.cache_dir)
+        if environment is not None:
+            return f"in environment {environment.directory}"
+        try:
+            find_pins(spec.name)
+        except UserError:  # no environment can be made for it: only this Python counts
+            return "here"
+        return f"here or in a framework environment under {self.cache_dir / 'envs'}"
+
+    def python_for(self, framework: str) -> str:
+        """The interpreter a job of `framework` runs in: the one given, this one when the framework is
+        installed here, else its environment's (this one when there is none: the job then fails in
+        its import phase naming what to install)."""
+        if self.python is not None:
+            return self.python
+        environment = self._environment(get_framework(framework))
+        return str(environment.python) if environment is not None else sys.executable
+
+    @staticmethod
+    def _child_environment(job: Job) -> dict[str, str]:
+        environ = dict(os.environ)
+        threads = job.options.get("threads")
+        if threads:
+            environ["OMP_NUM_THREADS"] = str(int(threads))
+        return environ
+
+    def run(
+        self,
+        job: Job,
+        emit: Emit,
+        *,
+        timeout_s: float,
+        memory_limit_mb: int | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Outcome:
+        child = subprocess.Popen(
+            [self.python_for(job.framework), "-m", "mlscope.runtime.execute"],
+            env=self._child_environment(job),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # its own process group: ending it ends whatever it started
+        )
+        assert child.stdin and child.stdout and child.stderr
+        log: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
+        events: list[dict[str, Any]] = []
+        state = {"phase": "import"}
+        readers = [
+            threading.Thread(target=self._read_events, args=(child.stdout, emit, events, state), daemon=True),
+            threading.Thread(target=self._read_log, args=(child.stderr, log), daemon=True),
+        ]
+        for reader in readers:
+            reader.start()
+        try:
+            child.stdin.write(json.dumps(job.to_dict()))
+            child.stdin.close()
+        except BrokenPipeError:
+            pass
+
+        try:
+            ended = self._supervise(child, timeout_s, memory_limit_mb, cancel)
+        except BaseException:
+            # Interrupted (Ctrl-C, SIGTERM): the child is in a session of its own and would not
+            # hear of it, so it is ended here rather than left running.
+            self._kill(child)
+            raise
+        for reader in readers:
+            reader.join(timeout=5)
+        tail = "".join(log)
+        phase = state["phase"]
+        if ended is not None:
+            return Outcome(error={**ended, "phase": phase}, log=tail)
+        final = events[-1] if events else None
+        if final and final["event"] == "result":
+            return Outcome(result=final["result"], log=tail)
+        if final and final["event"] == "error":
+            return Outcome(
+                error={k: final[k] for k in ("type", "message", "phase")},
+                log=final.get("detail") or tail,
+                spans=final.get("spans") or [],
+            )
+        message = _describe_exit(child.returncode)
+        last = tail.strip().splitlines()[-1:] if tail.strip() else []
+        if last:
+            message += f"; it last wrote: {last[0][:300]}"
+        return Outcome(error={"type": "PredictorCrashed", "message": message, "phase": phase}, log=tail)
+
+    def _supervise(
+        self,
+        child: subprocess.Popen[str],
+        timeout_s: float,
+        memory_limit_mb: int | None,
+        cancel: threading.Event | None,
+    ) -> dict | None:
+        """Wait for the child; end it past the time or memory limit, or when cancelled, and say which."""
+        deadline = time.monotonic() + timeout_s
+        watched = psutil.Process(child.pid)
+        limit = memory_limit_mb * 1024 * 1024 if memory_limit_mb else None
+        while child.poll() is None:
+            if cancel is not None and cancel.is_set():
+                self._kill(child)
+                return {"type": "Cancelled", "message": "the evaluation was cancelled while it ran"}
+            if time.monotonic() > deadline:
+                self._kill(child)
+                return {
+                    "type": "Timeout",
+                    "message": f"the evaluation exceeded its time limit of {timeout_s:g} s",
+                }
+            if limit is not None:
+                rss = _tree_rss(watched)
+                if rss > limit:
+                    self._kill(child)
+                    used = f"{rss / 2**20:.0f} MB"
+                    return {
+                        "type": "OutOfMemory",
+                        "message": f"the predictor used {used}, over its limit of {memory_limit_mb} MB",
+                    }
+            try:
+                child.wait(timeout=_POLL_S)
+            except subprocess.TimeoutExpired:
+                continue
+        return None
+
+    @staticmethod
+    def _kill(child: subprocess.Popen[str]) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+    @staticmethod
+    def _read_events(
+        stream: IO[str], emit: Emit, events: list[dict[str, Any]], state: dict[str, str]
+    ) -> None:
+        for line in stream:
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if event.get("event") in ("result", "error"):
+                events.append(event)
+                continue
+            if event.get("event") == "phase":
+                state["phase"] = event["phase"]
+            emit(event)
+
+    @staticmethod
+    def _read_log(stream: IO[str], log: collections.deque[str]) -> None:
+        for line in stream:
+            log.append(line)

@@ -1,0 +1,373 @@
+"""The farm's worker: `mlscope worker` on any machine joins the farm.
+
+It detects the machine's capabilities and installed frameworks, consumes exactly the queues it can
+serve (broker.queues), registers itself in the agent registry with a heartbeat, and runs each job
+through the same pipeline as `mlscope run`, under the id the api recorded it with.
+
+Delivery: one job at a time (prefetch of one, Celery's solo pool: the job runs in this process's
+main thread, its predictor in a child process or container). A job is acknowledged when it has ended;
+if this process dies, the broker hands the job to another worker, which continues the same
+evaluation (running → running) and the store keeps one result. SIGTERM (or Ctrl-C) is a warm
+shutdown: the running job is finished first; a second signal ends it at once, and the job goes back
+to the broker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import platform
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+from celery import Celery, Task
+
+from mlscope import __version__
+from mlscope.broker.app import make_celery
+from mlscope.broker.tasks import BARE_TASK, EVALUATE_TASK, EvaluationMessage
+from mlscope.contract.errors import UserError
+from mlscope.contract.queues import check_agent_id, check_capability, queues_for
+from mlscope.contract.settings import Settings
+from mlscope.registry.agents import DEFAULT_TTL_S, AgentInfo, AgentRegistry
+from mlscope.registry.models import ModelRegistry
+from mlscope.runtime.system import cpu_facts, gpu_facts
+from mlscope.runtime.trace.spans import TraceContext, Tracer
+from mlscope.store import EvaluationNotFound, InvalidTransition, Store, open_store
+from mlscope.workers.capabilities import detect_capabilities
+from mlscope.workers.pipeline import evaluate, keep_spans, prepare
+from mlscope.workers.runners import RUNNERS, frameworks_for, get_runner
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no host lock
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["HOST_LOCK", "Worker", "default_agent_id"]
+
+log = logging.getLogger("mlscope.worker")
+
+# An infrastructure failure (store unreachable) sends the job back this many times, this far apart,
+# before it is given up as failed.
+_INFRA_RETRIES = 5
+_INFRA_RETRY_S = 10
+# Shared by every mlscope worker of the host, whatever its user's cache directory.
+HOST_LOCK = Path(tempfile.gettempdir()) / "mlscope-host-measure.lock"
+
+
+def default_agent_id() -> str:
+    """The machine's host name, made a valid agent id."""
+    name = "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname())
+    return name.strip(".-_")[:128] or "agent"
+
+
+class Worker:
+    """One agent of the farm.
+
+    Args:
+        settings: broker, store, registry, cache and manifests.
+        agent_id: this agent's id (default: the host name); must be unique among live agents.
+        capabilities: override the detected capabilities (to act as several systems on one machine).
+        frameworks: serve only these of the installed frameworks (default: every installed one).
+        runners: the runners requests may ask for here.
+        heartbeat_ttl_s: the registry entry expires this long after the last heartbeat.
+        exclusive: take turns with the other mlscope workers of this host, so that two agents on one
+            machine never measure at the same time and perturb each other's figures (a host-wide
+            file lock). Turn it off only for workers whose jobs are not measured for speed, or that
+            are pinned to separate cores.
+
+    Raises:
+        UserError: an invalid id or capability, a framework that is not installed, an unknown runner,
+            or another live agent with the same id.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        agent_id: str | None = None,
+        capabilities: Sequence[str] | None = None,
+        frameworks: Sequence[str] | None = None,
+        runners: Sequence[str] = ("process", "inline"),
+        heartbeat_ttl_s: float = DEFAULT_TTL_S,
+        exclusive: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.exclusive = exclusive
+        self.agent_id = check_agent_id(agent_id or default_agent_id(), "agent_id")
+        cpu, gpus = cpu_facts(), gpu_facts()
+        self.capabilities = tuple(
+            check_capability(c, "capability") for c in (capabilities or detect_capabilities(cpu, gpus))
+        )
+        unknown = [r for r in runners if r not in RUNNERS]
+        if unknown or not runners:
+            raise UserError(
+                f"runner(s) {', '.join(unknown) or '(none)'}: expected some of {', '.join(RUNNERS)}",
+                field="runners",
+            )
+        # What this agent can run: whatever any of its runners can (this Python's frameworks, their
+        # own environments, their images).
+        installed = frameworks_for([get_runner(name, settings) for name in runners])
+        if frameworks:
+            missing = [f for f in frameworks if f not in installed]
+            if missing:
+                raise UserError(
+                    f"framework(s) {', '.join(missing)} not installed here; installed: "
+                    f"{', '.join(sorted(installed)) or 'none'}",
+                    field="frameworks",
+                )
+            installed = {f: installed[f] for f in frameworks}
+        if not installed:
+            raise UserError(
+                "no framework is installed here: install mlscope[pytorch] or mlscope[onnxruntime]"
+            )
+        self.frameworks = installed
+        self.runners = tuple(runners)
+        self.queues = queues_for(self.frameworks, self.capabilities, self.agent_id)
+        self.registry = AgentRegistry(settings.agent_registry_url, ttl_s=heartbeat_ttl_s)
+        self.models = ModelRegistry.load(settings.manifests)
+        self.store: Store = open_store(settings.store_url)
+        self.app: Celery = make_celery(settings, name="mlscope-worker")
+        self._register_tasks()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._cancel = threading.Event()
+        self.info = AgentInfo(
+            id=self.agent_id,
+            hostname=socket.gethostname(),
+            capabilities=self.capabilities,
+            frameworks=dict(self.frameworks),
+            runners=self.runners,
+            queues=tuple(self.queues),
+            system={
+                "cpu": cpu.get("model"),
+                "cores": cpu.get("logical_cores"),
+                "gpus": [g.get("name") for g in gpus],
+                "memory_bytes": psutil.virtual_memory().total,
+                "os": platform.platform(),
+                "python": platform.python_version(),
+            },
+            pid=os.getpid(),
+            version=__version__,
+        )
+
+    # ----- the task ------------------------------------------------------------------------------
+
+    def _register_tasks(self) -> None:
+        worker = self
+
+        @self.app.task(name=EVALUATE_TASK, bind=True, max_retries=_INFRA_RETRIES)
+        def run_evaluation(task: Task, message: dict[str, Any]) -> None:
+            delivery = task.request.delivery_info or {}
+            worker.handle(message, redelivered=bool(delivery.get("redelivered")), task=task)
+
+        @self.app.task(name=BARE_TASK)
+        def noop(*args: Any, **kwargs: Any) -> None:
+            """Does nothing: benchmarks/dispatch.py measures bare Celery with it."""
+
+    def handle(self, raw: dict[str, Any], *, redelivered: bool = False, task: Task | None = None) -> None:
+        """Run one job to its end; it is acknowledged when this returns."""
+        try:
+            message = EvaluationMessage.from_dict(raw)
+        except UserError as exc:
+            log.error("dropping a malformed task message: %s", exc.message)
+            return
+        evaluation_id = message.evaluation_id
+        waited_s = time.time() - message.submitted_at
+        log.info(
+            "job %s (%s on %s) from %s after %.3f s in the queue%s",
+            evaluation_id,
+            message.request.model,
+            message.request.framework,
+            message.queue,
+            waited_s,
+            " (redelivered)" if redelivered else "",
+        )
+        self._set_job(evaluation_id)
+        try:
+            self._run(message)
+        except UserError as exc:
+            self._fail(evaluation_id, "InvalidRequest", exc.message, "validate")
+        except Exception as exc:
+            if task is None or task.request.retries >= _INFRA_RETRIES:
+                log.exception("job %s failed in the worker", evaluation_id)
+                self._fail(evaluation_id, "WorkerError", f"{type(exc).__name__}: {exc}", "report")
+                return
+            log.warning(
+                "job %s: %s; sending it back to be retried in %d s", evaluation_id, exc, _INFRA_RETRY_S
+            )
+            raise task.retry(exc=exc, countdown=_INFRA_RETRY_S) from exc
+        finally:
+            self._set_job(None)
+
+    def _run(self, message: EvaluationMessage) -> None:
+        evaluation_id, request = message.evaluation_id, message.request
+        if request.runner not in self.runners:
+            self._fail(
+                evaluation_id,
+                "UnsupportedRunner",
+                f"runner {request.runner!r} is not allowed on agent {self.agent_id} "
+                f"(it allows {', '.join(self.runners)})",
+                "validate",
+            )
+            return
+        try:
+            prepared = prepare(request, self.models, self.settings)
+        except UserError as exc:
+            self._fail(evaluation_id, "InvalidRequest", exc.message, "validate")
+            return
+        agent = {"id": self.agent_id, "capabilities": list(self.capabilities)}
+        tracer = Tracer(request.trace_level, TraceContext.parse(message.traceparent))
+        task_span = tracer.span(
+            EVALUATE_TASK,
+            **{
+                "mlscope.process": "worker",
+                "messaging.system": "celery",
+                "messaging.destination.name": message.queue,
+            },
+            agent=self.agent_id,
+            evaluation_id=evaluation_id,
+        )
+        try:
+            with task_span:
+                # The api's clock stamped submitted_at: across machines this span is as good as
+                # their clocks' agreement (NTP: milliseconds).
+                received = tracer.clock.now()
+                tracer.add(
+                    "queue_wait",
+                    "APPLICATION",
+                    min(int(message.submitted_at * 1e9), received),
+                    received,
+                    attributes={"mlscope.process": "worker", "queue": message.queue},
+                )
+                with self._host_turn(evaluation_id, tracer):
+                    result = evaluate(
+                        prepared,
+                        store=self.store,
+                        settings=self.settings,
+                        evaluation_id=evaluation_id,
+                        system_extra={"agent": agent},
+                        cancel=self._cancel,
+                        tracer=tracer,
+                    )
+        except InvalidTransition as ended:
+            # Cancelled before it started, or a duplicate delivery of a job that has ended.
+            log.info("job %s has already ended (%s): nothing to do", evaluation_id, ended.current)
+            return
+        keep_spans(self.store, self.settings, evaluation_id, tracer.drain())
+        log.info("job %s %s", evaluation_id, result["status"])
+
+    @contextlib.contextmanager
+    def _host_turn(self, evaluation_id: str, tracer: Tracer) -> Iterator[None]:
+        """Hold this host's measurement lock (when exclusive) for the length of a job."""
+        if not self.exclusive or fcntl is None:
+            yield
+            return
+        with open(HOST_LOCK, "a+b") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.info("job %s waits for this host's other agent to finish measuring", evaluation_id)
+                with tracer.span("host_turn_wait", **{"mlscope.process": "worker"}):
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _fail(self, evaluation_id: str, kind: str, message: str, phase: str) -> None:
+        log.warning("job %s failed: %s: %s", evaluation_id, kind, message)
+        try:
+            self.store.fail_evaluation(
+                evaluation_id, error={"type": kind, "message": message, "phase": phase}
+            )
+        except EvaluationNotFound:
+            log.error(
+                "job %s is not in the store %s; nothing recorded", evaluation_id, self.settings.store_url
+            )
+
+    # ----- the agent registry --------------------------------------------------------------------
+
+    def _set_job(self, evaluation_id: str | None) -> None:
+        with self._lock:
+            done = self.info.jobs_done + (1 if evaluation_id is None and self.info.current_job else 0)
+            self.info = replace(self.info, current_job=evaluation_id, jobs_done=done)
+            self._cancel.clear()
+            info = self.info
+        try:
+            self.registry.register(info)
+        except UserError as exc:  # the registry is advisory: a job never waits for it
+            log.warning("agent registry: %s", exc.message)
+
+    def _heartbeat(self) -> None:
+        """Renew the registry entry every third of its lifetime; notice a cancelled running job."""
+        interval = self.registry.ttl_s / 3
+        while not self._stop.wait(interval):
+            with self._lock:
+                info = self.info
+            try:
+                self.registry.heartbeat(info)
+                if info.current_job and not self._cancel.is_set():
+                    status = self.store.get_evaluation(info.current_job)["status"]
+                    if status == "cancelled":
+                        log.info("job %s was cancelled: ending it", info.current_job)
+                        self._cancel.set()
+            except Exception as exc:
+                log.warning("heartbeat: %s", exc)
+
+    def _claim_id(self) -> None:
+        live = self.registry.get(self.agent_id)
+        if live is not None and (live.hostname, live.pid) != (self.info.hostname, self.info.pid):
+            raise UserError(
+                f"agent id {self.agent_id!r} is already live (pid {live.pid} on {live.hostname}): "
+                "pass --agent-id to start another worker",
+                field="agent_id",
+            )
+
+    # ----- running -------------------------------------------------------------------------------
+
+    def run(self, *, loglevel: str = "INFO") -> None:
+        """Register, consume until SIGTERM/SIGINT, unregister."""
+        self._claim_id()
+        self.registry.register(self.info)
+        beat = threading.Thread(target=self._heartbeat, name="mlscope-heartbeat", daemon=True)
+        beat.start()
+        log.info(
+            "agent %s: capabilities %s; frameworks %s; queues %s",
+            self.agent_id,
+            ", ".join(self.capabilities),
+            ", ".join(f"{k} {v}" for k, v in self.frameworks.items()),
+            ", ".join(self.queues),
+        )
+        try:
+            self.app.worker_main(
+                [
+                    "worker",
+                    "--pool=solo",
+                    "--concurrency=1",
+                    f"--queues={','.join(self.queues)}",
+                    f"--hostname={self.agent_id}@%h",
+                    f"--loglevel={loglevel}",
+                    "--without-gossip",
+                    "--without-mingle",
+                    # Not --without-heartbeat: on RabbitMQ, a solo-pool worker without the heartbeat's
+                    # timer was seen to sit ~10 s on a message after its previous job (the dispatch
+                    # benchmark's first job after warm-up); with it, no such stall.
+                ]
+            )
+        finally:
+            self._stop.set()
+            beat.join(timeout=5)
+            try:
+                self.registry.unregister(self.agent_id)
+            except UserError as exc:
+                log.warning("could not unregister: %s", exc)
+            self.store.close()
+            self.registry.close()

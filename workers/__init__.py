@@ -1,1 +1,0 @@
-"""mlscope.workers: the evaluation pipeline, its runners, predictors and measurement."""
