@@ -9,10 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["PHASES", "Job", "JobFailed"]
+from mlscope.contract.names import PHASES
 
-# In the order they run; an error names the phase it happened in.
-PHASES = ("import", "fetch", "load", "first_inference", "measure", "trace", "report")
+__all__ = ["PHASES", "Job", "JobFailed"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ class Job:
         measure: MeasureSettings as a dict.
         options: PredictorOptions as a dict.
         cache_dir: where fetched and exported graphs are cached.
-        trace_level: how deep to trace (broker.contract.TRACE_LEVELS).
+        trace_level: how deep to trace (contract.names.TRACE_LEVELS).
         traceparent: the W3C trace context the predictor's spans hang under (the caller's span);
             a new trace when empty.
     """

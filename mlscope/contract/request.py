@@ -14,15 +14,14 @@ from typing import Any
 from marshmallow import RAISE, Schema, ValidationError, fields, post_load, validate
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.names import RUNNERS, SCENARIOS, TRACE_LEVELS
+from mlscope.contract.options import PredictorOptionsSchema
 from mlscope.contract.queues import parse_target
 
 __all__ = ["DEVICE_PATTERN", "RUNNERS", "TRACE_LEVELS", "EvaluationRequest", "parse_request"]
 
-RUNNERS = ("inline", "process", "docker")
-TRACE_LEVELS = ("NO_TRACE", "APPLICATION", "MODEL", "FRAMEWORK", "LIBRARY", "HARDWARE", "FULL")
 DEVICE_PATTERN = re.compile(r"^(cpu|cuda(:\d+)?)$")
 MAX_BATCH_SIZE = 65536
-GRAPH_OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 
 
 @dataclass(frozen=True)
@@ -75,17 +74,6 @@ class EvaluationRequest:
         return data
 
 
-class PredictorOptionsSchema(Schema):
-    class Meta:
-        unknown = RAISE
-
-    threads = fields.Integer(validate=validate.Range(min=1, max=1024), allow_none=True)
-    inter_op_threads = fields.Integer(validate=validate.Range(min=1, max=1024), allow_none=True)
-    graph_optimization_level = fields.String(validate=validate.OneOf(GRAPH_OPTIMIZATION_LEVELS))
-    execution_providers = fields.List(fields.String(validate=validate.Length(min=1)))
-    input_pool = fields.Integer(validate=validate.Range(min=1, max=64))
-
-
 def _check_measure_value(value: object) -> None:
     if not isinstance(value, int | float | bool):
         raise ValidationError("must be a number or true/false")
@@ -115,7 +103,7 @@ class EvaluationRequestSchema(Schema):
         load_default=lambda: [1],
     )
     scenarios = fields.List(
-        fields.String(validate=validate.OneOf(("single_stream", "offline"))),
+        fields.String(validate=validate.OneOf(SCENARIOS)),
         validate=validate.Length(min=1),
         load_default=lambda: ["single_stream"],
     )

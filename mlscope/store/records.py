@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.names import ACTIVE_STATUSES, STATUSES, TERMINAL_STATUSES, TRACE_LEVELS
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -57,18 +58,6 @@ __all__ = [
     "unpack_latencies",
 ]
 
-STATUSES: tuple[str, ...] = ("queued", "running", "succeeded", "failed", "cancelled")
-ACTIVE_STATUSES = frozenset({"queued", "running"})
-TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
-TRACE_LEVELS: tuple[str, ...] = (
-    "NO_TRACE",
-    "APPLICATION",
-    "MODEL",
-    "FRAMEWORK",
-    "LIBRARY",
-    "HARDWARE",
-    "FULL",
-)
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # Keys a measurement stores in columns of their own; any other key travels in `extra`.

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from mlscope.contract.manifest import Manifest
+from mlscope.contract.options import PredictorOptions
 from mlscope.runtime.trace.spans import Tracer
 
 __all__ = ["Predictor", "PredictorError", "PredictorOptions"]
@@ -21,35 +22,6 @@ __all__ = ["Predictor", "PredictorError", "PredictorOptions"]
 
 class PredictorError(Exception):
     """A predictor could not do what was asked (no such device, a provider missing, a bad graph)."""
-
-
-@dataclass(frozen=True)
-class PredictorOptions:
-    """Framework knobs a request may set; a framework ignores those that mean nothing to it.
-
-    Attributes:
-        threads: intra-op threads (None: the framework's default, usually one per core).
-        inter_op_threads: inter-op threads (None: the framework's default).
-        graph_optimization_level: ONNX Runtime's `disable|basic|extended|all` (default all).
-        execution_providers: ONNX Runtime providers, in priority order (default: by device).
-        input_pool: how many distinct input batches are cycled through while measuring, so a
-            cache never serves the same input twice in a row.
-        seed: seeds random weights and inputs, so two runs build the same model.
-    """
-
-    threads: int | None = None
-    inter_op_threads: int | None = None
-    graph_optimization_level: str = "all"
-    execution_providers: tuple[str, ...] = ()
-    input_pool: int = 4
-    seed: int = 0
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PredictorOptions:
-        values = dict(data)
-        if "execution_providers" in values:
-            values["execution_providers"] = tuple(values["execution_providers"])
-        return cls(**values)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from mlscope.contract.request import TRACE_LEVELS
+from mlscope.contract.names import LEVEL_RANK, TRACE_LEVELS, level_enabled
 
 __all__ = [
     "LEVEL_RANK",
@@ -30,16 +30,8 @@ __all__ = [
     "new_trace_id",
 ]
 
-# NO_TRACE 0 < APPLICATION 1 < MODEL 2 < FRAMEWORK 3 < LIBRARY 4 < HARDWARE 5 < FULL 6.
-LEVEL_RANK: dict[str, int] = {name: rank for rank, name in enumerate(TRACE_LEVELS)}
 
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
-
-
-def level_enabled(requested: str, level: str) -> bool:
-    """Whether a span of `level` is recorded when `requested` was asked for (NO_TRACE records none)."""
-    rank = LEVEL_RANK[requested]
-    return rank > 0 and LEVEL_RANK[level] <= rank
 
 
 def new_trace_id() -> str:

@@ -1,0 +1,66 @@
+"""Predictor options: the framework knobs a request may set, defined once — the dataclass the
+predictor runtime reads and the schema a request is validated with are derived from the same fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from marshmallow import RAISE, Schema, validate
+from marshmallow import fields as schema_fields
+
+__all__ = ["GRAPH_OPTIMIZATION_LEVELS", "REQUEST_OPTIONS", "PredictorOptions", "PredictorOptionsSchema"]
+
+GRAPH_OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
+
+
+@dataclass(frozen=True)
+class PredictorOptions:
+    """Framework knobs a request may set; a framework ignores those that mean nothing to it.
+
+    Attributes:
+        threads: intra-op threads (None: the framework's default, usually one per core).
+        inter_op_threads: inter-op threads (None: the framework's default).
+        graph_optimization_level: ONNX Runtime's `disable|basic|extended|all` (default all).
+        execution_providers: ONNX Runtime providers, in priority order (default: by device).
+        input_pool: how many distinct input batches are cycled through while measuring, so a
+            cache never serves the same input twice in a row.
+        seed: seeds random weights and inputs, so two runs build the same model. Not a request
+            option: every evaluation of a model builds the same weights, which is what makes two
+            runs (and two frameworks) comparable.
+    """
+
+    threads: int | None = None
+    inter_op_threads: int | None = None
+    graph_optimization_level: str = "all"
+    execution_providers: tuple[str, ...] = ()
+    input_pool: int = 4
+    seed: int = 0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PredictorOptions:
+        values = dict(data)
+        if "execution_providers" in values:
+            values["execution_providers"] = tuple(values["execution_providers"])
+        return cls(**values)
+
+
+class PredictorOptionsSchema(Schema):
+    """A request's `options`: each field of PredictorOptions a request may set, with its range."""
+
+    class Meta:
+        unknown = RAISE
+
+    threads = schema_fields.Integer(validate=validate.Range(min=1, max=1024), allow_none=True)
+    inter_op_threads = schema_fields.Integer(validate=validate.Range(min=1, max=1024), allow_none=True)
+    graph_optimization_level = schema_fields.String(validate=validate.OneOf(GRAPH_OPTIMIZATION_LEVELS))
+    execution_providers = schema_fields.List(schema_fields.String(validate=validate.Length(min=1)))
+    input_pool = schema_fields.Integer(validate=validate.Range(min=1, max=64))
+
+
+# The options a request may set: every field of PredictorOptions but the seed. Checked at import, so
+# the dataclass and the schema cannot drift apart again.
+REQUEST_OPTIONS: tuple[str, ...] = tuple(f.name for f in fields(PredictorOptions) if f.name != "seed")
+if set(REQUEST_OPTIONS) != set(PredictorOptionsSchema._declared_fields):  # pragma: no cover
+    raise RuntimeError("PredictorOptionsSchema and PredictorOptions name different options")
