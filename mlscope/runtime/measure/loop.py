@@ -111,9 +111,7 @@ def timed_loop(
     clock = time.perf_counter_ns
     warmup_count = _warm_up(predict, batches, settings, timer)
     recorder = _Recorder(predict, batches, timer, record_starts)
-    check_ns = int(settings.check_every_seconds * NS_PER_S)
-    max_ns = int(settings.max_seconds * NS_PER_S)
-    next_check = check_ns
+    rule = _StoppingRule(settings, on_progress)
     chunk = 1
     start = clock()
     while True:
@@ -121,23 +119,13 @@ def timed_loop(
         recorder.run(chunk)
         now = clock()
         elapsed = now - start
-        chunk_ns = now - chunk_start
-        at_max = elapsed >= max_ns
-        if at_max or elapsed >= next_check:
-            next_check = elapsed + check_ns
-            latencies = recorder.recorded()
-            if on_progress is not None:
-                on_progress(_progress(latencies.size, elapsed, settings))
-            if _stop_rule_met(latencies, elapsed, settings):
-                stop_reason = STOP_STABLE
+        if rule.due(elapsed):
+            stop_reason = rule.check(recorder.recorded(), elapsed)
+            if stop_reason is not None:
                 break
-            if at_max:
-                stop_reason = STOP_MAX_SECONDS
-                break
-        chunk = _next_chunk(chunk, chunk_ns, max_ns - elapsed, check_ns)
+        chunk = _next_chunk(chunk, now - chunk_start, rule.max_ns - elapsed, rule.check_ns)
     wall_ns = now - start
-    if on_progress is not None:
-        on_progress(1.0)
+    rule.finish()
     starts = recorder.recorded_starts()
     return LoopResult(
         recorder.recorded().copy(),
@@ -207,27 +195,18 @@ def threaded_loop(
         _join_and_raise(workers, stop)
         raise
     start = clock()
-    check_ns = int(settings.check_every_seconds * NS_PER_S)
-    max_ns = int(settings.max_seconds * NS_PER_S)
-    next_check = check_ns
+    rule = _StoppingRule(settings, on_progress)
     stop_reason = STOP_MAX_SECONDS
-    while not failed.wait(max(0, min(next_check, max_ns) - (clock() - start)) / NS_PER_S):
+    while not failed.wait(rule.wait_ns(clock() - start) / NS_PER_S):
         elapsed = clock() - start
-        at_max = elapsed >= max_ns
-        if not at_max and elapsed < next_check:
+        if not rule.due(elapsed):
             continue
-        next_check = elapsed + check_ns
-        latencies = np.concatenate([worker.published() for worker in workers])
-        if on_progress is not None:
-            on_progress(_progress(latencies.size, elapsed, settings))
-        if _stop_rule_met(latencies, elapsed, settings):
-            stop_reason = STOP_STABLE
-            break
-        if at_max:
+        reason = rule.check(np.concatenate([worker.published() for worker in workers]), elapsed)
+        if reason is not None:
+            stop_reason = reason
             break
     _join_and_raise(workers, stop)
-    if on_progress is not None:
-        on_progress(1.0)
+    rule.finish()
     chunks = sorted(
         ((end, worker.recorder, first, last) for worker in workers for end, first, last in worker.chunks),
         key=lambda chunk: chunk[0],
@@ -370,10 +349,43 @@ def _warm_up(
     return done
 
 
-def _stop_rule_met(latencies: npt.NDArray[np.int64], elapsed_ns: int, settings: MeasureSettings) -> bool:
-    if latencies.size < settings.min_count or elapsed_ns < settings.min_seconds * NS_PER_S:
-        return False
-    return median_ci_relative_halfwidth(latencies, settings.confidence) <= settings.stability
+class _StoppingRule:
+    """When the timed phase ends, for both loops: at check points (every check_every_seconds, and
+    at max_seconds) it reports progress and stops once both minimums are met and the median is
+    stable, or at max_seconds whatever else holds. Never consulted inside a timed region."""
+
+    def __init__(self, settings: MeasureSettings, on_progress: Callable[[float], None] | None) -> None:
+        self.settings, self.on_progress = settings, on_progress
+        self.check_ns = int(settings.check_every_seconds * NS_PER_S)
+        self.max_ns = int(settings.max_seconds * NS_PER_S)
+        self.next_check = self.check_ns
+
+    def due(self, elapsed_ns: int) -> bool:
+        """Whether `elapsed_ns` into the timed phase is a check point."""
+        return elapsed_ns >= self.max_ns or elapsed_ns >= self.next_check
+
+    def wait_ns(self, elapsed_ns: int) -> int:
+        """How long until the next check point."""
+        return max(0, min(self.next_check, self.max_ns) - elapsed_ns)
+
+    def check(self, latencies: npt.NDArray[np.int64], elapsed_ns: int) -> str | None:
+        """At a check point: report progress; why the loop stops (STOP_STABLE, STOP_MAX_SECONDS),
+        or None to go on."""
+        settings = self.settings
+        self.next_check = elapsed_ns + self.check_ns
+        if self.on_progress is not None:
+            self.on_progress(_progress(latencies.size, elapsed_ns, settings))
+        if (
+            latencies.size >= settings.min_count
+            and elapsed_ns >= settings.min_seconds * NS_PER_S
+            and median_ci_relative_halfwidth(latencies, settings.confidence) <= settings.stability
+        ):
+            return STOP_STABLE
+        return STOP_MAX_SECONDS if elapsed_ns >= self.max_ns else None
+
+    def finish(self) -> None:
+        if self.on_progress is not None:
+            self.on_progress(1.0)
 
 
 def _progress(count: int, elapsed_ns: int, settings: MeasureSettings) -> float:
