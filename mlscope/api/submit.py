@@ -22,12 +22,12 @@ from mlscope.broker.tracing import export_spans
 from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest
 from mlscope.contract.queues import AGENT_PREFIX, Target, parse_target
-from mlscope.contract.request import EvaluationRequest, parse_request
+from mlscope.contract.request import EvaluationRequest
 from mlscope.registry.agents import AgentInfo, AgentRegistry
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.frameworks import check_runnable, get_framework
-from mlscope.runtime.measure import MeasureSettings
 from mlscope.runtime.trace.spans import TraceContext, Tracer
+from mlscope.workers.admission import Admission, admit, check_measure
 
 from .context import ApiContext, redact_url
 from .problems import ApiProblem
@@ -109,12 +109,15 @@ class LiveAgents:
 
 @dataclass(frozen=True)
 class Job:
-    """One evaluation, checked and ready to record and send."""
+    """One admitted evaluation and the queue it goes to, ready to record and send."""
 
-    request: EvaluationRequest
-    manifest: Manifest
+    admission: Admission
     queue: str
     warnings: tuple[str, ...] = ()
+
+    @property
+    def request(self) -> EvaluationRequest:
+        return self.admission.request
 
     @property
     def target(self) -> str:
@@ -130,33 +133,24 @@ class BatchPlan:
     warnings: list[str] = field(default_factory=list)
 
 
-def _check_measure(measure: Mapping[str, Any]) -> None:
-    # The request schema has refused non-finite values; the names and ranges are checked here.
-    try:
-        MeasureSettings.from_dict(dict(measure))
-    except UserError as exc:
-        raise UserError(exc.message, field=f"measure.{exc.field}" if exc.field else "measure") from None
-
-
-def _job(request: EvaluationRequest, manifest: Manifest, live: LiveAgents) -> Job:
+def _job(admission: Admission, live: LiveAgents) -> Job:
+    request = admission.request
     target = parse_target(request.effective_target)
     queue = target.queue(request.framework)
     warning = live.queue_warning(queue, request.framework, target)
-    return Job(request, manifest, queue, (warning,) if warning else ())
+    return Job(admission, queue, (warning,) if warning else ())
 
 
 def plan_one(request: EvaluationRequest, models: ModelRegistry, live: LiveAgents) -> Job:
-    """Check one validated request against the registries.
+    """Admit one validated request (`workers.admission.admit`, as a farm's api: the worker checks
+    its own machine when it takes the job) and route it to its queue.
 
     Raises:
         UserError: the framework is unknown (field `framework`), the model is unknown or has no
             manifest for the framework (`model`/`framework`, with suggestions), or a measurement
             setting is unknown or out of range (`measure.<name>`).
     """
-    check_runnable(get_framework(request.framework))
-    manifest = models.get(request.model, request.framework)
-    _check_measure(request.measure)
-    return _job(request, manifest, live)
+    return _job(admit(request, models), live)
 
 
 def _too_many(count: int) -> ApiProblem:
@@ -211,7 +205,7 @@ def plan_batch(body: Mapping[str, Any], models: ModelRegistry, live: LiveAgents)
         except UserError as exc:
             raise UserError(exc.message, field=f"models.{index}") from None
     shared = {name: body[name] for name in SHARED_REQUEST_FIELDS if name in body}
-    _check_measure(shared.get("measure") or {})
+    check_measure(shared.get("measure") or {})
 
     plan = BatchPlan()
     pairs: list[tuple[str, str, Manifest]] = []
@@ -236,16 +230,17 @@ def plan_batch(body: Mapping[str, Any], models: ModelRegistry, live: LiveAgents)
     if fan_out and live.error is not None:
         raise ApiProblem(503, f"fan_out needs the live agents, but they cannot be read: {live.error}")
 
-    expanded: dict[tuple[str, str, str], Manifest] = {}
-    for name, framework, manifest in pairs:
+    # Each (model, framework, target or agent) once, in order; each admitted by the one admission.
+    expanded: dict[tuple[str, str, str], None] = {}
+    for name, framework, _ in pairs:
         for text in targets:
             for pinned in _pinned_targets(text, framework, fan_out, live, plan.warnings):
-                expanded.setdefault((name, framework, pinned), manifest)
+                expanded.setdefault((name, framework, pinned), None)
     if len(expanded) > MAX_BATCH_JOBS:
         raise _too_many(len(expanded))
-    for (name, framework, pinned), manifest in expanded.items():
-        request = parse_request({**shared, "model": name, "framework": framework, "target": pinned})
-        plan.jobs.append(_job(request, manifest, live))
+    for name, framework, pinned in expanded:
+        document = {**shared, "model": name, "framework": framework, "target": pinned}
+        plan.jobs.append(_job(admit(document, models), live))
     plan.warnings = list(dict.fromkeys(plan.warnings))
     return plan
 
@@ -293,17 +288,9 @@ def enqueue(ctx: ApiContext, job: Job, traced: TracedSubmit | None = None) -> st
         BrokerUnavailable: the broker did not take it; the evaluation is recorded as failed.
         UserError: the store refused the record (naming the field).
     """
-    manifest = job.manifest
     tracer = traced.tracer if traced is not None and traced.tracer.enabled("APPLICATION") else None
     evaluation_id = ctx.store.create_evaluation(
-        model={"name": manifest.name, "version": manifest.version, "manifest_sha256": manifest.sha256},
-        manifest=manifest.to_dict(),
-        framework={"name": job.request.framework, "version": None},
-        runner=job.request.runner,
-        device=job.request.device,
-        request=job.request.to_dict(),
-        trace_level=job.request.trace_level,
-        trace_id=None if tracer is None else tracer.trace_id,
+        **job.admission.record(), trace_id=None if tracer is None else tracer.trace_id
     )
     traceparent = ""
     if tracer is not None and traced is not None:

@@ -15,12 +15,12 @@ from mlscope.cli.render import (
     validity_notes,
 )
 from mlscope.contract.errors import UserError
-from mlscope.contract.request import parse_request
 from mlscope.contract.settings import load_settings
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.frameworks import get_framework, installed_version
 from mlscope.store import open_store
-from mlscope.workers.pipeline import PreparedEvaluation, evaluate, prepare
+from mlscope.workers.admission import Admission, admit
+from mlscope.workers.pipeline import evaluate
 
 __all__ = ["run_command"]
 
@@ -38,8 +38,8 @@ def _default_frameworks(registry: ModelRegistry, model: str) -> list[str]:
 class _ProgressView:
     """Turns a job's events into one progress bar per evaluation."""
 
-    def __init__(self, progress: Progress, prepared: PreparedEvaluation) -> None:
-        request = prepared.request
+    def __init__(self, progress: Progress, admitted: Admission) -> None:
+        request = admitted.request
         self.progress = progress
         self.label = f"{request.model} on {request.framework}"
         self.points = len(request.batch_sizes) * len(request.scenarios)
@@ -80,9 +80,8 @@ def run_command(model: str, frameworks: list[str], document: dict[str, Any], *, 
     names = frameworks or _default_frameworks(registry, model)
     # Every request is checked before the first runs: a typo in the third framework must not
     # cost the user the first two runs' time, and must leave the store untouched.
-    prepared = [
-        prepare(parse_request({**document, "model": model, "framework": name}), registry, settings)
-        for name in names
+    admitted = [
+        admit({**document, "model": model, "framework": name}, registry, here=settings) for name in names
     ]
     results = []
     with open_store(settings.store_url) as store:
@@ -95,7 +94,7 @@ def run_command(model: str, frameworks: list[str], document: dict[str, Any], *, 
             transient=as_json,
         )
         with progress:
-            for item in prepared:
+            for item in admitted:
                 view = _ProgressView(progress, item)
                 result = evaluate(item, store=store, settings=settings, emit=view)
                 view.finish(result["status"])

@@ -6,10 +6,13 @@ runner), later a container's stdin. Events are dicts with an "event" key, one pe
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 from mlscope.contract.names import PHASES
+
+if TYPE_CHECKING:
+    from mlscope.contract.request import EvaluationRequest
 
 __all__ = ["PHASES", "Job", "JobFailed"]
 
@@ -46,6 +49,30 @@ class Job:
     cache_dir: str = ""
     trace_level: str = "NO_TRACE"
     traceparent: str = ""
+
+    @classmethod
+    def from_request(
+        cls,
+        request: EvaluationRequest,
+        *,
+        evaluation_id: str,
+        manifest: dict[str, Any],
+        origin: str,
+        cache_dir: str,
+        traceparent: str = "",
+    ) -> Job:
+        """The job of an admitted request: every field the two share (framework, device, batch
+        sizes, scenarios, measure, options, trace level) is the request's, taken by name."""
+        shared = {f.name: getattr(request, f.name) for f in fields(cls) if hasattr(request, f.name)}
+        shared["measure"], shared["options"] = dict(request.measure), dict(request.options)
+        return cls(
+            evaluation_id=evaluation_id,
+            manifest=manifest,
+            origin=origin,
+            cache_dir=cache_dir,
+            traceparent=traceparent,
+            **shared,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -41,8 +41,9 @@ from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.system import cpu_facts, gpu_facts
 from mlscope.runtime.trace.spans import TraceContext, Tracer
 from mlscope.store import EvaluationNotFound, InvalidTransition, Store, open_store
+from mlscope.workers.admission import admit
 from mlscope.workers.capabilities import detect_capabilities
-from mlscope.workers.pipeline import evaluate, keep_spans, prepare
+from mlscope.workers.pipeline import evaluate, keep_spans
 from mlscope.workers.runners import RUNNERS, frameworks_for, get_runner
 
 try:
@@ -219,7 +220,7 @@ class Worker:
             )
             return
         try:
-            prepared = prepare(request, self.models, self.settings)
+            admitted = admit(request, self.models, here=self.settings)
         except UserError as exc:
             self._fail(evaluation_id, "InvalidRequest", exc.message, "validate")
             return
@@ -249,7 +250,7 @@ class Worker:
                 )
                 with self._host_turn(evaluation_id, tracer):
                     result = evaluate(
-                        prepared,
+                        admitted,
                         store=self.store,
                         settings=self.settings,
                         evaluation_id=evaluation_id,

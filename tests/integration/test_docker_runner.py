@@ -22,7 +22,8 @@ from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.predictors.export import exported_graph
 from mlscope.store import open_store
-from mlscope.workers.pipeline import evaluate, prepare
+from mlscope.workers.admission import admit
+from mlscope.workers.pipeline import evaluate
 from mlscope.workers.runners.docker import EVALUATION_LABEL
 from tests.conftest import RUNTIME_MANIFESTS
 from tests.integration.conftest import _unavailable
@@ -118,8 +119,8 @@ def _evaluate_tiny(
             "timeout_s": timeout_s,
         }
     )
-    prepared = prepare(request, ModelRegistry.load([RUNTIME_MANIFESTS]), settings)
-    return evaluate(prepared, store=store, settings=settings, emit=emit)
+    admitted = admit(request, ModelRegistry.load([RUNTIME_MANIFESTS]), here=settings)
+    return evaluate(admitted, store=store, settings=settings, emit=emit)
 
 
 def test_a_container_past_its_time_limit_is_ended_and_removed(

@@ -24,7 +24,7 @@ from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.frameworks import FRAMEWORKS, FrameworkSpec, get_framework
 from mlscope.runtime.predictors.base import PredictorError
 from mlscope.runtime.predictors.export import exported_graph
-from mlscope.workers.pipeline import prepare
+from mlscope.workers.admission import admit
 from mlscope.workers.runners import get_runner
 from mlscope.workers.runners.docker import (
     CONTAINER_CACHE,
@@ -268,7 +268,7 @@ def test_preparing_a_docker_request_for_a_framework_without_an_image_names_the_b
     request = parse_request({"model": "test_tiny_mlp", "framework": "imageless", "runner": "docker"})
     # When it is prepared for the docker runner
     with pytest.raises(UserError) as raised:
-        prepare(request, registry, Settings(cache_dir=tmp_path))
+        admit(request, registry, here=Settings(cache_dir=tmp_path))
     # Then the answer names the image and the command that builds it
     assert "mlscope-predictor-imageless" in str(raised.value)
     assert "`mlscope image build imageless`" in str(raised.value)
