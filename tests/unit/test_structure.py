@@ -61,8 +61,7 @@ def test_no_part_outside_a_frameworks_sub_package_branches_on_its_name() -> None
     offenders = {
         path.relative_to(REPO).as_posix(): lines
         for path in _modules()
-        if predictors not in path.parents
-        and (lines := _branches_on(path.read_text(), framework_names))
+        if predictors not in path.parents and (lines := _branches_on(path.read_text(), framework_names))
     }
     # Then none compares a value with a framework's name
     assert offenders == {}
