@@ -14,10 +14,11 @@ from flask import Response
 from flask.views import MethodView
 from marshmallow import Schema, fields, validate
 
+from mlscope.analysis.timeline import chrome_trace
+from mlscope.analysis.traces import GROUPINGS, HOTSPOT_LEVELS, layers_report
+from mlscope.store import iter_spans
 from mlscope.store.base import SPAN_BATCH_SIZE
 from mlscope.store.records import SPAN_LEVELS
-from mlscope.store.timeline import chrome_trace
-from mlscope.store.traces import GROUPINGS, HOTSPOT_LEVELS, iter_spans, layers_report
 
 from .context import context
 from .evaluations import blp

@@ -10,12 +10,12 @@ from typing import Any
 
 from rich.table import Table
 
+from mlscope.analysis.timeline import chrome_trace, trace_summary
+from mlscope.analysis.traces import layers_report
 from mlscope.cli.render import console, err_console
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
-from mlscope.store import open_store
-from mlscope.store.timeline import chrome_trace, trace_summary
-from mlscope.store.traces import iter_spans, layers_report
+from mlscope.store import iter_spans, open_store
 
 __all__ = ["FORMATS", "trace_command"]
 

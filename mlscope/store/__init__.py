@@ -2,6 +2,10 @@
 
 `open_store(url)` looks the scheme up in `_STORES` and imports the implementation only then, so a
 process that never opens PostgreSQL never needs its driver.
+
+The parts: `base` (the Store interface), `primitives` (what each backend implements), `records` (the
+records, checks and public shapes every backend shares), `paging` (page sizes, and `iter_spans`),
+`errors`, and the backends `sql` (SQLite, PostgreSQL) and `mongo` (MongoDB).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from mlscope.contract.errors import UserError
 
 from .base import Store
 from .errors import AmbiguousEvaluationId, EvaluationNotFound, InvalidTransition, SystemNotFound
+from .paging import iter_spans
 from .records import STATUSES, TRACE_LEVELS
 
 __all__ = [
@@ -23,6 +28,7 @@ __all__ = [
     "InvalidTransition",
     "Store",
     "SystemNotFound",
+    "iter_spans",
     "open_store",
 ]
 

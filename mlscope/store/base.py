@@ -1,15 +1,16 @@
-"""The Store interface: where evaluations, their measurements and the systems they ran on are kept.
+"""The Store interface: where evaluations, their measurements, the systems they ran on and their traced
+spans are kept.
 
 `Store`'s public methods own everything backends must agree on (validation, the lifecycle
 `queued → running → succeeded | failed | cancelled`, idempotency, id prefixes, the result shape);
-each backend implements only the small private primitives marked abstract below.
+each backend implements only the small private primitives of `StorePrimitives` (primitives.py).
 """
 
 from __future__ import annotations
 
 import uuid
-from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from types import TracebackType
 from typing import Any, ClassVar
@@ -23,35 +24,33 @@ from .errors import (
     InvalidTransition,
     SystemNotFound,
 )
+from .paging import MAX_LIST_LIMIT, SPAN_BATCH_SIZE, check_page
+from .primitives import StorePrimitives
 from .records import (
     ACTIVE_STATUSES,
     SPAN_GROUPINGS,
     SPAN_LEVELS,
-    STATUSES,
     TERMINAL_STATUSES,
     TRACE_LEVELS,
     CompareFilter,
-    EvaluationFilter,
     EvaluationRecord,
-    LayerTotal,
-    MeasurementRecord,
-    SpanRecord,
     check_aware,
+    check_batch_size,
+    check_choice,
     check_cold_start,
     check_error,
+    check_filter,
     check_framework,
+    check_int,
     check_measurements,
     check_model,
     check_object,
-    check_optional_text,
     check_spans,
     check_system,
     check_text,
     check_trace_id,
-    compare_rows,
     evaluation_to_dict,
     layer_rows,
-    span_group_key,
     span_to_dict,
 )
 
@@ -59,17 +58,13 @@ __all__ = ["MAX_LIST_LIMIT", "MIN_PREFIX_LENGTH", "SPAN_BATCH_SIZE", "Store"]
 
 # Shorter prefixes would match too often to be worth the lookup; git uses the same floor.
 MIN_PREFIX_LENGTH = 4
-MAX_LIST_LIMIT = 1000
-# Spans are written and read this many at a time: big enough to amortise a round trip, small enough
-# that a trace of millions never sits in memory as one request.
-SPAN_BATCH_SIZE = 5000
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class Store(ABC):
+class Store(StorePrimitives):
     """Results of evaluations, and the systems they ran on.
 
     Every method is safe to call from several processes on the same store; writes that repeat
@@ -339,16 +334,8 @@ class Store(ABC):
         Raises:
             UserError: naming the invalid filter.
         """
-        where = _check_filter(model, framework, system_id, status, since, until)
-        for name, value, low, high in (("limit", limit, 1, MAX_LIST_LIMIT), ("offset", offset, 0, None)):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int)
-                or value < low
-                or (high and value > high)
-            ):
-                bounds = f"from {low} to {high}" if high else f"{low} or more"
-                raise UserError(f"{name}={value!r} must be an integer {bounds}", field=name)
+        where = check_filter(model, framework, system_id, status, since, until)
+        check_page(limit, offset)
         records = self._query_evaluations(where, limit=limit, offset=offset)
         return [evaluation_to_dict(record) for record in records]
 
@@ -363,7 +350,7 @@ class Store(ABC):
         until: datetime | None = None,
     ) -> int:
         """How many evaluations `list_evaluations` would find with no limit; same filters and errors."""
-        return self._count_evaluations(_check_filter(model, framework, system_id, status, since, until))
+        return self._count_evaluations(check_filter(model, framework, system_id, status, since, until))
 
     def compare(
         self,
@@ -395,7 +382,7 @@ class Store(ABC):
             models=tuple(check_text(m, "models") for m in models),
             frameworks=tuple(check_text(f, "frameworks") for f in frameworks),
             system_ids=tuple(check_text(s, "system_ids") for s in system_ids),
-            batch_sizes=tuple(_check_batch_size(b) for b in batch_sizes),
+            batch_sizes=tuple(check_batch_size(b) for b in batch_sizes),
             scenarios=tuple(check_text(s, "scenarios") for s in scenarios),
             since=check_aware(since, "since"),
             until=check_aware(until, "until"),
@@ -448,10 +435,10 @@ class Store(ABC):
             UserError: naming the invalid argument.
         """
         full_id = self.resolve_id(evaluation_id)
-        checked_level = None if level is None else _check_choice(level, SPAN_LEVELS, "level")
+        checked_level = None if level is None else check_choice(level, SPAN_LEVELS, "level")
         if limit is not None:
-            _check_int("limit", limit, 1)
-        _check_int("offset", offset, 0)
+            check_int("limit", limit, 1)
+        check_int("offset", offset, 0)
         records = self._read_spans(full_id, level=checked_level, limit=limit, offset=offset)
         return [span_to_dict(record) for record in records]
 
@@ -484,8 +471,8 @@ class Store(ABC):
             UserError: naming the invalid argument.
         """
         full_id = self.resolve_id(evaluation_id)
-        checked_level = _check_choice(level, SPAN_LEVELS, "level")
-        checked_group_by = _check_choice(group_by, SPAN_GROUPINGS, "group_by")
+        checked_level = check_choice(level, SPAN_LEVELS, "level")
+        checked_group_by = check_choice(group_by, SPAN_GROUPINGS, "group_by")
         totals, model_total_ns = self._layer_totals(full_id, level=checked_level, group_by=checked_group_by)
         return layer_rows(totals, model_total_ns)
 
@@ -505,224 +492,3 @@ class Store(ABC):
         traceback: TracebackType | None,
     ) -> None:
         self.close()
-
-    # ----- primitives each backend implements --------------------------------------------------------
-
-    @abstractmethod
-    def _insert_system(self, id: str, system: dict[str, Any]) -> None:
-        """Stores `system` under `id` unless a system with that id exists; safe under concurrency.
-
-        Args:
-            id: the system's id.
-            system: its checked description, "id" included.
-        """
-
-    @abstractmethod
-    def _read_system(self, id: str) -> dict[str, Any] | None:
-        """The description stored under `id`.
-
-        Returns:
-            The description, or None when there is none.
-        """
-
-    @abstractmethod
-    def _read_systems(self) -> list[dict[str, Any]]:
-        """Every stored description, ordered by id."""
-
-    @abstractmethod
-    def _insert_evaluation(self, record: EvaluationRecord) -> None:
-        """Stores `record` unless an evaluation with its id exists; safe under concurrency.
-
-        Args:
-            record: a checked, queued evaluation without system or measurements.
-        """
-
-    @abstractmethod
-    def _transition(
-        self,
-        id: str,
-        *,
-        allowed_from: frozenset[str],
-        changes: Mapping[str, Any],
-        measurements: Sequence[MeasurementRecord] = (),
-    ) -> str:
-        """In one transaction, and with the evaluation locked against concurrent transitions: if its
-        status is in `allowed_from`, set `changes` and add `measurements`; otherwise change nothing.
-
-        Args:
-            id: the full evaluation id.
-            allowed_from: statuses the change may start from.
-            changes: new values of EvaluationRecord fields.
-            measurements: checked measurements to add with the change.
-
-        Returns:
-            The status the evaluation had before the call, whether or not it changed.
-
-        Raises:
-            EvaluationNotFound: when no evaluation has this id.
-        """
-
-    @abstractmethod
-    def _ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:
-        """Ids starting with `prefix` (taken literally, no wildcards), sorted ascending.
-
-        Args:
-            prefix: the start of an id.
-            limit: return at most this many.
-        """
-
-    @abstractmethod
-    def _read_evaluation(self, id: str, *, include_raw: bool) -> EvaluationRecord | None:
-        """The evaluation with its system and measurements.
-
-        Args:
-            id: the full evaluation id.
-            include_raw: fill each measurement's `latencies_ns`; leave them None otherwise.
-
-        Returns:
-            The record, or None when there is none.
-        """
-
-    @abstractmethod
-    def _query_evaluations(
-        self, where: EvaluationFilter, *, limit: int, offset: int
-    ) -> list[EvaluationRecord]:
-        """Evaluations matching `where`, with systems and measurements (latencies_ns left None),
-        ordered by created_at descending, then id ascending.
-
-        Args:
-            where: checked conditions.
-            limit: at most this many.
-            offset: skipping this many first.
-        """
-
-    @abstractmethod
-    def _count_evaluations(self, where: EvaluationFilter) -> int:
-        """How many evaluations match `where`."""
-
-    @abstractmethod
-    def _insert_spans(self, evaluation_id: str, spans: Sequence[SpanRecord]) -> int:
-        """Stores the spans (at most SPAN_BATCH_SIZE, distinct span ids) of an existing evaluation,
-        skipping any whose (evaluation_id, span_id) is stored already; safe under concurrency.
-
-        Returns:
-            How many were stored.
-        """
-
-    @abstractmethod
-    def _read_spans(
-        self, evaluation_id: str, *, level: str | None, limit: int | None, offset: int
-    ) -> list[SpanRecord]:
-        """An evaluation's spans ordered by start_ns, then span_id.
-
-        Args:
-            evaluation_id: the full evaluation id.
-            level: only spans of this level; any when None.
-            limit: at most this many; all when None.
-            offset: skipping this many first.
-        """
-
-    @abstractmethod
-    def _count_spans(self, evaluation_id: str) -> int:
-        """How many spans the evaluation has."""
-
-    def _layer_totals(
-        self, evaluation_id: str, *, level: str, group_by: str
-    ) -> tuple[list[LayerTotal], int | None]:
-        """The per-group totals of a layer breakdown, and the MODEL-level spans' summed duration (None
-        when there are none). This default reads the spans page by page; a backend may compute the
-        same integers where the spans are (the contract suite checks).
-
-        Args:
-            evaluation_id: the full evaluation id.
-            level: the level of the spans grouped.
-            group_by: one of SPAN_GROUPINGS (see records.span_group_key).
-        """
-        calls: dict[str, int] = {}
-        totals: dict[str, int] = {}
-        for span in self._iter_spans(evaluation_id, level):
-            key = span_group_key(span, group_by)
-            calls[key] = calls.get(key, 0) + 1
-            totals[key] = totals.get(key, 0) + span.end_ns - span.start_ns
-        model_total_ns = None
-        for span in self._iter_spans(evaluation_id, "MODEL"):
-            model_total_ns = (model_total_ns or 0) + span.end_ns - span.start_ns
-        return [LayerTotal(key, calls[key], totals[key]) for key in totals], model_total_ns
-
-    def _iter_spans(self, evaluation_id: str, level: str) -> Iterator[SpanRecord]:
-        offset = 0
-        while page := self._read_spans(evaluation_id, level=level, limit=SPAN_BATCH_SIZE, offset=offset):
-            yield from page
-            offset += len(page)
-
-    def _compare_rows(self, where: CompareFilter) -> list[dict[str, Any]]:
-        """The comparison rows for `where`. This default reads matching evaluations page by page and
-        builds the rows with records.compare_rows; a backend with a query language of its own may
-        override it, provided it returns the same rows (the contract suite checks)."""
-        one = {
-            name: values[0] if len(values) == 1 else None
-            for name, values in (
-                ("model", where.models),
-                ("framework", where.frameworks),
-                ("system_id", where.system_ids),
-            )
-        }
-        if where.ids:
-            found = (self._read_evaluation(i, include_raw=False) for i in dict.fromkeys(where.ids))
-            records = [r for r in found if r is not None and r.status == "succeeded"]
-        else:
-            base = EvaluationFilter(status="succeeded", since=where.since, until=where.until, **one)
-            records, offset = [], 0
-            while page := self._query_evaluations(base, limit=MAX_LIST_LIMIT, offset=offset):
-                records += page
-                offset += len(page)
-        evaluations = [
-            evaluation_to_dict(r)
-            for r in records
-            if (not where.models or r.model_name in where.models)
-            and (not where.frameworks or r.framework_name in where.frameworks)
-            and (not where.system_ids or r.system_id in where.system_ids)
-            and (where.since is None or r.created_at >= where.since)
-            and (where.until is None or r.created_at < where.until)
-        ]
-        return compare_rows(evaluations, where)
-
-
-def _check_choice(value: Any, choices: Sequence[str], field: str) -> str:
-    if value not in choices:
-        raise UserError(f"{field}={value!r} is not one of {', '.join(choices)}", field=field)
-    return str(value)
-
-
-def _check_int(field: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise UserError(f"{field}={value!r} must be an integer, {low} or more", field=field)
-    return value
-
-
-def _check_batch_size(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UserError(
-            f"batch_sizes: {value!r} is not a batch size: expected an integer ≥ 1", field="batch_sizes"
-        )
-    return value
-
-
-def _check_filter(
-    model: str | None,
-    framework: str | None,
-    system_id: str | None,
-    status: str | None,
-    since: datetime | None,
-    until: datetime | None,
-) -> EvaluationFilter:
-    if status is not None and status not in STATUSES:
-        raise UserError(f"status={status!r} is not one of {', '.join(STATUSES)}", field="status")
-    return EvaluationFilter(
-        model=check_optional_text(model, "model"),
-        framework=check_optional_text(framework, "framework"),
-        system_id=check_optional_text(system_id, "system_id"),
-        status=status,
-        since=check_aware(since, "since"),
-        until=check_aware(until, "until"),
-    )

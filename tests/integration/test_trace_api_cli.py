@@ -20,12 +20,12 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
+from mlscope.analysis.traces import BETWEEN_LAYERS, layer_breakdown
 from mlscope.api import create_app
 from mlscope.cli import main
 from mlscope.client import ApiError, Client
 from mlscope.contract.settings import load_settings
 from mlscope.store import Store, open_store
-from mlscope.store.traces import BETWEEN_LAYERS, layer_breakdown
 from tests.contract.builders import finish
 from tests.unit.test_trace_analysis import TRACE_ID, assert_well_nested, build_trace
 

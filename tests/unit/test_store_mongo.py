@@ -12,8 +12,8 @@ from typing import Any
 import bson
 import pytest
 
-from mlscope.store import mongo
 from mlscope.store.mongo import MongoStore
+from mlscope.store.mongo import store as mongo
 from tests.contract.builders import COLD_START, finish, make_measurement, make_system, run_to
 from tests.contract.mongomock_store import SharedMongomockClient
 

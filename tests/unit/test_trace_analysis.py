@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 
-from mlscope.contract.errors import UserError
-from mlscope.store.timeline import chrome_trace, trace_summary
-from mlscope.store.traces import (
+from mlscope.analysis.timeline import chrome_trace, trace_summary
+from mlscope.analysis.traces import (
     BETWEEN_LAYERS,
     NO_LAYER,
     hotspots,
@@ -24,6 +23,7 @@ from mlscope.store.traces import (
     layer_breakdown,
     layers_report,
 )
+from mlscope.contract.errors import UserError
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 T0 = 1_700_000_000_000_000_000

@@ -1,7 +1,7 @@
 """An evaluation's trace as a timeline: a short summary (span counts per level, the APPLICATION
 phases in order) and the whole trace in the Chrome Trace Event Format, which Perfetto opens.
 
-Pure functions over span dicts in the store's shape, like store/traces.py.
+Pure functions over span dicts in the store's shape, like analysis/traces.py.
 """
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .records import SPAN_LEVELS
+from mlscope.store.records import SPAN_LEVELS
+
+from .spans import attributes_of, duration_of
 
 __all__ = ["chrome_trace", "trace_summary"]
 
@@ -20,14 +22,6 @@ _UNKNOWN_PROCESS = "mlscope"
 # Numeric attributes of a hardware sample that label it rather than measure anything.
 _SAMPLE_LABELS = frozenset({"batch_size", "gpu_index", "iteration"})
 _LEVEL_RANK = {level: rank for rank, level in enumerate(SPAN_LEVELS)}
-
-
-def _attributes(span: Mapping[str, Any]) -> Mapping[str, Any]:
-    return span.get("attributes") or {}
-
-
-def _duration(span: Mapping[str, Any]) -> int:
-    return int(span["end_ns"]) - int(span["start_ns"])
 
 
 def _ancestry(spans: list[Mapping[str, Any]]) -> tuple[dict[str, int], dict[str, str]]:
@@ -50,7 +44,7 @@ def _ancestry(spans: list[Mapping[str, Any]]) -> tuple[dict[str, int], dict[str,
         inherited = process[current["span_id"]] if placed and current else _UNKNOWN_PROCESS
         for member in reversed(path):
             level += 1
-            inherited = str(_attributes(member).get("mlscope.process") or inherited)
+            inherited = str(attributes_of(member).get("mlscope.process") or inherited)
             depth[member["span_id"]], process[member["span_id"]] = level, inherited
     return depth, process
 
@@ -77,7 +71,7 @@ def trace_summary(spans: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             "process": process[span["span_id"]],
             "depth": depth[span["span_id"]],
             "offset_ms": (span["start_ns"] - (origin or 0)) / 1e6,
-            "duration_ms": _duration(span) / 1e6,
+            "duration_ms": duration_of(span) / 1e6,
             "span_id": span["span_id"],
         }
         for span in sorted(application, key=lambda s: (s["start_ns"], -s["end_ns"], depth[s["span_id"]]))
@@ -94,7 +88,7 @@ def trace_summary(spans: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 def _lane(span: Mapping[str, Any]) -> tuple[int, str]:
     """The timeline row a span belongs on within its process, as (order, name): one per level, the
     LIBRARY work per profiler thread, and device kernels per (device, stream)."""
-    attributes = _attributes(span)
+    attributes = attributes_of(span)
     rank = _LEVEL_RANK.get(span["level"], len(_LEVEL_RANK))
     if attributes.get("kind") == "kernel":
         return rank * 2 + 1, f"kernels device {attributes.get('device')} stream {attributes.get('stream')}"
@@ -123,7 +117,7 @@ def _counter_events(span: Mapping[str, Any], pid: int, origin: int) -> list[dict
             "tid": 0,
             "args": {"value": value},
         }
-        for metric, value in _attributes(span).items()
+        for metric, value in attributes_of(span).items()
         if metric not in _SAMPLE_LABELS
         and isinstance(value, (int, float))
         and not isinstance(value, bool)
@@ -146,7 +140,7 @@ def _complete_event(span: Mapping[str, Any], pid: int, tid: int, origin: int) ->
         "pid": pid,
         "tid": tid,
         "args": {
-            **_attributes(span),
+            **attributes_of(span),
             "span_id": span["span_id"],
             "parent_id": span.get("parent_id"),
             "level": span["level"],

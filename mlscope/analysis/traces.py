@@ -1,21 +1,21 @@
 """What an evaluation's trace says: where the time of a traced inference went (layers, operators,
-kernels). The timeline views (a summary, the Chrome Trace Event Format) are in store/timeline.py.
+kernels). The timeline views (a summary, the Chrome Trace Event Format) are in analysis/timeline.py.
 
 Every function here is pure: it takes span dicts in the store's shape ({"trace_id", "span_id",
 "parent_id", "name", "level", "start_ns", "end_ns", "attributes"}, the conventions of
 workers/trace/spans.py) in any order, in one pass, so the API, the CLI and tests share the figures.
-A Store is only read, page by page, by `iter_spans`.
+The spans are read from a Store, page by page, by `mlscope.store.iter_spans`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mlscope.contract.errors import UserError
+from mlscope.store.records import check_choice, check_int
 
-from .base import SPAN_BATCH_SIZE, Store
+from .spans import attributes_of, duration_of
 
 __all__ = [
     "BETWEEN_LAYERS",
@@ -23,7 +23,6 @@ __all__ = [
     "HOTSPOT_LEVELS",
     "NO_LAYER",
     "hotspots",
-    "iter_spans",
     "kernel_breakdown",
     "layer_breakdown",
     "layers_report",
@@ -39,36 +38,7 @@ NO_LAYER = "(no layer)"
 _MAX_DEPTH = 256
 
 
-def iter_spans(store: Store, evaluation_id: str, level: str | None = None) -> Iterator[dict[str, Any]]:
-    """An evaluation's spans ordered by start, read SPAN_BATCH_SIZE at a time.
-
-    Args:
-        store: where they are kept.
-        evaluation_id: the id or a unique prefix of it.
-        level: only spans of this level (one of SPAN_LEVELS); every level when None.
-
-    Raises:
-        EvaluationNotFound, AmbiguousEvaluationId: as `Store.resolve_id`.
-        UserError: `level` is not a span level.
-    """
-    full_id = store.resolve_id(evaluation_id)
-    offset = 0
-    while page := store.get_spans(full_id, level=level, limit=SPAN_BATCH_SIZE, offset=offset):
-        yield from page
-        offset += len(page)
-
-
 # ----- time per layer, operator and kernel --------------------------------------------------------
-
-
-def _check_choice(value: Any, choices: tuple[str, ...], field: str) -> str:
-    if value not in choices:
-        raise UserError(f"{field}={value!r} is not one of {', '.join(choices)}", field=field)
-    return str(value)
-
-
-def _attributes(span: Mapping[str, Any]) -> Mapping[str, Any]:
-    return span.get("attributes") or {}
 
 
 def _group_key(span: Mapping[str, Any], group_by: str) -> str:
@@ -76,7 +46,7 @@ def _group_key(span: Mapping[str, Any], group_by: str) -> str:
     the store's own breakdown does) or the layer it ran in."""
     if group_by == "name":
         return str(span["name"])
-    value = _attributes(span).get(group_by)
+    value = attributes_of(span).get(group_by)
     if value is not None:
         return str(value)
     return str(span["name"]) if group_by == "layer_type" else NO_LAYER
@@ -96,15 +66,11 @@ class _Total:
         self.total_ns += duration_ns
 
 
-def _duration(span: Mapping[str, Any]) -> int:
-    return int(span["end_ns"]) - int(span["start_ns"])
-
-
 def _is_pass_inference(span: Mapping[str, Any], pass_name: str) -> bool:
     return (
         span["level"] == "MODEL"
         and span["name"] == "inference"
-        and _attributes(span).get("pass") == pass_name
+        and attributes_of(span).get("pass") == pass_name
     )
 
 
@@ -142,17 +108,17 @@ def layer_breakdown(
     Raises:
         UserError: `group_by` is not one of GROUPINGS.
     """
-    _check_choice(group_by, GROUPINGS, "group_by")
+    check_choice(group_by, GROUPINGS, "group_by")
     inferences: dict[Any, _Total] = {}
     groups: dict[Any, dict[str, _Total]] = {}
     for span in spans:
-        attributes = _attributes(span)
+        attributes = attributes_of(span)
         batch_size = attributes.get("batch_size")
         if _is_pass_inference(span, "FRAMEWORK"):
-            inferences.setdefault(batch_size, _Total()).add(_duration(span))
+            inferences.setdefault(batch_size, _Total()).add(duration_of(span))
         elif span["level"] == "FRAMEWORK" and attributes.get("kind", "layer") == "layer":
             key = _group_key(span, group_by)
-            groups.setdefault(batch_size, {}).setdefault(key, _Total()).add(_duration(span))
+            groups.setdefault(batch_size, {}).setdefault(key, _Total()).add(duration_of(span))
     rows: list[dict[str, Any]] = []
     for batch_size in sorted(groups.keys() | inferences.keys(), key=_batch_order):
         totals = dict(groups.get(batch_size, {}))
@@ -225,18 +191,17 @@ def hotspots(
     Raises:
         UserError: naming the invalid argument.
     """
-    _check_choice(level, HOTSPOT_LEVELS, "level")
-    _check_choice(group_by, GROUPINGS, "group_by")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise UserError(f"n={n!r} must be an integer, 1 or more", field="n")
+    check_choice(level, HOTSPOT_LEVELS, "level")
+    check_choice(group_by, GROUPINGS, "group_by")
+    check_int("n", n, 1)
     inferences: dict[Any, _Total] = {}
     members: dict[str, _Member] = {}
     for span in spans:
-        attributes = _attributes(span)
+        attributes = attributes_of(span)
         if _is_pass_inference(span, level):
-            inferences.setdefault(attributes.get("batch_size"), _Total()).add(_duration(span))
+            inferences.setdefault(attributes.get("batch_size"), _Total()).add(duration_of(span))
         elif span["level"] == level and attributes.get("kind") != "kernel":
-            duration = _duration(span)
+            duration = duration_of(span)
             members[span["span_id"]] = _Member(
                 _group_key(span, group_by),
                 attributes.get("batch_size"),
@@ -288,11 +253,11 @@ def kernel_breakdown(spans: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]
     """
     groups: dict[Any, dict[str, dict[str, _Total]]] = {}
     for span in spans:
-        attributes = _attributes(span)
+        attributes = attributes_of(span)
         if span["level"] != "LIBRARY" or attributes.get("kind") != "kernel":
             continue
         per = groups.setdefault(attributes.get("batch_size"), {"kernel": {}, "layer": {}})
-        duration = _duration(span)
+        duration = duration_of(span)
         per["kernel"].setdefault(str(span["name"]), _Total()).add(duration)
         per["layer"].setdefault(_group_key(span, "layer"), _Total()).add(duration)
     rows: list[dict[str, Any]] = []
@@ -304,7 +269,6 @@ def kernel_breakdown(spans: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]
                 {"batch_size": batch_size, "by": by, "key": key, **_figures(total, kernel_ns)}
                 for key, total in ordered
             ]
-    return rows
     return rows
 
 
@@ -330,9 +294,9 @@ def layers_report(
     Raises:
         UserError: naming the invalid argument.
     """
-    _check_choice(group_by, GROUPINGS, "group_by")
+    check_choice(group_by, GROUPINGS, "group_by")
     if level is not None:
-        _check_choice(level, HOTSPOT_LEVELS, "level")
+        check_choice(level, HOTSPOT_LEVELS, "level")
     kept = [span for span in spans if span["level"] in ("MODEL", "FRAMEWORK", "LIBRARY")]
     if level is None:
         level = "LIBRARY" if any(span["level"] == "LIBRARY" for span in kept) else "FRAMEWORK"
@@ -344,6 +308,3 @@ def layers_report(
         "hotspots": hotspots(kept, level=level, n=top),
         "kernels": kernel_breakdown(kept),
     }
-
-
-# ----- the whole trace: a summary, and the Chrome Trace Event Format ---------------------------------

@@ -1,0 +1,139 @@
+"""The MongoDB collections as mongoengine documents: their fields, and the indexes the store's queries
+use. Documents are bound to no connection (see _UNBOUND); the store reads and writes their
+collections through its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import mongoengine
+
+__all__ = [
+    "DOCUMENTS",
+    "EvaluationDocument",
+    "LatencyChunkDocument",
+    "MeasurementDocument",
+    "SpanDocument",
+    "SystemDocument",
+]
+
+# Documents are bound to no connection: every store reads and writes them through the collections of
+# its own connection alias, so that several stores coexist in one process (class-level switching,
+# mongoengine's switch_db, is not thread-safe).
+_UNBOUND = {"db_alias": "mlscope-unbound", "auto_create_index": False}
+
+
+class SystemDocument(mongoengine.Document):
+    """A hardware/software description, under its content-hash id."""
+
+    meta: ClassVar[dict[str, Any]] = {"collection": "systems", **_UNBOUND}
+
+    id = mongoengine.StringField(primary_key=True)
+    data = mongoengine.DictField(required=True)
+    saved_at = mongoengine.LongField(required=True)
+
+
+class MeasurementDocument(mongoengine.EmbeddedDocument):
+    """One scenario at one batch size; its raw latencies are in `latency_chunks`."""
+
+    scenario = mongoengine.StringField(required=True)
+    batch_size = mongoengine.IntField(required=True, min_value=1)
+    latency_ms = mongoengine.DictField()
+    throughput = mongoengine.FloatField(null=True)
+    validity = mongoengine.DictField()
+    extra = mongoengine.DictField()
+    # How many raw latencies the chunks hold; None when the caller recorded none.
+    raw_count = mongoengine.LongField(null=True)
+
+
+class EvaluationDocument(mongoengine.Document):
+    """One evaluation, flat as EvaluationRecord, with its measurements embedded."""
+
+    meta: ClassVar[dict[str, Any]] = {
+        "collection": "evaluations",
+        "indexes": [
+            ("-created_at", "id"),
+            ("status", "-created_at"),
+            ("model_name", "-created_at"),
+            ("framework_name", "-created_at"),
+            ("system_id", "-created_at"),
+        ],
+        **_UNBOUND,
+    }
+
+    id = mongoengine.StringField(primary_key=True)
+    status = mongoengine.StringField(required=True)
+    model_name = mongoengine.StringField(required=True)
+    model_version = mongoengine.StringField(null=True)
+    manifest_sha256 = mongoengine.StringField(null=True)
+    framework_name = mongoengine.StringField(required=True)
+    framework_version = mongoengine.StringField(null=True)
+    framework_details = mongoengine.DictField(null=True)
+    system_id = mongoengine.StringField(null=True)
+    runner = mongoengine.StringField(required=True)
+    device = mongoengine.StringField(required=True)
+    trace_level = mongoengine.StringField(required=True)
+    trace_id = mongoengine.StringField(null=True)
+    cold_start = mongoengine.DictField(null=True)
+    error = mongoengine.DictField(null=True)
+    request = mongoengine.DictField()
+    manifest = mongoengine.DictField()
+    # Microseconds since the epoch, UTC.
+    created_at = mongoengine.LongField(required=True)
+    started_at = mongoengine.LongField(null=True)
+    finished_at = mongoengine.LongField(null=True)
+    measurements = mongoengine.EmbeddedDocumentListField(MeasurementDocument)
+    # The finish whose latency chunks are this evaluation's.
+    raw_token = mongoengine.StringField(null=True)
+
+
+class LatencyChunkDocument(mongoengine.Document):
+    """Up to RAW_CHUNK_SAMPLES raw latencies of one measurement, as int64 little-endian bytes."""
+
+    meta: ClassVar[dict[str, Any]] = {
+        "collection": "latency_chunks",
+        "indexes": [("evaluation", "finish", "scenario", "batch_size", "seq")],
+        **_UNBOUND,
+    }
+
+    evaluation = mongoengine.StringField(required=True)
+    finish = mongoengine.StringField(required=True)
+    scenario = mongoengine.StringField(required=True)
+    batch_size = mongoengine.IntField(required=True)
+    seq = mongoengine.IntField(required=True)
+    count = mongoengine.IntField(required=True)
+    data = mongoengine.BinaryField(required=True)
+
+
+class SpanDocument(mongoengine.Document):
+    """One span; `id` is "<evaluation>:<span_id>", which keeps (evaluation, span_id) unique."""
+
+    meta: ClassVar[dict[str, Any]] = {
+        "collection": "spans",
+        "indexes": [
+            ("evaluation", "start_ns", "span_id"),
+            ("evaluation", "level", "start_ns", "span_id"),
+            "trace_id",
+        ],
+        **_UNBOUND,
+    }
+
+    id = mongoengine.StringField(primary_key=True)
+    evaluation = mongoengine.StringField(required=True)
+    trace_id = mongoengine.StringField(required=True)
+    span_id = mongoengine.StringField(required=True)
+    parent_id = mongoengine.StringField(null=True)
+    name = mongoengine.StringField(required=True)
+    level = mongoengine.StringField(required=True)
+    start_ns = mongoengine.LongField(required=True)
+    end_ns = mongoengine.LongField(required=True)
+    attributes = mongoengine.DictField()
+
+
+DOCUMENTS: tuple[type[mongoengine.Document], ...] = (
+    SystemDocument,
+    EvaluationDocument,
+    LatencyChunkDocument,
+    SpanDocument,
+)

@@ -1,0 +1,96 @@
+"""What a Store keeps, in a form every backend shares: the records backends read and write, the checks
+that turn a caller's input into records, and the public (JSON) shape records are served in.
+
+Backends never see unchecked input and never build the public shape themselves, so every backend
+accepts and returns exactly the same things. One module per resource: `evaluations` (evaluations and
+their measurements), `spans` (traced spans and layer breakdowns), `compare` (the comparison table);
+`values` holds the checks they share.
+"""
+
+from __future__ import annotations
+
+from mlscope.contract.names import ACTIVE_STATUSES, STATUSES, TERMINAL_STATUSES, TRACE_LEVELS
+
+from .compare import COMPARE_COLUMNS, CompareFilter, check_batch_size, compare_row, compare_rows
+from .evaluations import (
+    EvaluationFilter,
+    EvaluationRecord,
+    MeasurementRecord,
+    check_cold_start,
+    check_error,
+    check_filter,
+    check_framework,
+    check_measurements,
+    check_model,
+    check_system,
+    evaluation_to_dict,
+    pack_latencies,
+    unpack_latencies,
+)
+from .spans import (
+    SPAN_GROUPINGS,
+    SPAN_LEVELS,
+    LayerTotal,
+    SpanRecord,
+    check_span,
+    check_spans,
+    check_trace_id,
+    layer_rows,
+    span_group_key,
+    span_to_dict,
+)
+from .values import (
+    INT64_MAX,
+    INT64_MIN,
+    check_aware,
+    check_choice,
+    check_int,
+    check_object,
+    check_optional_text,
+    check_text,
+    json_safe,
+)
+
+__all__ = [
+    "ACTIVE_STATUSES",
+    "COMPARE_COLUMNS",
+    "INT64_MAX",
+    "INT64_MIN",
+    "SPAN_GROUPINGS",
+    "SPAN_LEVELS",
+    "STATUSES",
+    "TERMINAL_STATUSES",
+    "TRACE_LEVELS",
+    "CompareFilter",
+    "EvaluationFilter",
+    "EvaluationRecord",
+    "LayerTotal",
+    "MeasurementRecord",
+    "SpanRecord",
+    "check_aware",
+    "check_batch_size",
+    "check_choice",
+    "check_cold_start",
+    "check_error",
+    "check_filter",
+    "check_framework",
+    "check_int",
+    "check_measurements",
+    "check_model",
+    "check_object",
+    "check_optional_text",
+    "check_span",
+    "check_spans",
+    "check_system",
+    "check_text",
+    "check_trace_id",
+    "compare_row",
+    "compare_rows",
+    "evaluation_to_dict",
+    "json_safe",
+    "layer_rows",
+    "pack_latencies",
+    "span_group_key",
+    "span_to_dict",
+    "unpack_latencies",
+]

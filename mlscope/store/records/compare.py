@@ -1,0 +1,183 @@
+"""The comparison table: which succeeded evaluations it draws on, its columns, one row as every
+backend formats it, and the whole table built from evaluations in the public shape (the default a
+backend without a query language of its own serves).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from mlscope.contract.errors import UserError
+
+__all__ = ["COMPARE_COLUMNS", "CompareFilter", "check_batch_size", "compare_row", "compare_rows"]
+
+
+@dataclass(frozen=True)
+class CompareFilter:
+    """Which succeeded evaluations a comparison draws on; an empty tuple means "any"."""
+
+    ids: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    frameworks: tuple[str, ...] = ()
+    system_ids: tuple[str, ...] = ()
+    batch_sizes: tuple[int, ...] = ()
+    scenarios: tuple[str, ...] = ()
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+# The columns of a comparison row, in the order tables and CSV files show them.
+COMPARE_COLUMNS: tuple[str, ...] = (
+    "model",
+    "framework",
+    "framework_version",
+    "system_id",
+    "hostname",
+    "agent_id",
+    "cpu",
+    "device",
+    "scenario",
+    "batch_size",
+    "median_ms",
+    "p90_ms",
+    "p99_ms",
+    "ci_low_ms",
+    "ci_high_ms",
+    "throughput",
+    "count",
+    "valid",
+    "reasons",
+    "runs",
+    "evaluation_id",
+    "finished_at",
+)
+
+
+def check_batch_size(value: Any) -> int:
+    """`value` if it is a batch size, an integer (not a bool) of at least 1.
+
+    Raises:
+        UserError: naming "batch_sizes" otherwise.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(
+            f"batch_sizes: {value!r} is not a batch size: expected an integer ≥ 1", field="batch_sizes"
+        )
+    return value
+
+
+def compare_row(
+    *,
+    model: str,
+    framework: str,
+    framework_version: str | None,
+    system_id: str | None,
+    system: Mapping[str, Any],
+    device: str,
+    measurement: Mapping[str, Any],
+    runs: int,
+    evaluation_id: str,
+    finished_at: str | None,
+) -> dict[str, Any]:
+    """One row of the comparison table, its keys in COMPARE_COLUMNS order.
+
+    Args:
+        model, framework, framework_version, device: the evaluation's.
+        system_id, system: the id and the description of the system it ran on ({} when unknown).
+        measurement: {"scenario", "batch_size", "latency_ms", "throughput", "validity"} in the public
+            shape.
+        runs: how many succeeded evaluations share the row's key.
+        evaluation_id, finished_at: the evaluation the figures are from, and when it finished (ISO 8601).
+    """
+    latency = measurement["latency_ms"]
+    validity = measurement.get("validity") or {}
+    ci = latency.get("median_ci") or [None, None]
+    return {
+        "model": model,
+        "framework": framework,
+        "framework_version": framework_version,
+        "system_id": system_id,
+        "hostname": system.get("hostname"),
+        "agent_id": (system.get("agent") or {}).get("id"),
+        "cpu": (system.get("cpu") or {}).get("model"),
+        "device": device,
+        "scenario": measurement["scenario"],
+        "batch_size": measurement["batch_size"],
+        "median_ms": latency.get("median"),
+        "p90_ms": latency.get("p90"),
+        "p99_ms": latency.get("p99"),
+        "ci_low_ms": ci[0],
+        "ci_high_ms": ci[1],
+        "throughput": measurement.get("throughput"),
+        "count": latency.get("count"),
+        "valid": validity.get("valid"),
+        "reasons": list(validity.get("reasons") or []),
+        "runs": runs,
+        "evaluation_id": evaluation_id,
+        "finished_at": finished_at,
+    }
+
+
+def compare_rows(evaluations: list[dict[str, Any]], where: CompareFilter) -> list[dict[str, Any]]:
+    """The comparison table from succeeded evaluations in the public shape.
+
+    One row per (model, framework, system, device, scenario, batch size): the most recently finished
+    evaluation's figures, with `runs` counting how many succeeded evaluations share the key. Rows are
+    ordered by model, scenario, batch size, then median latency, so the fastest of a group comes first.
+    """
+    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    runs: dict[tuple[Any, ...], int] = {}
+    for evaluation in evaluations:
+        system = evaluation.get("system") or {}
+        for m in evaluation["measurements"]:
+            if where.batch_sizes and m["batch_size"] not in where.batch_sizes:
+                continue
+            if where.scenarios and m["scenario"] not in where.scenarios:
+                continue
+            key = (
+                evaluation["model"]["name"],
+                evaluation["framework"]["name"],
+                system.get("id"),
+                evaluation["device"],
+                m["scenario"],
+                m["batch_size"],
+            )
+            runs[key] = runs.get(key, 0) + 1
+            row = compare_row(
+                model=key[0],
+                framework=key[1],
+                framework_version=evaluation["framework"].get("version"),
+                system_id=key[2],
+                system=system,
+                device=key[3],
+                measurement=m,
+                runs=0,
+                evaluation_id=evaluation["id"],
+                finished_at=evaluation["finished_at"],
+            )
+            held = latest.get(key)
+            if held is None or (row["finished_at"] or "", row["evaluation_id"]) > (
+                held["finished_at"] or "",
+                held["evaluation_id"],
+            ):
+                latest[key] = row
+    rows = []
+    for key, row in latest.items():
+        row["runs"] = runs[key]
+        rows.append(row)
+    inf = float("inf")
+    rows.sort(
+        key=lambda r: (
+            r["model"],
+            r["scenario"],
+            r["batch_size"],
+            r["median_ms"] if r["median_ms"] is not None else inf,
+            r["framework"],
+            r["system_id"] or "",
+            r["device"],
+        )
+    )
+    return rows

@@ -1,0 +1,336 @@
+"""Evaluations and their measurements: the records backends read and write, the checks that turn a
+caller's submit, finish or failure into them, the filter a listing applies, the packed form raw
+latencies are stored in, and the public (JSON) result shape an evaluation is served in.
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+import sys
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from mlscope.contract.errors import UserError
+from mlscope.contract.names import STATUSES
+
+from .values import (
+    INT64_MAX,
+    INT64_MIN,
+    check_aware,
+    check_object,
+    check_optional_text,
+    check_text,
+    json_safe,
+)
+
+__all__ = [
+    "EvaluationFilter",
+    "EvaluationRecord",
+    "MeasurementRecord",
+    "check_cold_start",
+    "check_error",
+    "check_filter",
+    "check_framework",
+    "check_measurements",
+    "check_model",
+    "check_system",
+    "evaluation_to_dict",
+    "pack_latencies",
+    "unpack_latencies",
+]
+
+# Keys a measurement stores in columns of their own; any other key travels in `extra`.
+_MEASUREMENT_KEYS = frozenset(
+    {"scenario", "batch_size", "latency_ms", "throughput", "validity", "latencies_ns"}
+)
+_COLD_START_KEYS = ("import_ms", "load_ms", "first_inference_ms")
+
+
+@dataclass
+class MeasurementRecord:
+    """One scenario at one batch size, as a backend stores it.
+
+    `latencies_ns` is None when the caller recorded none, or when the backend was not asked for it.
+    """
+
+    scenario: str
+    batch_size: int
+    latency_ms: dict[str, Any]
+    throughput: float | None
+    validity: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)
+    latencies_ns: list[int] | None = None
+
+
+@dataclass
+class EvaluationRecord:
+    """One evaluation as a backend stores it: flat fields, timestamps as aware UTC datetimes.
+
+    `system` and `measurements` are filled by reads only; writes go through `system_id` and the
+    measurements handed to `Store._transition`.
+    """
+
+    id: str
+    status: str
+    model_name: str
+    model_version: str | None
+    manifest_sha256: str | None
+    framework_name: str
+    framework_version: str | None
+    runner: str
+    device: str
+    trace_level: str
+    request: dict[str, Any]
+    manifest: dict[str, Any]
+    created_at: datetime
+    system_id: str | None = None
+    trace_id: str | None = None
+    cold_start: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    framework_details: dict[str, Any] | None = None
+    system: dict[str, Any] | None = None
+    measurements: list[MeasurementRecord] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class EvaluationFilter:
+    """Conditions on evaluations; None means "any". `since` is inclusive, `until` exclusive."""
+
+    model: str | None = None
+    framework: str | None = None
+    system_id: str | None = None
+    status: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+def pack_latencies(values: Sequence[int]) -> bytes:
+    """Latencies in nanoseconds as little-endian int64 bytes: the form every backend stores them in."""
+    packed = array("q", values)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def unpack_latencies(data: bytes) -> list[int]:
+    """The inverse of `pack_latencies`."""
+    unpacked = array("q")
+    unpacked.frombytes(data)
+    if sys.byteorder == "big":
+        unpacked.byteswap()
+    return unpacked.tolist()
+
+
+def check_system(system: Any) -> dict[str, Any]:
+    """The system description as stored, "id" included.
+
+    Raises:
+        UserError: when it is not an object or has no string "id".
+    """
+    checked = check_object(system, "system")
+    check_text(checked.get("id"), "system.id")
+    return checked
+
+
+def check_model(model: Any) -> dict[str, Any]:
+    """{"name", "version", "manifest_sha256"}: name required, the others optional strings."""
+    checked = check_object(model, "model")
+    return {
+        "name": check_text(checked.get("name"), "model.name"),
+        "version": check_optional_text(checked.get("version"), "model.version"),
+        "manifest_sha256": check_optional_text(checked.get("manifest_sha256"), "model.manifest_sha256"),
+    }
+
+
+def check_framework(framework: Any) -> dict[str, Any]:
+    """{"name", "version", ...}: version may be None until the framework has been imported; other
+    keys (effective threads, providers, library builds) are kept as the framework's details."""
+    checked = check_object(framework, "framework")
+    details = {k: v for k, v in checked.items() if k not in ("name", "version")}
+    return {
+        "name": check_text(checked.get("name"), "framework.name"),
+        "version": check_optional_text(checked.get("version"), "framework.version"),
+        "details": json_safe(details, "framework") if details else None,
+    }
+
+
+def check_cold_start(cold_start: Any) -> dict[str, Any]:
+    """The cold-start timings; the three standard keys must be present (a value may be None)."""
+    checked = check_object(cold_start, "cold_start")
+    for key in _COLD_START_KEYS:
+        if key not in checked:
+            raise UserError(
+                f"cold_start has no {key!r}: expected {', '.join(_COLD_START_KEYS)}",
+                field=f"cold_start.{key}",
+            )
+        value = checked[key]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise UserError(
+                f"cold_start.{key} must be a number of milliseconds, not {value!r}", field=f"cold_start.{key}"
+            )
+    return checked
+
+
+def check_error(error: Any) -> dict[str, Any]:
+    """{"type", "message", "phase"}: type and message required, phase optional."""
+    checked = check_object(error, "error")
+    return {
+        "type": check_text(checked.get("type"), "error.type"),
+        "message": _check_message(checked.get("message")),
+        "phase": check_optional_text(checked.get("phase"), "error.phase"),
+    }
+
+
+def _check_message(value: Any) -> str:
+    # An exception's message may legitimately be empty, so only its type is checked.
+    if not isinstance(value, str):
+        raise UserError(f"error.message must be a string, not {value!r}", field="error.message")
+    return value
+
+
+def _check_latencies(values: Any, field: str) -> list[int] | None:
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__iter__"):
+        raise UserError(f"{field} must be a list of integer nanoseconds", field=field)
+    try:
+        checked = [operator.index(value) for value in values]
+    except TypeError:
+        raise UserError(f"{field} must hold integer nanoseconds only", field=field) from None
+    if checked and (min(checked) < INT64_MIN or max(checked) > INT64_MAX):
+        raise UserError(f"{field} holds a value outside the 64-bit integer range", field=field)
+    return checked
+
+
+def _check_measurement(measurement: Any, field: str) -> MeasurementRecord:
+    if not isinstance(measurement, Mapping):
+        raise UserError(f"{field} must be an object, not {type(measurement).__name__}", field=field)
+    scenario = check_text(measurement.get("scenario"), f"{field}.scenario")
+    batch_size = measurement.get("batch_size")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+        raise UserError(
+            f"{field}.batch_size must be a positive integer, not {batch_size!r}", field=f"{field}.batch_size"
+        )
+    throughput = measurement.get("throughput")
+    if throughput is not None and (isinstance(throughput, bool) or not isinstance(throughput, numbers.Real)):
+        raise UserError(
+            f"{field}.throughput must be a number, not {throughput!r}", field=f"{field}.throughput"
+        )
+    validity = check_object(measurement.get("validity"), f"{field}.validity")
+    if not isinstance(validity.get("valid"), bool):
+        raise UserError(f"{field}.validity.valid must be true or false", field=f"{field}.validity.valid")
+    extra = {key: value for key, value in measurement.items() if key not in _MEASUREMENT_KEYS}
+    return MeasurementRecord(
+        scenario=scenario,
+        batch_size=int(batch_size),
+        latency_ms=check_object(measurement.get("latency_ms"), f"{field}.latency_ms"),
+        throughput=json_safe(throughput, f"{field}.throughput"),
+        validity=validity,
+        extra=json_safe(extra, field),
+        latencies_ns=_check_latencies(measurement.get("latencies_ns"), f"{field}.latencies_ns"),
+    )
+
+
+def check_measurements(measurements: Any) -> list[MeasurementRecord]:
+    """Records for `measurements`, at most one per (scenario, batch_size).
+
+    Raises:
+        UserError: naming the first offending field, e.g. "measurements[2].batch_size".
+    """
+    if isinstance(measurements, (str, bytes, Mapping)) or not isinstance(measurements, (list, tuple)):
+        raise UserError("measurements must be a list of objects", field="measurements")
+    records: list[MeasurementRecord] = []
+    seen: set[tuple[str, int]] = set()
+    for index, measurement in enumerate(measurements):
+        record = _check_measurement(measurement, f"measurements[{index}]")
+        key = (record.scenario, record.batch_size)
+        if key in seen:
+            raise UserError(
+                f"measurements[{index}] repeats scenario {record.scenario!r} "
+                f"at batch size {record.batch_size}",
+                field=f"measurements[{index}]",
+            )
+        seen.add(key)
+        records.append(record)
+    return records
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(timezone.utc).isoformat()
+
+
+def _measurement_to_dict(record: MeasurementRecord, *, include_raw: bool) -> dict[str, Any]:
+    result = {
+        "scenario": record.scenario,
+        "batch_size": record.batch_size,
+        "latency_ms": record.latency_ms,
+        "throughput": record.throughput,
+        "validity": record.validity,
+        **record.extra,
+    }
+    if include_raw:
+        result["latencies_ns"] = record.latencies_ns
+    return result
+
+
+def evaluation_to_dict(record: EvaluationRecord, *, include_raw: bool = False) -> dict[str, Any]:
+    """The public result shape (DESIGN.md, "Result shape"), plus the request and manifest snapshots."""
+    measurements = sorted(record.measurements, key=lambda m: (m.scenario, m.batch_size))
+    return {
+        "id": record.id,
+        "status": record.status,
+        "model": {
+            "name": record.model_name,
+            "version": record.model_version,
+            "manifest_sha256": record.manifest_sha256,
+        },
+        "framework": {
+            "name": record.framework_name,
+            "version": record.framework_version,
+            **(record.framework_details or {}),
+        },
+        "system": record.system,
+        "runner": record.runner,
+        "device": record.device,
+        "trace_level": record.trace_level,
+        "trace_id": record.trace_id,
+        "cold_start": record.cold_start,
+        "measurements": [_measurement_to_dict(m, include_raw=include_raw) for m in measurements],
+        "error": record.error,
+        "created_at": _iso(record.created_at),
+        "started_at": _iso(record.started_at),
+        "finished_at": _iso(record.finished_at),
+        "request": record.request,
+        "manifest": record.manifest,
+    }
+
+
+def check_filter(
+    model: str | None,
+    framework: str | None,
+    system_id: str | None,
+    status: str | None,
+    since: datetime | None,
+    until: datetime | None,
+) -> EvaluationFilter:
+    """The conditions of a listing, checked.
+
+    Raises:
+        UserError: naming the invalid filter.
+    """
+    if status is not None and status not in STATUSES:
+        raise UserError(f"status={status!r} is not one of {', '.join(STATUSES)}", field="status")
+    return EvaluationFilter(
+        model=check_optional_text(model, "model"),
+        framework=check_optional_text(framework, "framework"),
+        system_id=check_optional_text(system_id, "system_id"),
+        status=status,
+        since=check_aware(since, "since"),
+        until=check_aware(until, "until"),
+    )

@@ -1,0 +1,244 @@
+"""The SQL store: SQLite (the embedded default) and PostgreSQL (the farm), on SQLAlchemy 2.
+
+Owns the Store primitives in SQL, and the schema's creation on open. The tables are in tables.py, how
+each database is opened to be shared safely between processes in engine.py, and the statements and
+conversions the primitives share in queries.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any, ClassVar
+
+from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import NoSuchModuleError, OperationalError
+from sqlalchemy.orm import Session
+
+from mlscope.contract.errors import UserError
+
+from ..base import Store
+from ..errors import EvaluationNotFound
+from ..records import EvaluationFilter, EvaluationRecord, MeasurementRecord, SpanRecord, pack_latencies
+from .engine import create_sqlite_engine, engine_url
+from .queries import filtered, insert_spans_postgresql, to_record, with_children
+from .tables import Base, EvaluationRow, MeasurementRow, SpanRow, SystemRow
+
+__all__ = ["SQLStore"]
+
+# Any constant works; it only has to be the same in every process creating the schema.
+_SCHEMA_LOCK_KEY = 0x6D6C73636F7065
+
+
+class SQLStore(Store):
+    """The Store on SQLite or PostgreSQL; creates its schema on open.
+
+    Args:
+        url: `sqlite:///path/to/file.db` (parent directories are created), `sqlite://` (in memory:
+            one connection, for one thread of one process), or `postgresql://user@host:port/database`
+            (driven by psycopg 3).
+
+    Raises:
+        UserError: when the URL is malformed, its driver is not installed, or the database cannot be
+            opened.
+    """
+
+    NAME: ClassVar[str] = "sql"
+
+    def __init__(self, url: str) -> None:
+        parsed = engine_url(url)
+        shown = parsed.render_as_string(hide_password=True)
+        try:
+            if parsed.get_backend_name() == "sqlite":
+                self._engine = create_sqlite_engine(parsed)
+            else:
+                self._engine = create_engine(parsed, pool_pre_ping=True)
+        except (NoSuchModuleError, ModuleNotFoundError) as error:
+            raise UserError(
+                f"store URL {shown}: its database driver is not installed ({error}); "
+                "for PostgreSQL: pip install 'mlscope[postgresql]'",
+                field="store_url",
+            ) from None
+        self._dialect = self._engine.dialect.name
+        self._writer = self._engine.execution_options(mlscope_write=True)
+        # A read spans several queries (evaluations, then their measurements and systems); on
+        # PostgreSQL they must see one snapshot, or a finish committing in between shows half of it.
+        self._reader = (
+            self._engine.execution_options(isolation_level="REPEATABLE READ")
+            if self._dialect == "postgresql"
+            else self._engine
+        )
+        try:
+            self._create_schema()
+        except OperationalError as error:
+            self._engine.dispose()
+            raise UserError(f"cannot open the store at {shown}: {error.orig}", field="store_url") from None
+
+    def _create_schema(self) -> None:
+        with self._writer.begin() as connection:
+            if self._dialect == "postgresql":
+                # Workers and the API may all open a fresh database at once; CREATE TABLE races.
+                connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
+            Base.metadata.create_all(connection)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def _insert(self, table: type[Base]) -> Any:
+        dialect = postgresql if self._dialect == "postgresql" else sqlite
+        return dialect.insert(table)
+
+    # ----- systems ---------------------------------------------------------------------------------
+
+    def _insert_system(self, id: str, system: dict[str, Any]) -> None:
+        statement = (
+            self._insert(SystemRow)
+            .values(id=id, data=system, saved_at=datetime.now(timezone.utc))
+            .on_conflict_do_nothing(index_elements=["id"])
+        )
+        with self._writer.begin() as connection:
+            connection.execute(statement)
+
+    def _read_system(self, id: str) -> dict[str, Any] | None:
+        with Session(self._reader) as session:
+            row = session.get(SystemRow, id)
+            return None if row is None else dict(row.data)
+
+    def _read_systems(self) -> list[dict[str, Any]]:
+        with Session(self._reader) as session:
+            return [dict(row.data) for row in session.scalars(select(SystemRow).order_by(SystemRow.id))]
+
+    # ----- evaluations -----------------------------------------------------------------------------
+
+    def _insert_evaluation(self, record: EvaluationRecord) -> None:
+        values = {
+            column.key: getattr(record, column.key)
+            for column in EvaluationRow.__table__.columns
+            if hasattr(record, column.key)
+        }
+        statement = self._insert(EvaluationRow).values(**values).on_conflict_do_nothing(index_elements=["id"])
+        with self._writer.begin() as connection:
+            connection.execute(statement)
+
+    def _transition(
+        self,
+        id: str,
+        *,
+        allowed_from: frozenset[str],
+        changes: Mapping[str, Any],
+        measurements: Sequence[MeasurementRecord] = (),
+    ) -> str:
+        with Session(self._writer) as session, session.begin():
+            # FOR UPDATE makes a second finisher on PostgreSQL wait, then see "succeeded"; SQLite needs
+            # no row lock because BEGIN IMMEDIATE already serialises writers.
+            locked = select(EvaluationRow).where(EvaluationRow.id == id).with_for_update()
+            row = session.scalars(locked).one_or_none()
+            if row is None:
+                raise EvaluationNotFound(id)
+            before = row.status
+            if before in allowed_from:
+                for name, value in changes.items():
+                    setattr(row, name, value)
+                session.add_all(
+                    MeasurementRow(
+                        evaluation_id=id,
+                        scenario=m.scenario,
+                        batch_size=m.batch_size,
+                        latency_ms=m.latency_ms,
+                        throughput=m.throughput,
+                        validity=m.validity,
+                        extra=m.extra,
+                        latencies_ns=None if m.latencies_ns is None else pack_latencies(m.latencies_ns),
+                    )
+                    for m in measurements
+                )
+            return before
+
+    def _ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:
+        query = (
+            select(EvaluationRow.id)
+            .where(EvaluationRow.id.startswith(prefix, autoescape=True))
+            .order_by(EvaluationRow.id)
+            .limit(limit)
+        )
+        with Session(self._reader) as session:
+            return list(session.scalars(query))
+
+    def _read_evaluation(self, id: str, *, include_raw: bool) -> EvaluationRecord | None:
+        query = with_children(select(EvaluationRow).where(EvaluationRow.id == id), include_raw=include_raw)
+        with Session(self._reader) as session:
+            row = session.scalars(query).one_or_none()
+            return None if row is None else to_record(row, include_raw=include_raw)
+
+    def _query_evaluations(
+        self, where: EvaluationFilter, *, limit: int, offset: int
+    ) -> list[EvaluationRecord]:
+        query = (
+            filtered(select(EvaluationRow), where)
+            .order_by(EvaluationRow.created_at.desc(), EvaluationRow.id)
+            .limit(limit)
+            .offset(offset)
+        )
+        with Session(self._reader) as session:
+            rows = session.scalars(with_children(query, include_raw=False)).all()
+            return [to_record(row, include_raw=False) for row in rows]
+
+    def _count_evaluations(self, where: EvaluationFilter) -> int:
+        query = filtered(select(func.count()).select_from(EvaluationRow), where)
+        with Session(self._reader) as session:
+            return int(session.scalar(query) or 0)
+
+    # ----- spans -----------------------------------------------------------------------------------
+
+    def _insert_spans(self, evaluation_id: str, spans: Sequence[SpanRecord]) -> int:
+        if not spans:
+            return 0
+        with self._writer.begin() as connection:
+            if self._dialect == "postgresql":
+                return insert_spans_postgresql(connection, evaluation_id, spans)
+            rows = [
+                {
+                    "evaluation_id": evaluation_id,
+                    "span_id": span.span_id,
+                    "trace_id": span.trace_id,
+                    "parent_id": span.parent_id,
+                    "name": span.name,
+                    "level": span.level,
+                    "start_ns": span.start_ns,
+                    "end_ns": span.end_ns,
+                    "attributes": span.attributes,
+                }
+                for span in spans
+            ]
+            statement = self._insert(SpanRow).on_conflict_do_nothing(
+                index_elements=["evaluation_id", "span_id"]
+            )
+            # sqlite3's executemany sums the rows each statement changed: the ones not skipped.
+            return int(connection.execute(statement, rows).rowcount)
+
+    def _read_spans(
+        self, evaluation_id: str, *, level: str | None, limit: int | None, offset: int
+    ) -> list[SpanRecord]:
+        columns = (
+            SpanRow.trace_id,
+            SpanRow.span_id,
+            SpanRow.parent_id,
+            SpanRow.name,
+            SpanRow.level,
+            SpanRow.start_ns,
+            SpanRow.end_ns,
+            SpanRow.attributes,
+        )
+        # Plain rows, not ORM objects: a trace is read hundreds of thousands of spans at a time.
+        query = select(*columns).where(SpanRow.evaluation_id == evaluation_id)
+        if level is not None:
+            query = query.where(SpanRow.level == level)
+        query = query.order_by(SpanRow.start_ns, SpanRow.span_id).limit(limit).offset(offset)
+        with self._reader.connect() as connection:
+            return [SpanRecord(*row) for row in connection.execute(query)]
+
+    def _count_spans(self, evaluation_id: str) -> int:
+        query = select(func.count()).select_from(SpanRow).where(SpanRow.evaluation_id == evaluation_id)
+        with Session(self._reader) as session:
+            return int(session.scalar(query) or 0)

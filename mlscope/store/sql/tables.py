@@ -1,0 +1,134 @@
+"""The SQL schema: the tables `systems`, `evaluations`, `measurements` and `spans` as SQLAlchemy 2
+declarative rows, their indexes and constraints, and the column type that keeps timestamps aware UTC
+on every database.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+__all__ = ["Base", "EvaluationRow", "MeasurementRow", "SpanRow", "SystemRow", "UTCDateTime"]
+
+_JSON = JSON(none_as_null=True)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes in, aware UTC datetimes out, on every database.
+
+    SQLite has no time zones and hands back naive values; storing UTC and re-attaching it on the way
+    out keeps timestamps (and comparisons against them) identical across backends.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        utc = value.astimezone(timezone.utc)
+        return utc.replace(tzinfo=None) if dialect.name == "sqlite" else utc
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SystemRow(Base):
+    __tablename__ = "systems"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    data: Mapped[dict[str, Any]] = mapped_column(_JSON)
+    saved_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class EvaluationRow(Base):
+    __tablename__ = "evaluations"
+    __table_args__ = (Index("ix_evaluations_created_at_id", "created_at", "id"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    model_name: Mapped[str] = mapped_column(String(255), index=True)
+    model_version: Mapped[str | None] = mapped_column(String(255))
+    manifest_sha256: Mapped[str | None] = mapped_column(String(64))
+    framework_name: Mapped[str] = mapped_column(String(64), index=True)
+    framework_version: Mapped[str | None] = mapped_column(String(64))
+    system_id: Mapped[str | None] = mapped_column(ForeignKey("systems.id"), index=True)
+    runner: Mapped[str] = mapped_column(String(32))
+    device: Mapped[str] = mapped_column(String(64))
+    trace_level: Mapped[str] = mapped_column(String(16))
+    trace_id: Mapped[str | None] = mapped_column(String(64))
+    cold_start: Mapped[dict[str, Any] | None] = mapped_column(_JSON)
+    framework_details: Mapped[dict[str, Any] | None] = mapped_column(_JSON)
+    error: Mapped[dict[str, Any] | None] = mapped_column(_JSON)
+    request: Mapped[dict[str, Any]] = mapped_column(_JSON)
+    manifest: Mapped[dict[str, Any]] = mapped_column(_JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    # lazy="raise": every read says what it loads, so listing never issues a query per row.
+    system: Mapped[SystemRow | None] = relationship(lazy="raise")
+    measurements: Mapped[list[MeasurementRow]] = relationship(
+        lazy="raise", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+
+class MeasurementRow(Base):
+    __tablename__ = "measurements"
+    __table_args__ = (UniqueConstraint("evaluation_id", "scenario", "batch_size"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    evaluation_id: Mapped[str] = mapped_column(ForeignKey("evaluations.id", ondelete="CASCADE"))
+    scenario: Mapped[str] = mapped_column(String(32))
+    batch_size: Mapped[int] = mapped_column(Integer)
+    latency_ms: Mapped[dict[str, Any]] = mapped_column(_JSON)
+    throughput: Mapped[float | None] = mapped_column(Float)
+    validity: Mapped[dict[str, Any]] = mapped_column(_JSON)
+    extra: Mapped[dict[str, Any]] = mapped_column(_JSON)
+    # Raw latencies as int64 little-endian bytes: 8 bytes a sample against ~10 as JSON text, no
+    # parsing on the way out, and deferred so that listings never read them.
+    latencies_ns: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True)
+
+
+class SpanRow(Base):
+    __tablename__ = "spans"
+    __table_args__ = (
+        Index("ix_spans_evaluation_start", "evaluation_id", "start_ns", "span_id"),
+        Index("ix_spans_evaluation_level_start", "evaluation_id", "level", "start_ns", "span_id"),
+    )
+
+    # The primary key makes saving a span twice a no-op (INSERT ... ON CONFLICT DO NOTHING).
+    evaluation_id: Mapped[str] = mapped_column(
+        ForeignKey("evaluations.id", ondelete="CASCADE"), primary_key=True
+    )
+    span_id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    trace_id: Mapped[str] = mapped_column(String(32), index=True)
+    parent_id: Mapped[str | None] = mapped_column(String(16))
+    # Unbounded: kernel names from the library level run to hundreds of characters.
+    name: Mapped[str] = mapped_column(String)
+    level: Mapped[str] = mapped_column(String(16))
+    start_ns: Mapped[int] = mapped_column(BigInteger)
+    end_ns: Mapped[int] = mapped_column(BigInteger)
+    attributes: Mapped[dict[str, Any]] = mapped_column(_JSON)
