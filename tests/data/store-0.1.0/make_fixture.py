@@ -83,9 +83,7 @@ with open_store(url) as store:
         if status == "cancelled":
             store.cancel_evaluation(eid)
             continue
-        store.start_evaluation(
-            eid, started_at=created + timedelta(seconds=1)
-        ) if "started_at" in store.start_evaluation.__code__.co_varnames else store.start_evaluation(eid)
+        store.start_evaluation(eid)
         if status == "failed":
             store.fail_evaluation(
                 eid, error={"type": "PredictorCrashed", "message": "exit 137", "phase": "measure"}
