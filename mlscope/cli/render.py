@@ -1,23 +1,114 @@
-"""Tables and text for results, shared by `run` and `results`."""
+"""Everything the verbs print, in one place: the consoles, tables (and the results table `run`,
+`submit` and `results` share), JSON lines, warnings and notes on stderr, and the endings: a user's
+mistake as one line and exit code 2, an interruption 130, an internal error 1."""
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, NoReturn, TypeAlias
 
-from rich.console import Console
+import click
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 
-__all__ = ["console", "err_console", "measurement_table", "print_json_line", "short_id"]
+__all__ = [
+    "Column",
+    "console",
+    "err_console",
+    "fail",
+    "internal_error",
+    "interrupted",
+    "log_to_stderr",
+    "measurement_table",
+    "new_table",
+    "note",
+    "print_json_line",
+    "print_json_lines",
+    "print_validity_notes",
+    "short_id",
+    "validity_notes",
+    "warn",
+]
 
 # Piped output (logs, files, CI) is not cut to 80 columns: a results table must stay readable.
 console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
+# A table column: its header, left-justified, or (header, justification).
+Column: TypeAlias = str | tuple[str, JustifyMethod]
+
+
+# ----- endings ----------------------------------------------------------------------------------
+
+
+def fail(message: str) -> NoReturn:
+    """A user's mistake: one line on stderr, exit code 2."""
+    click.echo(f"mlscope: error: {message}", err=True)
+    sys.exit(2)
+
+
+def interrupted() -> NoReturn:
+    """Ctrl-C (or SIGTERM during `run`): one line, exit code 130."""
+    click.echo("mlscope: interrupted", err=True)
+    sys.exit(130)
+
+
+def internal_error(exc: Exception) -> NoReturn:
+    """A failure of mlscope's own: one line, exit code 1."""
+    click.echo(
+        f"mlscope: internal error: {type(exc).__name__}: {exc} (MLSCOPE_DEBUG=1 shows the traceback)",
+        err=True,
+    )
+    sys.exit(1)
+
+
+# ----- lines ------------------------------------------------------------------------------------
+
 
 def short_id(evaluation_id: str) -> str:
     return evaluation_id[:8]
+
+
+def print_json_line(document: Any) -> None:
+    print(json.dumps(document, separators=(",", ":"), default=str), flush=True)
+
+
+def print_json_lines(documents: Iterable[Any]) -> None:
+    """One JSON line each: what a verb's `--json` prints."""
+    for document in documents:
+        print_json_line(document)
+
+
+def warn(message: str) -> None:
+    err_console.print(f"[yellow]warning:[/yellow] {message}")
+
+
+def note(message: str) -> None:
+    err_console.print(f"[yellow]note:[/yellow] {message}")
+
+
+def log_to_stderr(level: str) -> None:
+    """Log lines on stderr, for the long-running verbs (`api`, `worker`)."""
+    import logging
+
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+# ----- tables -----------------------------------------------------------------------------------
+
+
+def new_table(title: str | None, columns: Iterable[Column]) -> Table:
+    """An empty table, its title on the left."""
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        if isinstance(column, str):
+            table.add_column(column)
+        else:
+            header, justify = column
+            table.add_column(header, justify=justify)
+    return table
 
 
 def _ms(value: float | None) -> str:
@@ -32,43 +123,34 @@ def _validity(validity: dict[str, Any]) -> str:
     return "[red]NO[/red]"
 
 
+_MEASUREMENT_COLUMNS: tuple[Column, ...] = (
+    "model",
+    "framework",
+    "scenario",
+    ("batch", "right"),
+    ("median ms", "right"),
+    ("95% CI", "right"),
+    ("p90", "right"),
+    ("p99", "right"),
+    ("cv", "right"),
+    ("samples/s", "right"),
+    ("n", "right"),
+    "valid",
+    "id",
+)
+
+
 def measurement_table(results: list[dict[str, Any]], title: str | None = None) -> Table:
     """One row per (evaluation, scenario, batch size): latency percentiles in ms and throughput."""
-    table = Table(title=title, title_justify="left")
-    for column, justify in (
-        ("model", "left"),
-        ("framework", "left"),
-        ("scenario", "left"),
-        ("batch", "right"),
-        ("median ms", "right"),
-        ("95% CI", "right"),
-        ("p90", "right"),
-        ("p99", "right"),
-        ("cv", "right"),
-        ("samples/s", "right"),
-        ("n", "right"),
-        ("valid", "left"),
-        ("id", "left"),
-    ):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    table = new_table(title, _MEASUREMENT_COLUMNS)
     for result in results:
         name, framework = result["model"]["name"], result["framework"]["name"]
         if result["status"] != "succeeded":
             error = result.get("error") or {}
+            status = f"[red]{result['status']}[/red]"
+            blanks = [""] * 6
             table.add_row(
-                name,
-                framework,
-                "-",
-                "-",
-                f"[red]{result['status']}[/red]",
-                error.get("type", ""),
-                "",
-                "",
-                "",
-                "",
-                "",
-                "",
-                short_id(result["id"]),
+                name, framework, "-", "-", status, error.get("type", ""), *blanks, short_id(result["id"])
             )
             continue
         for m in result["measurements"]:
@@ -104,5 +186,7 @@ def validity_notes(results: list[dict[str, Any]]) -> list[str]:
     return notes
 
 
-def print_json_line(document: Any) -> None:
-    print(json.dumps(document, separators=(",", ":"), default=str), flush=True)
+def print_validity_notes(results: list[dict[str, Any]]) -> None:
+    """The validity notes under a results table on stdout (`run`, `results show`)."""
+    for line in validity_notes(results):
+        console.print(f"[yellow]note[/yellow] {line}")

@@ -5,13 +5,25 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rich.table import Table
+import click
 
-from mlscope.cli.render import console, measurement_table, print_json_line, short_id, validity_notes
+from mlscope.cli.options import json_flag
+from mlscope.cli.render import (
+    console,
+    measurement_table,
+    new_table,
+    print_json_lines,
+    print_validity_notes,
+    short_id,
+)
 from mlscope.contract.settings import load_settings
-from mlscope.store import open_store
 
-__all__ = ["list_command", "show_command"]
+__all__ = ["results"]
+
+
+@click.group()
+def results() -> None:
+    """Read stored evaluation results."""
 
 
 def _headline(result: dict[str, Any]) -> str:
@@ -29,8 +41,28 @@ def _settings_of(framework: dict[str, Any]) -> str:
     return f"({'; '.join(parts)})" if parts else ""
 
 
-def list_command(
-    *,
+_LIST_COLUMNS = (
+    "id",
+    "created",
+    "model",
+    "framework",
+    "device",
+    "status",
+    "batch sizes",
+    "first point (median, rate)",
+    "system",
+)
+
+
+@results.command("list")
+@click.option("-m", "--model", help="Only this model.")
+@click.option("-f", "--framework", help="Only this framework.")
+@click.option("--status", help="Only this status: queued, running, succeeded, failed, cancelled.")
+@click.option("--system", "system_id", help="Only results from this system id.")
+@click.option("-n", "--limit", type=int, default=20, show_default=True, help="How many.")
+@click.option("--offset", type=int, default=0, show_default=True, help="Skip this many (newest first).")
+@json_flag("Print JSON lines.")
+def results_list(
     model: str | None,
     framework: str | None,
     status: str | None,
@@ -39,6 +71,9 @@ def list_command(
     offset: int,
     as_json: bool,
 ) -> None:
+    """List stored evaluations, newest first."""
+    from mlscope.store import open_store
+
     settings = load_settings()
     with open_store(settings.store_url) as store:
         filters: dict[str, Any] = {
@@ -50,22 +85,9 @@ def list_command(
         found = store.list_evaluations(**filters, limit=limit, offset=offset)
         total = store.count_evaluations(**filters)
     if as_json:
-        for result in found:
-            print_json_line(result)
+        print_json_lines(found)
         return
-    table = Table(title=f"{len(found)} of {total} evaluations in {settings.store_url}", title_justify="left")
-    for column in (
-        "id",
-        "created",
-        "model",
-        "framework",
-        "device",
-        "status",
-        "batch sizes",
-        "first point (median, rate)",
-        "system",
-    ):
-        table.add_column(column)
+    table = new_table(f"{len(found)} of {total} evaluations in {settings.store_url}", _LIST_COLUMNS)
     for r in found:
         sizes = ",".join(str(s) for s in r.get("request", {}).get("batch_sizes", []))
         table.add_row(
@@ -82,7 +104,14 @@ def list_command(
     console.print(table)
 
 
-def show_command(evaluation_id: str, *, as_json: bool, raw: bool) -> None:
+@results.command("show")
+@click.argument("evaluation_id", metavar="ID")
+@json_flag("Print the result as JSON.")
+@click.option("--raw", is_flag=True, help="With --json: include every raw latency (ns).")
+def results_show(evaluation_id: str, as_json: bool, raw: bool) -> None:
+    """Show one evaluation (ID or a unique prefix of it)."""
+    from mlscope.store import open_store
+
     settings = load_settings()
     with open_store(settings.store_url) as store:
         result = store.get_evaluation(store.resolve_id(evaluation_id), include_raw=raw)
@@ -90,8 +119,7 @@ def show_command(evaluation_id: str, *, as_json: bool, raw: bool) -> None:
         print(json.dumps(result, indent=2, default=str))
         return
     console.print(measurement_table([result], title=f"evaluation {result['id']} ({result['status']})"))
-    for note in validity_notes([result]):
-        console.print(f"[yellow]note[/yellow] {note}")
+    print_validity_notes([result])
     system = result.get("system") or {}
     cpu = system.get("cpu") or {}
     model = result["model"]

@@ -3,29 +3,51 @@
 from __future__ import annotations
 
 import signal
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+import click
 
+from mlscope.cli.options import evaluation_options, json_flag, request_fields, split_csv
 from mlscope.cli.render import (
     console,
     err_console,
     measurement_table,
-    print_json_line,
-    validity_notes,
+    print_json_lines,
+    print_validity_notes,
+    short_id,
 )
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
-from mlscope.registry.models import ModelRegistry
-from mlscope.runtime.frameworks import get_framework, installed_version
-from mlscope.store import open_store
-from mlscope.workers.admission import Admission, admit
-from mlscope.workers.pipeline import evaluate
 
-__all__ = ["run_command"]
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+    from mlscope.registry.models import ModelRegistry
+    from mlscope.workers.admission import Admission
+
+__all__ = ["run", "run_command"]
+
+
+@click.command()
+@click.argument("model")
+@click.option(
+    "-f",
+    "--framework",
+    "frameworks",
+    metavar="NAMES",
+    help="Comma-separated frameworks [default: every installed one with a manifest for MODEL].",
+)
+@evaluation_options
+@json_flag("Print each result as one JSON line on stdout.")
+def run(model: str, frameworks: str | None, as_json: bool, **fields: Any) -> None:
+    """Evaluate MODEL on this machine and store the results."""
+    sys.exit(run_command(model, split_csv(frameworks), request_fields(**fields), as_json=as_json))
 
 
 def _default_frameworks(registry: ModelRegistry, model: str) -> list[str]:
+    from mlscope.runtime.frameworks import get_framework, installed_version
+
     names = registry.frameworks_for(model)  # an unknown model raises, with suggestions
     installed = [name for name in names if installed_version(get_framework(name)) is not None]
     if not installed:
@@ -74,6 +96,14 @@ def _interrupt_on_sigterm() -> None:
 
 def run_command(model: str, frameworks: list[str], document: dict[str, Any], *, as_json: bool) -> int:
     """Returns: the exit code (0 all succeeded, 1 some evaluation failed)."""
+    # Imported here, not above: `mlscope --help` and the other verbs need none of this.
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mlscope.registry.models import ModelRegistry
+    from mlscope.store import open_store
+    from mlscope.workers.admission import admit
+    from mlscope.workers.pipeline import evaluate
+
     _interrupt_on_sigterm()
     settings = load_settings()
     registry = ModelRegistry.load(settings.manifests)
@@ -100,8 +130,7 @@ def run_command(model: str, frameworks: list[str], document: dict[str, Any], *, 
                 view.finish(result["status"])
                 results.append(result)
     if as_json:
-        for result in results:
-            print_json_line(result)
+        print_json_lines(results)
     else:
         _print_human(results)
     return 0 if all(r["status"] == "succeeded" for r in results) else 1
@@ -109,8 +138,7 @@ def run_command(model: str, frameworks: list[str], document: dict[str, Any], *, 
 
 def _print_human(results: list[dict[str, Any]]) -> None:
     console.print(measurement_table(results))
-    for note in validity_notes(results):
-        console.print(f"[yellow]note[/yellow] {note}")
+    print_validity_notes(results)
     for result in results:
         framework = result["framework"]
         if result["status"] == "succeeded":
@@ -134,10 +162,10 @@ def _print_human(results: list[dict[str, Any]]) -> None:
         deep = level not in ("APPLICATION", "MODEL")
         hint = " --layers" if deep else ""
         console.print(
-            f"traced at {level}: `mlscope trace {traced[0]['id'][:8]}{hint}` shows it; "
+            f"traced at {level}: `mlscope trace {short_id(traced[0]['id'])}{hint}` shows it; "
             "`--format chrome` writes a file for ui.perfetto.dev"
         )
 
 
 def short_line(result: dict[str, Any]) -> str:
-    return f"{result['id'][:8]} {result['model']['name']}"
+    return f"{short_id(result['id'])} {result['model']['name']}"

@@ -6,18 +6,18 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
+import click
 
-from mlscope.analysis.timeline import chrome_trace, trace_summary
-from mlscope.analysis.traces import layers_report
-from mlscope.cli.render import console, err_console
+from mlscope.cli.render import Column, console, err_console, new_table
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
-from mlscope.store import iter_spans, open_store
 
-__all__ = ["FORMATS", "trace_command"]
+if TYPE_CHECKING:
+    from rich.table import Table
+
+__all__ = ["FORMATS", "trace", "trace_command"]
 
 FORMATS = ("table", "json", "chrome")
 # An APPLICATION timeline longer than this is cut, the rest counted: a table is read, not searched.
@@ -51,14 +51,10 @@ def _summary_tables(evaluation: dict[str, Any], summary: dict[str, Any]) -> list
         f"trace of {evaluation['id']}: {evaluation['model']['name']} on {evaluation['framework']['name']}, "
         f"trace level {evaluation['trace_level']}, {summary['count']:,} spans"
     )
-    levels = Table(title="spans per level", title_justify="left")
-    levels.add_column("level")
-    levels.add_column("spans", justify="right")
+    levels = new_table("spans per level", ("level", ("spans", "right")))
     for level, count in summary["levels"].items():
         levels.add_row(level, f"{count:,}")
-    timeline = Table(title="APPLICATION timeline", title_justify="left")
-    for column, justify in (("span", "left"), ("process", "left"), ("start ms", "right"), ("ms", "right")):
-        timeline.add_column(column, justify=justify)  # type: ignore[arg-type]
+    timeline = new_table("APPLICATION timeline", ("span", "process", ("start ms", "right"), ("ms", "right")))
     for entry in summary["timeline"][:TIMELINE_ROWS]:
         timeline.add_row(
             "  " * entry["depth"] + entry["name"],
@@ -72,17 +68,16 @@ def _summary_tables(evaluation: dict[str, Any], summary: dict[str, Any]) -> list
     return [headline, levels, timeline]
 
 
-def _table(title: str, columns: list[tuple[str, str]], rows: list[list[str]]) -> Table:
-    table = Table(title=title, title_justify="left")
-    for column, justify in columns:
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+def _table(title: str, columns: list[Column], rows: list[list[str]]) -> Table:
+    table = new_table(title, columns)
     for row in rows:
         table.add_row(*row)
     return table
 
 
-def _figure_rows(rows: list[dict[str, Any]], batch_size: Any, last: str) -> list[list[str]]:
-    """The cells of one batch size's rows: key, calls, total, mean, share, then the `last` figure."""
+def _figure_rows(rows: list[dict[str, Any]], last: str | None, **match: Any) -> list[list[str]]:
+    """The cells of the rows whose fields equal `match`: key, calls, total, mean, share, then the
+    `last` figure (if any)."""
     return [
         [
             row["key"],
@@ -90,42 +85,74 @@ def _figure_rows(rows: list[dict[str, Any]], batch_size: Any, last: str) -> list
             _ms(row["total_ms"]),
             _ms(row["mean_ms"]),
             _share(row["share"]),
-            _ms(row[last]),
+            *([_ms(row[last])] if last else []),
         ]
         for row in rows
-        if row["batch_size"] == batch_size
+        if all(row[key] == value for key, value in match.items())
     ]
 
 
 def _layer_tables(report: dict[str, Any]) -> list[Table]:
     tables = []
-    figures = [("calls", "right"), ("total ms", "right"), ("mean ms", "right"), ("share", "right")]
+    figures: list[Column] = [
+        ("calls", "right"),
+        ("total ms", "right"),
+        ("mean ms", "right"),
+        ("share", "right"),
+    ]
     for batch_size in dict.fromkeys(row["batch_size"] for row in report["rows"]):
-        rows = _figure_rows(report["rows"], batch_size, "per_inference_ms")
+        rows = _figure_rows(report["rows"], "per_inference_ms", batch_size=batch_size)
         title = f"FRAMEWORK pass, batch {batch_size}: time per {report['group_by']} (share of inference time)"
-        columns = [(report["group_by"], "left"), *figures, ("ms / inference", "right")]
+        columns: list[Column] = [report["group_by"], *figures, ("ms / inference", "right")]
         tables.append(_table(title, columns, rows))
     for batch_size in dict.fromkeys(row["batch_size"] for row in report["hotspots"]):
-        rows = _figure_rows(report["hotspots"], batch_size, "self_ms")
+        rows = _figure_rows(report["hotspots"], "self_ms", batch_size=batch_size)
         title = f"{report['hotspot_level']} pass, batch {batch_size}: top {report['top']} by total time"
-        tables.append(_table(title, [("name", "left"), *figures, ("self ms", "right")], rows))
+        tables.append(_table(title, ["name", *figures, ("self ms", "right")], rows))
     for batch_size in dict.fromkeys(row["batch_size"] for row in report["kernels"]):
         for by in ("kernel", "layer"):
-            rows = [
-                [
-                    row["key"],
-                    str(row["calls"]),
-                    _ms(row["total_ms"]),
-                    _ms(row["mean_ms"]),
-                    _share(row["share"]),
-                ]
-                for row in report["kernels"]
-                if row["batch_size"] == batch_size and row["by"] == by
-            ]
+            rows = _figure_rows(report["kernels"], None, batch_size=batch_size, by=by)
             title = f"kernels by {'name' if by == 'kernel' else by}, batch {batch_size}"
-            columns = [(by, "left"), *figures[:-1], ("share of kernels", "right")]
+            columns = [by, *figures[:-1], ("share of kernels", "right")]
             tables.append(_table(title, columns, rows))
     return tables
+
+
+@click.command()
+@click.argument("evaluation_id", metavar="ID")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(FORMATS),
+    default="table",
+    show_default=True,
+    help="table: span counts and the APPLICATION timeline; json: every span; chrome: a trace file "
+    "for Perfetto (ui.perfetto.dev) or chrome://tracing.",
+)
+@click.option(
+    "-o",
+    "--output",
+    metavar="FILE",
+    help="Write json or chrome here ('-': stdout) [default: stdout for json, ID.trace.json for chrome].",
+)
+@click.option("--layers", is_flag=True, help="Where inference time went: per layer, top operators, kernels.")
+@click.option(
+    "--group-by",
+    type=click.Choice(["layer_type", "name", "layer"]),
+    default="layer_type",
+    show_default=True,
+    help="With --layers: group layers by type (Conv2d), by name or by layer path.",
+)
+@click.option(
+    "--top", type=click.IntRange(min=1), default=10, show_default=True, help="With --layers: hotspots shown."
+)
+def trace(
+    evaluation_id: str, output_format: str, output: str | None, layers: bool, group_by: str, top: int
+) -> None:
+    """Show or export the trace of one evaluation (ID or a unique prefix of it)."""
+    trace_command(
+        evaluation_id, output_format=output_format, output=output, layers=layers, group_by=group_by, top=top
+    )
 
 
 def trace_command(
@@ -160,6 +187,10 @@ def trace_command(
         raise UserError(
             "-o/--output writes --format json or chrome; a table goes to the terminal", field="output"
         )
+    from mlscope.analysis.timeline import chrome_trace, trace_summary
+    from mlscope.analysis.traces import layers_report
+    from mlscope.store import iter_spans, open_store
+
     with open_store(load_settings().store_url) as store:
         evaluation = store.get_evaluation(evaluation_id)
         full_id = evaluation["id"]

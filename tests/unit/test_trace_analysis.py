@@ -1,4 +1,4 @@
-"""The trace analyses and the Chrome/Perfetto export (mlscope.store.traces) on a hand-built trace that
+"""The trace analyses and the Chrome/Perfetto export (mlscope.analysis) on a hand-built trace that
 follows the span conventions: an api request, a worker task, a predictor process with a measured
 pass, a FRAMEWORK pass at batch sizes 1 and 8, a LIBRARY pass with nested operators, a runtime call and
 GPU kernels, and hardware samples. Every expected figure is computed from the durations the trace is

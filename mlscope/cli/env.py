@@ -3,16 +3,31 @@ for a framework not installed beside mlscope (see mlscope.workers.envs)."""
 
 from __future__ import annotations
 
+import sys
 import time
 
+import click
 from rich.markup import escape
-from rich.table import Table
 
-from mlscope.cli.render import console, err_console, print_json_line
+from mlscope.cli.options import json_flag
+from mlscope.cli.render import console, err_console, new_table, print_json_lines
 from mlscope.contract.settings import load_settings
-from mlscope.workers.envs import EnvBuildError, create_env, list_envs
 
-__all__ = ["create_command", "list_command"]
+__all__ = ["env"]
+
+
+@click.group()
+def env() -> None:
+    """Framework environments for `--runner process`: a virtual environment of its own for a framework
+    whose requirements clash with mlscope's (MXNet 1.9 needs numpy < 1.24)."""
+
+
+@env.command("create")
+@click.argument("framework")
+@click.option("--rebuild", is_flag=True, help="Make it again even if it exists.")
+def env_create(framework: str, rebuild: bool) -> None:
+    """Create (or update) the environment of FRAMEWORK under the cache directory."""
+    sys.exit(create_command(framework, rebuild=rebuild))
 
 
 def create_command(framework: str, *, rebuild: bool) -> int:
@@ -23,6 +38,8 @@ def create_command(framework: str, *, rebuild: bool) -> int:
     Returns:
         0 when the environment is ready, 1 when pip or venv failed (their last lines are printed).
     """
+    from mlscope.workers.envs import EnvBuildError, create_env
+
     settings = load_settings()
     started = time.monotonic()
 
@@ -46,17 +63,18 @@ def create_command(framework: str, *, rebuild: bool) -> int:
     return 0
 
 
-def list_command(*, as_json: bool) -> None:
-    """Print every finished framework environment under the cache directory."""
-    settings = load_settings()
-    found = list_envs(settings.cache_dir)
+@env.command("list")
+@json_flag("Print one JSON line per environment.")
+def env_list(as_json: bool) -> None:
+    """List the framework environments and the framework version each holds."""
+    from mlscope.workers.envs import list_envs
+
+    found = list_envs(load_settings().cache_dir)
     if as_json:
-        for info in found:
-            print_json_line(info.to_dict())
+        print_json_lines(info.to_dict() for info in found)
         return
-    table = Table(title=f"{len(found)} framework environments", title_justify="left")
-    for column in ("framework", "version", "python", "pins", "created", "directory"):
-        table.add_column(column)
+    columns = ("framework", "version", "python", "pins", "created", "directory")
+    table = new_table(f"{len(found)} framework environments", columns)
     for info in found:
         table.add_row(
             info.framework,

@@ -2,26 +2,24 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import asdict
 
 import click
-from rich.table import Table
 
-from mlscope.cli.render import console, print_json_line
+from mlscope.cli.options import json_flag
+from mlscope.cli.render import console, new_table, print_json_lines
 from mlscope.contract.errors import UserError
-from mlscope.runtime.frameworks import get_framework
-from mlscope.workers.images import (
-    BUILT_BY_DEFAULT,
-    ImageBuildError,
-    ImageInfo,
-    build_image,
-    docker_client,
-    docker_frameworks,
-    list_images,
-)
 
-__all__ = ["build_command", "list_command"]
+__all__ = ["image"]
+
+
+@click.group()
+def image() -> None:
+    """Predictor images for `--runner docker`: one per framework, the framework and mlscope's
+    predictor runtime only."""
+
 
 # The build output worth a line on the terminal; everything else shows only when a build fails.
 _PROGRESS_PREFIXES = ("Step ", "Successfully installed", "Successfully built", "Successfully tagged")
@@ -33,6 +31,9 @@ def _size(size: int) -> str:
 
 def _check_buildable(frameworks: list[str]) -> None:
     """Refuse the whole command before any build when one name is wrong."""
+    from mlscope.runtime.frameworks import get_framework
+    from mlscope.workers.images import docker_frameworks
+
     buildable = docker_frameworks()
     for name in frameworks:
         spec = get_framework(name)
@@ -63,6 +64,28 @@ class _Progress:
         click.echo(f"  {line}", err=True)
 
 
+@image.command("build")
+@click.argument("frameworks", nargs=-1, metavar="[FRAMEWORK]...")
+@click.option("--base", metavar="IMAGE", help="The base image [default: the Dockerfile's, python:3.11-slim].")
+@click.option(
+    "--ca-bundle",
+    type=click.Path(dir_okay=False, exists=True),
+    help="A CA bundle pip inside the build must trust (a TLS-intercepting proxy); copied into the "
+    "build context for the build only.",
+)
+@click.option(
+    "--network", help="The build's network, e.g. host (needed where pip reaches the index only so)."
+)
+@click.option("--rebuild", is_flag=True, help="Build even when an image of the same inputs exists.")
+def image_build(
+    frameworks: tuple[str, ...], base: str | None, ca_bundle: str | None, network: str | None, rebuild: bool
+) -> None:
+    """Build the predictor image of each FRAMEWORK [default: every framework with a Dockerfile]."""
+    sys.exit(
+        build_command(list(frameworks), base=base, ca_bundle=ca_bundle, network=network, rebuild=rebuild)
+    )
+
+
 def build_command(
     frameworks: list[str], *, base: str | None, ca_bundle: str | None, network: str | None, rebuild: bool
 ) -> int:
@@ -75,6 +98,8 @@ def build_command(
     Raises:
         UserError: an unknown or unbuildable framework, no Docker SDK or no engine (exit 2).
     """
+    from mlscope.workers.images import BUILT_BY_DEFAULT, ImageBuildError, build_image, docker_client
+
     names = list(dict.fromkeys(frameworks)) or list(BUILT_BY_DEFAULT)
     _check_buildable(names)
     docker_client()  # no engine: one line and exit 2 before anything starts
@@ -84,7 +109,7 @@ def build_command(
         progress = _Progress(name, where)
         start = time.monotonic()
         try:
-            image = build_image(
+            built = build_image(
                 name, base=base, ca_bundle=ca_bundle, network=network, rebuild=rebuild, log=progress
             )
         except ImageBuildError as exc:
@@ -95,8 +120,8 @@ def build_command(
             continue
         how = f"built in {time.monotonic() - start:.0f} s" if progress.building else "up to date"
         click.echo(
-            f"image {name}: {image.name} {image.short_id} {how} ({name} {image.framework_version}, "
-            f"{_size(image.size)})"
+            f"image {name}: {built.name} {built.short_id} {how} ({name} {built.framework_version}, "
+            f"{_size(built.size)})"
         )
     if failed:
         click.echo(f"mlscope: {len(failed)} image build(s) failed: {', '.join(failed)}", err=True)
@@ -104,26 +129,24 @@ def build_command(
     return 0
 
 
-def list_command(*, as_json: bool) -> None:
-    """Print the predictor images the engine has: a table, or one JSON line each.
+@image.command("list")
+@json_flag("Print one JSON line per image.")
+def image_list(as_json: bool) -> None:
+    """List the predictor images this Docker engine has."""
+    # No Docker SDK or no engine: a UserError, one line and exit 2.
+    from mlscope.workers.images import list_images
 
-    Raises:
-        UserError: no Docker SDK or no engine.
-    """
-    images: list[ImageInfo] = list_images()
+    images = list_images()
     if as_json:
-        for image in images:
-            print_json_line(asdict(image))
+        print_json_lines(asdict(found) for found in images)
         return
-    table = Table(title=f"{len(images)} predictor images", title_justify="left")
-    for column in ("image", "id", "framework", "size", "created"):
-        table.add_column(column)
-    for image in images:
+    table = new_table(f"{len(images)} predictor images", ("image", "id", "framework", "size", "created"))
+    for found in images:
         table.add_row(
-            image.name,
-            image.short_id,
-            f"{image.framework} {image.framework_version or '?'}",
-            _size(image.size),
-            image.created[:19].replace("T", " "),
+            found.name,
+            found.short_id,
+            f"{found.framework} {found.framework_version or '?'}",
+            _size(found.size),
+            found.created[:19].replace("T", " "),
         )
     console.print(table)

@@ -1,0 +1,203 @@
+"""`mlscope compare`: models × frameworks × systems × batch sizes on the farm, side by side, as a
+table and as PREFIX.csv and PREFIX.json."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from mlscope.cli.options import evaluation_options, json_flag, request_fields, split_csv
+from mlscope.cli.remote import api_client, follow
+from mlscope.cli.render import console, err_console, new_table, note, print_json_lines, short_id, warn
+from mlscope.contract.errors import UserError
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+__all__ = ["compare", "compare_command", "compare_table"]
+
+
+@click.command()
+@click.option("-m", "--models", required=True, metavar="NAMES", help="Comma-separated models.")
+@click.option("-f", "--frameworks", required=True, metavar="NAMES", help="Comma-separated frameworks.")
+@click.option(
+    "--on",
+    "targets",
+    default="cpu",
+    show_default=True,
+    metavar="TARGETS",
+    help="Comma-separated capabilities or agent:<id>; each capability fans out to every live agent "
+    "that has it (one system per agent).",
+)
+@click.option(
+    "--fan-out/--no-fan-out",
+    default=True,
+    show_default=True,
+    help="Run a capability target on every live matching agent, or once on any of them.",
+)
+@evaluation_options
+@click.option(
+    "-o",
+    "--output",
+    metavar="PREFIX",
+    help="Write PREFIX.csv and PREFIX.json [default: mlscope-compare-<UTC time>].",
+)
+@click.option("--wait-timeout", type=float, help="Give up waiting after this many seconds.")
+@json_flag("Print the comparison rows as JSON lines.")
+def compare(
+    models: str,
+    frameworks: str,
+    targets: str,
+    fan_out: bool,
+    output: str | None,
+    wait_timeout: float | None,
+    as_json: bool,
+    **fields: Any,
+) -> None:
+    """Compare models × frameworks × systems × batch sizes on the farm, side by side."""
+    body = {
+        "models": split_csv(models),
+        "frameworks": split_csv(frameworks),
+        "targets": split_csv(targets),
+        "fan_out": fan_out,
+        **request_fields(**fields),
+    }
+    sys.exit(compare_command(body, output=output, timeout_s=wait_timeout, as_json=as_json))
+
+
+def _cell(value: Any, column: str) -> str:
+    if value is None:
+        return "-"
+    if column.endswith("_ms"):
+        return f"{value:.3f}" if value < 10 else f"{value:.2f}"
+    if column == "throughput":
+        return f"{value:,.1f}"
+    if column == "valid":
+        return "yes" if value else "[red]NO[/red]"
+    return str(value)
+
+
+# (row key, header) of the comparison table's columns.
+_SHOWN = (
+    ("model", "model"),
+    ("framework", "framework"),
+    ("framework_version", "version"),
+    ("agent_id", "agent"),
+    ("system_id", "system"),
+    ("scenario", "scenario"),
+    ("batch_size", "batch"),
+    ("median_ms", "median ms"),
+    ("ci", "95% CI ms"),
+    ("p90_ms", "p90 ms"),
+    ("p99_ms", "p99 ms"),
+    ("throughput", "samples/s"),
+    ("valid", "valid"),
+)
+
+
+def compare_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
+    """The comparison as a table: one row per model × framework × system × batch size."""
+    table = new_table(
+        title,
+        (
+            (
+                header,
+                "right" if key.endswith(("_ms", "ci")) or key in ("batch_size", "throughput") else "left",
+            )
+            for key, header in _SHOWN
+        ),
+    )
+    for row in rows:
+        cells = []
+        for key, _ in _SHOWN:
+            if key == "ci":
+                low, high = row.get("ci_low_ms"), row.get("ci_high_ms")
+                cells.append("-" if low is None else f"{_cell(low, '_ms')}–{_cell(high, '_ms')}")
+            elif key == "system_id":
+                cells.append((row[key] or "-")[:8])
+            else:
+                cells.append(_cell(row.get(key), key))
+        table.add_row(*cells)
+    return table
+
+
+def compare_command(
+    body: dict[str, Any],
+    *,
+    output: str | None,
+    timeout_s: float | None,
+    as_json: bool,
+    now: Callable[[], float] = time.time,
+) -> int:
+    """Submit the comparison, follow it, write PREFIX.csv and PREFIX.json and show the rows.
+
+    Returns: the exit code (0 every evaluation succeeded, 1 some did not).
+    """
+    client = api_client()
+    prefix = Path(output or time.strftime("mlscope-compare-%Y%m%d-%H%M%S", time.gmtime(now())))
+    # Checked before anything is submitted: a comparison's results must have somewhere to go.
+    try:
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        message = f"-o {output}: cannot make the folder {prefix.parent}: {exc.strerror}"
+        raise UserError(message, field="output") from None
+    answer = client.submit_batch(body)
+    for skipped in answer.get("skipped", []):
+        err_console.print(
+            f"[yellow]skipped[/yellow] {skipped['model']} on {skipped['framework']}: {skipped['reason']}"
+        )
+    for warning in answer.get("warnings", []):
+        warn(warning)
+    for item in answer["evaluations"]:
+        for warning in item.get("warnings", []):
+            warn(f"{short_id(item['id'])}: {warning}")
+    ids = [item["id"] for item in answer["evaluations"]]
+    labels = {
+        item["id"]: f"{item['model']}/{item['framework']}@{item['target']}" for item in answer["evaluations"]
+    }
+    err_console.print(f"submitted {len(ids)} evaluation(s)")
+    results = follow(client, ids, timeout_s)
+    for result in results:
+        if result["status"] != "succeeded":
+            error = result.get("error") or {}
+            err_console.print(
+                f"[red]{result['status']}[/red] {short_id(result['id'])} {labels.get(result['id'], '')}: "
+                f"{error.get('message', '')}"
+            )
+    comparison = client.compare(ids=ids)
+    rows = comparison["rows"]
+    csv_path, json_path = prefix.with_suffix(".csv"), prefix.with_suffix(".json")
+    csv_path.write_text(_csv(comparison["columns"], rows))
+    json_path.write_text(json.dumps({"evaluations": ids, **comparison}, indent=2) + "\n")
+    if as_json:
+        print_json_lines(rows)
+    else:
+        console.print(compare_table(rows, title=f"comparison of {len(ids)} evaluation(s)"))
+        for row in rows:
+            for reason in row["reasons"]:
+                where = (
+                    f"{row['framework']} on {row['agent_id'] or row['hostname']} batch {row['batch_size']}"
+                )
+                note(f"{where}: {reason}")
+    err_console.print(f"wrote {csv_path} and {json_path}")
+    failed = sum(1 for r in results if r["status"] != "succeeded")
+    if failed:
+        err_console.print(f"[red]{failed} of {len(ids)} evaluation(s) did not succeed[/red]")
+    return 1 if failed else 0
+
+
+def _csv(columns: list[str], rows: list[dict[str, Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({**row, "reasons": "; ".join(row.get("reasons") or [])})
+    return buffer.getvalue()

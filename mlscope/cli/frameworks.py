@@ -1,0 +1,65 @@
+"""`mlscope frameworks`: the frameworks mlscope knows and whether each can run here."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+import click
+from rich.markup import escape
+
+from mlscope.cli.options import json_flag
+from mlscope.cli.render import console, new_table, print_json_lines
+
+__all__ = ["FrameworkRow", "frameworks"]
+
+
+class FrameworkRow(TypedDict):
+    """One framework, as `--json` prints it."""
+
+    name: str
+    display: str
+    installed: str | None  # the installed version
+    available: bool
+    reason: str | None  # why it cannot run here; None when it can
+    sources: list[str]  # the manifest source kinds it runs
+
+
+def _rows() -> list[FrameworkRow]:
+    from mlscope.runtime.frameworks import FRAMEWORKS, installed_version
+
+    rows = []
+    for name in sorted(FRAMEWORKS):
+        spec = FRAMEWORKS[name]
+        version = installed_version(spec) if spec.unavailable is None else None
+        reason = None if version else f"not installed ({spec.install_hint})"
+        rows.append(
+            FrameworkRow(
+                name=name,
+                display=spec.display,
+                installed=version,
+                available=version is not None,
+                reason=f"unavailable: {spec.unavailable}" if spec.unavailable is not None else reason,
+                sources=sorted(spec.sources),
+            )
+        )
+    return rows
+
+
+@click.command()
+@json_flag("Print JSON.")
+def frameworks(as_json: bool) -> None:
+    """List the frameworks mlscope knows and whether each can run here."""
+    rows = _rows()
+    if as_json:
+        print_json_lines(rows)
+        return
+    table = new_table(None, ("framework", "name", "installed", "runs sources", "note"))
+    for row in rows:
+        table.add_row(
+            row["name"],
+            row["display"],
+            row["installed"] or "-",
+            ", ".join(row["sources"]),
+            escape(row["reason"] or ""),
+        )
+    console.print(table)

@@ -1,0 +1,158 @@
+"""Options more than one verb shares: the evaluation options of `run`, `submit` and `compare` (and the
+request fields they make), `--json`, and comma-separated lists."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+__all__ = ["evaluation_options", "json_flag", "request_fields", "split_csv"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def split_csv(value: str | None) -> list[str]:
+    """The non-empty, stripped items of a comma-separated option ("" and None: none)."""
+    return [item.strip() for item in (value or "").split(",") if item.strip()]
+
+
+def json_flag(help_text: str) -> Callable[[F], F]:
+    """`--json` (the parameter `as_json`), saying what it prints."""
+    return click.option("--json", "as_json", is_flag=True, help=help_text)
+
+
+def _parse_batch_sizes(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
+    if value is None:
+        return None
+    sizes = []
+    for item in split_csv(value):
+        try:
+            sizes.append(int(item))
+        except ValueError:
+            raise click.BadParameter(f"{item!r} is not a whole number; expected e.g. 1,8,32") from None
+    if not sizes:
+        raise click.BadParameter("expected a comma-separated list of batch sizes, e.g. 1,8,32")
+    return sizes
+
+
+def _parse_key_values(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Any]:
+    """KEY=VALUE pairs; a value is read as JSON (numbers, true/false, lists) or else kept as text."""
+    parsed: dict[str, Any] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE, e.g. min_seconds=5")
+        try:
+            parsed[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            parsed[key.strip()] = raw
+    return parsed
+
+
+_EVALUATION_OPTIONS = (
+    click.option(
+        "-b",
+        "--batch-sizes",
+        callback=_parse_batch_sizes,
+        metavar="N,N,...",
+        help="Batch sizes to measure [default: 1].",
+    ),
+    click.option(
+        "-s",
+        "--scenario",
+        "scenarios",
+        default="single_stream",
+        show_default=True,
+        metavar="NAMES",
+        help="Comma-separated scenarios: single_stream (back-to-back latency), offline (throughput).",
+    ),
+    click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N."),
+    click.option(
+        "--runner",
+        default="process",
+        show_default=True,
+        help="process (a child process; a framework not installed here runs in its `mlscope env`), docker "
+        "(the framework's predictor image, no network), or inline (this process).",
+    ),
+    click.option(
+        "--trace-level",
+        default="NO_TRACE",
+        show_default=True,
+        metavar="LEVEL",
+        help="How deep to trace: NO_TRACE, APPLICATION (phases), MODEL (each inference), FRAMEWORK "
+        "(layers), LIBRARY (operators, kernels), HARDWARE (CPU/GPU metrics), FULL. Deeper levels run "
+        "extra profiled passes after the measured one; `mlscope trace ID` shows the result.",
+    ),
+    click.option("--threads", type=int, help="Intra-op threads [default: the framework's, one per core]."),
+    click.option("--min-seconds", type=float, help="Measure each point at least this long [default: 2]."),
+    click.option(
+        "--max-seconds", type=float, help="Stop each point after this long, stable or not [default: 60]."
+    ),
+    click.option("--min-count", type=int, help="Measure each point at least this many times [default: 30]."),
+    click.option(
+        "--measure",
+        "measure",
+        multiple=True,
+        callback=_parse_key_values,
+        metavar="KEY=VALUE",
+        help="Any measurement setting, e.g. --measure stability=0.01 (repeatable).",
+    ),
+    click.option(
+        "--option",
+        "options",
+        multiple=True,
+        callback=_parse_key_values,
+        metavar="KEY=VALUE",
+        help="A predictor option: threads, inter_op_threads, graph_optimization_level (disable, basic, "
+        "extended, all), execution_providers (a JSON list), input_pool (repeatable).",
+    ),
+    click.option(
+        "--timeout", type=float, default=1800, show_default=True, help="Time limit per evaluation, seconds."
+    ),
+    click.option("--memory-limit", type=int, help="Resident memory limit of the predictor process, MB."),
+)
+
+
+def evaluation_options(command: F) -> F:
+    """The options every way of asking for an evaluation shares (run, submit, compare); the command
+    takes them as `**fields` and hands them to `request_fields`."""
+    for option in reversed(_EVALUATION_OPTIONS):
+        command = option(command)
+    return command
+
+
+def request_fields(
+    *,
+    batch_sizes: list[int] | None,
+    scenarios: str,
+    device: str,
+    runner: str,
+    trace_level: str,
+    threads: int | None,
+    options: dict[str, Any],
+    min_seconds: float | None,
+    max_seconds: float | None,
+    min_count: int | None,
+    measure: dict[str, Any],
+    timeout: float,
+    memory_limit: int | None,
+) -> dict[str, Any]:
+    """The request document's fields from the shared options."""
+    measure = dict(measure)
+    for name, value in (("min_seconds", min_seconds), ("max_seconds", max_seconds), ("min_count", min_count)):
+        if value is not None:
+            measure[name] = value
+    return {
+        "batch_sizes": batch_sizes or [1],
+        "scenarios": split_csv(scenarios),
+        "device": device,
+        "runner": runner,
+        "trace_level": trace_level.upper(),
+        "measure": measure,
+        "options": {**options, **({"threads": threads} if threads else {})},
+        "timeout_s": timeout,
+        "memory_limit_mb": memory_limit,
+    }

@@ -1,0 +1,47 @@
+"""What the verbs that talk to the farm's API share (`submit`, `agents`, `compare`): a client from the
+settings, as any script would make one, and one progress bar while evaluations run."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mlscope.cli.render import err_console
+from mlscope.contract.names import TERMINAL_STATUSES
+from mlscope.contract.settings import load_settings
+
+if TYPE_CHECKING:
+    from mlscope.client import Client
+
+__all__ = ["api_client", "follow"]
+
+
+def api_client() -> Client:
+    """A client of the API the settings name (MLSCOPE_API_URL and its token)."""
+    from mlscope.client import Client
+
+    return Client(settings=load_settings())
+
+
+def follow(client: Client, ids: list[str], timeout_s: float | None) -> list[dict[str, Any]]:
+    """Poll until every evaluation has ended, with one progress bar for all of them."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[states]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err_console, transient=False) as progress:
+        task = progress.add_task("evaluations", total=len(ids), states="queued")
+
+        def update(current: dict[str, dict[str, Any]]) -> None:
+            counts: dict[str, int] = {}
+            for evaluation in current.values():
+                counts[evaluation["status"]] = counts.get(evaluation["status"], 0) + 1
+            done = sum(counts.get(s, 0) for s in TERMINAL_STATUSES)
+            states = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+            progress.update(task, completed=done, states=states)
+
+        return client.wait(ids, timeout_s=timeout_s, on_update=update)
