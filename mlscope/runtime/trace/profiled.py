@@ -9,11 +9,19 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from mlscope.runtime.trace.spans import Tracer
 
-__all__ = ["ProfiledPass", "clock_offset", "pass_attributes"]
+__all__ = ["ProfiledPass", "SpanConverter", "clock_offset", "pass_attributes"]
+
+
+class SpanConverter(Protocol):
+    """A framework's pure converter from its profiler's output to spans in the store's shape."""
+
+    def __call__(
+        self, profile: Any, /, *, trace_id: str, parent_id: str, offset_ns: int, batch_size: int
+    ) -> list[dict[str, Any]]: ...
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,19 @@ class ProfiledPass:
         """Run the `warmup` untraced inferences."""
         for _ in range(self.warmup):
             run()
+
+    def record(self, convert: SpanConverter, profile: Any, *, offset_ns: int) -> None:
+        """Keep in the tracer the spans `convert` makes of this pass's profile, under the pass's
+        span, with every profiler time moved by `offset_ns` onto the tracer's clock."""
+        self.tracer.extend(
+            convert(
+                profile,
+                trace_id=self.tracer.trace_id,
+                parent_id=self.parent_id,
+                offset_ns=offset_ns,
+                batch_size=self.batch_size,
+            )
+        )
 
 
 def pass_attributes(level: str, batch_size: int) -> dict[str, Any]:

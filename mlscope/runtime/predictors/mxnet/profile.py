@@ -266,14 +266,8 @@ def operator_pass(
         text = handle.read()
     _DUMP["offset"] = offset + len(text.encode("utf-8"))
     events = read_dump(text)
-    tracer.extend(
-        mx_profile_to_spans(
-            events,
-            trace_id=tracer.trace_id,
-            parent_id=profiled.parent_id,
-            offset_ns=clock_offset(readings, mx_inference_starts(events)),
-            batch_size=profiled.batch_size,
-        )
+    profiled.record(
+        mx_profile_to_spans, events, offset_ns=clock_offset(readings, mx_inference_starts(events))
     )
 
 

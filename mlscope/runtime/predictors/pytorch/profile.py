@@ -210,15 +210,7 @@ def operator_pass(
         path = Path(folder) / "trace.json"
         profiler.export_chrome_trace(str(path))
         trace = json.loads(path.read_text(encoding="utf-8"))
-    tracer.extend(
-        kineto_to_spans(
-            trace,
-            trace_id=tracer.trace_id,
-            parent_id=profiled.parent_id,
-            offset_ns=clock_offset(readings, kineto_inference_starts(trace)),
-            batch_size=profiled.batch_size,
-        )
-    )
+    profiled.record(kineto_to_spans, trace, offset_ns=clock_offset(readings, kineto_inference_starts(trace)))
 
 
 # -- The converter (pure) --------------------------------------------------------------------
