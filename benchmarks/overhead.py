@@ -24,8 +24,8 @@ import onnxruntime as ort
 from mlscope.contract.job import Job
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.execute import execute
-from mlscope.runtime.predictors.export import exported_graph
 from mlscope.runtime.predictors.inputs import synthetic_batches
+from mlscope.runtime.predictors.onnxruntime.export import exported_graph
 
 HERE = Path(__file__).resolve().parent
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.execute import execute
-from mlscope.runtime.predictors.export import exported_graph
+from mlscope.runtime.predictors.onnxruntime.export import exported_graph
 
 # The job is the one benchmarks/overhead.py measures, with a trace level.
 _spec = importlib.util.spec_from_file_location("overhead", Path(__file__).resolve().parent / "overhead.py")

@@ -134,9 +134,10 @@ def execute(job: Job, emit: Emit) -> dict[str, Any]:
     phases = _Phases(emit)
     predictor: Predictor | None = None
     tracer = Tracer(job.trace_level, TraceContext.parse(job.traceparent))
+    process: dict[str, Any] = {"mlscope.process": "predictor", "pid": os.getpid()}
     root = tracer.span(
         "evaluation",
-        **{"mlscope.process": "predictor", "pid": os.getpid()},
+        **process,
         model=job.manifest.get("name"),
         framework=job.framework,
         device=job.device,

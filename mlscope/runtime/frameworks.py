@@ -1,19 +1,30 @@
 """Frameworks mlscope can evaluate on: one registration each, found by name.
 
-A registration names the framework's predictor by import path, so this module (and everything
-that lists frameworks: the CLI, the API) never imports a framework. Third-party predictors
-register through the `mlscope.frameworks` entry-point group with a `FrameworkSpec`.
+Each built-in framework is one sub-package of `mlscope.runtime.predictors` whose `__init__` holds its
+registration (`FRAMEWORK = FrameworkSpec(...)`) and imports no framework; its predictor, profiler
+converters and hooks sit beside it and are named by import path. So this module (and everything that
+lists frameworks: the CLI, the API) never imports a framework, and adding a framework is adding a
+sub-package (and its manifests). Third-party predictors register through the `mlscope.frameworks`
+entry-point group with a `FrameworkSpec`.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.metadata
 import importlib.util
+import pkgutil
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from mlscope.contract.errors import UserError
+
+if TYPE_CHECKING:
+    from mlscope.contract.manifest import Manifest
+    from mlscope.contract.options import PredictorOptions
 
 __all__ = [
     "FRAMEWORKS",
@@ -22,8 +33,15 @@ __all__ = [
     "check_runnable",
     "get_framework",
     "installed_version",
+    "load_object",
     "register_framework",
 ]
+
+
+def load_object(path: str) -> Any:
+    """The object a `module:attribute` import path names (importing its module)."""
+    module_name, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
 
 
 @dataclass(frozen=True)
@@ -40,6 +58,14 @@ class FrameworkSpec:
         install_hint: what to install when it is missing.
         unavailable: why it cannot run anywhere mlscope is installed from (known, listed, and
             refused with this reason); None for a framework that can run.
+        order: where it stands among the built-in frameworks, lower first (plugins follow them).
+        image_by_default: `mlscope image build` without names builds its image (one that builds
+            from PyPI in reasonable time and space).
+        host_prefetch: `module:function` making on the host what its predictor cannot make in a
+            container (no network, maybe no exporter), called by the docker runner through
+            `prefetch_on_host`; None: nothing to make.
+        system_distributions: libraries whose installed versions every captured system records
+            (they change the figures), besides numpy.
     """
 
     name: str
@@ -50,6 +76,27 @@ class FrameworkSpec:
     sources: frozenset[str]
     install_hint: str
     unavailable: str | None = None
+    order: int = 1000
+    image_by_default: bool = False
+    host_prefetch: str | None = None
+    system_distributions: tuple[str, ...] = ()
+
+    def prefetch_on_host(
+        self, manifest: Manifest, options: PredictorOptions, cache_dir: Path, *, timeout_s: float
+    ) -> tuple[Path, ...]:
+        """Make on the host what a container running this framework's predictor cannot, into
+        `cache_dir` (which the container mounts).
+
+        Returns:
+            Host files the manifest names that the container must see (mounted read-only).
+
+        Raises:
+            PredictorError: a file is missing or making one failed.
+            subprocess.TimeoutExpired: making it took longer than `timeout_s`.
+        """
+        if self.host_prefetch is None:
+            return ()
+        return tuple(load_object(self.host_prefetch)(manifest, options, cache_dir, timeout_s=timeout_s))
 
 
 FRAMEWORKS: dict[str, FrameworkSpec] = {}
@@ -61,72 +108,6 @@ def register_framework(spec: FrameworkSpec) -> FrameworkSpec:
     return spec
 
 
-register_framework(
-    FrameworkSpec(
-        name="pytorch",
-        display="PyTorch",
-        import_name="torch",
-        distributions=("torch",),
-        predictor="mlscope.runtime.predictors.pytorch:PyTorchPredictor",
-        sources=frozenset({"torchvision", "transformers", "python"}),
-        install_hint="pip install 'mlscope[pytorch]'",
-    )
-)
-register_framework(
-    FrameworkSpec(
-        name="onnxruntime",
-        display="ONNX Runtime",
-        import_name="onnxruntime",
-        distributions=("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"),
-        predictor="mlscope.runtime.predictors.onnxruntime:OnnxRuntimePredictor",
-        # Graphs from PyTorch sources are exported to ONNX on first use (that needs torch too).
-        sources=frozenset({"onnx", "torchvision", "transformers", "python"}),
-        install_hint="pip install 'mlscope[onnxruntime]'",
-    )
-)
-
-
-register_framework(
-    FrameworkSpec(
-        name="tensorflow",
-        display="TensorFlow",
-        import_name="tensorflow",
-        distributions=("tensorflow-cpu", "tensorflow", "tensorflow-intel"),
-        predictor="mlscope.runtime.predictors.tensorflow:TensorFlowPredictor",
-        sources=frozenset({"keras_applications"}),
-        install_hint="pip install 'mlscope[tensorflow]', "
-        "or `mlscope image build tensorflow` for --runner docker",
-    )
-)
-register_framework(
-    FrameworkSpec(
-        name="mxnet",
-        display="MXNet",
-        import_name="mxnet",
-        distributions=("mxnet", "mxnet-mkl", "mxnet-cu112"),
-        predictor="mlscope.runtime.predictors.mxnet:MXNetPredictor",
-        sources=frozenset({"gluon"}),
-        # MXNet 1.9 needs numpy < 1.24, which the rest of mlscope's stack does not accept.
-        install_hint="`mlscope env create mxnet` (an environment of its own, for --runner process), or "
-        "`mlscope image build mxnet` for --runner docker",
-    )
-)
-register_framework(
-    FrameworkSpec(
-        name="caffe2",
-        display="Caffe2 (through PyTorch)",
-        import_name="caffe2",
-        distributions=("torch",),
-        predictor="mlscope.runtime.predictors.caffe2:Caffe2Predictor",
-        # Caffe2 runs torchvision graphs exported to ONNX and converted to Caffe2 nets, on the CPU.
-        sources=frozenset({"torchvision"}),
-        # torch 1.10.2 is the last wheel with the Caffe2 extension, and it needs Python 3.9 (docs/caffe2.md).
-        install_hint="`mlscope env create caffe2` (a Python 3.9 environment with torch 1.10.2, for "
-        "--runner process), or `mlscope image build caffe2` for --runner docker",
-    )
-)
-
-
 def _entry_points(group: str) -> Iterable[importlib.metadata.EntryPoint]:
     found = importlib.metadata.entry_points()
     if hasattr(found, "select"):
@@ -135,14 +116,23 @@ def _entry_points(group: str) -> Iterable[importlib.metadata.EntryPoint]:
     return found.get(group, ())
 
 
+def _builtin_frameworks() -> list[FrameworkSpec]:
+    """The `FRAMEWORK` of every sub-package of mlscope.runtime.predictors, by `order`."""
+    from mlscope.runtime import predictors
+
+    found = []
+    for module in pkgutil.iter_modules(predictors.__path__, f"{predictors.__name__}."):
+        spec = getattr(importlib.import_module(module.name), "FRAMEWORK", None) if module.ispkg else None
+        if isinstance(spec, FrameworkSpec):
+            found.append(spec)
+    return sorted(found, key=lambda spec: (spec.order, spec.name))
+
+
 def _load_plugins() -> None:
     for entry in _entry_points("mlscope.frameworks"):
         spec = entry.load()
         if isinstance(spec, FrameworkSpec):
             register_framework(spec)
-
-
-_load_plugins()
 
 
 def get_framework(name: str) -> FrameworkSpec:
@@ -243,3 +233,13 @@ def check_available(
                 field="framework.version",
             )
     return found
+
+
+def _register_all() -> None:
+    for spec in _builtin_frameworks():
+        register_framework(spec)
+    _load_plugins()
+
+
+# Last: each framework's sub-package imports this module (for FrameworkSpec) while it is found.
+_register_all()

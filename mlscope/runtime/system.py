@@ -21,17 +21,14 @@ from typing import Any
 
 import psutil
 
+from mlscope.runtime.frameworks import FRAMEWORKS
+
 __all__ = ["capture_system", "cpu_facts", "gpu_facts", "system_id"]
 
-# Libraries whose version changes the figures, recorded when installed.
-_TRACKED_DISTRIBUTIONS = (
-    "numpy",
-    "torch",
-    "torchvision",
-    "transformers",
-    "onnxruntime",
-    "onnxruntime-gpu",
-    "onnx",
+# Libraries whose version changes the figures, recorded when installed: numpy, and what each
+# framework names (`FrameworkSpec.system_distributions`).
+_TRACKED_DISTRIBUTIONS = tuple(
+    dict.fromkeys(["numpy", *(name for spec in FRAMEWORKS.values() for name in spec.system_distributions)])
 )
 # Facts that identify a system; the rest (load, free memory) describe the moment.
 _IDENTITY_KEYS = ("hostname", "cpu", "gpus", "memory_bytes", "os", "python", "software", "container")

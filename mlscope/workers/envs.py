@@ -281,7 +281,10 @@ def env_for(framework: str, cache_dir: Path, pins_dir: Path | None = None) -> En
         if found is not None and checkout is not None and found.checkout != str(checkout):
             return None
         return found
-    return next((info for info in list_envs(cache_dir) if info.framework == framework), None)
+    newest: dict[str, EnvInfo] = {}
+    for info in list_envs(cache_dir):  # newest first
+        newest.setdefault(info.framework, info)
+    return newest.get(framework)
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ from typing import Any
 
 import mlscope
 from mlscope.contract.errors import UserError
-from mlscope.runtime.frameworks import get_framework
+from mlscope.runtime.frameworks import FRAMEWORKS, get_framework
 from mlscope.workers import envs
 from mlscope.workers.envs import file_lock
 
@@ -50,9 +50,9 @@ LABEL_FRAMEWORK = "org.mlscope.framework"
 LABEL_VERSION = "org.mlscope.framework.version"
 LABEL_INPUTS = "org.mlscope.inputs"
 
-# Built when `mlscope image build` names none: what builds from PyPI in reasonable time and space.
-# PyTorch's PyPI wheel is the CUDA build (several GB): built only when asked for by name.
-BUILT_BY_DEFAULT = ("onnxruntime", "tensorflow", "mxnet")
+# Built when `mlscope image build` names none: each framework says whether its image builds from
+# PyPI in reasonable time and space (`FrameworkSpec.image_by_default`).
+BUILT_BY_DEFAULT = tuple(name for name, spec in FRAMEWORKS.items() if spec.image_by_default)
 
 _IMAGE_PREFIX = "mlscope-predictor-"
 _RUNTIME_REQUIREMENTS = "runtime.requirements.txt"

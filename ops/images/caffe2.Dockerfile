@@ -25,7 +25,7 @@ RUN set -eu; \
     pip="/opt/mlscope/bin/pip install --no-cache-dir --progress-bar off --disable-pip-version-check"; \
     $pip -r /tmp/build/requirements/runtime.requirements.txt -r /tmp/build/requirements/caffe2.requirements.txt; \
     $pip --no-deps --ignore-requires-python /tmp/build/src; \
-    /opt/mlscope/bin/python -c "import mlscope.runtime.execute, mlscope.runtime.predictors.caffe2"
+    /opt/mlscope/bin/python -c "import mlscope.runtime.execute, mlscope.runtime.predictors.caffe2.predictor"
 
 FROM ${BASE}
 ARG MLSCOPE_VERSION=""

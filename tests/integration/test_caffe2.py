@@ -98,7 +98,7 @@ from typing import Any
 import numpy as np, torch
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.predictors import PredictorOptions
-from mlscope.runtime.predictors.caffe2 import Caffe2Predictor, build_torchvision_model, nets_dir
+from mlscope.runtime.predictors.caffe2.predictor import Caffe2Predictor, build_torchvision_model, nets_dir
 from mlscope.runtime.predictors.inputs import synthetic_batches
 
 manifest = ModelRegistry.load().get("resnet18", "caffe2")

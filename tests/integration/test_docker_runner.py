@@ -20,7 +20,7 @@ from mlscope.contract.job import PHASES
 from mlscope.contract.request import parse_request
 from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
-from mlscope.runtime.predictors.export import exported_graph
+from mlscope.runtime.predictors.onnxruntime.export import exported_graph
 from mlscope.store import open_store
 from mlscope.workers.admission import admit
 from mlscope.workers.pipeline import evaluate

@@ -11,8 +11,8 @@ import pytest
 
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.predictors import PredictorOptions, load_predictor_class
-from mlscope.runtime.predictors.export import exported_graph
 from mlscope.runtime.predictors.inputs import synthetic_batches
+from mlscope.runtime.predictors.onnxruntime.export import exported_graph
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,9 @@ import pytest
 
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.predictors import Predictor, PredictorOptions, load_predictor_class
-from mlscope.runtime.predictors.export import exported_graph
 from mlscope.runtime.predictors.inputs import synthetic_batches
+from mlscope.runtime.predictors.onnxruntime.export import exported_graph
+from mlscope.runtime.trace.profiled import ProfiledPass
 from mlscope.runtime.trace.spans import Tracer
 
 pytestmark = pytest.mark.slow
@@ -57,13 +58,15 @@ def traced_pass(predictor: Predictor, level: str) -> tuple[Tracer, int, int]:
     tracer = Tracer("FULL")
     before = tracer.clock.now()
     supported = predictor.trace_pass(
-        level,
+        ProfiledPass(
+            level,
+            tracer=tracer,
+            parent_id="feedfacecafebeef",
+            batch_size=1,
+            iterations=ITERATIONS,
+            warmup=WARMUP,
+        ),
         batch,
-        tracer=tracer,
-        parent_id="feedfacecafebeef",
-        batch_size=1,
-        iterations=ITERATIONS,
-        warmup=WARMUP,
     )
     after = tracer.clock.now()
     assert supported is True
@@ -124,12 +127,14 @@ def test_other_levels_are_not_traced_by_onnxruntime(predictor: Predictor) -> Non
     (arrays,) = synthetic_batches(predictor.manifest, 1, 1, seed=3)
     tracer = Tracer("FULL")
     supported = predictor.trace_pass(
-        "HARDWARE",
+        ProfiledPass(
+            "HARDWARE",
+            tracer=tracer,
+            parent_id="feedfacecafebeef",
+            batch_size=1,
+            iterations=1,
+            warmup=0,
+        ),
         predictor.prepare(arrays),
-        tracer=tracer,
-        parent_id="feedfacecafebeef",
-        batch_size=1,
-        iterations=1,
-        warmup=0,
     )
     assert supported is False and tracer.spans == []

@@ -94,6 +94,7 @@ from mlscope.registry.models import ModelRegistry
 from mlscope.contract.steps import apply_steps
 from mlscope.runtime.predictors import PredictorOptions, load_predictor_class
 from mlscope.runtime.predictors.inputs import synthetic_batches
+from mlscope.runtime.trace.profiled import ProfiledPass
 from mlscope.runtime.trace.spans import Tracer
 
 manifest = ModelRegistry.load().get("mobilenet_v2", "tensorflow")
@@ -105,11 +106,11 @@ batch = predictor.prepare(arrays)
 probabilities = apply_steps(manifest.outputs[0].steps[:1], logits)
 tracer = Tracer("FULL")
 hardware = predictor.trace_pass(
-    "HARDWARE", batch, tracer=tracer, parent_id="feedfacecafebeef", batch_size=2, iterations=1, warmup=0
+    ProfiledPass("HARDWARE", tracer, "feedfacecafebeef", batch_size=2, iterations=1, warmup=0), batch
 )
 unsupported_spans = len(tracer.spans)
 supported = predictor.trace_pass(
-    "LIBRARY", batch, tracer=tracer, parent_id="feedfacecafebeef", batch_size=2, iterations=2, warmup=1
+    ProfiledPass("LIBRARY", tracer, "feedfacecafebeef", batch_size=2, iterations=2, warmup=1), batch
 )
 json.dump({
     "shape": list(logits.shape),

@@ -20,9 +20,10 @@ from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.predictors import PredictorOptions, load_predictor_class
 from mlscope.runtime.predictors.base import Predictor
 from mlscope.runtime.predictors.inputs import synthetic_batches
-from mlscope.runtime.predictors.torch_models import build_module
+from mlscope.runtime.predictors.pytorch.models import build_module
+from mlscope.runtime.predictors.pytorch.profile import layer_pass
+from mlscope.runtime.trace.profiled import ProfiledPass
 from mlscope.runtime.trace.spans import Tracer, new_span_id
-from mlscope.runtime.trace.torch_profile import layer_pass
 
 pytestmark = pytest.mark.slow
 
@@ -71,13 +72,8 @@ def run_pass(
     pass_id = new_span_id()
     before = tracer.clock.now()
     supported = predictor.trace_pass(
-        level,
+        ProfiledPass(level, tracer=tracer, parent_id=pass_id, batch_size=1, iterations=iterations, warmup=1),
         predictor.prepare(arrays),
-        tracer=tracer,
-        parent_id=pass_id,
-        batch_size=1,
-        iterations=iterations,
-        warmup=1,
     )
     assert supported
     return tracer, pass_id, before, tracer.clock.now()
@@ -188,12 +184,8 @@ def test_a_failing_inference_is_recorded_and_leaves_no_hooks_behind() -> None:
         layer_pass(
             model,
             lambda: model(torch.zeros(1, 4)),
+            ProfiledPass("FRAMEWORK", tracer=tracer, parent_id=pass_id, batch_size=1, iterations=1, warmup=0),
             device=torch.device("cpu"),
-            tracer=tracer,
-            parent_id=pass_id,
-            batch_size=1,
-            iterations=1,
-            warmup=0,
         )
     # Then the inference span names the error, the layer that finished is in it, and no hook is left
     (inference,) = [span for span in tracer.spans if span["name"] == "inference"]

@@ -23,7 +23,7 @@ from mlscope.contract.settings import Settings, load_settings
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.frameworks import FRAMEWORKS, FrameworkSpec, get_framework
 from mlscope.runtime.predictors.base import PredictorError
-from mlscope.runtime.predictors.export import exported_graph
+from mlscope.runtime.predictors.onnxruntime.export import exported_graph
 from mlscope.workers.admission import admit
 from mlscope.workers.runners import get_runner
 from mlscope.workers.runners.docker import (
@@ -231,7 +231,7 @@ def imageless(monkeypatch: pytest.MonkeyPatch) -> FrameworkSpec:
         display="Imageless",
         import_name="json",
         distributions=(),
-        predictor="mlscope.runtime.predictors.onnxruntime:OnnxRuntimePredictor",
+        predictor="mlscope.runtime.predictors.onnxruntime.predictor:OnnxRuntimePredictor",
         sources=frozenset({"python"}),
         install_hint="nothing to install",
     )

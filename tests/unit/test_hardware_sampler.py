@@ -15,12 +15,8 @@ import pynvml
 import pytest
 
 from mlscope.runtime.trace import Tracer
-from mlscope.runtime.trace.hardware import (
-    HardwareSampler,
-    clock_event_reason_names,
-    decode_clock_event_reasons,
-    summarize_samples,
-)
+from mlscope.runtime.trace.hardware import HardwareSampler, summarize_samples
+from mlscope.runtime.trace.nvml import clock_event_reason_names, decode_clock_event_reasons
 
 PASS_ATTRIBUTES = {"pass": "LIBRARY", "batch_size": 1}
 SAMPLER_THREAD = "mlscope-hardware-sampler"

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from mlscope.runtime.trace.torch_profile import kineto_inference_starts, kineto_to_spans
+from mlscope.runtime.predictors.pytorch.profile import kineto_inference_starts, kineto_to_spans
 
 BASE_NS = 1_790_000_000_000_000_000
 PID, TID, OTHER_TID = 4242, 4242, 4243
@@ -274,6 +274,6 @@ def test_times_are_base_plus_relative_microseconds_or_absolute_without_a_base(ba
 
 def test_importing_the_converter_imports_no_torch() -> None:
     # The converter runs wherever a trace is read; only the passes need torch, and import it late
-    probe = "import sys, mlscope.runtime.trace.torch_profile; print('torch' in sys.modules)"
+    probe = "import sys, mlscope.runtime.predictors.pytorch.profile; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"

@@ -1,5 +1,5 @@
 """The MXNet profiler converter on events shaped like a real MXNet 1.9.1 dump (see
-workers/trace/mx_profile.py): operators as "B"/"E" pairs on the device's pid and again as async
+runtime/predictors/mxnet/profile.py): operators as "B"/"E" pairs on the device's pid and again as async
 "b"/"e" pairs, mlscope's tasks as "b"/"e" pairs in the "mlscope" domain, engine bookkeeping, events
 out of time order, and later dumps appended to the same file as continuations."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mlscope.runtime.trace.mx_profile import mx_inference_starts, mx_profile_to_spans, read_dump
+from mlscope.runtime.predictors.mxnet.profile import mx_inference_starts, mx_profile_to_spans, read_dump
 
 ENGINE_TID = 15496377576671395674  # MXNet's thread ids are 64-bit hashes
 PYTHON_TID = 18213698599492368631

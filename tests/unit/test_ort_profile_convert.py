@@ -21,7 +21,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from mlscope.runtime.trace.ort_profile import ort_profile_to_spans
+from mlscope.runtime.predictors.onnxruntime.profile import ort_profile_to_spans
 
 OP_TYPES = ["Conv", "Relu", "GlobalAveragePool", "Flatten"]
 WARMUP, TRACED = 2, 3

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from mlscope.runtime.trace.tf_profile import layer_scopes, xspace_to_spans
+from mlscope.runtime.predictors.tensorflow.profile import layer_scopes, xspace_to_spans
 
 START_NS = 1_795_000_000_000_000_000
 US = 1_000_000  # picoseconds per microsecond
@@ -286,7 +286,8 @@ def test_an_unknown_level_is_refused() -> None:
 
 def test_the_converter_module_imports_no_tensorflow() -> None:
     probe = (
-        "import sys, json; import mlscope.runtime.trace.tf_profile; print(json.dumps(sorted(sys.modules)))"
+        "import sys, json; import mlscope.runtime.predictors.tensorflow.profile; "
+        "print(json.dumps(sorted(sys.modules)))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     loaded = {name.split(".")[0] for name in json.loads(done.stdout)}

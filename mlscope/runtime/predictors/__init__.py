@@ -1,13 +1,14 @@
-"""Predictors: one module per framework, found by name through the framework registry.
+"""Predictors: one sub-package per framework (its registration in `__init__`, its predictor, its
+profiler converters), found by name through the framework registry; the interface and what every
+framework shares (inputs, model files) beside them.
 
 Importing this package imports no framework; `load_predictor_class` imports exactly one.
 """
 
 from __future__ import annotations
 
-import importlib
-
-from mlscope.runtime.frameworks import get_framework
+# First: the registry finds every framework's sub-package, so none is imported before it is found.
+from mlscope.runtime.frameworks import get_framework, load_object
 from mlscope.runtime.predictors.base import Predictor, PredictorError, PredictorOptions
 
 __all__ = ["Predictor", "PredictorError", "PredictorOptions", "load_predictor_class"]
@@ -15,8 +16,8 @@ __all__ = ["Predictor", "PredictorError", "PredictorOptions", "load_predictor_cl
 
 def load_predictor_class(framework: str) -> type[Predictor]:
     """Import the predictor of a registered framework (and so the framework itself)."""
-    module_name, _, class_name = get_framework(framework).predictor.partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
+    path = get_framework(framework).predictor
+    cls = load_object(path)
     if not (isinstance(cls, type) and issubclass(cls, Predictor)):
-        raise TypeError(f"{module_name}:{class_name} is not a Predictor")
+        raise TypeError(f"{path} is not a Predictor")
     return cls

@@ -9,13 +9,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-
-from mlscope.contract.manifest import Manifest
 from mlscope.contract.options import PredictorOptions
-from mlscope.runtime.trace.spans import Tracer
+from mlscope.runtime.trace.profiled import ProfiledPass
+
+if TYPE_CHECKING:  # annotations only: listing frameworks imports this module, and stays light
+    import numpy as np
+
+    from mlscope.contract.manifest import Manifest
 
 __all__ = ["Predictor", "PredictorError", "PredictorOptions"]
 
@@ -88,31 +90,17 @@ class Predictor(ABC):
             "libraries": self.libraries(),
         }
 
-    def trace_pass(
-        self,
-        level: str,
-        batch: Any,
-        *,
-        tracer: Tracer,
-        parent_id: str,
-        batch_size: int,
-        iterations: int,
-        warmup: int,
-    ) -> bool:
-        """Run one profiled pass on a prepared batch and record its spans into `tracer`.
+    def trace_pass(self, profiled: ProfiledPass, batch: Any) -> bool:
+        """Run one profiled pass on a prepared batch and record its spans into `profiled.tracer`.
 
         Runs after the measured pass, so no latency figure ever comes from a profiled inference.
-        Each of the `iterations` traced inferences (after `warmup` untraced ones) is a MODEL span
-        "inference" under `parent_id`, with the level's spans inside it (see workers/trace).
+        Each of the `profiled.iterations` traced inferences (after `profiled.warmup` untraced ones)
+        is a MODEL span "inference" under `profiled.parent_id`, with the level's spans inside it.
 
         Args:
-            level: "FRAMEWORK" (layers) or "LIBRARY" (operators, and kernels on a GPU).
-            batch: a batch from `prepare`.
-            tracer: where the spans go; its clock is the one every span is on.
-            parent_id: the span of the pass, the inferences' parent.
-            batch_size: samples in `batch`, an attribute of every span.
-            iterations: traced inferences.
-            warmup: untraced inferences first.
+            profiled: the level ("FRAMEWORK": layers, "LIBRARY": operators, and kernels on a GPU),
+                the tracer, the pass's span and the inference counts.
+            batch: a batch from `prepare`, of `profiled.batch_size` samples.
 
         Returns:
             False when this framework cannot trace that level (nothing was recorded).

@@ -1,7 +1,7 @@
 """The HARDWARE trace level: a sampler thread that records what the CPUs and NVIDIA GPUs were doing
 while a profiling pass ran, as spans, and the summary of those samples attached to the pass span.
 
-CPU figures come from psutil; GPU figures from NVML through nvidia-ml-py (module `pynvml`), which is
+CPU figures come from psutil (`cpu`); GPU figures from NVML through nvidia-ml-py (`nvml`), which is
 imported only when GPUs are asked for. Each sample is a span covering the interval since the
 previous sample, on the tracer's clock, so samples line up with the pass's inference spans.
 """
@@ -11,33 +11,21 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from types import ModuleType, TracebackType
+from types import TracebackType
 from typing import Any
 
-import psutil
-
+from mlscope.runtime.trace.cpu import CpuReader
+from mlscope.runtime.trace.nvml import GpuReader
 from mlscope.runtime.trace.spans import Tracer
 
-__all__ = [
-    "MIN_SAMPLE_S",
-    "HardwareSampler",
-    "clock_event_reason_names",
-    "decode_clock_event_reasons",
-    "summarize_samples",
-]
+__all__ = ["MIN_SAMPLE_S", "HardwareSampler", "summarize_samples"]
 
 log = logging.getLogger("mlscope.trace.hardware")
 
 HARDWARE = "HARDWARE"
-MEBIBYTE = 2**20
 
 # Linux counts CPU time in 10 ms ticks: a closing sample shorter than two ticks would report noise.
 MIN_SAMPLE_S = 0.02
-
-# nvidia-ml-py names the clock-limiting reasons "ClocksEventReason*" (driver 535 and later) and,
-# deprecated but with two more bits (BoardLimit, Reliability), "ClocksThrottleReason*".
-_REASON_PREFIXES = ("nvmlClocksEventReason", "nvmlClocksThrottleReason")
-_REASON_FUNCTIONS = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
 
 
 class HardwareSampler:
@@ -88,8 +76,8 @@ class HardwareSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopped = False
-        self._cpu: _CpuReader | None = None
-        self._gpus: _GpuReader | None = None
+        self._cpu: CpuReader | None = None
+        self._gpus: GpuReader | None = None
 
     @property
     def active(self) -> bool:
@@ -110,10 +98,10 @@ class HardwareSampler:
         if not self.active:
             return self
         if self.gpu_indices:
-            self._gpus = _GpuReader.open(self.gpu_indices)
+            self._gpus = GpuReader.open(self.gpu_indices)
             self.gpu_error = self._gpus.error
         try:
-            self._cpu = _CpuReader()
+            self._cpu = CpuReader()
             self._thread = threading.Thread(
                 target=self._run,
                 args=(self.tracer.clock.now(),),
@@ -191,170 +179,6 @@ class HardwareSampler:
         self._samples += 1
 
 
-class _CpuReader:
-    """CPU figures over the interval since its previous reading.
-
-    The process tree is this process and the descendants alive when the reader was made: listing
-    descendants means reading every /proc/<pid>/stat, and while another thread holds the GIL each
-    of those reads waits out a GIL switch interval (a listing took ~300 ms beside a pure-Python
-    busy thread, against <1 ms alone). A child started later counts once it exits and is reaped
-    (its time moves into its parent's children_user/children_system).
-    """
-
-    def __init__(self) -> None:
-        self._process = psutil.Process()
-        self._tree = _process_tree(self._process)
-        self._cpu_times = psutil.cpu_times(percpu=True)
-        self._process_cpu_s = _process_tree_cpu_s(self._tree)
-
-    def read(self, seconds: float) -> dict[str, Any]:
-        cpu_times = psutil.cpu_times(percpu=True)
-        per_cpu = [
-            _busy_percent(_busy_times(before), _busy_times(after))
-            # CPUs may go offline: stop at the shorter list (zip without strict=, which Python 3.9,
-            # the Caffe2 environment's, lacks).
-            for before, after in zip(self._cpu_times, cpu_times)  # noqa: B905
-        ]
-        overall = _busy_percent(_sum_times(self._cpu_times), _sum_times(cpu_times))
-        self._cpu_times = cpu_times
-        process_cpu_s = _process_tree_cpu_s(self._tree)
-        # A child that exits unreaped takes its CPU time with it: never report a negative share.
-        process_percent = max(0.0, process_cpu_s - self._process_cpu_s) / max(seconds, 1e-9) * 100
-        self._process_cpu_s = process_cpu_s
-        return {
-            "cpu_percent": overall,
-            "per_cpu_percent": per_cpu,
-            "cpu_mhz": _cpu_mhz(),
-            "process_cpu_percent": round(process_percent, 1),
-            "process_rss_mb": _process_tree_rss_mb(self._tree),
-            "load_1m": _load_1m(),
-        }
-
-
-class _GpuReader:
-    """NVML readings for a few GPU indices; NVML is started by `open` and stopped by `close`."""
-
-    def __init__(self, nvml: ModuleType | None, handles: list[tuple[int, Any]], error: str | None) -> None:
-        self.nvml = nvml
-        self.handles = handles
-        self.error = error
-        self.reason_names = clock_event_reason_names(nvml) if nvml is not None else {}
-
-    @classmethod
-    def open(cls, indices: Sequence[int]) -> _GpuReader:
-        try:
-            import pynvml
-        except ImportError:
-            return cls(None, [], "nvidia-ml-py is not installed (pip install nvidia-ml-py)")
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as exc:
-            log.warning("GPUs not sampled: NVML did not start: %s", exc)
-            return cls(None, [], f"NVML did not start: {exc}")
-        handles, failed = [], []
-        for index in indices:
-            try:
-                handles.append((index, pynvml.nvmlDeviceGetHandleByIndex(index)))
-            except pynvml.NVMLError as exc:
-                failed.append(f"GPU {index}: {exc}")
-        if failed:
-            log.warning("GPUs not sampled: %s", "; ".join(failed))
-        return cls(pynvml, handles, "; ".join(failed) or None)
-
-    def close(self) -> None:
-        if self.nvml is None:
-            return
-        try:
-            self.nvml.nvmlShutdown()
-        except self.nvml.NVMLError as exc:
-            log.warning("NVML shutdown failed: %s", exc)
-        self.nvml = None
-
-    def read(self) -> list[tuple[int, dict[str, Any]]]:
-        return [(index, self._read_one(index, handle)) for index, handle in self.handles]
-
-    def _read_one(self, index: int, handle: Any) -> dict[str, Any]:
-        nvml = self.nvml
-        assert nvml is not None
-        failed: list[str] = []
-
-        def call(fields: Sequence[str], read: Callable[[], Any]) -> Any:
-            try:
-                return read()
-            except nvml.NVMLError:
-                failed.extend(fields)
-                return None
-
-        utilization = call(
-            ["utilization_gpu", "utilization_memory"], lambda: nvml.nvmlDeviceGetUtilizationRates(handle)
-        )
-        memory = call(["memory_used_mb", "memory_total_mb"], lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
-        power_mw = call(["power_w"], lambda: nvml.nvmlDeviceGetPowerUsage(handle))
-        processes = call(["processes"], lambda: nvml.nvmlDeviceGetComputeRunningProcesses(handle))
-        reasons = call(["throttle_reasons"], lambda: self._clock_event_reasons(handle))
-        reading: dict[str, Any] = {
-            "kind": "gpu",
-            "gpu_index": index,
-            "utilization_gpu": None if utilization is None else int(utilization.gpu),
-            "utilization_memory": None if utilization is None else int(utilization.memory),
-            "memory_used_mb": None if memory is None else round(memory.used / MEBIBYTE, 1),
-            "memory_total_mb": None if memory is None else round(memory.total / MEBIBYTE, 1),
-            "power_w": None if power_mw is None else round(power_mw / 1000, 3),
-            "sm_clock_mhz": call(
-                ["sm_clock_mhz"], lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)
-            ),
-            "memory_clock_mhz": call(
-                ["memory_clock_mhz"], lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM)
-            ),
-            "temperature_c": call(
-                ["temperature_c"], lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)
-            ),
-            "throttle_reasons": None
-            if reasons is None
-            else decode_clock_event_reasons(reasons, self.reason_names),
-            "processes": None if processes is None else len(processes),
-        }
-        if failed:
-            reading["nvml_errors"] = failed
-        return reading
-
-    def _clock_event_reasons(self, handle: Any) -> int:
-        nvml = self.nvml
-        assert nvml is not None
-        error = None
-        # Drivers before 535 lack the "Event" entry point even where nvidia-ml-py has it.
-        for name in _REASON_FUNCTIONS:
-            function = getattr(nvml, name, None)
-            if function is None:
-                continue
-            try:
-                return int(function(handle))
-            except nvml.NVMLError as exc:
-                error = exc
-        raise (
-            error if error is not None else nvml.NVMLError(getattr(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", 13))
-        )
-
-
-def decode_clock_event_reasons(mask: int, names: dict[int, str]) -> list[str]:
-    """The names of the bits set in an NVML clock event (throttle) reasons mask, lowest bit first.
-
-    Args:
-        mask: the bitmask from nvmlDeviceGetCurrentClocksEventReasons (or ...ThrottleReasons).
-        names: bit value -> name, as read from nvidia-ml-py's constants.
-
-    Returns:
-        Names such as "SwPowerCap"; a bit nvidia-ml-py does not name appears as its hex value.
-    """
-    reasons = []
-    bit = 1
-    while bit <= mask:
-        if mask & bit:
-            reasons.append(names.get(bit, f"0x{bit:x}"))
-        bit <<= 1
-    return reasons
-
-
 def summarize_samples(spans: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """What the hardware did during a pass, from its HARDWARE sample spans (other spans are ignored).
 
@@ -415,90 +239,3 @@ def _weighted_mean(spans: list[dict[str, Any]], field: str) -> float | None:
 def _extreme(spans: list[dict[str, Any]], field: str, pick: Callable[[list[float]], float]) -> float | None:
     values = [span["attributes"][field] for span in spans if span["attributes"].get(field) is not None]
     return pick(values) if values else None
-
-
-def clock_event_reason_names(nvml: ModuleType) -> dict[int, str]:
-    """Bit value -> reason name, from an nvidia-ml-py module's clock event (and throttle) constants.
-
-    Args:
-        nvml: the `pynvml` module.
-
-    Returns:
-        E.g. {1: "GpuIdle", 4: "SwPowerCap", 512: "BoardLimit", ...}.
-    """
-    names: dict[int, str] = {}
-    for prefix in _REASON_PREFIXES:
-        # Sorted, so of two names for one bit the current one wins over its deprecated alias
-        # (ApplicationsClocksSetting before UserDefinedClocks).
-        for attribute in sorted(name for name in dir(nvml) if name.startswith(prefix)):
-            value = getattr(nvml, attribute)
-            # Single bits only: leaves out the None (0) and All (every bit) masks.
-            if isinstance(value, int) and value > 0 and value & (value - 1) == 0:
-                names.setdefault(value, attribute[len(prefix) :])
-    return names
-
-
-def _busy_times(times: Any) -> tuple[float, float]:
-    """(busy, total) seconds of a psutil cpu_times reading, counted as psutil.cpu_percent does."""
-    # Linux counts guest time inside user and nice already; iowait is idle waiting on a disk.
-    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
-    idle = times.idle + getattr(times, "iowait", 0.0)
-    return total - idle, total
-
-
-def _busy_percent(before: tuple[float, float], after: tuple[float, float]) -> float:
-    """The busy share, 0-100, between two (busy, total) readings."""
-    elapsed = after[1] - before[1]
-    if elapsed <= 0:
-        return 0.0
-    return round(min(100.0, max(0.0, (after[0] - before[0]) / elapsed * 100)), 1)
-
-
-def _sum_times(per_cpu: list[Any]) -> tuple[float, float]:
-    pairs = [_busy_times(times) for times in per_cpu]
-    return sum(busy for busy, _ in pairs), sum(total for _, total in pairs)
-
-
-def _process_tree(process: psutil.Process) -> list[psutil.Process]:
-    try:
-        return [process, *process.children(recursive=True)]
-    except psutil.Error:
-        return [process]
-
-
-def _process_tree_cpu_s(tree: list[psutil.Process]) -> float:
-    seconds = 0.0
-    for member in tree:
-        try:
-            times = member.cpu_times()
-        except psutil.Error:
-            continue
-        # children_* hold reaped children, so a child's time stays counted after it exits.
-        seconds += times.user + times.system + times.children_user + times.children_system
-    return seconds
-
-
-def _process_tree_rss_mb(tree: list[psutil.Process]) -> float | None:
-    total = 0
-    for position, member in enumerate(tree):
-        try:
-            total += member.memory_info().rss
-        except psutil.Error:
-            if position == 0:
-                return None
-    return round(total / MEBIBYTE, 1)
-
-
-def _cpu_mhz() -> float | None:
-    try:
-        frequency = psutil.cpu_freq()
-    except (psutil.Error, OSError, NotImplementedError):
-        return None
-    return round(float(frequency.current), 1) if frequency is not None and frequency.current else None
-
-
-def _load_1m() -> float | None:
-    try:
-        return round(float(psutil.getloadavg()[0]), 2)
-    except (psutil.Error, OSError, AttributeError):
-        return None

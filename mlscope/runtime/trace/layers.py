@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mlscope.runtime.trace.spans import Tracer, new_span_id
+from mlscope.runtime.trace.profiled import ProfiledPass, pass_attributes
+from mlscope.runtime.trace.spans import new_span_id
 
 __all__ = ["LayerRecorder"]
 
@@ -17,9 +18,8 @@ class LayerRecorder:
     """Turns `before`/`after` calls from layer hooks into FRAMEWORK layer spans.
 
     Args:
-        tracer: records the spans, on its clock.
-        parent_id: the pass's span, parent of the inference spans.
-        batch_size: samples per inference, an attribute of every span.
+        profiled: the tracer (records the spans, on its clock), the pass's span (parent of the
+            inference spans), the batch size (an attribute of every span) and the traced inferences.
         shapes: the shapes (lists of ints) of a hook's inputs or outputs.
         synchronize: waits for the device's queued work, so a layer's span covers its work (on a
             GPU, or MXNet's asynchronous engine); default: nothing to wait for.
@@ -27,19 +27,18 @@ class LayerRecorder:
 
     def __init__(
         self,
-        tracer: Tracer,
+        profiled: ProfiledPass,
         *,
-        parent_id: str,
-        batch_size: int,
         shapes: Callable[[Any], list[list[int]]],
         synchronize: Callable[[], None] = lambda: None,
     ) -> None:
-        self.tracer = tracer
-        self.parent_id = parent_id
-        self.base = {"pass": "FRAMEWORK", "batch_size": batch_size}
+        self.profiled = profiled
+        self.tracer = profiled.tracer
+        self.parent_id = profiled.parent_id
+        self.base = pass_attributes("FRAMEWORK", profiled.batch_size)
         self.shapes = shapes
         self.synchronize = synchronize
-        self._inference = parent_id
+        self._inference = self.parent_id
         self._index = 0
         self._open: list[tuple[int, list[list[int]]]] = []
 
@@ -65,9 +64,9 @@ class LayerRecorder:
         self._index += 1
         self.tracer.add(path, "FRAMEWORK", start, end, parent_id=self._inference, attributes=attributes)
 
-    def inferences(self, run: Callable[[], Any], iterations: int) -> None:
-        """Run `iterations` traced inferences, each a MODEL span "inference" holding its layers."""
-        for iteration in range(iterations):
+    def inferences(self, run: Callable[[], Any]) -> None:
+        """Run the pass's traced inferences, each a MODEL span "inference" holding its layers."""
+        for iteration in range(self.profiled.iterations):
             self._inference = new_span_id()
             self._index = 0
             self._open.clear()

@@ -14,6 +14,7 @@ from mlscope.runtime.measure import MeasureSettings
 from mlscope.runtime.measure.scenarios import Measurement
 from mlscope.runtime.predictors.base import Predictor
 from mlscope.runtime.trace.hardware import HardwareSampler, summarize_samples
+from mlscope.runtime.trace.profiled import ProfiledPass, pass_attributes
 from mlscope.runtime.trace.spans import Tracer
 
 __all__ = ["PROFILED_LEVELS", "add_model_spans", "run_traced_passes"]
@@ -77,17 +78,17 @@ def run_traced_passes(
             continue
         for batch_size in batch_sizes:
             batch = batches(batch_size)
-            with tracer.span(f"profile {level}", **{"pass": level, "batch_size": batch_size}) as attributes:
+            with tracer.span(f"profile {level}", **pass_attributes(level, batch_size)) as attributes:
                 assert attributes is not None
-                supported = predictor.trace_pass(
+                profiled = ProfiledPass(
                     level,
-                    batch,
-                    tracer=tracer,
+                    tracer,
                     parent_id=tracer.current_id,
                     batch_size=batch_size,
                     iterations=settings.trace_iterations,
                     warmup=settings.trace_warmup,
                 )
+                supported = predictor.trace_pass(profiled, batch)
                 attributes["supported"] = supported
                 if not supported:
                     attributes["note"] = f"{predictor.NAME} has no {level} profiler in mlscope"
@@ -95,7 +96,8 @@ def run_traced_passes(
         return
     for batch_size in batch_sizes:
         batch = batches(batch_size)
-        with tracer.span("profile HARDWARE", **{"pass": "HARDWARE", "batch_size": batch_size}) as attributes:
+        common = pass_attributes("HARDWARE", batch_size)
+        with tracer.span("profile HARDWARE", **common) as attributes:
             assert attributes is not None
             first = len(tracer.spans)
             inferences = 0
@@ -104,7 +106,7 @@ def run_traced_passes(
                 parent_id=tracer.current_id,
                 interval_s=settings.hardware_interval_s,
                 gpu_indices=gpu_indices,
-                attributes={"pass": "HARDWARE", "batch_size": batch_size},
+                attributes=common,
             ):
                 deadline = time.perf_counter() + settings.hardware_seconds
                 while time.perf_counter() < deadline:

@@ -35,7 +35,7 @@ from mlscope.contract.job import Job
 from mlscope.contract.manifest import parse_manifest
 from mlscope.contract.settings import Settings
 from mlscope.runtime.execute import Emit
-from mlscope.runtime.frameworks import FrameworkSpec
+from mlscope.runtime.frameworks import FrameworkSpec, get_framework
 from mlscope.runtime.predictors.base import PredictorError, PredictorOptions
 from mlscope.workers.runners.base import Outcome, Runner
 from mlscope.workers.runners.process import ProcessRunner
@@ -420,28 +420,16 @@ def _failed(type_: str, message: str, phase: str) -> Outcome:
 
 
 def _prefetch(job: Job, cache_dir: Path, deadline: float) -> tuple[Path, ...]:
-    """Make on the host what the container cannot (it has no network and maybe no torch).
-
-    Returns:
-        Host files the manifest names that the container must see (mounted read-only).
-
-    Raises:
-        PredictorError: a file is missing or an export failed.
-        subprocess.TimeoutExpired: the export ran past the job's time limit.
-    """
+    """Make on the host what the container cannot (it has no network and maybe no exporter), by the
+    framework's hook: returns and raises as `FrameworkSpec.prefetch_on_host` (the time limit is what
+    is left of the job's)."""
     cache_dir.mkdir(parents=True, exist_ok=True)
-    if job.framework != "onnxruntime":
-        return ()
-    manifest = parse_manifest(job.manifest, origin=job.origin)
-    if manifest.source.kind == "onnx":
-        from mlscope.runtime.predictors.files import local_file
-
-        return (local_file(manifest.source.target, manifest.source.options.get("sha256")).resolve(),)
-    from mlscope.runtime.predictors.export import exported_graph
-
-    seed = PredictorOptions.from_dict(job.options).seed
-    exported_graph(manifest, cache_dir, seed=seed, timeout_s=max(deadline - time.monotonic(), 0.1))
-    return ()
+    return get_framework(job.framework).prefetch_on_host(
+        parse_manifest(job.manifest, origin=job.origin),
+        PredictorOptions.from_dict(job.options),
+        cache_dir,
+        timeout_s=max(deadline - time.monotonic(), 0.1),
+    )
 
 
 def _read_final(path: Path) -> dict[str, Any] | None:

@@ -11,9 +11,9 @@ import numpy as np
 import torch
 
 from mlscope.runtime.predictors.base import Predictor, PredictorError
-from mlscope.runtime.predictors.torch_models import build_module
-from mlscope.runtime.trace.spans import Tracer
-from mlscope.runtime.trace.torch_profile import layer_pass, operator_pass
+from mlscope.runtime.predictors.pytorch.models import build_module
+from mlscope.runtime.predictors.pytorch.profile import layer_pass, operator_pass
+from mlscope.runtime.trace.profiled import ProfiledPass
 
 __all__ = ["CudaEventTimer", "PyTorchPredictor"]
 
@@ -91,17 +91,7 @@ class PyTorchPredictor(Predictor):
             torch.cuda.synchronize(self._device)
         return outputs
 
-    def trace_pass(
-        self,
-        level: str,
-        batch: Any,
-        *,
-        tracer: Tracer,
-        parent_id: str,
-        batch_size: int,
-        iterations: int,
-        warmup: int,
-    ) -> bool:
+    def trace_pass(self, profiled: ProfiledPass, batch: Any) -> bool:
         """FRAMEWORK: leaf-module hooks; LIBRARY: torch.profiler, with Python stacks at FULL."""
         model, device = self._model, self._device
         assert model is not None and device is not None, "load() first"
@@ -109,19 +99,11 @@ class PyTorchPredictor(Predictor):
         def run() -> Any:
             return self.predict(batch)
 
-        common = {
-            "device": device,
-            "tracer": tracer,
-            "parent_id": parent_id,
-            "batch_size": batch_size,
-            "iterations": iterations,
-            "warmup": warmup,
-        }
-        if level == "FRAMEWORK":
-            layer_pass(model, run, **common)
+        if profiled.level == "FRAMEWORK":
+            layer_pass(model, run, profiled, device=device)
             return True
-        if level == "LIBRARY":
-            operator_pass(model, run, **common, with_stack=tracer.level == "FULL")
+        if profiled.level == "LIBRARY":
+            operator_pass(model, run, profiled, device=device, with_stack=profiled.tracer.level == "FULL")
             return True
         return False
 

@@ -28,8 +28,8 @@ import mxnet as mx  # noqa: E402
 import numpy as np  # noqa: E402
 
 from mlscope.runtime.predictors.base import Predictor, PredictorError  # noqa: E402
-from mlscope.runtime.trace.mx_profile import layer_pass, operator_pass  # noqa: E402
-from mlscope.runtime.trace.spans import Tracer  # noqa: E402
+from mlscope.runtime.predictors.mxnet.profile import layer_pass, operator_pass  # noqa: E402
+from mlscope.runtime.trace.profiled import ProfiledPass  # noqa: E402
 
 __all__ = ["MXNetPredictor", "openmp_threads"]
 
@@ -154,19 +154,9 @@ class MXNetPredictor(Predictor):
             output.wait_to_read()
         return outputs
 
-    def trace_pass(
-        self,
-        level: str,
-        batch: Any,
-        *,
-        tracer: Tracer,
-        parent_id: str,
-        batch_size: int,
-        iterations: int,
-        warmup: int,
-    ) -> bool:
+    def trace_pass(self, profiled: ProfiledPass, batch: Any) -> bool:
         """FRAMEWORK: leaf Gluon blocks by hooks; LIBRARY: `mx.profiler` operators. Both run the network
-        imperatively (a hybridized graph hides its blocks; see workers/trace/mx_profile.py) and
+        imperatively (a hybridized graph hides its blocks; see `mxnet.profile`) and
         hybridize it again afterwards, so later inferences run the measured graph."""
         net = self._net
         assert net is not None, "load() first"
@@ -174,19 +164,11 @@ class MXNetPredictor(Predictor):
         def run() -> Any:
             return self.predict(batch)
 
-        common = {
-            "restore": self._hybridize,
-            "tracer": tracer,
-            "parent_id": parent_id,
-            "batch_size": batch_size,
-            "iterations": iterations,
-            "warmup": warmup,
-        }
-        if level == "FRAMEWORK":
-            layer_pass(net, run, wait_all=mx.nd.waitall, **common)
+        if profiled.level == "FRAMEWORK":
+            layer_pass(net, run, profiled, wait_all=mx.nd.waitall, restore=self._hybridize)
             return True
-        if level == "LIBRARY":
-            operator_pass(net, run, mx=mx, **common)
+        if profiled.level == "LIBRARY":
+            operator_pass(net, run, profiled, mx=mx, restore=self._hybridize)
             return True
         return False
 

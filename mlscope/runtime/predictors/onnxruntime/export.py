@@ -1,7 +1,10 @@
-"""ONNX graphs exported from a manifest's PyTorch source, cached by the manifest's content hash.
+"""The ONNX graph ONNX Runtime runs: the manifest's own file, or one exported from its PyTorch source
+and cached by the manifest's content hash.
 
-The export runs in a child process (`python -m mlscope.runtime.predictors.export`), so the process
-that measures ONNX Runtime never imports PyTorch: its memory, threads and import time stay its own.
+The export runs in a child process (`python -m mlscope.runtime.predictors.onnxruntime.export`), so
+the process that measures ONNX Runtime never imports PyTorch: its memory, threads and import time
+stay its own. Nothing here imports onnxruntime: the docker runner makes the graph on the host
+(`prefetch_on_host`, the framework's `host_prefetch`) for a container that has no torch.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ import sys
 from pathlib import Path
 
 from mlscope.contract.manifest import Manifest, parse_manifest
+from mlscope.contract.options import PredictorOptions
 from mlscope.runtime.predictors.base import PredictorError
+from mlscope.runtime.predictors.files import local_file
 
-__all__ = ["OPSET", "export_onnx", "exported_graph"]
+__all__ = ["OPSET", "export_onnx", "exported_graph", "onnx_graph", "prefetch_on_host"]
 
 OPSET = 17
 
@@ -50,7 +55,7 @@ def exported_graph(manifest: Manifest, cache_dir: Path, seed: int = 0, timeout_s
         partial = target.with_suffix(f".{os.getpid()}.partial")
         document = json.dumps({"manifest": manifest.to_dict(), "origin": manifest.origin, "seed": seed})
         completed = subprocess.run(
-            [sys.executable, "-m", "mlscope.runtime.predictors.export", str(partial)],
+            [sys.executable, "-m", "mlscope.runtime.predictors.onnxruntime.export", str(partial)],
             input=document,
             capture_output=True,
             text=True,
@@ -65,13 +70,40 @@ def exported_graph(manifest: Manifest, cache_dir: Path, seed: int = 0, timeout_s
     return target
 
 
+def onnx_graph(manifest: Manifest, cache_dir: Path, seed: int = 0, timeout_s: float = 1800) -> Path:
+    """The graph of the manifest: its own file for an `onnx` source (checked against its SHA-256),
+    else the cached export of its PyTorch source (`exported_graph`).
+
+    Raises:
+        PredictorError: the file is missing or differs, or the export failed.
+    """
+    source = manifest.source
+    if source.kind == "onnx":
+        return local_file(source.target, source.options.get("sha256"))
+    return exported_graph(manifest, cache_dir, seed=seed, timeout_s=timeout_s)
+
+
+def prefetch_on_host(
+    manifest: Manifest, options: PredictorOptions, cache_dir: Path, *, timeout_s: float
+) -> tuple[Path, ...]:
+    """The framework's host prefetch (`FrameworkSpec.host_prefetch`): export the graph into the
+    cache a container mounts, or name the manifest's own graph file, which it must see read-only.
+
+    Raises:
+        PredictorError: the file is missing or the export failed.
+        subprocess.TimeoutExpired: the export ran past `timeout_s`.
+    """
+    graph = onnx_graph(manifest, cache_dir, seed=options.seed, timeout_s=timeout_s)
+    return (graph.resolve(),) if manifest.source.kind == "onnx" else ()
+
+
 def export_onnx(manifest: Manifest, path: Path, seed: int = 0) -> None:
     """Export the manifest's PyTorch model to ONNX at `path`, batch dimension dynamic."""
     import numpy as np
     import torch
 
     from mlscope.runtime.predictors.inputs import synthetic_batch
-    from mlscope.runtime.predictors.torch_models import build_module
+    from mlscope.runtime.predictors.pytorch.models import build_module
 
     model = build_module(manifest, seed=seed)
     arrays = synthetic_batch(manifest, 1, np.random.default_rng(seed))

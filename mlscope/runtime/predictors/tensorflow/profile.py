@@ -4,95 +4,55 @@ pass's Keras layer spans and the LIBRARY pass's operator spans (and, on a GPU, r
 kernels).
 
 Importing this module imports no TensorFlow: `capture_xspace` imports it when it runs, and the
-converter never does, so it is tested, and reusable on a saved profile, anywhere.
-
-The XSpace (tsl/profiler/protobuf/xplane.proto; in TF 2.21 the Python classes are
-`tensorflow.tsl.profiler.protobuf.xplane_pb2`), as the converter takes it: the message turned into
-a dict by `google.protobuf.json_format.MessageToDict(space, preserving_proto_field_name=True)`, so
-64-bit integers are strings, map keys are strings and fields at their default value (0, "") are
-absent. What TF 2.21 (tensorflow-cpu) wrote for Keras ResNet-50 and MobileNetV2 in a `tf.function`:
-
-- "planes": "/host:CPU" (the host tracer), "Task Environment" (plane stats "profile_start_time"
-  and "profile_stop_time": uint64 epoch ns), and with a GPU "/device:GPU:<n>" (CUPTI activity, one
-  line per stream named "Stream #<id>(Kernel,...)") and "/host:CUPTI" (driver API calls such as
-  cuLaunchKernel on lines "Host Threads/<tid>"). Each plane has "event_metadata" and
-  "stat_metadata" maps (id -> {"id", "name", "display_name"}) and "lines".
-- A line has "id", "name" ("python", "tf_Compute/<id>" for the inter-op pool, "tf_numa_-1_Eigen/..."
-  for the intra-op pool), "timestamp_ns" and "events". An event has "metadata_id", "offset_ps"
-  (from the line's timestamp), "duration_ps" and "stats" ([{"metadata_id", one of "int64_value",
-  "uint64_value", "double_value", "str_value", "ref_value" (a stat_metadata id whose name is the
-  value)}]). The profiler normalises line timestamps to "profile_start_time" (the lines said
-  13347 ns), so an event starts at profile_start_time + timestamp_ns + offset_ps / 1000 (epoch ns).
-- A TF op executed is an event whose metadata "name" is "<node name>:<op type>" and
-  "display_name" the op type: "resnet50_1/conv1_conv_1/convolution:_MklNativeFusedConv2D". The
-  node names are the function graph's (grappler keeps a node's name when it rewrites its type;
-  nodes it adds are named inside the same scope, "…/conv2_block1_add_1/ArithmeticOptimizer/
-  AddOpsRewrite_Add"). Keras 3 puts each layer's ops in a name scope of the layer's name, which
-  the function graph made unique with a suffix: layer "conv1_conv" ran as scope "conv1_conv_1",
-  the model "resnet50" as "resnet50_1". Ops run on several threads at once (the executor's
-  inter-op pool), and ops that depend on weights only (ReadVariableOp; BatchNormalization's
-  rsqrt(variance + ε)·γ) run whenever a thread is free, often right at the function's start.
-  Op events carry no shapes. oneDNN primitives below an op are not events. Ops the executor has
-  learnt are cheap (its cost estimate: ReadVariableOp, Rsqrt, Sub after a few hundred runs of the
-  function; all of them are in the first runs) are traced at TraceMe level 3 only, and the host
-  tracer records level 2 (a MobileNetV2 inference had 262 op events after 8 runs, 201 after 200), so
-  the LIBRARY pass shows the ops that cost time, not every node.
-- `tf.profiler.experimental.Trace(name)` records an event "name" on the calling thread's line
-  ("python"): `capture_xspace` wraps each traced inference in "mlscope.inference#<i>".
-- GPU events (not recorded here: this machine has no GPU; shapes from TF/XLA's
-  backends/profiler/gpu/cupti_collector.cc): a kernel is named by its demangled name, with stats
-  "correlation_id" (shared with its launch on "/host:CUPTI"), "kernel_details" (a string holding
-  "grid:x,y,z block:x,y,z"), "tf_op" (the "<node name>:<op type>" that launched it), copies
-  "memcpy_details", fills "memset_details".
+converter never does, so it is tested, and reusable on a saved profile, anywhere. What the XSpace
+holds, and how Keras names the ops of its layers: `xspace`.
 """
 
 from __future__ import annotations
 
 import re
-import statistics
 import tempfile
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mlscope.runtime.trace.spans import Clock, nest_by_containment, new_span_id
+from mlscope.runtime.predictors.tensorflow.xspace import (
+    INFERENCE_ANNOTATION,
+    OP_EVENT,
+    ProfileEvents,
+    XEvent,
+    as_int,
+)
+from mlscope.runtime.trace.profiled import ProfiledPass
+from mlscope.runtime.trace.spans import nest_by_containment, new_span_id
 
 __all__ = ["INFERENCE_ANNOTATION", "PROFILE_LEVELS", "capture_xspace", "layer_scopes", "xspace_to_spans"]
 
-INFERENCE_ANNOTATION = "mlscope.inference#"
 # The passes this converter serves.
 PROFILE_LEVELS = ("FRAMEWORK", "LIBRARY")
 
-_OP_EVENT = re.compile(r"(?P<node>[^:\s]+):(?P<type>[A-Za-z_][A-Za-z0-9_]*)")
 _UNIQUE_SUFFIX = re.compile(r"(?P<base>.+)_\d+")
-_GPU_PLANE = re.compile(r"/device:GPU:(?P<ordinal>\d+)")
 _STREAM = re.compile(r"Stream #(?P<id>\d+)")
 _GRID = re.compile(r"grid:(\d+),(\d+),(\d+)")
 _BLOCK = re.compile(r"block:(\d+),(\d+),(\d+)")
-_STAT_VALUES = ("int64_value", "uint64_value", "double_value", "str_value", "bytes_value")
 
 
 # -- Capture (imports TensorFlow when called) -----------------------------------------------------
 
 
-def capture_xspace(
-    run: Callable[[], Any], *, iterations: int, warmup: int, clock: Clock
-) -> tuple[dict[str, Any], list[int]]:
-    """Profile `iterations` inferences (after `warmup` unprofiled ones) with TF's profiler.
+def capture_xspace(run: Callable[[], Any], profiled: ProfiledPass) -> tuple[dict[str, Any], list[int]]:
+    """Profile the pass's traced inferences (after its warm-up ones, unprofiled) with TF's profiler.
 
     Each traced inference is wrapped in a `Trace("mlscope.inference#<i>")` annotation, and the
-    clock is read right before it, so the converter can put the profiler's times on that clock.
+    tracer's clock is read right before it, so the converter can put the profiler's times on that
+    clock.
 
     Args:
         run: one inference, returning when its results are ready.
-        iterations: traced inferences.
-        warmup: inferences before the profiler starts.
-        clock: the tracer's clock.
+        profiled: the inference counts, and the tracer whose clock is read.
 
     Returns:
-        The XSpace as a dict (this module's docstring), and the clock's reading before each
-        traced inference.
+        The XSpace as a dict (see `xspace`), and the clock's reading before each traced inference.
 
     Raises:
         RuntimeError: the profiler wrote no XSpace.
@@ -101,8 +61,8 @@ def capture_xspace(
     from google.protobuf.json_format import MessageToDict
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-    for _ in range(warmup):
-        run()
+    clock = profiled.tracer.clock
+    profiled.warm_up(run)
     readings: list[int] = []
     with tempfile.TemporaryDirectory(prefix="mlscope-tf-profile-") as folder:
         # No ProfilerOptions: TF 2.21 ignores every level passed (the session logs "host_tracer_level
@@ -110,7 +70,7 @@ def capture_xspace(
         # host level 2, no Python tracer, the device tracer on.
         tf.profiler.experimental.start(folder)
         try:
-            for iteration in range(iterations):
+            for iteration in range(profiled.iterations):
                 readings.append(clock.now())
                 with tf.profiler.experimental.Trace(f"{INFERENCE_ANNOTATION}{iteration}"):
                     run()
@@ -163,129 +123,11 @@ def layer_scopes(scopes: Collection[str], layer_names: Collection[str]) -> dict[
 # -- The converter (pure) -------------------------------------------------------------------------
 
 
-@dataclass
-class _Event:
-    """One XEvent with its times on the profiler's clock (epoch ns, before the shift)."""
-
-    name: str
-    display_name: str
-    start_ns: int
-    end_ns: int
-    line_id: int
-    line_name: str
-    stats: dict[str, Any] = field(default_factory=dict)
-    node: str = ""  # a TF op's node name and type, from its name "<node>:<type>"
-    op_type: str = ""
-
-
-def _int(value: Any, default: int = 0) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
-
-
-def _stat_value(stat: Mapping[str, Any], stat_names: Mapping[str, str]) -> Any:
-    if "ref_value" in stat:
-        return stat_names.get(str(stat["ref_value"]), "")
-    for key in _STAT_VALUES:
-        if key in stat:
-            return stat[key]
-    return 0  # a field at its default value is absent from the dict
-
-
-def _stats(stats: Sequence[Mapping[str, Any]], stat_names: Mapping[str, str]) -> dict[str, Any]:
-    return {stat_names.get(str(s.get("metadata_id", 0)), ""): _stat_value(s, stat_names) for s in stats}
-
-
-def _profile_start_ns(xspace: Mapping[str, Any]) -> int:
-    """The "profile_start_time" stat of the "Task Environment" plane, 0 when absent."""
-    for plane in xspace.get("planes", []):
-        names = {key: meta.get("name", "") for key, meta in (plane.get("stat_metadata") or {}).items()}
-        start = _stats(plane.get("stats", []), names).get("profile_start_time")
-        if start is not None:
-            return _int(start)
-    return 0
-
-
-def _plane_events(plane: Mapping[str, Any], base_ns: int) -> Iterator[_Event]:
-    metadata = plane.get("event_metadata") or {}
-    stat_names = {key: meta.get("name", "") for key, meta in (plane.get("stat_metadata") or {}).items()}
-    for line in plane.get("lines", []):
-        line_start = base_ns + _int(line.get("timestamp_ns"))
-        for event in line.get("events", []):
-            meta = metadata.get(str(event.get("metadata_id", 0))) or {}
-            start = line_start + round(_int(event.get("offset_ps")) / 1000)
-            yield _Event(
-                name=str(meta.get("name", "")),
-                display_name=str(meta.get("display_name", "")),
-                start_ns=start,
-                end_ns=start + round(_int(event.get("duration_ps")) / 1000),
-                line_id=_int(line.get("id")),
-                line_name=str(line.get("name", "")),
-                stats=_stats(event.get("stats", []), stat_names),
-            )
-
-
-def _iteration(name: str) -> int | None:
-    suffix = name[len(INFERENCE_ANNOTATION) :] if name.startswith(INFERENCE_ANNOTATION) else ""
-    return int(suffix) if suffix.isdigit() else None
-
-
 def _shapes(shapes: Any, batch_size: int) -> list[list[int]] | None:
     """Keras shapes with the batch axis unknown ([[None, 7, 7, 2048]]) for this batch size."""
     if not isinstance(shapes, list):
         return None
     return [[batch_size if dim is None else int(dim) for dim in shape] for shape in shapes]
-
-
-class _Converter:
-    """The state of one conversion: the events of an XSpace, on the tracer's clock, by kind."""
-
-    def __init__(self, xspace: Mapping[str, Any], readings: Sequence[int] | None) -> None:
-        base_ns = _profile_start_ns(xspace)
-        self.annotations: dict[int, _Event] = {}
-        self.ops: list[_Event] = []
-        self.launches: list[_Event] = []
-        self.device: list[tuple[_Event, str]] = []
-        for plane in xspace.get("planes", []):
-            name = str(plane.get("name", ""))
-            gpu = _GPU_PLANE.fullmatch(name)
-            for event in _plane_events(plane, base_ns):
-                if gpu is not None:
-                    self.device.append((event, f"cuda:{gpu['ordinal']}"))
-                elif not name.startswith("/host:"):
-                    continue
-                elif (iteration := _iteration(event.name)) is not None:
-                    self.annotations.setdefault(iteration, event)
-                elif op := _OP_EVENT.fullmatch(event.name):
-                    event.node, event.op_type = op["node"], event.display_name or op["type"]
-                    self.ops.append(event)
-                elif "correlation_id" in event.stats:
-                    self.launches.append(event)
-        shift = self._shift(readings or ())
-        for event in self._all_events():
-            event.start_ns += shift
-            event.end_ns += shift
-
-    def _all_events(self) -> Iterator[_Event]:
-        yield from self.annotations.values()
-        yield from self.ops
-        yield from self.launches
-        yield from (event for event, _ in self.device)
-
-    def _shift(self, readings: Sequence[int]) -> int:
-        """The median of (caller's reading - profiler's start) over the traced inferences.
-
-        The median, not the mean: one inference delayed between the reading and the annotation
-        (a page fault, a context switch) must not move every span.
-        """
-        offsets = [
-            reading - self.annotations[i].start_ns
-            for i, reading in enumerate(readings)
-            if i in self.annotations
-        ]
-        return round(statistics.median(offsets)) if offsets else 0
 
 
 def xspace_to_spans(
@@ -343,7 +185,7 @@ def xspace_to_spans(
     """
     if level not in PROFILE_LEVELS:
         raise ValueError(f"level {level!r} is not one of {', '.join(PROFILE_LEVELS)}")
-    converted = _Converter(xspace, inference_starts_ns)
+    converted = ProfileEvents(xspace, inference_starts_ns)
     layers = layers or {}
     scopes = {part for op in converted.ops for part in op.node.split("/")[:-1]}
     build = _Builder(
@@ -387,7 +229,7 @@ class _Builder:
             "attributes": {**self.common, **attributes},
         }
 
-    def inference(self, parent_id: str, annotation: _Event, iteration: int) -> None:
+    def inference(self, parent_id: str, annotation: XEvent, iteration: int) -> None:
         attributes = {"iteration": iteration}
         span = self.span(parent_id, "inference", "MODEL", annotation.start_ns, annotation.end_ns, attributes)
         self.inferences.append(span)
@@ -407,13 +249,13 @@ class _Builder:
 
     def layers(
         self,
-        ops: Sequence[_Event],
+        ops: Sequence[XEvent],
         layers: Mapping[str, Mapping[str, Any]],
         parameter_ops: Collection[str],
         batch_size: int,
     ) -> None:
         """One layer span per (inference, layer) over the layer's ops (see `xspace_to_spans`)."""
-        grouped: dict[tuple[int, str], list[tuple[_Event, bool]]] = {}
+        grouped: dict[tuple[int, str], list[tuple[XEvent, bool]]] = {}
         for op in ops:
             index, layer = self.inference_at(op.start_ns), self.layer_of(op.node)
             if index is not None and layer is not None:
@@ -437,7 +279,7 @@ class _Builder:
             for layer_index, span in enumerate(spans):
                 span["attributes"]["layer_index"] = layer_index
 
-    def operators(self, converted: _Converter) -> None:
+    def operators(self, converted: ProfileEvents) -> None:
         """The LIBRARY pass's operator, runtime and device spans (see `xspace_to_spans`)."""
         operators: list[dict[str, Any]] = []
         by_node: dict[str, list[dict[str, Any]]] = {}
@@ -464,7 +306,7 @@ class _Builder:
             index = self.inference_at(launch.start_ns)
             if index is None:
                 continue
-            correlation = _int(launch.stats.get("correlation_id"))
+            correlation = as_int(launch.stats.get("correlation_id"))
             launch_times[correlation] = launch.start_ns
             parent = _innermost(launch.start_ns, operators) or self.inferences[index]
             attributes = {"kind": "runtime", "correlation": correlation, "thread": launch.line_id}
@@ -475,12 +317,12 @@ class _Builder:
 
         for event, device in converted.device:
             kind = _device_kind(event)
-            correlation = _int(event.stats.get("correlation_id"), default=-1)
+            correlation = as_int(event.stats.get("correlation_id"), default=-1)
             launched_at = launch_times.get(correlation, event.start_ns)
             index = self.inference_at(launched_at)
             if kind is None or index is None:
                 continue
-            tf_op = _OP_EVENT.fullmatch(str(event.stats.get("tf_op", "")))
+            tf_op = OP_EVENT.fullmatch(str(event.stats.get("tf_op", "")))
             candidates = by_node.get(tf_op["node"], []) if tf_op else []
             # The run of the op that launched it: around the launch, else the last one before it.
             launcher = _innermost(launched_at, candidates) or next(
@@ -512,7 +354,7 @@ def _innermost(time_ns: int, candidates: Sequence[dict[str, Any]]) -> dict[str, 
     return min(around, key=lambda s: s["end_ns"] - s["start_ns"]) if around else None
 
 
-def _device_kind(event: _Event) -> str | None:
+def _device_kind(event: XEvent) -> str | None:
     """ "kernel", "memcpy" or "memset" for device work; None for anything else on a device line."""
     if "memcpy_details" in event.stats:
         return "memcpy"

@@ -40,7 +40,6 @@ from __future__ import annotations
 import atexit
 import json
 import shutil
-import statistics
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -48,7 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from mlscope.runtime.trace.layers import LayerRecorder
-from mlscope.runtime.trace.spans import Tracer, make_span, new_span_id
+from mlscope.runtime.trace.profiled import ProfiledPass, clock_offset
+from mlscope.runtime.trace.spans import make_span, new_span_id
 
 __all__ = [
     "DOMAIN",
@@ -134,31 +134,22 @@ def _hooks(
 def layer_pass(
     net: Any,
     run: Callable[[], Any],
+    profiled: ProfiledPass,
     *,
     wait_all: Callable[[], None],
     restore: Callable[[], None],
-    tracer: Tracer,
-    parent_id: str,
-    batch_size: int,
-    iterations: int,
-    warmup: int,
 ) -> None:
     """The FRAMEWORK pass: a span per leaf-block call, inside a MODEL span per inference.
 
     Args:
         net: the Gluon network `run` calls; run imperatively for the pass.
         run: one inference, returning when its outputs are computed.
+        profiled: the tracer, the pass's span, batch size and inference counts (the warm-up ones
+            run imperatively too, without hooks).
         wait_all: waits for every operator MXNet has queued (`mx.nd.waitall`).
         restore: hybridizes `net` again as it was measured.
-        tracer: records the spans, on its clock.
-        parent_id: the pass's span, parent of the inference spans.
-        batch_size: samples per inference, an attribute of every span.
-        iterations: traced inferences.
-        warmup: untraced inferences first (imperative too, without hooks).
     """
-    recorder = LayerRecorder(
-        tracer, parent_id=parent_id, batch_size=batch_size, shapes=_shapes, synchronize=wait_all
-    )
+    recorder = LayerRecorder(profiled, shapes=_shapes, synchronize=wait_all)
 
     def before(path: str, block: Any, inputs: Any) -> None:
         recorder.before(inputs)
@@ -167,10 +158,9 @@ def layer_pass(
         recorder.after(path, type(block).__name__, outputs)
 
     with _imperative(net, restore):
-        for _ in range(warmup):
-            run()
+        profiled.warm_up(run)
         with _hooks(net, before, after):
-            recorder.inferences(run, iterations)
+            recorder.inferences(run)
 
 
 # -- LIBRARY: mx.profiler ---------------------------------------------------------------------
@@ -218,34 +208,23 @@ def read_dump(text: str) -> list[dict[str, Any]]:
 
 
 def operator_pass(
-    net: Any,
-    run: Callable[[], Any],
-    *,
-    mx: Any,
-    restore: Callable[[], None],
-    tracer: Tracer,
-    parent_id: str,
-    batch_size: int,
-    iterations: int,
-    warmup: int,
+    net: Any, run: Callable[[], Any], profiled: ProfiledPass, *, mx: Any, restore: Callable[[], None]
 ) -> None:
-    """The LIBRARY pass: `mx.profiler` around `iterations` imperative inferences, as spans.
+    """The LIBRARY pass: `mx.profiler` around the traced imperative inferences, as spans.
 
     Records MODEL spans "inference" and operator spans (see `mx_profile_to_spans`), shifted onto the
     tracer's clock by the median difference between the tracer's reading at each inference's start
-    and the profiler's.
+    and the profiler's (`clock_offset`).
 
     Args:
         net: the Gluon network `run` calls; run imperatively for the pass.
         run: one inference, returning when its outputs are computed.
+        profiled: the tracer, the pass's span, batch size and inference counts (the warm-up ones
+            run unprofiled).
         mx: the mxnet module of the calling process.
         restore: hybridizes `net` again as it was measured.
-        tracer: records the spans.
-        parent_id: the pass's span, parent of the inference spans.
-        batch_size: samples per inference, an attribute of every span.
-        iterations: traced inferences.
-        warmup: unprofiled inferences first.
     """
+    tracer = profiled.tracer
     profiler = mx.profiler
     path, offset = _dump_file(profiler)
     domain = profiler.Domain(DOMAIN)
@@ -263,13 +242,12 @@ def operator_pass(
 
     readings: dict[int, int] = {}
     with _imperative(net, restore):
-        for _ in range(warmup):
-            run()
+        profiled.warm_up(run)
         mx.nd.waitall()
         profiler.set_state("run")
         try:
             with _hooks(net, before, after):
-                for iteration in range(iterations):
+                for iteration in range(profiled.iterations):
                     task = profiler.Task(domain, f"{INFERENCE_TASK}{iteration}")
                     readings[iteration] = tracer.clock.now()
                     task.start()
@@ -288,14 +266,8 @@ def operator_pass(
         text = handle.read()
     _DUMP["offset"] = offset + len(text.encode("utf-8"))
     events = read_dump(text)
-    starts = mx_inference_starts(events)
-    offsets = [readings[i] - starts[i] for i in readings if i in starts]
-    # Without annotations there is nothing to compare; the profiler's clock is already epoch time.
-    offset_ns = round(statistics.median(offsets)) if offsets else 0
-    tracer.extend(
-        mx_profile_to_spans(
-            events, trace_id=tracer.trace_id, parent_id=parent_id, offset_ns=offset_ns, batch_size=batch_size
-        )
+    profiled.record(
+        mx_profile_to_spans, events, offset_ns=clock_offset(readings, mx_inference_starts(events))
     )
 
 

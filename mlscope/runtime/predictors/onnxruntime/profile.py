@@ -38,10 +38,10 @@ What ORT 1.31.1 (CPU build) writes, found by profiling real sessions:
 from __future__ import annotations
 
 import bisect
-import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from mlscope.runtime.trace.profiled import clock_offset
 from mlscope.runtime.trace.spans import make_span, new_span_id
 
 __all__ = ["PROFILE_LEVELS", "ort_profile_to_spans"]
@@ -200,19 +200,9 @@ def ort_profile_to_spans(
 
 
 def _clock_shift(traced_runs: Sequence[dict[str, Any]], readings: Sequence[int], offset_ns: int) -> int:
-    """The median of (caller's reading - profiler's start) over the traced runs, 0 without readings.
-
-    The median, not the mean: one run delayed by a page fault or a context switch between the
-    reading and ORT's start must not move every span.
-    """
-    if not readings:
-        return 0
-    return round(
-        statistics.median(
-            reading - (offset_ns + int(run["ts"]) * _US)
-            for reading, run in zip(readings, traced_runs, strict=True)
-        )
-    )
+    """The median of (caller's reading - profiler's start) over the traced runs, 0 without readings."""
+    starts = {i: offset_ns + int(run["ts"]) * _US for i, run in enumerate(traced_runs)}
+    return clock_offset(dict(enumerate(readings)), starts)
 
 
 def _node_span(

@@ -1,6 +1,6 @@
 """The TensorFlow predictor: a `tf.keras.applications` architecture with random weights on the
 requested device, called through one `tf.function`, with TF's thread pools, build facts, and the
-FRAMEWORK and LIBRARY trace passes from TF's profiler (see workers/trace/tf_profile.py)."""
+FRAMEWORK and LIBRARY trace passes from TF's profiler (see `profile`)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from mlscope.runtime.predictors.base import Predictor, PredictorError
-from mlscope.runtime.trace.spans import Tracer
-from mlscope.runtime.trace.tf_profile import PROFILE_LEVELS, capture_xspace, xspace_to_spans
+from mlscope.runtime.predictors.tensorflow.profile import PROFILE_LEVELS, capture_xspace, xspace_to_spans
+from mlscope.runtime.trace.profiled import ProfiledPass
 
 __all__ = ["TensorFlowPredictor", "parameter_ops"]
 
@@ -155,18 +155,8 @@ class TensorFlowPredictor(Predictor):
             tf.test.experimental.sync_devices()
         return outputs
 
-    def trace_pass(
-        self,
-        level: str,
-        batch: Any,
-        *,
-        tracer: Tracer,
-        parent_id: str,
-        batch_size: int,
-        iterations: int,
-        warmup: int,
-    ) -> bool:
-        """Profile `warmup` + `iterations` inferences with TF's profiler: FRAMEWORK, one span per
+    def trace_pass(self, profiled: ProfiledPass, batch: Any) -> bool:
+        """Profile the pass's warm-up and traced inferences with TF's profiler: FRAMEWORK, one span per
         Keras layer per inference, grouped from the ops in the layer's name scope; LIBRARY, one span
         per TF op executed and, on a GPU, the driver calls and kernels.
 
@@ -180,20 +170,18 @@ class TensorFlowPredictor(Predictor):
         Returns:
             True for FRAMEWORK and LIBRARY, False (nothing run) for any other level.
         """
-        if level not in PROFILE_LEVELS:
+        if profiled.level not in PROFILE_LEVELS:
             return False
         assert self._function is not None and self._model is not None, "load() first"
         concrete = self._function.get_concrete_function(*batch)
-        xspace, readings = capture_xspace(
-            lambda: self.predict(batch), iterations=iterations, warmup=warmup, clock=tracer.clock
-        )
-        tracer.extend(
+        xspace, readings = capture_xspace(lambda: self.predict(batch), profiled)
+        profiled.tracer.extend(
             xspace_to_spans(
                 xspace,
-                trace_id=tracer.trace_id,
-                parent_id=parent_id,
-                level=level,
-                batch_size=batch_size,
+                trace_id=profiled.tracer.trace_id,
+                parent_id=profiled.parent_id,
+                level=profiled.level,
+                batch_size=profiled.batch_size,
                 inference_starts_ns=readings,
                 layers=self._layer_facts(),
                 parameter_ops=parameter_ops(concrete),

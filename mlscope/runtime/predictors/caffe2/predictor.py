@@ -31,7 +31,7 @@ from mlscope.contract.manifest import Manifest
 from mlscope.runtime.predictors.base import Predictor, PredictorError
 from mlscope.runtime.predictors.files import local_file
 from mlscope.runtime.predictors.inputs import synthetic_batch
-from mlscope.runtime.trace.spans import Tracer
+from mlscope.runtime.trace.profiled import ProfiledPass
 
 __all__ = ["OPSET", "Caffe2Predictor", "build_torchvision_model", "convert_to_caffe2", "nets_dir"]
 
@@ -233,23 +233,13 @@ class Caffe2Predictor(Predictor):
         workspace.RunNet(name)  # a simple net: runs its operators in order and returns when done
         return {blob: workspace.FetchBlob(blob) for blob in self._output_blobs}
 
-    def trace_pass(
-        self,
-        level: str,
-        batch: Any,
-        *,
-        tracer: Tracer,
-        parent_id: str,
-        batch_size: int,
-        iterations: int,
-        warmup: int,
-    ) -> bool:
+    def trace_pass(self, profiled: ProfiledPass, batch: Any) -> bool:
         """LIBRARY: Caffe2's own per-operator timing, `workspace.BenchmarkNet(run_individual=True)`.
 
-        It times `iterations` runs of the whole net after `warmup` ones, then runs each operator
-        on its own `iterations` times, and reports averages, never timestamps. So the pass records
-        ONE inference span standing for an average inference, holding one span per operator with
-        the operator's average duration, laid end to end from the pass's start: attributes
+        It times the pass's `iterations` runs of the whole net after its `warmup` ones, then runs
+        each operator on its own `iterations` times, and reports averages, never timestamps. So the
+        pass records ONE inference span standing for an average inference, holding one span per
+        operator with the operator's average duration, laid end to end from the pass's start: attributes
         `timing: "average"` and `synthetic_timestamps: true` say so on every span. FRAMEWORK
         (layers) has no counterpart in a Caffe2 net: False.
 
@@ -258,21 +248,21 @@ class Caffe2Predictor(Predictor):
         Returns:
             True for LIBRARY, False (nothing run) for any other level.
         """
-        if level != "LIBRARY":
+        if profiled.level != "LIBRARY":
             return False
         name, predict_net = self._net_name, self._nets[1] if self._nets else None
         assert name is not None and predict_net is not None, "load() first"
+        tracer, iterations = profiled.tracer, max(profiled.iterations, 1)
         for blob, array in batch.items():
             workspace.FeedBlob(blob, array)
         start = tracer.clock.now()
-        averages_ms = [float(ms) for ms in workspace.BenchmarkNet(name, warmup, max(iterations, 1), True)]
+        averages_ms = [float(ms) for ms in workspace.BenchmarkNet(name, profiled.warmup, iterations, True)]
         wall_ns = tracer.clock.now() - start
         net_ms, operator_ms = averages_ms[0], averages_ms[1:]
         common = {
-            "pass": "LIBRARY",
-            "batch_size": batch_size,
+            **profiled.attributes,
             "timing": "average",
-            "averaged_over": max(iterations, 1),
+            "averaged_over": iterations,
             "synthetic_timestamps": True,
             "source": "caffe2 workspace.BenchmarkNet(run_individual=True)",
         }
@@ -281,7 +271,7 @@ class Caffe2Predictor(Predictor):
             "MODEL",
             start,
             start + int(sum(operator_ms) * 1e6),
-            parent_id=parent_id,
+            parent_id=profiled.parent_id,
             attributes={**common, "net_ms_average": net_ms, "benchmark_wall_ms": wall_ns / 1e6},
         )
         cursor = start

@@ -14,10 +14,9 @@ import numpy as np
 import onnxruntime as ort
 
 from mlscope.runtime.predictors.base import Predictor, PredictorError
-from mlscope.runtime.predictors.export import exported_graph
-from mlscope.runtime.predictors.files import local_file
-from mlscope.runtime.trace.ort_profile import PROFILE_LEVELS, ort_profile_to_spans
-from mlscope.runtime.trace.spans import Tracer
+from mlscope.runtime.predictors.onnxruntime.export import onnx_graph
+from mlscope.runtime.predictors.onnxruntime.profile import PROFILE_LEVELS, ort_profile_to_spans
+from mlscope.runtime.trace.profiled import ProfiledPass
 
 __all__ = ["OnnxRuntimePredictor"]
 
@@ -68,11 +67,7 @@ class OnnxRuntimePredictor(Predictor):
         return wanted
 
     def fetch(self) -> None:
-        source = self.manifest.source
-        if source.kind == "onnx":
-            self._graph = local_file(source.target, source.options.get("sha256"))
-        else:
-            self._graph = exported_graph(self.manifest, self.cache_dir, seed=self.options.seed)
+        self._graph = onnx_graph(self.manifest, self.cache_dir, seed=self.options.seed)
 
     def load(self) -> None:
         if self._graph is None:
@@ -127,18 +122,8 @@ class OnnxRuntimePredictor(Predictor):
         batch.binding.synchronize_outputs()
         return batch.binding
 
-    def trace_pass(
-        self,
-        level: str,
-        batch: Any,
-        *,
-        tracer: Tracer,
-        parent_id: str,
-        batch_size: int,
-        iterations: int,
-        warmup: int,
-    ) -> bool:
-        """Profile `warmup` + `iterations` inferences with ORT's session profiler and record the
+    def trace_pass(self, profiled: ProfiledPass, batch: Any) -> bool:
+        """Profile the pass's warm-up and traced inferences with ORT's session profiler and record the
         traced ones as spans: FRAMEWORK, one layer span per graph node executed; LIBRARY, one
         operator span per node and, on a GPU, the kernels each node launched.
 
@@ -156,19 +141,19 @@ class OnnxRuntimePredictor(Predictor):
         Returns:
             True for FRAMEWORK and LIBRARY, False (nothing run) for any other level.
         """
-        if level not in PROFILE_LEVELS:
+        if profiled.level not in PROFILE_LEVELS:
             return False
         assert self._session is not None, "load() first"
+        tracer = profiled.tracer
         options = self._session_options()
         options.enable_profiling = True
         with tempfile.TemporaryDirectory(prefix="mlscope-ort-profile-") as folder:
             options.profile_file_prefix = str(Path(folder) / "profile")
             session = self._open_session(options)
             run = self._runner(session, batch)
-            for _ in range(warmup):
-                run()
+            profiled.warm_up(run)
             starts: list[int] = []
-            for _ in range(iterations):
+            for _ in range(profiled.iterations):
                 starts.append(tracer.clock.now())
                 run()
             events = json.loads(Path(session.end_profiling()).read_text())
@@ -178,10 +163,10 @@ class OnnxRuntimePredictor(Predictor):
             ort_profile_to_spans(
                 events,
                 trace_id=tracer.trace_id,
-                parent_id=parent_id,
+                parent_id=profiled.parent_id,
                 offset_ns=profile_start_ns,
-                batch_size=batch_size,
-                level=level,
+                batch_size=profiled.batch_size,
+                level=profiled.level,
                 inference_starts_ns=starts,
                 device=self.device if self.device.startswith("cuda") else None,
             )

@@ -34,7 +34,6 @@ operator its "layer"; not a span itself: layer spans come from the FRAMEWORK pas
 from __future__ import annotations
 
 import json
-import statistics
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -42,7 +41,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlscope.runtime.trace.layers import LayerRecorder
-from mlscope.runtime.trace.spans import Tracer, nest_by_containment, new_span_id
+from mlscope.runtime.trace.profiled import ProfiledPass, clock_offset
+from mlscope.runtime.trace.spans import nest_by_containment, new_span_id
 
 if TYPE_CHECKING:
     import torch
@@ -101,41 +101,23 @@ def _synchronizer(device: torch.device) -> Callable[[], None]:
 
 
 def layer_pass(
-    model: torch.nn.Module,
-    run: Callable[[], Any],
-    *,
-    device: torch.device,
-    tracer: Tracer,
-    parent_id: str,
-    batch_size: int,
-    iterations: int,
-    warmup: int,
+    model: torch.nn.Module, run: Callable[[], Any], profiled: ProfiledPass, *, device: torch.device
 ) -> None:
     """The FRAMEWORK pass: a span per leaf-module call, inside a MODEL span per inference.
 
     Args:
         model: the module `run` calls (its leaf modules get hooks for the pass only).
         run: one inference, returning when its results are ready.
+        profiled: the tracer, the pass's span, batch size and inference counts (the warm-up ones
+            run without hooks).
         device: where the model runs; on CUDA every layer is synchronised.
-        tracer: records the spans, on its clock.
-        parent_id: the pass's span, parent of the inference spans.
-        batch_size: samples per inference, an attribute of every span.
-        iterations: traced inferences.
-        warmup: untraced inferences before them (no hooks).
     """
-    for _ in range(warmup):
-        run()
+    profiled.warm_up(run)
     # On a GPU a layer's work is queued, not done, when its forward returns: synchronising before
     # and after each layer makes its span cover its kernels, but serialises the GPU (no overlap of
     # one layer's kernels with the next layer's launches). That is this pass's framework-level
     # view; the LIBRARY pass shows the kernels as they really ran.
-    recorder = LayerRecorder(
-        tracer,
-        parent_id=parent_id,
-        batch_size=batch_size,
-        shapes=_tensor_shapes,
-        synchronize=_synchronizer(device),
-    )
+    recorder = LayerRecorder(profiled, shapes=_tensor_shapes, synchronize=_synchronizer(device))
 
     def after_for(path: str) -> Callable[[torch.nn.Module, tuple[Any, ...], Any], None]:
         return lambda module, args, output: recorder.after(path, type(module).__name__, output)
@@ -145,7 +127,7 @@ def layer_pass(
         for path, module in leaf_modules(model):
             handles.append(module.register_forward_pre_hook(lambda module, args: recorder.before(args)))
             handles.append(module.register_forward_hook(after_for(path)))
-        recorder.inferences(run, iterations)
+        recorder.inferences(run)
     finally:
         for handle in handles:
             handle.remove()
@@ -189,36 +171,29 @@ def _layer_annotations(model: torch.nn.Module) -> Iterator[None]:
 def operator_pass(
     model: torch.nn.Module,
     run: Callable[[], Any],
+    profiled: ProfiledPass,
     *,
     device: torch.device,
-    tracer: Tracer,
-    parent_id: str,
-    batch_size: int,
-    iterations: int,
-    warmup: int,
     with_stack: bool = False,
 ) -> None:
-    """The LIBRARY pass: torch.profiler around `iterations` inferences, converted to spans.
+    """The LIBRARY pass: torch.profiler around the traced inferences, converted to spans.
 
     Records MODEL spans "inference", operator spans, and on CUDA runtime and kernel spans (see
     `kineto_to_spans`), shifted onto the tracer's clock by the median difference between the
-    tracer's reading at each inference's start and the profiler's.
+    tracer's reading at each inference's start and the profiler's (`clock_offset`).
 
     Args:
         model: the module `run` calls (its leaf modules are annotated for the pass only).
         run: one inference, returning when its results are ready.
+        profiled: the tracer, the pass's span, batch size and inference counts (the warm-up ones
+            run unprofiled).
         device: where the model runs; CUDA adds the profiler's CUDA activity.
-        tracer: records the spans.
-        parent_id: the pass's span, parent of the inference spans.
-        batch_size: samples per inference, an attribute of every span.
-        iterations: traced inferences.
-        warmup: unprofiled inferences before them.
         with_stack: record Python stacks (each operator gets "python_stack"; costs time).
     """
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    for _ in range(warmup):
-        run()
+    tracer = profiled.tracer
+    profiled.warm_up(run)
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
@@ -227,7 +202,7 @@ def operator_pass(
         _layer_annotations(model),
         profile(activities=activities, record_shapes=True, with_stack=with_stack) as profiler,
     ):
-        for iteration in range(iterations):
+        for iteration in range(profiled.iterations):
             readings[iteration] = tracer.clock.now()
             with record_function(f"{INFERENCE_ANNOTATION}{iteration}"):
                 run()
@@ -235,15 +210,7 @@ def operator_pass(
         path = Path(folder) / "trace.json"
         profiler.export_chrome_trace(str(path))
         trace = json.loads(path.read_text(encoding="utf-8"))
-    starts = kineto_inference_starts(trace)
-    offsets = [readings[i] - starts[i] for i in readings if i in starts]
-    # Without annotations there is nothing to compare; the profiler's clock is already epoch time.
-    offset_ns = round(statistics.median(offsets)) if offsets else 0
-    tracer.extend(
-        kineto_to_spans(
-            trace, trace_id=tracer.trace_id, parent_id=parent_id, offset_ns=offset_ns, batch_size=batch_size
-        )
-    )
+    profiled.record(kineto_to_spans, trace, offset_ns=clock_offset(readings, kineto_inference_starts(trace)))
 
 
 # -- The converter (pure) --------------------------------------------------------------------

@@ -1,0 +1,21 @@
+"""PyTorch: the predictor (`predictor`), the models it builds from manifests (`models`, which the ONNX
+Runtime exporter builds too) and its profiled passes (`profile`).
+
+Imports no framework: this registration is read wherever frameworks are listed.
+"""
+
+from mlscope.runtime.frameworks import FrameworkSpec
+
+FRAMEWORK = FrameworkSpec(
+    name="pytorch",
+    display="PyTorch",
+    import_name="torch",
+    distributions=("torch",),
+    predictor="mlscope.runtime.predictors.pytorch.predictor:PyTorchPredictor",
+    sources=frozenset({"torchvision", "transformers", "python"}),
+    install_hint="pip install 'mlscope[pytorch]'",
+    order=10,
+    # PyPI's torch wheel is the CUDA build (several GB): its image is built only when asked for by name.
+    image_by_default=False,
+    system_distributions=("torch", "torchvision", "transformers"),
+)
