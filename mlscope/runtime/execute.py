@@ -23,9 +23,9 @@ from mlscope.contract.errors import UserError
 from mlscope.contract.job import Job, JobFailed
 from mlscope.contract.manifest import parse_manifest
 from mlscope.contract.steps import apply_steps
-from mlscope.runtime.frameworks import get_framework
+from mlscope.runtime.frameworks import get_framework, load_predictor_class
 from mlscope.runtime.measure import MeasureSettings, get_scenario
-from mlscope.runtime.predictors import Predictor, PredictorError, PredictorOptions, load_predictor_class
+from mlscope.runtime.predictors import Predictor, PredictorError, PredictorOptions
 from mlscope.runtime.predictors.inputs import synthetic_batches
 from mlscope.runtime.system import capture_system
 from mlscope.runtime.trace.passes import add_model_spans, run_traced_passes

@@ -25,6 +25,7 @@ from mlscope.contract.errors import UserError
 if TYPE_CHECKING:
     from mlscope.contract.manifest import Manifest
     from mlscope.contract.options import PredictorOptions
+    from mlscope.runtime.predictors.base import Predictor
 
 __all__ = [
     "FRAMEWORKS",
@@ -34,6 +35,7 @@ __all__ = [
     "get_framework",
     "installed_version",
     "load_object",
+    "load_predictor_class",
     "register_framework",
 ]
 
@@ -146,6 +148,17 @@ def get_framework(name: str) -> FrameworkSpec:
     except KeyError:
         known = ", ".join(sorted(FRAMEWORKS))
         raise UserError(f"unknown framework {name!r}; known frameworks: {known}", field="framework") from None
+
+
+def load_predictor_class(framework: str) -> type[Predictor]:
+    """Import the predictor of a registered framework (and so the framework itself, and no other)."""
+    from mlscope.runtime.predictors.base import Predictor
+
+    path = get_framework(framework).predictor
+    cls = load_object(path)
+    if not (isinstance(cls, type) and issubclass(cls, Predictor)):
+        raise TypeError(f"{path} is not a Predictor")
+    return cls
 
 
 def check_runnable(spec: FrameworkSpec) -> FrameworkSpec:

@@ -6,12 +6,9 @@ the API and the CLI stream a trace without holding it in one request).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from mlscope.contract.errors import UserError
-
-if TYPE_CHECKING:
-    from .base import Store
 
 __all__ = ["MAX_LIST_LIMIT", "SPAN_BATCH_SIZE", "check_page", "iter_spans", "paged"]
 
@@ -21,6 +18,16 @@ MAX_LIST_LIMIT = 1000
 SPAN_BATCH_SIZE = 5000
 
 _Item = TypeVar("_Item")
+
+
+class SpanReader(Protocol):
+    """What `iter_spans` needs of a Store (every Store is one)."""
+
+    def resolve_id(self, prefix: str) -> str: ...
+
+    def get_spans(
+        self, evaluation_id: str, *, level: str | None = ..., limit: int | None = ..., offset: int = ...
+    ) -> list[dict[str, Any]]: ...
 
 
 def check_page(limit: Any, offset: Any) -> None:
@@ -47,7 +54,7 @@ def paged(read: Callable[[int], Sequence[_Item]]) -> Iterator[_Item]:
         offset += len(page)
 
 
-def iter_spans(store: Store, evaluation_id: str, level: str | None = None) -> Iterator[dict[str, Any]]:
+def iter_spans(store: SpanReader, evaluation_id: str, level: str | None = None) -> Iterator[dict[str, Any]]:
     """An evaluation's spans ordered by start, read SPAN_BATCH_SIZE at a time.
 
     Args:

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from mlscope.registry.models import ModelRegistry
-from mlscope.runtime.predictors import PredictorOptions, load_predictor_class
+from mlscope.runtime.frameworks import load_predictor_class
+from mlscope.runtime.predictors import PredictorOptions
 from mlscope.runtime.predictors.inputs import synthetic_batches
 from mlscope.runtime.predictors.onnxruntime.export import exported_graph
 

@@ -13,7 +13,8 @@ import onnxruntime as ort
 import pytest
 
 from mlscope.registry.models import ModelRegistry
-from mlscope.runtime.predictors import Predictor, PredictorOptions, load_predictor_class
+from mlscope.runtime.frameworks import load_predictor_class
+from mlscope.runtime.predictors import Predictor, PredictorOptions
 from mlscope.runtime.predictors.inputs import synthetic_batches
 from mlscope.runtime.predictors.onnxruntime.export import exported_graph
 from mlscope.runtime.trace.profiled import ProfiledPass

@@ -92,7 +92,8 @@ import json, sys
 import numpy as np
 from mlscope.registry.models import ModelRegistry
 from mlscope.contract.steps import apply_steps
-from mlscope.runtime.predictors import PredictorOptions, load_predictor_class
+from mlscope.runtime.frameworks import load_predictor_class
+from mlscope.runtime.predictors import PredictorOptions
 from mlscope.runtime.predictors.inputs import synthetic_batches
 from mlscope.runtime.trace.profiled import ProfiledPass
 from mlscope.runtime.trace.spans import Tracer

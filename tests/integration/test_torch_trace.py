@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from mlscope.registry.models import ModelRegistry
-from mlscope.runtime.predictors import PredictorOptions, load_predictor_class
+from mlscope.runtime.frameworks import load_predictor_class
+from mlscope.runtime.predictors import PredictorOptions
 from mlscope.runtime.predictors.base import Predictor
 from mlscope.runtime.predictors.inputs import synthetic_batches
 from mlscope.runtime.predictors.pytorch.models import build_module

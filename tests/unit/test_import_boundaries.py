@@ -66,7 +66,7 @@ def test_listing_models_and_frameworks_imports_no_framework() -> None:
 
 def test_loading_one_predictor_imports_only_its_framework() -> None:
     loaded = imported_after(
-        "from mlscope.runtime.predictors import load_predictor_class; load_predictor_class('onnxruntime')"
+        "from mlscope.runtime.frameworks import load_predictor_class; load_predictor_class('onnxruntime')"
     )
     assert "onnxruntime" in loaded
     assert loaded.isdisjoint({"torch", "transformers", "sqlalchemy"})
