@@ -25,6 +25,7 @@ from .evaluations import (
     check_system,
     evaluation_to_dict,
     pack_latencies,
+    summary_columns,
     unpack_latencies,
 )
 from .spans import (
@@ -92,5 +93,6 @@ __all__ = [
     "pack_latencies",
     "span_group_key",
     "span_to_dict",
+    "summary_columns",
     "unpack_latencies",
 ]

@@ -40,6 +40,7 @@ __all__ = [
     "check_system",
     "evaluation_to_dict",
     "pack_latencies",
+    "summary_columns",
     "unpack_latencies",
 ]
 
@@ -108,6 +109,29 @@ class EvaluationFilter:
     status: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+
+
+def summary_columns(latency_ms: Mapping[str, Any], validity: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary a measurement stores in columns of its own (schema 2), from its latency summary
+    and validity: what comparisons, history series and filters read instead of the JSON."""
+
+    def number(value: Any) -> float | None:
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    ci = latency_ms.get("median_ci")
+    low, high = (ci[0], ci[1]) if isinstance(ci, list | tuple) and len(ci) == 2 else (None, None)
+    count = latency_ms.get("count")
+    return {
+        "sample_count": int(count) if isinstance(count, int) and not isinstance(count, bool) else None,
+        "mean_ms": number(latency_ms.get("mean")),
+        "median_ms": number(latency_ms.get("median")),
+        "p90_ms": number(latency_ms.get("p90")),
+        "p95_ms": number(latency_ms.get("p95")),
+        "p99_ms": number(latency_ms.get("p99")),
+        "ci_low_ms": number(low),
+        "ci_high_ms": number(high),
+        "valid": bool(validity.get("valid")) if "valid" in validity else None,
+    }
 
 
 def pack_latencies(values: Sequence[int]) -> bytes:

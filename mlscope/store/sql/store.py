@@ -20,7 +20,14 @@ from mlscope.contract.errors import UserError
 
 from ..base import Store
 from ..errors import EvaluationNotFound
-from ..records import EvaluationFilter, EvaluationRecord, MeasurementRecord, SpanRecord, pack_latencies
+from ..records import (
+    EvaluationFilter,
+    EvaluationRecord,
+    MeasurementRecord,
+    SpanRecord,
+    pack_latencies,
+    summary_columns,
+)
 from .engine import create_sqlite_engine, engine_url
 from .queries import filtered, insert_spans_postgresql, to_record, with_children
 from .tables import Base, EvaluationRow, MeasurementRow, SpanRow, SystemRow
@@ -150,6 +157,9 @@ class SQLStore(Store):
                         validity=m.validity,
                         extra=m.extra,
                         latencies_ns=None if m.latencies_ns is None else pack_latencies(m.latencies_ns),
+                        raw_codec=None if m.latencies_ns is None else "int64le",
+                        raw_count=None if m.latencies_ns is None else len(m.latencies_ns),
+                        **summary_columns(m.latency_ms, m.validity),
                     )
                     for m in measurements
                 )

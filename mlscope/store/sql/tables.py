@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Dialect,
     Float,
@@ -107,9 +108,24 @@ class MeasurementRow(Base):
     throughput: Mapped[float | None] = mapped_column(Float)
     validity: Mapped[dict[str, Any]] = mapped_column(_JSON)
     extra: Mapped[dict[str, Any]] = mapped_column(_JSON)
-    # Raw latencies as int64 little-endian bytes: 8 bytes a sample against ~10 as JSON text, no
-    # parsing on the way out, and deferred so that listings never read them.
+    # Raw latencies, packed (records.pack_latencies: int64 little-endian, zlib-compressed since
+    # schema 2) and deferred, so that listings and aggregations never read them.
     latencies_ns: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True)
+    # Schema 2: how the raw latencies are packed ("int64le" for rows written by 0.1.0,
+    # "zlib-int64le") and how many were kept (at most MLSCOPE_MAX_RAW_LATENCIES of `sample_count`).
+    raw_codec: Mapped[str | None] = mapped_column(String(16))
+    raw_count: Mapped[int | None] = mapped_column(Integer)
+    # Schema 2: the summary in columns, written once with the measurement, so that comparisons,
+    # history and filters aggregate in the database without parsing latency_ms.
+    sample_count: Mapped[int | None] = mapped_column(Integer)
+    mean_ms: Mapped[float | None] = mapped_column(Float)
+    median_ms: Mapped[float | None] = mapped_column(Float)
+    p90_ms: Mapped[float | None] = mapped_column(Float)
+    p95_ms: Mapped[float | None] = mapped_column(Float)
+    p99_ms: Mapped[float | None] = mapped_column(Float)
+    ci_low_ms: Mapped[float | None] = mapped_column(Float)
+    ci_high_ms: Mapped[float | None] = mapped_column(Float)
+    valid: Mapped[bool | None] = mapped_column(Boolean)
 
 
 class SpanRow(Base):
