@@ -57,6 +57,9 @@ class Settings:
     # of the machine's) and memory in MB (None: no limit; a request's memory_limit_mb wins).
     docker_cpus: float | None = None
     docker_memory_mb: int | None = None
+    # Raw latencies kept per measurement (an evenly strided subsample beyond it, recorded as such);
+    # the summary always covers every sample. 0 keeps none.
+    max_raw_latencies: int = 100_000
 
     def __post_init__(self) -> None:
         for name in ("store_url", "broker_url", "api_url"):
@@ -92,6 +95,17 @@ class Settings:
                 f"setting docker_memory_mb={self.docker_memory_mb!r}: expected a whole number of MB "
                 f">= {_DOCKER_MIN_MEMORY_MB}",
                 field="docker_memory_mb",
+            )
+
+        if not (
+            isinstance(self.max_raw_latencies, int)
+            and not isinstance(self.max_raw_latencies, bool)
+            and self.max_raw_latencies >= 0
+        ):
+            raise UserError(
+                f"setting max_raw_latencies={self.max_raw_latencies!r}: expected a whole number >= 0 "
+                "(0 keeps no raw latencies)",
+                field="max_raw_latencies",
             )
 
     @property
@@ -144,13 +158,12 @@ def _coerce(name: str, raw: Any) -> Any:
             return float(raw)
         except (TypeError, ValueError):
             raise UserError(f"setting docker_cpus={raw!r}: expected a number of CPUs", field=name) from None
-    if name == "docker_memory_mb":
+    if name in ("docker_memory_mb", "max_raw_latencies"):
+        unit = " of MB" if name == "docker_memory_mb" else ""
         try:
             return int(str(raw).strip())
         except ValueError:
-            raise UserError(
-                f"setting docker_memory_mb={raw!r}: expected a whole number of MB", field=name
-            ) from None
+            raise UserError(f"setting {name}={raw!r}: expected a whole number{unit}", field=name) from None
     return str(raw)
 
 

@@ -13,6 +13,8 @@ from mlscope.contract.names import ACTIVE_STATUSES, STATUSES, TERMINAL_STATUSES,
 
 from .compare import COMPARE_COLUMNS, CompareFilter, check_batch_size, compare_row, compare_rows
 from .evaluations import (
+    PLAIN_CODEC,
+    RAW_CODEC,
     EvaluationFilter,
     EvaluationRecord,
     MeasurementRecord,
@@ -57,6 +59,8 @@ __all__ = [
     "COMPARE_COLUMNS",
     "INT64_MAX",
     "INT64_MIN",
+    "PLAIN_CODEC",
+    "RAW_CODEC",
     "SPAN_GROUPINGS",
     "SPAN_LEVELS",
     "STATUSES",

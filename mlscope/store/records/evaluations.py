@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import numbers
 import operator
-import sys
-from array import array
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
+
+import numpy as np
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.names import STATUSES
@@ -28,6 +29,9 @@ from .values import (
 )
 
 __all__ = [
+    "PLAIN_CODEC",
+    "RAW_CODEC",
+    "RAW_CODECS",
     "EvaluationFilter",
     "EvaluationRecord",
     "MeasurementRecord",
@@ -134,21 +138,34 @@ def summary_columns(latency_ms: Mapping[str, Any], validity: Mapping[str, Any]) 
     }
 
 
-def pack_latencies(values: Sequence[int]) -> bytes:
-    """Latencies in nanoseconds as little-endian int64 bytes: the form every backend stores them in."""
-    packed = array("q", values)
-    if sys.byteorder == "big":
-        packed.byteswap()
-    return packed.tobytes()
+# How raw latencies are packed. 0.1.0 stored plain little-endian int64 ("int64le"); since schema 2
+# the bytes are shuffled (every value's first byte, then every second byte, ...: the high bytes of
+# similar latencies are alike and compress well) and zlib-compressed, about a third of the size.
+PLAIN_CODEC = "int64le"
+RAW_CODEC = "i64-shuffle-zlib"
+RAW_CODECS = (PLAIN_CODEC, RAW_CODEC)
 
 
-def unpack_latencies(data: bytes) -> list[int]:
-    """The inverse of `pack_latencies`."""
-    unpacked = array("q")
-    unpacked.frombytes(data)
-    if sys.byteorder == "big":
-        unpacked.byteswap()
-    return unpacked.tolist()
+def pack_latencies(values: Sequence[int], codec: str = RAW_CODEC) -> bytes:
+    """Latencies in nanoseconds packed as `codec` says (RAW_CODEC unless told otherwise)."""
+    plain = np.asarray(values, dtype="<i8").tobytes()
+    if codec == PLAIN_CODEC:
+        return plain
+    if codec != RAW_CODEC:
+        raise ValueError(f"unknown latency codec {codec!r}: expected one of {', '.join(RAW_CODECS)}")
+    shuffled = np.frombuffer(plain, dtype=np.uint8).reshape(-1, 8).T.tobytes()
+    return zlib.compress(shuffled, 6)
+
+
+def unpack_latencies(data: bytes, codec: str | None = PLAIN_CODEC) -> list[int]:
+    """The inverse of `pack_latencies`; `codec` None is a row written before codecs were recorded."""
+    if codec == RAW_CODEC:
+        shuffled = np.frombuffer(zlib.decompress(data), dtype=np.uint8)
+        data = shuffled.reshape(8, -1).T.tobytes()
+    elif codec not in (PLAIN_CODEC, None):
+        raise ValueError(f"unknown latency codec {codec!r}: expected one of {', '.join(RAW_CODECS)}")
+    values: list[int] = np.frombuffer(data, dtype="<i8").tolist()
+    return values
 
 
 def check_system(system: Any) -> dict[str, Any]:

@@ -103,7 +103,7 @@ def to_record(row: EvaluationRow, *, include_raw: bool) -> EvaluationRecord:
                 throughput=m.throughput,
                 validity=m.validity,
                 extra=m.extra,
-                latencies_ns=unpack_latencies(m.latencies_ns)
+                latencies_ns=unpack_latencies(m.latencies_ns, m.raw_codec)
                 if include_raw and m.latencies_ns is not None
                 else None,
             )

@@ -21,6 +21,7 @@ from mlscope.contract.errors import UserError
 from ..base import Store
 from ..errors import EvaluationNotFound
 from ..records import (
+    RAW_CODEC,
     EvaluationFilter,
     EvaluationRecord,
     MeasurementRecord,
@@ -157,7 +158,7 @@ class SQLStore(Store):
                         validity=m.validity,
                         extra=m.extra,
                         latencies_ns=None if m.latencies_ns is None else pack_latencies(m.latencies_ns),
-                        raw_codec=None if m.latencies_ns is None else "int64le",
+                        raw_codec=None if m.latencies_ns is None else RAW_CODEC,
                         raw_count=None if m.latencies_ns is None else len(m.latencies_ns),
                         **summary_columns(m.latency_ms, m.validity),
                     )
