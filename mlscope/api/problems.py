@@ -21,7 +21,7 @@ from werkzeug.exceptions import HTTPException
 
 from mlscope.contract.errors import MARSHMALLOW_WORDING, UserError
 from mlscope.registry.agents import RegistryUnavailable
-from mlscope.store.errors import AmbiguousEvaluationId, EvaluationNotFound
+from mlscope.store.errors import AmbiguousEvaluationId, EvaluationNotFound, StoreUnavailable
 
 __all__ = [
     "PROBLEM_MIMETYPE",
@@ -217,6 +217,11 @@ def _registry_down(error: RegistryUnavailable) -> Response:
     return problem_response(503, error.message)
 
 
+def _store_down(error: StoreUnavailable) -> Response:
+    logger.warning("the store did not answer: %s", error.message)
+    return problem_response(503, error.message)
+
+
 def _unexpected(error: Exception) -> Response:
     logger.exception("unexpected error while answering a request", exc_info=error)
     return problem_response(500, "internal error: the server's log has the details")
@@ -230,4 +235,5 @@ def install_error_handlers(app: Flask) -> None:
     app.register_error_handler(EvaluationNotFound, _not_found)
     app.register_error_handler(AmbiguousEvaluationId, _ambiguous)
     app.register_error_handler(RegistryUnavailable, _registry_down)
+    app.register_error_handler(StoreUnavailable, _store_down)
     app.register_error_handler(Exception, _unexpected)

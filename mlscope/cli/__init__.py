@@ -21,13 +21,13 @@ from mlscope.cli.env import env
 from mlscope.cli.frameworks import frameworks
 from mlscope.cli.image import image
 from mlscope.cli.models import models
-from mlscope.cli.render import fail, internal_error, interrupted
+from mlscope.cli.render import fail, internal_error, interrupted, unavailable
 from mlscope.cli.results import results
 from mlscope.cli.run import run
 from mlscope.cli.submit import submit
 from mlscope.cli.trace import trace
 from mlscope.cli.worker import worker
-from mlscope.contract.errors import UserError
+from mlscope.contract.errors import StoreUnavailable, UserError
 
 __all__ = ["cli", "main"]
 
@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=argv, prog_name="mlscope", standalone_mode=False)
     except UserError as exc:
         fail(str(exc))
+    except StoreUnavailable as exc:
+        unavailable(exc.message)
     except (click.exceptions.Abort, KeyboardInterrupt):
         interrupted()
     except click.ClickException as exc:

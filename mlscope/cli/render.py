@@ -55,6 +55,12 @@ def interrupted() -> NoReturn:
     sys.exit(130)
 
 
+def unavailable(message: str) -> NoReturn:
+    """A service mlscope needs did not answer (the store): one line, exit code 1."""
+    click.echo(f"mlscope: {message}", err=True)
+    sys.exit(1)
+
+
 def internal_error(exc: Exception) -> NoReturn:
     """A failure of mlscope's own: one line, exit code 1."""
     click.echo(

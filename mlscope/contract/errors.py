@@ -3,7 +3,7 @@ and exits with code 2, the API answers it with a 4xx; anything else is ours."""
 
 from __future__ import annotations
 
-__all__ = ["MARSHMALLOW_WORDING", "UserError"]
+__all__ = ["MARSHMALLOW_WORDING", "StoreUnavailable", "UserError"]
 
 
 class UserError(Exception):
@@ -21,6 +21,19 @@ class UserError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class StoreUnavailable(Exception):
+    """The store could not take or answer a call just now; its transaction was rolled back, so
+    nothing of the call was kept. Worth retrying.
+
+    Args:
+        message: one line naming the store (password masked), what happened and that nothing was kept.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 # marshmallow's stock messages, in the voice of the rest of mlscope's ("batch_sizes.0: must be an

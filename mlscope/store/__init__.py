@@ -16,7 +16,13 @@ from collections.abc import Callable
 from mlscope.contract.errors import UserError
 
 from .base import Store
-from .errors import AmbiguousEvaluationId, EvaluationNotFound, InvalidTransition, SystemNotFound
+from .errors import (
+    AmbiguousEvaluationId,
+    EvaluationNotFound,
+    InvalidTransition,
+    StoreUnavailable,
+    SystemNotFound,
+)
 from .paging import iter_spans
 from .records import STATUSES, TRACE_LEVELS
 
@@ -27,6 +33,7 @@ __all__ = [
     "EvaluationNotFound",
     "InvalidTransition",
     "Store",
+    "StoreUnavailable",
     "SystemNotFound",
     "iter_spans",
     "open_store",

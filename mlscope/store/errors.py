@@ -1,17 +1,21 @@
-"""What the store raises. Each is a `UserError` (the caller named something that is not there, or
-asked for a change the lifecycle forbids), so the CLI exits with code 2 and the API answers 4xx."""
+"""What the store raises. Each but one is a `UserError` (the caller named something that is not
+there, or asked for a change the lifecycle forbids), so the CLI exits with code 2 and the API answers
+4xx. `StoreUnavailable` is the store's own trouble (its server unreachable, a connection lost
+mid-transaction, a full disk, a locked database): the call was rolled back, and trying again later
+may succeed; the API answers 503."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mlscope.contract.errors import UserError
+from mlscope.contract.errors import StoreUnavailable, UserError
 
 __all__ = [
     "CANDIDATES_SHOWN",
     "AmbiguousEvaluationId",
     "EvaluationNotFound",
     "InvalidTransition",
+    "StoreUnavailable",
     "SystemNotFound",
 ]
 

@@ -4,26 +4,55 @@
             → store (succeeded | failed)
 
 Everything that can be the user's mistake is checked by `admit` before anything is stored, so a bad
-request leaves the store as it was.
+request leaves the store as it was. A finished evaluation's result is never dropped for a store that
+is briefly away (a lost connection, a full disk): its write is tried again with growing pauses.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from mlscope.broker.tracing import export_spans
+from mlscope.contract.errors import StoreUnavailable
 from mlscope.contract.settings import Settings
 from mlscope.runtime.system import system_id
 from mlscope.runtime.trace.spans import TraceContext, Tracer
 from mlscope.store import Store
+from mlscope.store.records import subsample_latencies
 from mlscope.workers.admission import Admission
 from mlscope.workers.runners import get_runner
 
-__all__ = ["evaluate", "keep_spans"]
+__all__ = ["RESULT_WRITE_PAUSES_S", "evaluate", "keep_spans", "write_result"]
 
 Emit = Callable[[dict[str, Any]], None]
+
+log = logging.getLogger("mlscope.workers")
+
+# The pauses between tries of a result write the store did not take: about two minutes in all, after
+# which the error propagates (a farm worker then sends the job back to its queue).
+RESULT_WRITE_PAUSES_S: tuple[float, ...] = (1, 2, 4, 8, 16, 32, 60)
+
+
+def write_result(write: Callable[[], None], what: str) -> None:
+    """Run a store write, trying again after each pause of RESULT_WRITE_PAUSES_S while the store is
+    unavailable (each failed try was rolled back, so trying again cannot write twice).
+
+    Raises:
+        StoreUnavailable: the last try failed too.
+    """
+    for pause in (*RESULT_WRITE_PAUSES_S, None):
+        try:
+            write()
+            return
+        except StoreUnavailable as exc:
+            if pause is None:
+                raise
+            log.warning("%s: %s; trying again in %g s", what, exc.message, pause)
+            time.sleep(pause)
 
 
 def evaluate(
@@ -106,16 +135,29 @@ def _evaluate(
             if system_extra:
                 system.update(system_extra)
                 system["id"] = system_id(system)
-            store.finish_evaluation(
-                evaluation_id,
-                system=system,
-                framework={"name": request.framework, **result["framework"]},
-                cold_start=result["cold_start"],
-                measurements=result["measurements"],
+            measurements = [
+                subsample_latencies(m, settings.max_raw_latencies) for m in result["measurements"]
+            ]
+            write_result(
+                lambda: store.finish_evaluation(
+                    evaluation_id,
+                    system=system,
+                    framework={"name": request.framework, **result["framework"]},
+                    cold_start=result["cold_start"],
+                    measurements=measurements,
+                ),
+                f"storing the result of {evaluation_id}",
             )
         else:
             assert outcome.error is not None
             predictor_spans = outcome.spans
-            store.fail_evaluation(evaluation_id, error=outcome.error)
-    keep_spans(store, settings, evaluation_id, [*predictor_spans, *tracer.drain()])
+            error = outcome.error
+            write_result(
+                lambda: store.fail_evaluation(evaluation_id, error=error),
+                f"storing the failure of {evaluation_id}",
+            )
+    spans = [*predictor_spans, *tracer.drain()]
+    write_result(
+        lambda: keep_spans(store, settings, evaluation_id, spans), f"storing the spans of {evaluation_id}"
+    )
     return store.get_evaluation(evaluation_id)

@@ -27,6 +27,7 @@ from .evaluations import (
     check_system,
     evaluation_to_dict,
     pack_latencies,
+    subsample_latencies,
     summary_columns,
     unpack_latencies,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "pack_latencies",
     "span_group_key",
     "span_to_dict",
+    "subsample_latencies",
     "summary_columns",
     "unpack_latencies",
 ]

@@ -44,6 +44,7 @@ __all__ = [
     "check_system",
     "evaluation_to_dict",
     "pack_latencies",
+    "subsample_latencies",
     "summary_columns",
     "unpack_latencies",
 ]
@@ -113,6 +114,21 @@ class EvaluationFilter:
     status: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+
+
+def subsample_latencies(measurement: Mapping[str, Any], limit: int) -> dict[str, Any]:
+    """The measurement with at most `limit` raw latencies kept: every k-th, in their order, k the
+    smallest stride that fits, and "latencies_sampled": {"kept", "of", "every"} saying so. The
+    summary (latency_ms) is untouched: it always covers every sample. A measurement within the
+    limit, or without raw latencies, comes back as it was.
+    """
+    raw = measurement.get("latencies_ns")
+    if not isinstance(raw, Sequence) or len(raw) <= limit:
+        return dict(measurement)
+    every = -(-len(raw) // limit) if limit > 0 else len(raw) + 1
+    kept = list(raw[::every]) if limit > 0 else []
+    sampled = {"kept": len(kept), "of": len(raw), "every": every}
+    return {**measurement, "latencies_ns": kept, "latencies_sampled": sampled}
 
 
 def summary_columns(latency_ms: Mapping[str, Any], validity: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,13 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.engine import URL, Connection, ExceptionContext, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
 from mlscope.contract.errors import UserError
 
-__all__ = ["SQLITE_BUSY_TIMEOUT_S", "create_sqlite_engine", "engine_url"]
+from ..errors import StoreUnavailable
+
+__all__ = ["SQLITE_BUSY_TIMEOUT_S", "create_sqlite_engine", "engine_url", "report_unavailable"]
 
 # How long a write waits for another process's write to finish before SQLite gives up.
 SQLITE_BUSY_TIMEOUT_S = 30.0
@@ -71,3 +73,27 @@ def create_sqlite_engine(url: URL) -> Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN")
 
     return engine
+
+
+# What SQLite says when the store, not the statement, is at fault.
+_SQLITE_UNAVAILABLE = ("database or disk is full", "database is locked", "disk i/o error", "unable to open")
+
+
+def report_unavailable(engine: Engine, shown: str) -> None:
+    """Make the engine raise StoreUnavailable, naming the store (`shown`, password masked), where
+    the database, not the statement, failed: a lost connection (the server went away, or the
+    connection broke mid-transaction), a full disk, a database locked past the busy timeout. The
+    transaction in progress is rolled back as it unwinds, so nothing of the call is kept."""
+
+    @event.listens_for(engine, "handle_error")
+    def _translate(context: ExceptionContext) -> None:
+        original = context.original_exception
+        reason = str(original).strip().splitlines()[0] if str(original).strip() else type(original).__name__
+        sqlite_down = engine.dialect.name == "sqlite" and any(
+            phrase in reason.lower() for phrase in _SQLITE_UNAVAILABLE
+        )
+        if context.is_disconnect or sqlite_down:
+            raise StoreUnavailable(
+                f"the store at {shown} did not take the call ({reason}); it was rolled back, nothing "
+                "of it was kept: try again once the database is reachable and has room"
+            ) from context.sqlalchemy_exception

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from mlscope.contract.errors import UserError
 
 from ..base import Store
-from ..errors import EvaluationNotFound
+from ..errors import EvaluationNotFound, StoreUnavailable
 from ..records import (
     RAW_CODEC,
     EvaluationFilter,
@@ -29,7 +29,7 @@ from ..records import (
     pack_latencies,
     summary_columns,
 )
-from .engine import create_sqlite_engine, engine_url
+from .engine import create_sqlite_engine, engine_url, report_unavailable
 from .queries import filtered, insert_spans_postgresql, to_record, with_children
 from .tables import Base, EvaluationRow, MeasurementRow, SpanRow, SystemRow
 
@@ -69,6 +69,7 @@ class SQLStore(Store):
                 field="store_url",
             ) from None
         self._dialect = self._engine.dialect.name
+        report_unavailable(self._engine, shown)
         self._writer = self._engine.execution_options(mlscope_write=True)
         # A read spans several queries (evaluations, then their measurements and systems); on
         # PostgreSQL they must see one snapshot, or a finish committing in between shows half of it.
@@ -82,6 +83,11 @@ class SQLStore(Store):
         except OperationalError as error:
             self._engine.dispose()
             raise UserError(f"cannot open the store at {shown}: {error.orig}", field="store_url") from None
+        except StoreUnavailable as error:
+            self._engine.dispose()
+            cause = error.__cause__
+            reason = getattr(cause, "orig", None) or error.message
+            raise UserError(f"cannot open the store at {shown}: {reason}", field="store_url") from None
 
     def _create_schema(self) -> None:
         with self._writer.begin() as connection:
