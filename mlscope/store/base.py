@@ -24,6 +24,7 @@ from .errors import (
     InvalidTransition,
     SystemNotFound,
 )
+from .maintenance import StoreMaintenance
 from .paging import MAX_LIST_LIMIT, SPAN_BATCH_SIZE, check_page
 from .primitives import StorePrimitives
 from .records import (
@@ -64,7 +65,7 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class Store(StorePrimitives):
+class Store(StoreMaintenance, StorePrimitives):
     """Results of evaluations, and the systems they ran on.
 
     Every method is safe to call from several processes on the same store; writes that repeat

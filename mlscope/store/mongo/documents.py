@@ -89,7 +89,8 @@ class EvaluationDocument(mongoengine.Document):
 
 
 class LatencyChunkDocument(mongoengine.Document):
-    """Up to RAW_CHUNK_SAMPLES raw latencies of one measurement, as int64 little-endian bytes."""
+    """Up to RAW_CHUNK_SAMPLES raw latencies of one measurement, packed as `codec` says
+    (records.pack_latencies; chunks without one were written by 0.1.0: plain int64 little-endian)."""
 
     meta: ClassVar[dict[str, Any]] = {
         "collection": "latency_chunks",
@@ -103,6 +104,7 @@ class LatencyChunkDocument(mongoengine.Document):
     batch_size = mongoengine.IntField(required=True)
     seq = mongoengine.IntField(required=True)
     count = mongoengine.IntField(required=True)
+    codec = mongoengine.StringField()
     data = mongoengine.BinaryField(required=True)
 
 

@@ -25,7 +25,10 @@ from mlscope.contract.errors import UserError
 
 from ..base import Store
 from ..errors import EvaluationNotFound
+from ..maintenance import PruneReport
 from ..records import (
+    PLAIN_CODEC,
+    RAW_CODEC,
     CompareFilter,
     EvaluationFilter,
     EvaluationRecord,
@@ -37,6 +40,7 @@ from ..records import (
 )
 from .codec import TIMESTAMPS, decode, encode, measurement_document, micros, span_record, to_record
 from .documents import DOCUMENTS, EvaluationDocument, LatencyChunkDocument, SpanDocument, SystemDocument
+from .maintenance import bulk_insert, prune
 from .pipelines import compare_pipeline, layer_totals_pipeline, model_total_pipeline, pipeline_row
 
 __all__ = ["DEFAULT_DATABASE", "RAW_CHUNK_SAMPLES", "MongoStore"]
@@ -213,6 +217,7 @@ class MongoStore(Store):
                         "batch_size": m.batch_size,
                         "seq": seq,
                         "count": len(part),
+                        "codec": RAW_CODEC,
                         "data": Binary(pack_latencies(part)),
                     }
                 )
@@ -228,7 +233,7 @@ class MongoStore(Store):
         )
         for chunk in found:
             raw.setdefault((chunk["scenario"], chunk["batch_size"]), []).extend(
-                unpack_latencies(bytes(chunk["data"]))
+                unpack_latencies(bytes(chunk["data"]), chunk.get("codec", PLAIN_CODEC))
             )
         return raw
 
@@ -341,3 +346,11 @@ class MongoStore(Store):
         model = list(self._spans.aggregate(model_total_pipeline(evaluation_id)))
         # MongoDB groups no documents into no group, mongomock into one of zero spans.
         return totals, int(model[0]["total_ns"]) if model and model[0]["spans"] else None
+
+    # ----- bulk import and retention (maintenance.py) -----------------------------------------------
+
+    def _bulk_insert(self, records: Sequence[EvaluationRecord], systems: Mapping[str, dict[str, Any]]) -> int:
+        return bulk_insert(self, records, systems)
+
+    def _prune(self, before: datetime, *, keep_summaries: bool) -> PruneReport:
+        return prune(self, before, keep_summaries=keep_summaries)

@@ -20,16 +20,15 @@ from mlscope.contract.errors import UserError
 
 from ..base import Store
 from ..errors import EvaluationNotFound, StoreUnavailable
+from ..maintenance import PruneReport
 from ..records import (
-    RAW_CODEC,
     EvaluationFilter,
     EvaluationRecord,
     MeasurementRecord,
     SpanRecord,
-    pack_latencies,
-    summary_columns,
 )
 from .engine import create_sqlite_engine, engine_url, report_unavailable
+from .maintenance import bulk_insert, measurement_values, prune
 from .queries import filtered, insert_spans_postgresql, to_record, with_children
 from .tables import Base, EvaluationRow, MeasurementRow, SpanRow, SystemRow
 
@@ -154,23 +153,14 @@ class SQLStore(Store):
             if before in allowed_from:
                 for name, value in changes.items():
                     setattr(row, name, value)
-                session.add_all(
-                    MeasurementRow(
-                        evaluation_id=id,
-                        scenario=m.scenario,
-                        batch_size=m.batch_size,
-                        latency_ms=m.latency_ms,
-                        throughput=m.throughput,
-                        validity=m.validity,
-                        extra=m.extra,
-                        latencies_ns=None if m.latencies_ns is None else pack_latencies(m.latencies_ns),
-                        raw_codec=None if m.latencies_ns is None else RAW_CODEC,
-                        raw_count=None if m.latencies_ns is None else len(m.latencies_ns),
-                        **summary_columns(m.latency_ms, m.validity),
-                    )
-                    for m in measurements
-                )
+                session.add_all(MeasurementRow(**measurement_values(id, m)) for m in measurements)
             return before
+
+    def _bulk_insert(self, records: Sequence[EvaluationRecord], systems: Mapping[str, dict[str, Any]]) -> int:
+        return bulk_insert(self._writer, self._insert, records, systems)
+
+    def _prune(self, before: datetime, *, keep_summaries: bool) -> PruneReport:
+        return prune(self._writer, before, keep_summaries=keep_summaries)
 
     def _ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:
         query = (

@@ -1,0 +1,99 @@
+"""The SQL store's bulk import and retention statements: whole evaluations inserted a batch per
+transaction (executemany, ids already present skipped), and the raw data of old evaluations dropped
+(or the evaluations deleted) in one transaction each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import Engine, delete, func, select, update
+
+from mlscope.contract.names import TERMINAL_STATUSES
+
+from ..maintenance import PruneReport
+from ..records import RAW_CODEC, EvaluationRecord, MeasurementRecord, pack_latencies, summary_columns
+from .tables import Base, EvaluationRow, MeasurementRow, SpanRow, SystemRow
+
+__all__ = ["bulk_insert", "measurement_values", "prune"]
+
+Insert = Callable[[type[Base]], Any]
+
+
+def measurement_values(evaluation_id: str, m: MeasurementRecord) -> dict[str, Any]:
+    """A measurement's row: its summary in columns, its raw latencies packed."""
+    raw = m.latencies_ns
+    return {
+        "evaluation_id": evaluation_id,
+        "scenario": m.scenario,
+        "batch_size": m.batch_size,
+        "latency_ms": m.latency_ms,
+        "throughput": m.throughput,
+        "validity": m.validity,
+        "extra": m.extra,
+        "latencies_ns": None if raw is None else pack_latencies(raw),
+        "raw_codec": None if raw is None else RAW_CODEC,
+        "raw_count": None if raw is None else len(raw),
+        **summary_columns(m.latency_ms, m.validity),
+    }
+
+
+def bulk_insert(
+    writer: Engine, insert: Insert, records: Sequence[EvaluationRecord], systems: Mapping[str, dict[str, Any]]
+) -> int:
+    columns = [column.key for column in EvaluationRow.__table__.columns]
+    with writer.begin() as connection:
+        if systems:
+            now = datetime.now(timezone.utc)
+            rows = [{"id": id, "data": data, "saved_at": now} for id, data in systems.items()]
+            connection.execute(insert(SystemRow).on_conflict_do_nothing(index_elements=["id"]), rows)
+        wanted = list(dict.fromkeys(record.id for record in records))
+        present = set(connection.scalars(select(EvaluationRow.id).where(EvaluationRow.id.in_(wanted))))
+        new: dict[str, EvaluationRecord] = {}
+        for record in records:
+            if record.id not in present:
+                new.setdefault(record.id, record)
+        if not new:
+            return 0
+        evaluations = [{key: getattr(record, key) for key in columns} for record in new.values()]
+        # A concurrent import of the same ids loses nothing and duplicates nothing: both skip.
+        connection.execute(insert(EvaluationRow).on_conflict_do_nothing(index_elements=["id"]), evaluations)
+        measurements = [
+            measurement_values(record.id, m) for record in new.values() for m in record.measurements
+        ]
+        if measurements:
+            statement = insert(MeasurementRow).on_conflict_do_nothing(
+                index_elements=["evaluation_id", "scenario", "batch_size"]
+            )
+            connection.execute(statement, measurements)
+        return len(new)
+
+
+def prune(writer: Engine, before: datetime, *, keep_summaries: bool) -> PruneReport:
+    ended = select(EvaluationRow.id).where(
+        EvaluationRow.status.in_(sorted(TERMINAL_STATUSES)),
+        func.coalesce(EvaluationRow.finished_at, EvaluationRow.created_at) < before,
+    )
+    with writer.begin() as connection:
+        count = int(connection.scalar(select(func.count()).select_from(ended.subquery())) or 0)
+        spans = connection.execute(delete(SpanRow).where(SpanRow.evaluation_id.in_(ended))).rowcount
+        if keep_summaries:
+            # raw_count 0 beside sample_count N says what happened: N measured, none kept.
+            dropped = connection.execute(
+                update(MeasurementRow)
+                .where(MeasurementRow.evaluation_id.in_(ended), MeasurementRow.latencies_ns.is_not(None))
+                .values(latencies_ns=None, raw_codec=None, raw_count=0)
+            ).rowcount
+        else:
+            dropped = connection.execute(
+                delete(MeasurementRow).where(
+                    MeasurementRow.evaluation_id.in_(ended), MeasurementRow.latencies_ns.is_not(None)
+                )
+            ).rowcount
+            connection.execute(delete(MeasurementRow).where(MeasurementRow.evaluation_id.in_(ended)))
+            connection.execute(delete(EvaluationRow).where(EvaluationRow.id.in_(ended)))
+    return PruneReport(
+        evaluations=count, raw_latencies=int(dropped), spans=int(spans), deleted=not keep_summaries
+    )
