@@ -1,8 +1,10 @@
-"""`mlscope results list|show`: read what the store holds."""
+"""`mlscope results list|show|prune`: read what the store holds, and bound what it keeps."""
 
 from __future__ import annotations
 
 import json
+import re
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import click
@@ -16,6 +18,7 @@ from mlscope.cli.render import (
     print_validity_notes,
     short_id,
 )
+from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
 
 __all__ = ["results"]
@@ -141,3 +144,55 @@ def results_show(evaluation_id: str, as_json: bool, raw: bool) -> None:
         facts["error"] = f"{e['type']} in {e['phase']}: {e['message']}"
     for key, value in facts.items():
         console.print(f"[bold]{key}[/bold]: {value}")
+
+
+_AGE = re.compile(r"^(\d+)\s*([dhw])$")
+_AGE_UNITS = {"h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _older_than(text: str) -> datetime:
+    """`30d`, `12h`, `2w` → the moment that long ago (aware UTC)."""
+    match = _AGE.match(text.strip().lower())
+    if not match or int(match.group(1)) == 0:
+        raise UserError(
+            f"--older-than {text!r} is not an age: expected a whole number of hours, days or weeks, "
+            "e.g. 12h, 30d, 2w",
+            field="older_than",
+        )
+    return datetime.now(timezone.utc) - timedelta(seconds=int(match.group(1)) * _AGE_UNITS[match.group(2)])
+
+
+@results.command("prune")
+@click.option("--older-than", "older_than", required=True, metavar="AGE", help="e.g. 30d, 12h, 2w.")
+@click.option(
+    "--keep-summaries/--delete-evaluations",
+    default=True,
+    show_default=True,
+    help="Drop raw latencies and spans only (every summary, comparison and history stays), or delete "
+    "the evaluations whole.",
+)
+@click.option("--yes", is_flag=True, help="Delete evaluations without asking (with --delete-evaluations).")
+@json_flag("Print what was removed as JSON.")
+def prune(older_than: str, keep_summaries: bool, yes: bool, as_json: bool) -> None:
+    """Bound the store: remove the raw data of evaluations that ended more than AGE ago.
+
+    Queued and running evaluations are never touched.
+    """
+    from mlscope.store import open_store
+
+    before = _older_than(older_than)
+    if not keep_summaries and not yes:
+        click.confirm(
+            f"Delete every evaluation that ended before {before:%Y-%m-%d %H:%M} UTC, summaries included?",
+            abort=True,
+        )
+    with open_store(load_settings().store_url) as store:
+        report = store.prune(before=before, keep_summaries=keep_summaries)
+    if as_json:
+        print(json.dumps({"before": before.isoformat(), **report.to_dict()}))
+        return
+    what = "deleted" if report.deleted else "kept their summaries; raw data removed from"
+    console.print(
+        f"{report.evaluations} evaluation(s) that ended before {before:%Y-%m-%d %H:%M} UTC {what}: "
+        f"{report.raw_latencies} measurement(s)' raw latencies, {report.spans} span(s)"
+    )
