@@ -163,7 +163,9 @@ def _timestamp(value: Any, field: str) -> datetime | None:
 
 def _record_of(result: Mapping[str, Any]) -> tuple[EvaluationRecord, dict[str, Any] | None]:
     """An exported result as the record a backend inserts, and its system."""
-    result = check_object(result, "result")
+    # Not check_object over the whole result: that would walk every raw latency; each part is checked.
+    if not isinstance(result, Mapping):
+        raise UserError(f"a result must be a mapping, not {type(result).__name__}")
     status = check_choice(result.get("status"), STATUSES, "status")
     model = check_model(result.get("model"))
     framework = check_framework(result.get("framework"))
