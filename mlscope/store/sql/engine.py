@@ -15,7 +15,7 @@ from sqlalchemy.pool import StaticPool
 
 from mlscope.contract.errors import UserError
 
-__all__ = ["SQLITE_BUSY_TIMEOUT_S", "create_sqlite_engine", "engine_url"]
+__all__ = ["SQLITE_BUSY_TIMEOUT_S", "create_sqlite_engine", "engine_url", "sqlite_path"]
 
 # How long a write waits for another process's write to finish before SQLite gives up.
 SQLITE_BUSY_TIMEOUT_S = 30.0
@@ -32,7 +32,8 @@ def engine_url(url: str) -> URL:
     return parsed
 
 
-def _sqlite_path(url: URL) -> Path | None:
+def sqlite_path(url: URL) -> Path | None:
+    """The file a SQLite URL names; None in memory and for `file:` URIs."""
     database = url.database
     if not database or database == ":memory:" or database.startswith("file:"):
         return None
@@ -40,7 +41,7 @@ def _sqlite_path(url: URL) -> Path | None:
 
 
 def create_sqlite_engine(url: URL) -> Engine:
-    path = _sqlite_path(url)
+    path = sqlite_path(url)
     if path is None:
         # One shared connection, or each pooled connection would see its own empty in-memory database.
         engine = create_engine(url, poolclass=StaticPool, connect_args={"check_same_thread": False})
