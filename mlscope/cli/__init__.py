@@ -24,6 +24,7 @@ from mlscope.cli.models import models
 from mlscope.cli.render import fail, internal_error, interrupted, unavailable
 from mlscope.cli.results import results
 from mlscope.cli.run import run
+from mlscope.cli.store import store
 from mlscope.cli.submit import submit
 from mlscope.cli.trace import trace
 from mlscope.cli.worker import worker
@@ -41,7 +42,21 @@ def cli() -> None:
     """
 
 
-for _verb in (run, models, frameworks, results, trace, api, worker, submit, agents, compare, image, env):
+for _verb in (
+    run,
+    models,
+    frameworks,
+    results,
+    trace,
+    api,
+    worker,
+    submit,
+    agents,
+    compare,
+    image,
+    env,
+    store,
+):
     cli.add_command(_verb)
 
 

@@ -5,7 +5,8 @@ process that never opens PostgreSQL never needs its driver.
 
 The parts: `base` (the Store interface), `primitives` (what each backend implements), `records` (the
 records, checks and public shapes every backend shares), `paging` (page sizes, and `iter_spans`),
-`errors`, and the backends `sql` (SQLite, PostgreSQL) and `mongo` (MongoDB).
+`errors`, `schema` (schema versions: the check on open, status and upgrade), and the backends `sql`
+(SQLite, PostgreSQL) and `mongo` (MongoDB).
 """
 
 from __future__ import annotations
@@ -49,18 +50,22 @@ _STORES: dict[str, str] = {
 }
 
 
-def open_store(url: str) -> Store:
-    """Opens the store at `url`, creating its schema if needed.
+def open_store(url: str, *, check_schema: bool = True) -> Store:
+    """Opens the store at `url`, creating its schema in an empty database.
 
     Args:
         url: `sqlite:///path/to/file.db`, `postgresql://user@host:port/database`,
             `mongodb://host:port/database`, ...
+        check_schema: refuse a database whose schema is not the one this mlscope writes (an older or
+            newer mlscope's, or another application's); False opens it as it is and changes nothing,
+            for `Store.schema_status()` and `Store.upgrade()` (`mlscope store status|upgrade`).
 
     Returns:
         The Store implementation registered for the URL's scheme.
 
     Raises:
-        UserError: when the URL has no scheme, the scheme is unknown, or the store cannot be opened.
+        UserError: when the URL has no scheme, the scheme is unknown, the store cannot be opened, or
+            (check_schema) its schema is not this mlscope's (the message says what to do).
     """
     scheme, separator, _ = url.partition("://") if isinstance(url, str) else ("", "", "")
     if not separator or not scheme:
@@ -72,5 +77,5 @@ def open_store(url: str) -> Store:
             field="store_url",
         )
     module_name, _, class_name = target.partition(":")
-    implementation: Callable[[str], Store] = getattr(importlib.import_module(module_name), class_name)
-    return implementation(url)
+    implementation: Callable[..., Store] = getattr(importlib.import_module(module_name), class_name)
+    return implementation(url, check_schema=check_schema)

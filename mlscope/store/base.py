@@ -54,6 +54,7 @@ from .records import (
     layer_rows,
     span_to_dict,
 )
+from .schema import StoreSchema
 
 __all__ = ["MAX_LIST_LIMIT", "MIN_PREFIX_LENGTH", "SPAN_BATCH_SIZE", "Store"]
 
@@ -65,7 +66,7 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class Store(StoreMaintenance, StorePrimitives):
+class Store(StoreMaintenance, StoreSchema, StorePrimitives):
     """Results of evaluations, and the systems they ran on.
 
     Every method is safe to call from several processes on the same store; writes that repeat

@@ -29,5 +29,5 @@ class MongomockStore(MongoStore):
     """The Mongo store connected through SharedMongomockClient: what `open_store` returns for a
     `mongodb://` URL in the tests of the "mongomock" parameter."""
 
-    def __init__(self, url: str) -> None:
-        super().__init__(url, client_class=SharedMongomockClient)
+    def __init__(self, url: str, *, check_schema: bool = True) -> None:
+        super().__init__(url, client_class=SharedMongomockClient, check_schema=check_schema)

@@ -10,7 +10,14 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ..records import INT64_MAX, INT64_MIN, EvaluationRecord, MeasurementRecord, SpanRecord
+from ..records import (
+    INT64_MAX,
+    INT64_MIN,
+    EvaluationRecord,
+    MeasurementRecord,
+    SpanRecord,
+    summary_columns,
+)
 from .documents import MeasurementDocument
 
 __all__ = [
@@ -18,6 +25,7 @@ __all__ = [
     "decode",
     "encode",
     "measurement_document",
+    "measurement_summary",
     "micros",
     "span_record",
     "to_datetime",
@@ -67,7 +75,19 @@ def decode(value: Any) -> Any:
     return value
 
 
+def measurement_summary(
+    latency_ms: Mapping[str, Any], validity: Mapping[str, Any], raw_count: int | None
+) -> dict[str, Any]:
+    """The fields schema version 2 adds to a measurement sub-document (mongo/schema.py), from its
+    summary and validity (decoded) and how many raw latencies it has (None: none recorded)."""
+    return {
+        **summary_columns(latency_ms, validity),
+        "raw_codec": None if raw_count is None else "int64le",
+    }
+
+
 def measurement_document(record: MeasurementRecord) -> Any:
+    raw_count = None if record.latencies_ns is None else len(record.latencies_ns)
     document = MeasurementDocument(
         scenario=record.scenario,
         batch_size=record.batch_size,
@@ -75,7 +95,8 @@ def measurement_document(record: MeasurementRecord) -> Any:
         throughput=record.throughput,
         validity=encode(record.validity),
         extra=encode(record.extra),
-        raw_count=None if record.latencies_ns is None else len(record.latencies_ns),
+        raw_count=raw_count,
+        **measurement_summary(record.latency_ms, record.validity, raw_count),
     )
     document.validate()
     return document.to_mongo()

@@ -45,6 +45,18 @@ class MeasurementDocument(mongoengine.EmbeddedDocument):
     extra = mongoengine.DictField()
     # How many raw latencies the chunks hold; None when the caller recorded none.
     raw_count = mongoengine.LongField(null=True)
+    # Schema version 2 (mongo/schema.py): how the chunks pack the raw latencies ("int64le"; None
+    # without raw latencies), and the summary in fields of its own (records.summary_columns).
+    raw_codec = mongoengine.StringField(null=True)
+    sample_count = mongoengine.LongField(null=True)
+    mean_ms = mongoengine.FloatField(null=True)
+    median_ms = mongoengine.FloatField(null=True)
+    p90_ms = mongoengine.FloatField(null=True)
+    p95_ms = mongoengine.FloatField(null=True)
+    p99_ms = mongoengine.FloatField(null=True)
+    ci_low_ms = mongoengine.FloatField(null=True)
+    ci_high_ms = mongoengine.FloatField(null=True)
+    valid = mongoengine.BooleanField(null=True)
 
 
 class EvaluationDocument(mongoengine.Document):

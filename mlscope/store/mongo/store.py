@@ -38,10 +38,12 @@ from ..records import (
     pack_latencies,
     unpack_latencies,
 )
+from ..schema import SchemaState, Upgraded
 from .codec import TIMESTAMPS, decode, encode, measurement_document, micros, span_record, to_record
 from .documents import DOCUMENTS, EvaluationDocument, LatencyChunkDocument, SpanDocument, SystemDocument
 from .maintenance import bulk_insert, prune
 from .pipelines import compare_pipeline, layer_totals_pipeline, model_total_pipeline, pipeline_row
+from .schema import mark_current, read_state, upgrade
 
 __all__ = ["DEFAULT_DATABASE", "RAW_CHUNK_SAMPLES", "MongoStore"]
 
@@ -62,21 +64,28 @@ def _shown(url: str) -> str:
 
 
 class MongoStore(Store):
-    """The Store on MongoDB; creates its indexes on open.
+    """The Store on MongoDB; checks its schema version on open (mongo/schema.py), and creates its
+    indexes.
 
     Args:
         url: `mongodb://[user:password@]host[:port][/database][?options]` or `mongodb+srv://...`; the
             database defaults to "mlscope".
         client_class: the client class mongoengine connects with (its `mongo_client_class`), for
             tests: `mongomock.MongoClient`. pymongo's MongoClient when None.
+        check_schema: refuse a database that is not at the schema version this code writes, and
+            record the version in an empty one; False opens any database as it is, changing nothing,
+            for `schema_status()` and `upgrade()`.
 
     Raises:
-        UserError: when the URL is malformed or no server answers it within a few seconds.
+        UserError: when the URL is malformed, no server answers it within a few seconds, or
+            (check_schema) the database holds an older or newer version or another application's
+            collections (SchemaState.refusal words each).
     """
 
     NAME: ClassVar[str] = "mongodb"
 
-    def __init__(self, url: str, *, client_class: type | None = None) -> None:
+    def __init__(self, url: str, *, client_class: type | None = None, check_schema: bool = True) -> None:
+        self._location = _shown(url)
         self._alias = f"mlscope-store-{uuid.uuid4().hex}"
         settings: dict[str, Any] = {"uuidRepresentation": "standard"}
         if "serverselectiontimeoutms" not in url.lower():
@@ -89,7 +98,8 @@ class MongoStore(Store):
                 self._db = get_db(self._alias)
             # server_info() needs a round trip, so an unreachable server shows here, not on first use.
             client.server_info()
-            self._create_indexes()
+            if check_schema:
+                self._open_schema()
         except ServerSelectionTimeoutError as error:
             self.close()
             # pymongo appends its whole topology description; the first part says what went wrong.
@@ -101,6 +111,9 @@ class MongoStore(Store):
         except (PyMongoError, ConnectionFailure, ValueError, TypeError) as error:
             self.close()
             raise UserError(f"cannot open the store at {_shown(url)}: {error}", field="store_url") from None
+        except BaseException:
+            self.close()
+            raise
         self._systems: Collection[Any] = self._collection(SystemDocument)
         self._evaluations: Collection[Any] = self._collection(EvaluationDocument)
         self._chunks: Collection[Any] = self._collection(LatencyChunkDocument)
@@ -116,6 +129,36 @@ class MongoStore(Store):
             for spec in document._meta["index_specs"]:
                 options = {key: value for key, value in spec.items() if key != "fields"}
                 collection.create_index(spec["fields"], **options)
+
+    # ----- the schema ------------------------------------------------------------------------------
+
+    def _open_schema(self) -> None:
+        state = read_state(self._db, location=self._location)
+        if state.state not in ("empty", "current"):
+            state.check()
+        self._create_indexes()
+        if state.state == "empty":
+            mark_current(self._db)
+
+    def _schema_state(self) -> SchemaState:
+        return read_state(self._db, location=self._location)
+
+    def _upgrade_schema(self) -> Upgraded:
+        # MongoDB has no lock to take across collections: the backfill is idempotent instead, and the
+        # meta document is written last.
+        state = read_state(self._db, location=self._location)
+        if state.state == "current":
+            return Upgraded(previous=state.current)
+        if state.state not in ("empty", "older"):
+            state.check()
+        self._create_indexes()
+        if state.state == "empty":
+            mark_current(self._db)
+            return Upgraded(previous=None, steps=(state.required,))
+        assert state.current is not None
+        backfilled = upgrade(self._db)
+        steps = tuple(str(v) for v in range(int(state.current) + 1, int(state.required) + 1))
+        return Upgraded(previous=state.current, steps=steps, backfilled=backfilled)
 
     def close(self) -> None:
         with _CONNECTIONS_LOCK:

@@ -17,7 +17,13 @@ from mlscope.contract.errors import UserError
 
 from ..errors import StoreUnavailable
 
-__all__ = ["SQLITE_BUSY_TIMEOUT_S", "create_sqlite_engine", "engine_url", "report_unavailable"]
+__all__ = [
+    "SQLITE_BUSY_TIMEOUT_S",
+    "create_sqlite_engine",
+    "engine_url",
+    "report_unavailable",
+    "sqlite_path",
+]
 
 # How long a write waits for another process's write to finish before SQLite gives up.
 SQLITE_BUSY_TIMEOUT_S = 30.0
@@ -34,7 +40,8 @@ def engine_url(url: str) -> URL:
     return parsed
 
 
-def _sqlite_path(url: URL) -> Path | None:
+def sqlite_path(url: URL) -> Path | None:
+    """The file a SQLite URL names; None in memory and for `file:` URIs."""
     database = url.database
     if not database or database == ":memory:" or database.startswith("file:"):
         return None
@@ -42,7 +49,7 @@ def _sqlite_path(url: URL) -> Path | None:
 
 
 def create_sqlite_engine(url: URL) -> Engine:
-    path = _sqlite_path(url)
+    path = sqlite_path(url)
     if path is None:
         # One shared connection, or each pooled connection would see its own empty in-memory database.
         engine = create_engine(url, poolclass=StaticPool, connect_args={"check_same_thread": False})

@@ -1,7 +1,9 @@
 """The SQL store: SQLite (the embedded default) and PostgreSQL (the farm), on SQLAlchemy 2.
 
-Owns the Store primitives in SQL, and the schema's creation on open. The tables are in tables.py, how
-each database is opened to be shared safely between processes in engine.py, and the statements and
+Owns the Store primitives in SQL, and the schema check on open: an empty database gets the schema at
+the head revision, one at the head revision opens, anything else is refused (store/schema.py says
+why, sql/schema.py reads and upgrades the Alembic revisions). The tables are in tables.py, how each
+database is opened to be shared safely between processes in engine.py, and the statements and
 conversions the primitives share in queries.py.
 """
 
@@ -9,11 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, ClassVar
 
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import NoSuchModuleError, OperationalError
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DatabaseError, NoSuchModuleError
 from sqlalchemy.orm import Session
 
 from mlscope.contract.errors import UserError
@@ -27,9 +31,11 @@ from ..records import (
     MeasurementRecord,
     SpanRecord,
 )
-from .engine import create_sqlite_engine, engine_url, report_unavailable
+from ..schema import SchemaState, Upgraded
+from .engine import create_sqlite_engine, engine_url, report_unavailable, sqlite_path
 from .maintenance import bulk_insert, measurement_values, prune
 from .queries import filtered, insert_spans_postgresql, to_record, with_children
+from .schema import backup_sqlite, create_at_head, head_revision, migrate, read_sqlite_state, read_state
 from .tables import Base, EvaluationRow, MeasurementRow, SpanRow, SystemRow
 
 __all__ = ["SQLStore"]
@@ -39,23 +45,27 @@ _SCHEMA_LOCK_KEY = 0x6D6C73636F7065
 
 
 class SQLStore(Store):
-    """The Store on SQLite or PostgreSQL; creates its schema on open.
+    """The Store on SQLite or PostgreSQL; checks its schema on open, and creates it in an empty database.
 
     Args:
         url: `sqlite:///path/to/file.db` (parent directories are created), `sqlite://` (in memory:
             one connection, for one thread of one process), or `postgresql://user@host:port/database`
             (driven by psycopg 3).
+        check_schema: refuse a database that is not at the schema this code needs, and create the
+            schema in an empty one; False opens any database as it is, changing nothing, for
+            `schema_status()` and `upgrade()`.
 
     Raises:
-        UserError: when the URL is malformed, its driver is not installed, or the database cannot be
-            opened.
+        UserError: when the URL is malformed, its driver is not installed, the database cannot be
+            opened, or (check_schema) it holds an older or newer schema or another application's
+            tables (SchemaState.refusal words each).
     """
 
     NAME: ClassVar[str] = "sql"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, check_schema: bool = True) -> None:
         parsed = engine_url(url)
-        shown = parsed.render_as_string(hide_password=True)
+        self._shown = parsed.render_as_string(hide_password=True)
         try:
             if parsed.get_backend_name() == "sqlite":
                 self._engine = create_sqlite_engine(parsed)
@@ -63,12 +73,14 @@ class SQLStore(Store):
                 self._engine = create_engine(parsed, pool_pre_ping=True)
         except (NoSuchModuleError, ModuleNotFoundError) as error:
             raise UserError(
-                f"store URL {shown}: its database driver is not installed ({error}); "
+                f"store URL {self._shown}: its database driver is not installed ({error}); "
                 "for PostgreSQL: pip install 'mlscope[postgresql]'",
                 field="store_url",
             ) from None
         self._dialect = self._engine.dialect.name
-        report_unavailable(self._engine, shown)
+        report_unavailable(self._engine, self._shown)
+        # The SQLite file, looked at read-only before anything writes to it; None in memory.
+        self._path: Path | None = sqlite_path(parsed) if self._dialect == "sqlite" else None
         self._writer = self._engine.execution_options(mlscope_write=True)
         # A read spans several queries (evaluations, then their measurements and systems); on
         # PostgreSQL they must see one snapshot, or a finish committing in between shows half of it.
@@ -78,22 +90,79 @@ class SQLStore(Store):
             else self._engine
         )
         try:
-            self._create_schema()
-        except OperationalError as error:
+            if check_schema:
+                self._open_schema()
+        except DatabaseError as error:
             self._engine.dispose()
-            raise UserError(f"cannot open the store at {shown}: {error.orig}", field="store_url") from None
+            raise UserError(
+                f"cannot open the store at {self._shown}: {error.orig}", field="store_url"
+            ) from None
         except StoreUnavailable as error:
             self._engine.dispose()
-            cause = error.__cause__
-            reason = getattr(cause, "orig", None) or error.message
-            raise UserError(f"cannot open the store at {shown}: {reason}", field="store_url") from None
+            reason = getattr(error.__cause__, "orig", None) or error.message
+            raise UserError(f"cannot open the store at {self._shown}: {reason}", field="store_url") from None
+        except BaseException:
+            self._engine.dispose()
+            raise
 
-    def _create_schema(self) -> None:
+    # ----- the schema ------------------------------------------------------------------------------
+
+    def _lock_schema(self, connection: Connection) -> None:
+        if self._dialect == "postgresql":
+            # Workers and the API may all open a fresh database at once (CREATE TABLE races), or while
+            # an upgrade runs: schema changes take turns. SQLite's BEGIN IMMEDIATE already does.
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
+
+    def _state(self, connection: Connection) -> SchemaState:
+        return read_state(connection, backend=self._dialect, location=self._shown)
+
+    def _open_schema(self) -> None:
+        if self._path is not None:
+            # A file that is not at the head revision is refused without a byte of it changing.
+            found = read_sqlite_state(self._path, location=self._shown)
+            if found is not None and found.state != "empty":
+                found.check()
+                return
         with self._writer.begin() as connection:
-            if self._dialect == "postgresql":
-                # Workers and the API may all open a fresh database at once; CREATE TABLE races.
-                connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
-            Base.metadata.create_all(connection)
+            self._lock_schema(connection)
+            state = self._state(connection)
+            if state.state == "empty":
+                create_at_head(connection)
+            else:
+                state.check()
+
+    def _schema_state(self) -> SchemaState:
+        if self._path is not None:
+            found = read_sqlite_state(self._path, location=self._shown)
+            return found or SchemaState("sqlite", self._shown, "empty", None, head_revision())
+        with self._reader.connect() as connection:
+            return self._state(connection)
+
+    def _upgrade_schema(self) -> Upgraded:
+        with self._writer.begin() as connection:
+            self._lock_schema(connection)
+            state = self._state(connection)
+            if state.state == "empty":
+                create_at_head(connection)
+                return Upgraded(previous=None, steps=(state.required,))
+            if state.state == "current":
+                return Upgraded(previous=state.current)
+            if state.state != "older":
+                state.check()
+            assert state.current is not None
+            # Taken while this transaction holds the write lock: the copy is exactly the store as the
+            # upgrade found it.
+            backup = None if self._path is None else str(backup_sqlite(self._path, state.current))
+            try:
+                steps, backfilled = migrate(connection, state)
+            except Exception as error:
+                kept = f"; a copy of it from before is at {backup}" if backup else ""
+                raise RuntimeError(
+                    f"upgrading the store at {self._shown} from schema {state.current} to "
+                    f"{state.required} failed and was rolled back, so the store was not changed{kept}: "
+                    f"{type(error).__name__}: {error}"
+                ) from error
+        return Upgraded(previous=state.current, steps=steps, backfilled=backfilled, backup=backup)
 
     def close(self) -> None:
         self._engine.dispose()

@@ -1,0 +1,1 @@
+"""The revisions of the SQL store's schema, oldest first (see the parent package)."""

@@ -1,0 +1,136 @@
+"""Schema versions of the Mongo store: a version-1 document set (mlscope 0.1.0's shape: no
+`mlscope_meta`, measurements without summary fields) is refused until `upgrade()` backfills it; a newer
+version and another application's collections are refused with nothing changed.
+
+All of it runs on mongomock (no MongoDB server can run here), through the shared in-process server the
+contract suite's "mongomock" parameter uses."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from mlscope.contract.errors import UserError
+from mlscope.store import records
+from mlscope.store.mongo import MongoStore
+from mlscope.store.mongo.codec import decode
+from mlscope.store.mongo.schema import META, SCHEMA_VERSION
+from tests.contract.builders import finish, make_measurement, run_to
+from tests.contract.mongomock_store import SharedMongomockClient
+
+# The fields version 2 adds to a measurement sub-document.
+V2_FIELDS = (*records.summary_columns({}, {}), "raw_codec")
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    """A mongodb:// URL of a fresh database on the shared mongomock server."""
+    database = f"mlscope_migrations_{uuid.uuid4().hex[:12]}"
+    yield f"mongodb://scope:s3cret@127.0.0.1:27017/{database}"
+    SharedMongomockClient().drop_database(database)
+
+
+def database(url: str) -> Any:
+    return SharedMongomockClient()[url.rsplit("/", 1)[1]]
+
+
+def open_mongo(url: str, *, check_schema: bool = True) -> MongoStore:
+    return MongoStore(url, client_class=SharedMongomockClient, check_schema=check_schema)
+
+
+def snapshot(url: str) -> dict[str, list[Any]]:
+    db = database(url)
+    return {name: list(db[name].find().sort("_id", 1)) for name in sorted(db.list_collection_names())}
+
+
+@pytest.fixture
+def version_1(url: str) -> dict[str, dict[str, Any]]:
+    """A store in version 1's shape: evaluations written, then the meta document and every field
+    version 2 added taken away, as mlscope 0.1.0 left them. Returns the evaluations as they read."""
+    with open_mongo(url) as store:
+        with_raw = run_to(store, "succeeded")
+        without_raw = run_to(store, "running")
+        no_raw = make_measurement("offline", 8)
+        del no_raw["latencies_ns"]
+        finish(store, without_raw, measurements=[no_raw, make_measurement("server", 2, mean=3.0)])
+        run_to(store, "failed")
+        run_to(store, "queued")
+        read = {id: store.get_evaluation(id, include_raw=True) for id in (with_raw, without_raw)}
+    db = database(url)
+    db.drop_collection(META)
+    for document in db["evaluations"].find({"measurements.0": {"$exists": True}}):
+        old = [{k: v for k, v in m.items() if k not in V2_FIELDS} for m in document["measurements"]]
+        db["evaluations"].update_one({"_id": document["_id"]}, {"$set": {"measurements": old}})
+    return read
+
+
+def test_a_version_1_store_is_refused_then_upgraded_with_the_summary_fields(
+    url: str, version_1: dict[str, dict[str, Any]]
+) -> None:
+    # Given a store in version 1's shape
+    before = snapshot(url)
+    # When it is opened
+    with pytest.raises(UserError) as refused:
+        open_mongo(url)
+    # Then it is refused, saying what to run, with the password masked, and nothing changed
+    message = str(refused.value)
+    assert "has schema 1 (written by mlscope 0.1.0, which kept no schema version)" in message
+    assert f"this mlscope needs schema {SCHEMA_VERSION}: run `mlscope store upgrade`" in message
+    assert "s3cret" not in message and refused.value.field == "store_url"
+    assert snapshot(url) == before
+
+    # When it is upgraded
+    with open_mongo(url, check_schema=False) as store:
+        assert store.schema_status()["upgrade_needed"] is True
+        done = store.upgrade()
+    # Then every measurement was backfilled, and the meta document says version 2
+    assert (done["from"], done["to"], done["steps"], done["backfilled"]) == ("1", "2", ["2"], 3)
+    assert database(url)[META].find_one({"_id": "schema"})["version"] == SCHEMA_VERSION
+    for document in database(url)["evaluations"].find({"measurements.0": {"$exists": True}}):
+        for m in document["measurements"]:
+            expected = records.summary_columns(decode(m["latency_ms"]), decode(m["validity"]))
+            assert {name: m[name] for name in expected} == expected
+            assert m["raw_codec"] == (None if m["raw_count"] is None else "int64le")
+    # and it opens, reading exactly as before
+    with open_mongo(url) as store:
+        assert {id: store.get_evaluation(id, include_raw=True) for id in version_1} == version_1
+        assert store.count_evaluations() == 4
+        again = store.upgrade()
+    assert (again["upgraded"], again["backfilled"]) == (False, 0)
+
+
+def test_a_fresh_store_is_created_at_the_current_version_and_writes_the_summary(url: str) -> None:
+    with open_mongo(url, check_schema=False) as store:
+        assert store.schema_status()["state"] == "empty"
+    with open_mongo(url) as store:
+        assert store.schema_status()["state"] == "current"
+        id = run_to(store, "succeeded")
+    [m] = database(url)["evaluations"].find_one({"_id": id})["measurements"]
+    expected = records.summary_columns(make_measurement()["latency_ms"], make_measurement()["validity"])
+    assert {name: m[name] for name in expected} == expected
+    assert (m["raw_codec"], m["raw_count"]) == ("int64le", 5)
+
+
+def test_a_store_of_a_newer_mlscope_is_refused(url: str) -> None:
+    open_mongo(url).close()
+    database(url)[META].update_one({"_id": "schema"}, {"$set": {"version": SCHEMA_VERSION + 1}})
+    before = snapshot(url)
+    with pytest.raises(UserError, match="has schema 3, written by a newer mlscope"):
+        open_mongo(url)
+    with open_mongo(url, check_schema=False) as store, pytest.raises(UserError, match="upgrade mlscope"):
+        store.upgrade()
+    assert snapshot(url) == before
+
+
+def test_another_applications_database_is_refused_and_left_alone(url: str) -> None:
+    database(url)["invoices"].insert_one({"_id": 1, "total": 12})
+    before = snapshot(url)
+    with pytest.raises(UserError) as refused:
+        open_mongo(url)
+    assert "holds collections of another application (invoices): point MLSCOPE_STORE_URL" in str(
+        refused.value
+    )
+    assert snapshot(url) == before
