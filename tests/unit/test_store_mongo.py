@@ -14,6 +14,7 @@ import pytest
 
 from mlscope.store.mongo import MongoStore
 from mlscope.store.mongo import store as mongo
+from mlscope.store.records import RAW_CODEC, unpack_latencies
 from tests.contract.builders import COLD_START, finish, make_measurement, make_system, run_to
 from tests.contract.mongomock_store import SharedMongomockClient
 
@@ -65,7 +66,11 @@ def test_raw_latencies_are_stored_in_bounded_chunks_outside_the_evaluation(
         ("offline", 8, 1, 1000),
         ("offline", 8, 2, 500),
     ]
-    assert all(len(c["data"]) == 8 * c["count"] for c in chunks)
+    # (each packed with its codec: byte-shuffled and compressed, under 8 bytes a sample)
+    assert all(
+        c["codec"] == RAW_CODEC and len(unpack_latencies(c["data"], c["codec"])) == c["count"] for c in chunks
+    )
+    assert all(len(c["data"]) < 8 * c["count"] for c in chunks)
     assert [m["raw_count"] for m in document["measurements"]] == [2500, 0, None]
     assert "latencies_ns" not in str(document)
     # and they come back exactly, an empty list as empty and none as none
