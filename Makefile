@@ -19,6 +19,8 @@ $(STAMP):
 venv: $(STAMP)
 
 demo: $(STAMP)
+	@# A store left by an older mlscope is upgraded (a copy kept beside it); a current one is untouched.
+	$(BIN)/mlscope store upgrade
 	$(BIN)/mlscope run resnet18 --framework pytorch,onnxruntime --batch-sizes 1,8
 	$(BIN)/mlscope results list --limit 10
 
