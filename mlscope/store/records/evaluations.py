@@ -101,7 +101,11 @@ class EvaluationRecord:
 
 @dataclass(frozen=True)
 class EvaluationFilter:
-    """Conditions on evaluations; None means "any". `since` is inclusive, `until` exclusive."""
+    """Conditions on evaluations; None means "any". `since` is inclusive, `until` exclusive.
+
+    `after` (created_at, id) keeps only the evaluations a listing orders after that one (created_at
+    descending, then id ascending): the keyset continuation of a listing's previous page.
+    """
 
     model: str | None = None
     framework: str | None = None
@@ -109,6 +113,7 @@ class EvaluationFilter:
     status: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    after: tuple[datetime, str] | None = None
 
 
 def summary_columns(latency_ms: Mapping[str, Any], validity: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """The SQL store: SQLite (the embedded default) and PostgreSQL (the farm), on SQLAlchemy 2.
 
 Owns the Store primitives in SQL, and the schema's creation on open. The tables are in tables.py, how
-each database is opened to be shared safely between processes in engine.py, and the statements and
-conversions the primitives share in queries.py.
+each database is opened to be shared safely between processes in engine.py, the statements and
+conversions the primitives share in queries.py, and the aggregations (comparison, history, layer
+totals, the upkeep of `compare_keys`) in aggregates.py.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, ClassVar
 
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import and_, create_engine, func, inspect, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session
@@ -21,16 +22,29 @@ from mlscope.contract.errors import UserError
 from ..base import Store
 from ..errors import EvaluationNotFound
 from ..records import (
+    CompareFilter,
     EvaluationFilter,
     EvaluationRecord,
+    LayerTotal,
     MeasurementRecord,
     SpanRecord,
     pack_latencies,
     summary_columns,
 )
+from ..records.history import HistoryFilter
+from .aggregates import (
+    JSONTexts,
+    backfill_compare_keys,
+    compare_query,
+    compare_result,
+    history_query,
+    history_result,
+    layer_totals,
+    upsert_compare_keys,
+)
 from .engine import create_sqlite_engine, engine_url
 from .queries import filtered, insert_spans_postgresql, to_record, with_children
-from .tables import Base, EvaluationRow, MeasurementRow, SpanRow, SystemRow
+from .tables import Base, CompareKeyRow, EvaluationRow, MeasurementRow, SpanRow, SystemRow
 
 __all__ = ["SQLStore"]
 
@@ -87,7 +101,12 @@ class SQLStore(Store):
             if self._dialect == "postgresql":
                 # Workers and the API may all open a fresh database at once; CREATE TABLE races.
                 connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
+            counted = inspect(connection).has_table(CompareKeyRow.__tablename__)
             Base.metadata.create_all(connection)
+            if not counted:
+                # A store written before compare_keys existed: its succeeded evaluations are counted
+                # once, here, as the schema migration adding the table does (a new store has none).
+                connection.execute(backfill_compare_keys(self._dialect))
 
     def close(self) -> None:
         self._engine.dispose()
@@ -163,15 +182,25 @@ class SQLStore(Store):
                     )
                     for m in measurements
                 )
+                if measurements and row.status == "succeeded":
+                    session.execute(
+                        upsert_compare_keys(self._dialect, evaluation=row, measurements=measurements)
+                    )
             return before
 
     def _ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:
-        query = (
-            select(EvaluationRow.id)
-            .where(EvaluationRow.id.startswith(prefix, autoescape=True))
-            .order_by(EvaluationRow.id)
-            .limit(limit)
-        )
+        condition = EvaluationRow.id.startswith(prefix, autoescape=True)
+        if self._dialect == "sqlite":
+            # SQLite serves no index to a LIKE on a bound parameter (and its LIKE ignores ASCII case);
+            # the range of ids a prefix spans reads the primary key, exactly.
+            bound = _successor(prefix)
+            condition = and_(
+                EvaluationRow.id >= prefix,
+                EvaluationRow.id < bound
+                if bound is not None
+                else func.substr(EvaluationRow.id, 1, len(prefix)) == prefix,
+            )
+        query = select(EvaluationRow.id).where(condition).order_by(EvaluationRow.id).limit(limit)
         with Session(self._reader) as session:
             return list(session.scalars(query))
 
@@ -198,6 +227,20 @@ class SQLStore(Store):
         query = filtered(select(func.count()).select_from(EvaluationRow), where)
         with Session(self._reader) as session:
             return int(session.scalar(query) or 0)
+
+    # ----- aggregations (aggregates.py) ------------------------------------------------------------
+
+    def _compare_rows(self, where: CompareFilter) -> list[dict[str, Any]]:
+        with self._reader.connect() as connection:
+            texts = JSONTexts()
+            return [
+                compare_result(row, texts) for row in connection.execute(compare_query(where, self._dialect))
+            ]
+
+    def _history_points(self, where: HistoryFilter, *, limit: int) -> list[dict[str, Any]]:
+        with self._reader.connect() as connection:
+            rows = connection.execute(history_query(where, limit=limit, dialect=self._dialect)).all()
+            return history_result(rows)
 
     # ----- spans -----------------------------------------------------------------------------------
 
@@ -252,3 +295,19 @@ class SQLStore(Store):
         query = select(func.count()).select_from(SpanRow).where(SpanRow.evaluation_id == evaluation_id)
         with Session(self._reader) as session:
             return int(session.scalar(query) or 0)
+
+    def _layer_totals(
+        self, evaluation_id: str, *, level: str, group_by: str
+    ) -> tuple[list[LayerTotal], int | None]:
+        with self._reader.connect() as connection:
+            return layer_totals(connection, evaluation_id, level=level, group_by=group_by)
+
+
+def _successor(prefix: str) -> str | None:
+    """The least string greater than every string starting with `prefix` (None when there is none)."""
+    for end in range(len(prefix) - 1, -1, -1):
+        if ord(prefix[end]) < 0x10FFFF:
+            following = ord(prefix[end]) + 1
+            # Surrogates are no characters of UTF-8 text: the next character after U+D7FF is U+E000.
+            return prefix[:end] + chr(0xE000 if 0xD800 <= following <= 0xDFFF else following)
+    return None
