@@ -222,7 +222,8 @@ class Client:
 
     def evaluations(self, **filters: Any) -> dict[str, Any]:
         """A page of evaluations: filters model, framework, system, status, since, until (aware
-        datetimes or ISO 8601 text), limit, offset; returns {items, total, limit, offset}."""
+        datetimes or ISO 8601 text), limit, offset, cursor (the previous page's next_cursor); returns
+        {items, total, limit, offset, next_cursor}, next_cursor None on the last page."""
         page: dict[str, Any] = self._json("GET", f"{_V1}/evaluations", params=_params(filters))
         return page
 
@@ -330,6 +331,44 @@ class Client:
         """The comparison table as CSV text; filters as `compare`."""
         params = {**_params(filters), "format": "csv"}
         return self._request("GET", f"{_V1}/compare", params=params, accept="text/csv").text
+
+    def history(
+        self,
+        *,
+        model: str,
+        framework: str,
+        system_id: str | None = None,
+        device: str | None = None,
+        scenario: str | None = None,
+        batch_size: int | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
+        """How a model on a framework performed over time: {model, framework, system_id, device,
+        scenario, batch_size, points}, a point {evaluation_id, created_at, system_id, device, median_ms,
+        ci_low_ms, ci_high_ms, p99_ms, throughput, valid} per succeeded evaluation, oldest first.
+        scenario and batch_size default to the API's (single_stream, 1); since and until are aware
+        datetimes or ISO 8601 text; limit keeps the latest points.
+
+        Raises:
+            ApiError: 422 naming an invalid argument.
+        """
+        params = _params(
+            {
+                "model": model,
+                "framework": framework,
+                "system_id": system_id,
+                "device": device,
+                "scenario": scenario,
+                "batch_size": batch_size,
+                "since": since,
+                "until": until,
+                "limit": limit,
+            }
+        )
+        series: dict[str, Any] = self._json("GET", f"{_V1}/history", params=params)
+        return series
 
     # ----- catalog and operations ------------------------------------------------------------------
 

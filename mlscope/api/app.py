@@ -15,6 +15,7 @@ from celery import Celery
 from flask import Flask
 from flask_smorest import Api
 
+import mlscope.api.export  # (importing it adds /export to evaluations.blp)
 import mlscope.api.traces  # noqa: F401  (importing it adds /trace and /layers to evaluations.blp)
 from mlscope import __version__
 from mlscope.broker.app import make_celery
@@ -23,7 +24,7 @@ from mlscope.registry.agents import AgentRegistry
 from mlscope.registry.models import ModelRegistry
 from mlscope.store import Store, open_store
 
-from . import catalog, compare, evaluations, ops
+from . import catalog, compare, evaluations, history, ops
 from .auth import init_auth
 from .context import ApiContext
 from .metrics import ApiMetrics
@@ -115,7 +116,7 @@ def create_app(
     ctx.metrics.init_app(app)
     init_auth(app)
     api = _ProblemApi(app)
-    for blueprint in (evaluations.blp, catalog.blp, compare.blp, ops.blp):
+    for blueprint in (evaluations.blp, catalog.blp, compare.blp, history.blp, ops.blp):
         api.register_blueprint(blueprint)
     # After flask-smorest's own handler, so these win.
     install_error_handlers(app)

@@ -1,10 +1,8 @@
-"""/api/v1/compare: the side-by-side table of succeeded evaluations, as JSON or CSV."""
+"""/api/v1/compare: the side-by-side table of succeeded evaluations, as JSON or CSV (streamed)."""
 
 from __future__ import annotations
 
-import csv
-import io
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from flask import Response, request
@@ -17,10 +15,9 @@ from .blueprint import ApiBlueprint
 from .context import context
 from .problems import ApiProblem
 from .schemas import CompareQuerySchema, CompareSchema
+from .streams import CSV_MIMETYPE, csv_lines
 
 __all__ = ["blp", "rows_to_csv"]
-
-CSV_MIMETYPE = "text/csv"
 
 blp = ApiBlueprint(
     "compare",
@@ -30,24 +27,13 @@ blp = ApiBlueprint(
 )
 
 
-def _cell(value: Any) -> Any:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return "; ".join(str(item) for item in value)
-    return value
+def _cells(rows: Iterable[dict[str, Any]]) -> Iterator[list[Any]]:
+    return ([row.get(column) for column in COMPARE_COLUMNS] for row in rows)
 
 
 def rows_to_csv(rows: Sequence[dict[str, Any]]) -> str:
     """The comparison as CSV: a header of COMPARE_COLUMNS, `reasons` joined by "; "."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(COMPARE_COLUMNS)
-    for row in rows:
-        writer.writerow([_cell(row.get(column)) for column in COMPARE_COLUMNS])
-    return out.getvalue()
+    return "".join(csv_lines(COMPARE_COLUMNS, _cells(rows)))
 
 
 def _resolve(prefixes: Sequence[str]) -> list[str]:
@@ -95,5 +81,5 @@ class Compare(MethodView):
             until=query.get("until"),
         )
         if _wants_csv(query):
-            return Response(rows_to_csv(rows), mimetype=CSV_MIMETYPE)
+            return Response(csv_lines(COMPARE_COLUMNS, _cells(rows)), mimetype=CSV_MIMETYPE)
         return {"columns": list(COMPARE_COLUMNS), "rows": rows}

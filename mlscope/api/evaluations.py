@@ -82,7 +82,9 @@ class Evaluations(MethodView):
     def get(self, query: dict[str, Any]) -> dict[str, Any]:
         """List evaluations, newest first
 
-        Filters combine; `since` and `until` are ISO 8601 times with a timezone.
+        Filters combine; `since` and `until` are ISO 8601 times with a timezone. Page by `offset`,
+        or by `cursor`: the `next_cursor` of the previous page (null on the last one), which stays
+        put while evaluations are added.
         """
         store = context().store
         filters = {
@@ -93,9 +95,17 @@ class Evaluations(MethodView):
             "since": query.get("since"),
             "until": query.get("until"),
         }
-        items = store.list_evaluations(**filters, limit=query["limit"], offset=query["offset"])
+        items, next_cursor = store.page_evaluations(
+            **filters, limit=query["limit"], offset=query["offset"], cursor=query.get("cursor")
+        )
         total = store.count_evaluations(**filters)
-        return {"items": items, "total": total, "limit": query["limit"], "offset": query["offset"]}
+        return {
+            "items": items,
+            "total": total,
+            "limit": query["limit"],
+            "offset": query["offset"],
+            "next_cursor": next_cursor,
+        }
 
     @blp.arguments(EvaluationRequestSchema, description="One model on one framework")
     @blp.response(

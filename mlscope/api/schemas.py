@@ -163,6 +163,13 @@ class ListQuerySchema(Schema):
     offset = fields.Integer(
         load_default=0, validate=validate.Range(min=0, max=2**63 - 1, error="must be between {min} and {max}")
     )
+    cursor = fields.String(
+        validate=validate.Length(min=1, max=1000),
+        metadata={
+            "description": "continue after the previous page: its next_cursor (pages then stay put while "
+            "evaluations are added); offset skips from there"
+        },
+    )
 
 
 class EvaluationQuerySchema(Schema):
@@ -208,6 +215,9 @@ class EvaluationPageSchema(Schema):
     total = fields.Integer(metadata={"description": "how many match the filters in all"})
     limit = fields.Integer()
     offset = fields.Integer()
+    next_cursor = fields.String(
+        allow_none=True, metadata={"description": "the cursor of the next page; null on the last page"}
+    )
 
 
 class CancelledSchema(Schema):

@@ -3,10 +3,11 @@
 `open_store(url)` looks the scheme up in `_STORES` and imports the implementation only then, so a
 process that never opens PostgreSQL never needs its driver.
 
-The parts: `base` (the Store interface), `primitives` (what each backend implements), `records` (the
-records, checks and public shapes every backend shares), `paging` (page sizes, and `iter_spans`),
-`errors`, `schema` (schema versions: the check on open, status and upgrade), and the backends `sql`
-(SQLite, PostgreSQL) and `mongo` (MongoDB).
+The parts: `base` (the Store interface), `aggregates` (its reads over many evaluations: cursor pages,
+walks, history series), `maintenance` (bulk import and retention), `schema` (schema versions: the check
+on open, status and upgrade), `primitives` (what each backend implements), `records` (the records,
+checks and public shapes every backend shares), `paging` (page sizes, cursors, and `iter_spans`),
+`errors`, and the backends `sql` (SQLite, PostgreSQL) and `mongo` (MongoDB).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from mlscope.contract.errors import UserError
 
+from .aggregates import StoreAggregates
 from .errors import (
     CANDIDATES_SHOWN,
     AmbiguousEvaluationId,
@@ -25,7 +26,7 @@ from .errors import (
     SystemNotFound,
 )
 from .maintenance import StoreMaintenance
-from .paging import MAX_LIST_LIMIT, SPAN_BATCH_SIZE, check_page
+from .paging import MAX_LIST_LIMIT, SPAN_BATCH_SIZE
 from .primitives import StorePrimitives
 from .records import (
     ACTIVE_STATUSES,
@@ -66,7 +67,7 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class Store(StoreMaintenance, StoreSchema, StorePrimitives):
+class Store(StoreAggregates, StoreMaintenance, StoreSchema, StorePrimitives):
     """Results of evaluations, and the systems they ran on.
 
     Every method is safe to call from several processes on the same store; writes that repeat
@@ -310,36 +311,6 @@ class Store(StoreMaintenance, StoreSchema, StorePrimitives):
         if record is None:
             raise EvaluationNotFound(id)
         return evaluation_to_dict(record, include_raw=include_raw)
-
-    def list_evaluations(
-        self,
-        *,
-        model: str | None = None,
-        framework: str | None = None,
-        system_id: str | None = None,
-        status: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> list[dict[str, Any]]:
-        """Evaluations matching every given condition, newest first (then by id), without raw latencies.
-
-        Args:
-            model, framework: model and framework names.
-            system_id: the id of the system they ran on.
-            status: one of STATUSES.
-            since, until: aware datetimes bounding created_at; since inclusive, until exclusive.
-            limit: at most this many, 1 to MAX_LIST_LIMIT.
-            offset: skip this many first.
-
-        Raises:
-            UserError: naming the invalid filter.
-        """
-        where = check_filter(model, framework, system_id, status, since, until)
-        check_page(limit, offset)
-        records = self._query_evaluations(where, limit=limit, offset=offset)
-        return [evaluation_to_dict(record) for record in records]
 
     def count_evaluations(
         self,

@@ -1,16 +1,29 @@
 """Reading a store page by page: the page sizes, the check of the page a listing asks for, the loop
-every paged read shares, and `iter_spans`, an evaluation's spans read SPAN_BATCH_SIZE at a time (how
-the API and the CLI stream a trace without holding it in one request).
+every paged read shares, the opaque cursor of a listing's keyset pages, and `iter_spans`, an
+evaluation's spans read SPAN_BATCH_SIZE at a time (how the API and the CLI stream a trace without
+holding it in one request).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from mlscope.contract.errors import UserError
 
-__all__ = ["MAX_LIST_LIMIT", "SPAN_BATCH_SIZE", "check_page", "iter_spans", "paged"]
+__all__ = [
+    "MAX_LIST_LIMIT",
+    "SPAN_BATCH_SIZE",
+    "check_page",
+    "decode_cursor",
+    "encode_cursor",
+    "iter_spans",
+    "paged",
+]
 
 MAX_LIST_LIMIT = 1000
 # Spans are written and read this many at a time: big enough to amortise a round trip, small enough
@@ -40,6 +53,38 @@ def check_page(limit: Any, offset: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < low or (high and value > high):
             bounds = f"from {low} to {high}" if high else f"{low} or more"
             raise UserError(f"{name}={value!r} must be an integer {bounds}", field=name)
+
+
+def encode_cursor(created_at: datetime | str, id: str) -> str:
+    """The cursor of the listing page that follows the evaluation (created_at, id): URL-safe base64 of
+    JSON, opaque to callers.
+
+    Args:
+        created_at: the evaluation's created_at, an aware datetime or its ISO 8601 text.
+        id: its id.
+    """
+    when = created_at if isinstance(created_at, str) else created_at.isoformat()
+    raw = json.dumps([when, id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: Any) -> tuple[datetime, str]:
+    """The (created_at, id) a cursor of `encode_cursor` continues after.
+
+    Raises:
+        UserError: naming "cursor" when it is not one.
+    """
+    try:
+        text = cursor + "=" * (-len(cursor) % 4)
+        when, id = json.loads(base64.urlsafe_b64decode(text.encode("ascii")))
+        created_at = datetime.fromisoformat(when)
+        if not isinstance(id, str) or not id or created_at.utcoffset() is None:
+            raise ValueError(id)
+    except (TypeError, ValueError, UnicodeError, binascii.Error):
+        raise UserError(
+            f"cursor={cursor!r} is not a cursor: pass the next_cursor of the previous page", field="cursor"
+        ) from None
+    return created_at, id
 
 
 def paged(read: Callable[[int], Sequence[_Item]]) -> Iterator[_Item]:

@@ -181,7 +181,7 @@ class StorePrimitives(ABC):
         """The comparison rows for `where`. This default reads matching evaluations page by page and
         builds the rows with records.compare_rows; a backend with a query language of its own may
         override it, provided it returns the same rows (the contract suite checks)."""
-        one = {
+        one: dict[str, Any] = {
             name: values[0] if len(values) == 1 else None
             for name, values in (
                 ("model", where.models),

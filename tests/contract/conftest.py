@@ -99,7 +99,7 @@ def _empty_postgres(url: str) -> None:
     import psycopg
 
     with psycopg.connect(_conninfo(make_url(url)), autocommit=True) as connection:
-        connection.execute("TRUNCATE spans, measurements, evaluations, systems")
+        connection.execute("TRUNCATE compare_keys, spans, measurements, evaluations, systems")
 
 
 def _with_database(url: str, database: str) -> str:

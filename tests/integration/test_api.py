@@ -557,6 +557,7 @@ def test_the_openapi_document_lists_every_path_and_the_docs_page_loads_it(http: 
     assert set(spec["paths"]) == {
         "/api/v1/evaluations",
         "/api/v1/evaluations/batch",
+        "/api/v1/evaluations/export",
         "/api/v1/evaluations/{evaluation_id}",
         "/api/v1/evaluations/{evaluation_id}/trace",
         "/api/v1/evaluations/{evaluation_id}/layers",
@@ -566,6 +567,7 @@ def test_the_openapi_document_lists_every_path_and_the_docs_page_loads_it(http: 
         "/api/v1/agents",
         "/api/v1/queues",
         "/api/v1/compare",
+        "/api/v1/history",
         "/api/v1/health",
         "/api/v1/metrics",
     }

@@ -68,6 +68,8 @@ class EvaluationDocument(mongoengine.Document):
             ("-created_at", "id"),
             ("status", "-created_at"),
             ("model_name", "-created_at"),
+            # Listings of one model on one framework, and its history series.
+            ("model_name", "framework_name", "-created_at", "id"),
             ("framework_name", "-created_at"),
             ("system_id", "-created_at"),
         ],

@@ -1,6 +1,8 @@
 """The MongoDB aggregation pipelines the store runs where the data is: the comparison table (the latest
-succeeded evaluation per key, how many share it, and the table's order, computed by the server) and the
-layer breakdown's totals; and the comparison pipeline's output formatted as records.compare_row.
+succeeded evaluation per key, how many share it, and the table's order, computed by the server), history
+series, and the layer breakdown's totals; and their output formatted as records.compare_row and
+records.history.history_point. Measurements are read through their schema-2 summary fields where
+present, and through latency_ms and validity where not (measurement_figures).
 """
 
 from __future__ import annotations
@@ -9,9 +11,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..records import CompareFilter, compare_row
+from ..records.history import HistoryFilter, history_point
 from .codec import decode, micros, to_datetime
 
-__all__ = ["compare_pipeline", "layer_totals_pipeline", "model_total_pipeline", "pipeline_row"]
+__all__ = [
+    "compare_pipeline",
+    "history_pipeline",
+    "history_row",
+    "layer_totals_pipeline",
+    "measurement_figures",
+    "model_total_pipeline",
+    "pipeline_row",
+]
 
 
 def compare_pipeline(where: CompareFilter) -> list[dict[str, Any]]:
@@ -42,20 +53,22 @@ def compare_pipeline(where: CompareFilter) -> list[dict[str, Any]]:
         "framework": "$framework_name",
         "system_id": "$system_id",
         "device": "$device",
-        "scenario": "$measurements.scenario",
-        "batch_size": "$measurements.batch_size",
+        "scenario": "$scenario",
+        "batch_size": "$batch_size",
     }
     latest = {
         "evaluation_id": "$_id",
         "finished_at": "$finished_at",
         "framework_version": "$framework_version",
-        "measurement": "$measurements",
+        **{name: f"${name}" for name in _COMPARED},
     }
-    median = "$latest.measurement.latency_ms.median"
+    median = "$latest.median_ms"
     pipeline: list[dict[str, Any]] = [
         {"$match": match},
         {"$unwind": "$measurements"},
         *([{"$match": measured}] if measured else []),
+        # Only what a row shows goes on: the figures, not the whole latency summary.
+        {"$project": {**dict.fromkeys(_EVALUATION_FIELDS, 1), **measurement_figures("$measurements")}},
         # Latest first: compare_rows keeps the greatest (finished_at, evaluation id) of each key.
         {"$sort": {"finished_at": -1, "_id": -1}},
         {"$group": {"_id": key, "latest": {"$first": latest}, "runs": {"$sum": 1}}},
@@ -94,10 +107,64 @@ def compare_pipeline(where: CompareFilter) -> list[dict[str, Any]]:
     return pipeline
 
 
+# The evaluation's fields a comparison row reads, and the figures `measurement_figures` computes.
+_EVALUATION_FIELDS = (
+    "model_name",
+    "framework_name",
+    "framework_version",
+    "system_id",
+    "device",
+    "finished_at",
+)
+_COMPARED = (
+    "scenario",
+    "batch_size",
+    "median_ms",
+    "p90_ms",
+    "p99_ms",
+    "ci_low_ms",
+    "ci_high_ms",
+    "throughput",
+    "count",
+    "valid",
+    "reasons",
+)
+
+
+def _summary(measurement: str, field: str, fallback: Any) -> dict[str, Any]:
+    # Measurements written since schema 2 carry their summary in fields of their own; older ones only
+    # in latency_ms and validity.
+    return {"$ifNull": [f"{measurement}.{field}", fallback]}
+
+
+def _ci(measurement: str, index: int) -> dict[str, Any]:
+    ci = f"{measurement}.latency_ms.median_ci"
+    return {"$cond": [{"$isArray": ci}, {"$arrayElemAt": [ci, index]}, None]}
+
+
+def measurement_figures(measurement: str) -> dict[str, Any]:
+    """The figures comparisons and history series read of the measurement at the field path
+    `measurement` ("$measurements"): the schema-2 summary fields where present, else the same values
+    from latency_ms and validity."""
+    latency = f"{measurement}.latency_ms"
+    return {
+        "scenario": f"{measurement}.scenario",
+        "batch_size": f"{measurement}.batch_size",
+        "median_ms": _summary(measurement, "median_ms", f"{latency}.median"),
+        "p90_ms": _summary(measurement, "p90_ms", f"{latency}.p90"),
+        "p99_ms": _summary(measurement, "p99_ms", f"{latency}.p99"),
+        "ci_low_ms": _summary(measurement, "ci_low_ms", _ci(measurement, 0)),
+        "ci_high_ms": _summary(measurement, "ci_high_ms", _ci(measurement, 1)),
+        "throughput": f"{measurement}.throughput",
+        "count": _summary(measurement, "sample_count", f"{latency}.count"),
+        "valid": _summary(measurement, "valid", f"{measurement}.validity.valid"),
+        "reasons": f"{measurement}.validity.reasons",
+    }
+
+
 def pipeline_row(found: Mapping[str, Any]) -> dict[str, Any]:
     """One row of the comparison table from the pipeline's output, formatted as compare_rows does."""
     latest = found["latest"]
-    m = latest["measurement"]
     finished_at = to_datetime(latest.get("finished_at"))
     return compare_row(
         model=found["model"],
@@ -109,13 +176,74 @@ def pipeline_row(found: Mapping[str, Any]) -> dict[str, Any]:
         measurement={
             "scenario": found["scenario"],
             "batch_size": found["batch_size"],
-            "latency_ms": decode(m.get("latency_ms") or {}),
-            "throughput": m.get("throughput"),
-            "validity": decode(m.get("validity") or {}),
+            "latency_ms": {
+                "median": latest.get("median_ms"),
+                "p90": latest.get("p90_ms"),
+                "p99": latest.get("p99_ms"),
+                "median_ci": [latest.get("ci_low_ms"), latest.get("ci_high_ms")],
+                "count": latest.get("count"),
+            },
+            "throughput": latest.get("throughput"),
+            "validity": {"valid": latest.get("valid"), "reasons": decode(latest.get("reasons"))},
         },
         runs=found["runs"],
         evaluation_id=latest["evaluation_id"],
         finished_at=None if finished_at is None else finished_at.isoformat(),
+    )
+
+
+def history_pipeline(where: HistoryFilter, *, limit: int) -> list[dict[str, Any]]:
+    """The latest `limit` points of a history series over `evaluations`, latest first, for
+    `history_row`."""
+    match: dict[str, Any] = {
+        "model_name": where.model,
+        "framework_name": where.framework,
+        "status": "succeeded",
+        "measurements": {"$elemMatch": {"scenario": where.scenario, "batch_size": where.batch_size}},
+    }
+    if where.system_id is not None:
+        match["system_id"] = where.system_id
+    if where.device is not None:
+        match["device"] = where.device
+    created: dict[str, Any] = {}
+    if where.since is not None:
+        created["$gte"] = micros(where.since)
+    if where.until is not None:
+        created["$lt"] = micros(where.until)
+    if created:
+        match["created_at"] = created
+    return [
+        {"$match": match},
+        {"$sort": {"created_at": -1, "_id": -1}},
+        {"$limit": limit},
+        {"$unwind": "$measurements"},
+        {"$match": {"measurements.scenario": where.scenario, "measurements.batch_size": where.batch_size}},
+        {
+            "$project": {
+                "created_at": 1,
+                "system_id": 1,
+                "device": 1,
+                **measurement_figures("$measurements"),
+            }
+        },
+    ]
+
+
+def history_row(found: Mapping[str, Any]) -> dict[str, Any]:
+    """One point of a series from the history pipeline's output."""
+    created_at = to_datetime(found["created_at"])
+    assert created_at is not None
+    return history_point(
+        evaluation_id=found["_id"],
+        created_at=created_at,
+        system_id=found.get("system_id"),
+        device=found["device"],
+        median_ms=found.get("median_ms"),
+        ci_low_ms=found.get("ci_low_ms"),
+        ci_high_ms=found.get("ci_high_ms"),
+        p99_ms=found.get("p99_ms"),
+        throughput=found.get("throughput"),
+        valid=found.get("valid"),
     )
 
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import mongoengine
 from bson import Binary
 from mongoengine.connection import ConnectionFailure, get_db
-from mongoengine.queryset import QuerySet
+from mongoengine.queryset import Q, QuerySet
 from pymongo import ASCENDING, ReturnDocument
 from pymongo.collection import Collection
 from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError, ServerSelectionTimeoutError
@@ -38,11 +38,19 @@ from ..records import (
     pack_latencies,
     unpack_latencies,
 )
+from ..records.history import HistoryFilter
 from ..schema import SchemaState, Upgraded
 from .codec import TIMESTAMPS, decode, encode, measurement_document, micros, span_record, to_record
 from .documents import DOCUMENTS, EvaluationDocument, LatencyChunkDocument, SpanDocument, SystemDocument
 from .maintenance import bulk_insert, prune
-from .pipelines import compare_pipeline, layer_totals_pipeline, model_total_pipeline, pipeline_row
+from .pipelines import (
+    compare_pipeline,
+    history_pipeline,
+    history_row,
+    layer_totals_pipeline,
+    model_total_pipeline,
+    pipeline_row,
+)
 from .schema import mark_current, read_state, upgrade
 
 __all__ = ["DEFAULT_DATABASE", "RAW_CHUNK_SAMPLES", "MongoStore"]
@@ -307,7 +315,12 @@ class MongoStore(Store):
             conditions["created_at__gte"] = micros(where.since)
         if where.until is not None:
             conditions["created_at__lt"] = micros(where.until)
-        return self._query(EvaluationDocument).filter(**conditions)
+        found = self._query(EvaluationDocument).filter(**conditions)
+        if where.after is not None:
+            # After (created_at, id) in the listing's order: created_at descending, then id.
+            created_at, id = micros(where.after[0]), where.after[1]
+            found = found.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__gt=id))
+        return found
 
     def _query_evaluations(
         self, where: EvaluationFilter, *, limit: int, offset: int
@@ -330,6 +343,10 @@ class MongoStore(Store):
         pipeline = compare_pipeline(where)
         # allowDiskUse: a farm's history can outgrow the 100 MB a sort or group may hold in memory.
         return [pipeline_row(found) for found in self._evaluations.aggregate(pipeline, allowDiskUse=True)]
+
+    def _history_points(self, where: HistoryFilter, *, limit: int) -> list[dict[str, Any]]:
+        found = self._evaluations.aggregate(history_pipeline(where, limit=limit), allowDiskUse=True)
+        return [history_row(point) for point in reversed(list(found))]
 
     # ----- spans -----------------------------------------------------------------------------------
 

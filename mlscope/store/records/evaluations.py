@@ -106,7 +106,11 @@ class EvaluationRecord:
 
 @dataclass(frozen=True)
 class EvaluationFilter:
-    """Conditions on evaluations; None means "any". `since` is inclusive, `until` exclusive."""
+    """Conditions on evaluations; None means "any". `since` is inclusive, `until` exclusive.
+
+    `after` (created_at, id) keeps only the evaluations a listing orders after that one (created_at
+    descending, then id ascending): the keyset continuation of a listing's previous page.
+    """
 
     model: str | None = None
     framework: str | None = None
@@ -114,6 +118,7 @@ class EvaluationFilter:
     status: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    after: tuple[datetime, str] | None = None
 
 
 def subsample_latencies(measurement: Mapping[str, Any], limit: int) -> dict[str, Any]:

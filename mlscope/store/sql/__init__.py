@@ -1,9 +1,11 @@
 """The SQL store: SQLite (the embedded default) and PostgreSQL (the farm), on SQLAlchemy 2.
 
 `store` holds SQLStore, the Store primitives in SQL; `tables` the schema (tables `systems`,
-`evaluations`, `measurements`, `spans`); `schema` its versions (Alembic revisions, the scripts in
-`migrations`): the check on open and the upgrade; `engine` the engine set-up each database needs to be
-shared safely between processes; `queries` the statements and row conversions the primitives share.
+`evaluations`, `measurements`, `spans`, `compare_keys`); `schema` its versions (Alembic revisions, the
+scripts in `migrations`): the check on open and the upgrade; `engine` the engine set-up each database
+needs to be shared safely between processes; `queries` the statements and row conversions the
+primitives share; `aggregates` the comparison, history and layer-breakdown statements that aggregate
+in the database; `maintenance` bulk import and retention.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Select, text
+from sqlalchemy import Select, or_, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import selectinload
 
@@ -62,6 +62,12 @@ def filtered(query: Select[Any], where: EvaluationFilter) -> Select[Any]:
         conditions.append(EvaluationRow.created_at >= where.since)
     if where.until is not None:
         conditions.append(EvaluationRow.created_at < where.until)
+    if where.after is not None:
+        # After (created_at, id) in the listing's order, created_at descending then id: the bound on
+        # created_at alone lets the created_at indexes start the scan there.
+        created_at, id = where.after
+        conditions.append(EvaluationRow.created_at <= created_at)
+        conditions.append(or_(EvaluationRow.created_at < created_at, EvaluationRow.id > id))
     return query.where(*conditions)
 
 

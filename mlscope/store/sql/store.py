@@ -3,8 +3,9 @@
 Owns the Store primitives in SQL, and the schema check on open: an empty database gets the schema at
 the head revision, one at the head revision opens, anything else is refused (store/schema.py says
 why, sql/schema.py reads and upgrades the Alembic revisions). The tables are in tables.py, how each
-database is opened to be shared safely between processes in engine.py, and the statements and
-conversions the primitives share in queries.py.
+database is opened to be shared safely between processes in engine.py, the statements and
+conversions the primitives share in queries.py, the aggregations (comparison, history, layer totals,
+the upkeep of `compare_keys`) in aggregates.py, bulk import and retention in maintenance.py.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, ClassVar
 
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import and_, create_engine, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DatabaseError, NoSuchModuleError
@@ -26,12 +27,24 @@ from ..base import Store
 from ..errors import EvaluationNotFound, StoreUnavailable
 from ..maintenance import PruneReport
 from ..records import (
+    CompareFilter,
     EvaluationFilter,
     EvaluationRecord,
+    LayerTotal,
     MeasurementRecord,
     SpanRecord,
 )
+from ..records.history import HistoryFilter
 from ..schema import SchemaState, Upgraded
+from .aggregates import (
+    JSONTexts,
+    compare_query,
+    compare_result,
+    history_query,
+    history_result,
+    layer_totals,
+    upsert_compare_keys,
+)
 from .engine import create_sqlite_engine, engine_url, report_unavailable, sqlite_path
 from .maintenance import bulk_insert, measurement_values, prune
 from .queries import filtered, insert_spans_postgresql, to_record, with_children
@@ -223,6 +236,10 @@ class SQLStore(Store):
                 for name, value in changes.items():
                     setattr(row, name, value)
                 session.add_all(MeasurementRow(**measurement_values(id, m)) for m in measurements)
+                if measurements and row.status == "succeeded":
+                    session.execute(
+                        upsert_compare_keys(self._dialect, evaluation=row, measurements=measurements)
+                    )
             return before
 
     def _bulk_insert(self, records: Sequence[EvaluationRecord], systems: Mapping[str, dict[str, Any]]) -> int:
@@ -232,12 +249,18 @@ class SQLStore(Store):
         return prune(self._writer, before, keep_summaries=keep_summaries)
 
     def _ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:
-        query = (
-            select(EvaluationRow.id)
-            .where(EvaluationRow.id.startswith(prefix, autoescape=True))
-            .order_by(EvaluationRow.id)
-            .limit(limit)
-        )
+        condition = EvaluationRow.id.startswith(prefix, autoescape=True)
+        if self._dialect == "sqlite":
+            # SQLite serves no index to a LIKE on a bound parameter (and its LIKE ignores ASCII case);
+            # the range of ids a prefix spans reads the primary key, exactly.
+            bound = _successor(prefix)
+            condition = and_(
+                EvaluationRow.id >= prefix,
+                EvaluationRow.id < bound
+                if bound is not None
+                else func.substr(EvaluationRow.id, 1, len(prefix)) == prefix,
+            )
+        query = select(EvaluationRow.id).where(condition).order_by(EvaluationRow.id).limit(limit)
         with Session(self._reader) as session:
             return list(session.scalars(query))
 
@@ -264,6 +287,20 @@ class SQLStore(Store):
         query = filtered(select(func.count()).select_from(EvaluationRow), where)
         with Session(self._reader) as session:
             return int(session.scalar(query) or 0)
+
+    # ----- aggregations (aggregates.py) ------------------------------------------------------------
+
+    def _compare_rows(self, where: CompareFilter) -> list[dict[str, Any]]:
+        with self._reader.connect() as connection:
+            texts = JSONTexts()
+            return [
+                compare_result(row, texts) for row in connection.execute(compare_query(where, self._dialect))
+            ]
+
+    def _history_points(self, where: HistoryFilter, *, limit: int) -> list[dict[str, Any]]:
+        with self._reader.connect() as connection:
+            rows = connection.execute(history_query(where, limit=limit, dialect=self._dialect)).all()
+            return history_result(rows)
 
     # ----- spans -----------------------------------------------------------------------------------
 
@@ -318,3 +355,19 @@ class SQLStore(Store):
         query = select(func.count()).select_from(SpanRow).where(SpanRow.evaluation_id == evaluation_id)
         with Session(self._reader) as session:
             return int(session.scalar(query) or 0)
+
+    def _layer_totals(
+        self, evaluation_id: str, *, level: str, group_by: str
+    ) -> tuple[list[LayerTotal], int | None]:
+        with self._reader.connect() as connection:
+            return layer_totals(connection, evaluation_id, level=level, group_by=group_by)
+
+
+def _successor(prefix: str) -> str | None:
+    """The least string greater than every string starting with `prefix` (None when there is none)."""
+    for end in range(len(prefix) - 1, -1, -1):
+        if ord(prefix[end]) < 0x10FFFF:
+            following = ord(prefix[end]) + 1
+            # Surrogates are no characters of UTF-8 text: the next character after U+D7FF is U+E000.
+            return prefix[:end] + chr(0xE000 if 0xD800 <= following <= 0xDFFF else following)
+    return None

@@ -1,6 +1,6 @@
-"""The SQL schema: the tables `systems`, `evaluations`, `measurements` and `spans` as SQLAlchemy 2
-declarative rows, their indexes and constraints, and the column type that keeps timestamps aware UTC
-on every database.
+"""The SQL schema: the tables `systems`, `evaluations`, `measurements`, `spans` and `compare_keys`
+as SQLAlchemy 2 declarative rows, their indexes and constraints, and the column type that keeps
+timestamps aware UTC on every database.
 """
 
 from __future__ import annotations
@@ -25,7 +25,15 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["Base", "EvaluationRow", "MeasurementRow", "SpanRow", "SystemRow", "UTCDateTime"]
+__all__ = [
+    "Base",
+    "CompareKeyRow",
+    "EvaluationRow",
+    "MeasurementRow",
+    "SpanRow",
+    "SystemRow",
+    "UTCDateTime",
+]
 
 _JSON = JSON(none_as_null=True)
 
@@ -66,7 +74,16 @@ class SystemRow(Base):
 
 class EvaluationRow(Base):
     __tablename__ = "evaluations"
-    __table_args__ = (Index("ix_evaluations_created_at_id", "created_at", "id"),)
+    __table_args__ = (
+        Index("ix_evaluations_created_at_id", "created_at", "id"),
+        # Listings of one model on one framework, newest first, and its history series.
+        Index("ix_evaluations_model_framework_created", "model_name", "framework_name", "created_at", "id"),
+        # Id prefixes (LIKE 'abc%'): PostgreSQL's default operator class serves no LIKE unless the
+        # collation is "C"; SQLite reads prefixes as a range of the primary key instead.
+        Index("ix_evaluations_id_pattern", "id", postgresql_ops={"id": "varchar_pattern_ops"}).ddl_if(
+            dialect="postgresql"
+        ),
+    )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     status: Mapped[str] = mapped_column(String(16), index=True)
@@ -148,3 +165,23 @@ class SpanRow(Base):
     start_ns: Mapped[int] = mapped_column(BigInteger)
     end_ns: Mapped[int] = mapped_column(BigInteger)
     attributes: Mapped[dict[str, Any]] = mapped_column(_JSON)
+
+
+class CompareKeyRow(Base):
+    """The comparison table's keys, kept as evaluations succeed: per (model, framework, system, device,
+    scenario, batch size), how many succeeded evaluations measured it and which finished last
+    (greatest finished_at, then id), so that an unfiltered comparison reads one row per key instead
+    of every measurement. Written in the transaction that finishes an evaluation (SQLStore._transition);
+    a succeeded evaluation never changes again, so the counts stay exact."""
+
+    __tablename__ = "compare_keys"
+
+    model_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    framework_name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    system_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    device: Mapped[str] = mapped_column(String(64), primary_key=True)
+    scenario: Mapped[str] = mapped_column(String(32), primary_key=True)
+    batch_size: Mapped[int] = mapped_column(Integer, primary_key=True)
+    runs: Mapped[int] = mapped_column(Integer)
+    latest_evaluation_id: Mapped[str] = mapped_column(ForeignKey("evaluations.id"))
+    latest_finished_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -1,0 +1,384 @@
+"""The SQL of the store's aggregations, run where the data is: the comparison table (from the
+`compare_keys` summary, or ranked with window functions when a filter cuts across keys), the upkeep
+of `compare_keys` as evaluations succeed, history series, and the layer breakdown's totals, all on
+the measurements' summary columns and SQLAlchemy's JSON operators (SQLite and PostgreSQL alike).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Unpack
+
+from sqlalchemy import (
+    ColumnElement,
+    Insert,
+    Row,
+    Select,
+    Subquery,
+    Text,
+    and_,
+    case,
+    cast,
+    func,
+    insert,
+    or_,
+    select,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+from ..records import CompareFilter, LayerTotal, MeasurementRecord, compare_row
+from ..records.history import HistoryFilter, history_point
+from .tables import CompareKeyRow, EvaluationRow, MeasurementRow, SpanRow, SystemRow
+
+__all__ = [
+    "JSONTexts",
+    "backfill_compare_keys",
+    "compare_query",
+    "compare_result",
+    "history_query",
+    "history_result",
+    "layer_totals",
+    "upsert_compare_keys",
+]
+
+_KEYS = CompareKeyRow.__table__.c
+_KEY_COLUMNS = ("model_name", "framework_name", "system_id", "device", "scenario", "batch_size")
+
+
+def _bytewise(expression: Any, dialect: str) -> Any:
+    """`expression` compared by code point, as Python compares strings: PostgreSQL's collation "C";
+    SQLite's default collation (BINARY) already is."""
+    return expression.collate("C") if dialect == "postgresql" else expression
+
+
+def _in(column: Any, values: Sequence[Any]) -> list[ColumnElement[bool]]:
+    return [column.in_(values)] if values else []
+
+
+# ----- the comparison table ------------------------------------------------------------------------
+
+
+def _summary_keys(where: CompareFilter) -> Subquery:
+    """The keys `compare_keys` holds for filters on key columns only: one row per key, O(keys)."""
+    conditions = [
+        *_in(_KEYS.model_name, where.models),
+        *_in(_KEYS.framework_name, where.frameworks),
+        *_in(_KEYS.system_id, where.system_ids),
+        *_in(_KEYS.scenario, where.scenarios),
+        *_in(_KEYS.batch_size, where.batch_sizes),
+    ]
+    return (
+        select(
+            *(_KEYS[name] for name in _KEY_COLUMNS),
+            _KEYS.runs,
+            _KEYS.latest_evaluation_id.label("evaluation_id"),
+        )
+        .where(*conditions)
+        .subquery("keys")
+    )
+
+
+def _ranked(where: CompareFilter, dialect: str) -> Select[Unpack[tuple[Any, ...]]]:
+    """Every succeeded measurement `where` draws on with its key, how many share the key (`runs`), and
+    its rank in the key (`rank` 1: the greatest finished_at, then id)."""
+    e, m = EvaluationRow, MeasurementRow
+    partition = (e.model_name, e.framework_name, e.system_id, e.device, m.scenario, m.batch_size)
+    latest_first = (e.finished_at.desc().nulls_last(), _bytewise(e.id, dialect).desc())
+    conditions = [
+        e.status == "succeeded",
+        *_in(e.id, where.ids),
+        *_in(e.model_name, where.models),
+        *_in(e.framework_name, where.frameworks),
+        *_in(e.system_id, where.system_ids),
+        *_in(m.scenario, where.scenarios),
+        *_in(m.batch_size, where.batch_sizes),
+    ]
+    if where.since is not None:
+        conditions.append(e.created_at >= where.since)
+    if where.until is not None:
+        conditions.append(e.created_at < where.until)
+    return (
+        select(
+            *partition,
+            func.count().over(partition_by=partition).label("runs"),
+            e.id.label("evaluation_id"),
+            e.finished_at.label("finished_at"),
+            func.row_number().over(partition_by=partition, order_by=latest_first).label("rank"),
+        )
+        .join_from(e, m, m.evaluation_id == e.id)
+        .where(*conditions)
+    )
+
+
+def _ranked_keys(where: CompareFilter, dialect: str) -> Subquery:
+    ranked = _ranked(where, dialect).subquery("ranked")
+    return (
+        select(*(ranked.c[name] for name in _KEY_COLUMNS), ranked.c.runs, ranked.c.evaluation_id)
+        .where(ranked.c.rank == 1)
+        .subquery("keys")
+    )
+
+
+def compare_query(where: CompareFilter, dialect: str) -> Select[Unpack[tuple[Any, ...]]]:
+    """The comparison rows for `where`, in the table's order, for `compare_result`.
+
+    Filters on key columns alone read the `compare_keys` summary; ids and times (which cut across
+    keys and change their counts) rank the measurements they select with window functions.
+    """
+    keys = (
+        _ranked_keys(where, dialect)
+        if where.ids or where.since is not None or where.until is not None
+        else _summary_keys(where)
+    )
+    e, m, s = EvaluationRow, MeasurementRow, SystemRow
+    system_id = keys.c.system_id
+    return (
+        select(
+            keys.c.model_name,
+            keys.c.framework_name,
+            e.framework_version,
+            system_id,
+            _json_text(s.data["hostname"]),
+            _json_text(s.data[("agent", "id")]),
+            _json_text(s.data[("cpu", "model")]),
+            keys.c.device,
+            keys.c.scenario,
+            keys.c.batch_size,
+            m.median_ms,
+            m.p90_ms,
+            m.p99_ms,
+            m.ci_low_ms,
+            m.ci_high_ms,
+            m.throughput,
+            m.sample_count,
+            m.valid,
+            _json_text(m.validity["reasons"]),
+            keys.c.runs,
+            keys.c.evaluation_id,
+            e.finished_at,
+        )
+        .select_from(keys)
+        .join(e, e.id == keys.c.evaluation_id)
+        .join(
+            m,
+            and_(
+                m.evaluation_id == keys.c.evaluation_id,
+                m.scenario == keys.c.scenario,
+                m.batch_size == keys.c.batch_size,
+            ),
+        )
+        .outerjoin(s, s.id == system_id)
+        # records.compare_rows' order: model, scenario, batch size, fastest first (unmeasured last),
+        # then framework, system and device, every string by code point.
+        .order_by(
+            _bytewise(keys.c.model_name, dialect),
+            _bytewise(keys.c.scenario, dialect),
+            keys.c.batch_size,
+            m.median_ms.is_(None),
+            m.median_ms,
+            _bytewise(keys.c.framework_name, dialect),
+            _bytewise(func.coalesce(system_id, ""), dialect),
+            _bytewise(keys.c.device, dialect),
+        )
+    )
+
+
+def _json_text(value: Any) -> Any:
+    # JSON values come back as their text, parsed once per distinct text by JSONTexts: a table of
+    # thousands of rows repeats a few hostnames and reasons.
+    return cast(value, Text)
+
+
+class JSONTexts(dict[str | None, Any]):
+    """The values of JSON texts, each text parsed once."""
+
+    def __missing__(self, text: str | None) -> Any:
+        value = self[text] = None if text is None else json.loads(text)
+        return value
+
+
+def compare_result(row: Row[Unpack[tuple[Any, ...]]], texts: JSONTexts) -> dict[str, Any]:
+    """One row of `compare_query` as records.compare_row formats it, its JSON texts read through
+    `texts`."""
+    values = tuple(row)
+    (model, framework, framework_version, system_id, hostname, agent_id, cpu, device, scenario) = values[:9]
+    (batch_size, median, p90, p99, ci_low, ci_high, throughput, count, valid, reasons) = values[9:19]
+    runs, evaluation_id, finished_at = values[19:]
+    return compare_row(
+        model=model,
+        framework=framework,
+        framework_version=framework_version,
+        system_id=system_id,
+        system={"hostname": texts[hostname], "agent": {"id": texts[agent_id]}, "cpu": {"model": texts[cpu]}},
+        device=device,
+        measurement={
+            "scenario": scenario,
+            "batch_size": batch_size,
+            "latency_ms": {
+                "median": median,
+                "p90": p90,
+                "p99": p99,
+                "median_ci": [ci_low, ci_high],
+                "count": count,
+            },
+            "throughput": throughput,
+            "validity": {"valid": valid, "reasons": texts[reasons]},
+        },
+        runs=runs,
+        evaluation_id=evaluation_id,
+        finished_at=None if finished_at is None else finished_at.isoformat(),
+    )
+
+
+def upsert_compare_keys(
+    dialect: str,
+    *,
+    evaluation: EvaluationRow,
+    measurements: Sequence[MeasurementRecord],
+) -> Insert:
+    """The statement that counts a newly succeeded evaluation's measurements in `compare_keys`: one
+    more run per key, and the evaluation as the key's latest when it finished last (then: greatest id).
+
+    Keys are written in one order (scenario, batch size), so concurrent finishers of one model never
+    lock them crosswise.
+    """
+    rows = [
+        {
+            "model_name": evaluation.model_name,
+            "framework_name": evaluation.framework_name,
+            "system_id": evaluation.system_id,
+            "device": evaluation.device,
+            "scenario": m.scenario,
+            "batch_size": m.batch_size,
+            "runs": 1,
+            "latest_evaluation_id": evaluation.id,
+            "latest_finished_at": evaluation.finished_at,
+        }
+        for m in sorted(measurements, key=lambda m: (m.scenario, m.batch_size))
+    ]
+    statement = (
+        (postgresql if dialect == "postgresql" else sqlite).insert(CompareKeyRow.__table__).values(rows)
+    )
+    new = statement.excluded
+    newer = or_(
+        new.latest_finished_at > _KEYS.latest_finished_at,
+        and_(
+            new.latest_finished_at == _KEYS.latest_finished_at,
+            _bytewise(new.latest_evaluation_id, dialect) > _bytewise(_KEYS.latest_evaluation_id, dialect),
+        ),
+    )
+    return statement.on_conflict_do_update(
+        index_elements=list(_KEY_COLUMNS),
+        set_={
+            "runs": _KEYS.runs + 1,
+            "latest_evaluation_id": case((newer, new.latest_evaluation_id), else_=_KEYS.latest_evaluation_id),
+            "latest_finished_at": case((newer, new.latest_finished_at), else_=_KEYS.latest_finished_at),
+        },
+    )
+
+
+def backfill_compare_keys(dialect: str) -> Insert:
+    """The statement that fills an empty `compare_keys` from the succeeded evaluations stored: what a
+    schema migration adding the table runs once (the table must be empty)."""
+    ranked = _ranked(CompareFilter(), dialect).subquery("ranked")
+    latest = select(
+        *(ranked.c[name] for name in _KEY_COLUMNS),
+        ranked.c.runs,
+        ranked.c.evaluation_id,
+        ranked.c.finished_at,
+    ).where(ranked.c.rank == 1)
+    return insert(CompareKeyRow).from_select(
+        [*_KEY_COLUMNS, "runs", "latest_evaluation_id", "latest_finished_at"], latest
+    )
+
+
+# ----- history -------------------------------------------------------------------------------------
+
+
+def history_query(where: HistoryFilter, *, limit: int, dialect: str) -> Select[Unpack[tuple[Any, ...]]]:
+    """The latest `limit` points of a series, latest first (`history_result` turns them round)."""
+    e, m = EvaluationRow, MeasurementRow
+    conditions = [
+        e.model_name == where.model,
+        e.framework_name == where.framework,
+        e.status == "succeeded",
+    ]
+    if where.system_id is not None:
+        conditions.append(e.system_id == where.system_id)
+    if where.device is not None:
+        conditions.append(e.device == where.device)
+    if where.since is not None:
+        conditions.append(e.created_at >= where.since)
+    if where.until is not None:
+        conditions.append(e.created_at < where.until)
+    return (
+        select(
+            e.id,
+            e.created_at,
+            e.system_id,
+            e.device,
+            m.median_ms,
+            m.ci_low_ms,
+            m.ci_high_ms,
+            m.p99_ms,
+            m.throughput,
+            m.valid,
+        )
+        .join_from(
+            e,
+            m,
+            and_(m.evaluation_id == e.id, m.scenario == where.scenario, m.batch_size == where.batch_size),
+        )
+        .where(*conditions)
+        .order_by(e.created_at.desc(), _bytewise(e.id, dialect).desc())
+        .limit(limit)
+    )
+
+
+def history_result(rows: Sequence[Row[Unpack[tuple[Any, ...]]]]) -> list[dict[str, Any]]:
+    """The rows of `history_query` as points, oldest first."""
+    points = []
+    for row in reversed(rows):
+        id, created_at, system_id, device, median, ci_low, ci_high, p99, throughput, valid = row
+        points.append(
+            history_point(
+                evaluation_id=id,
+                created_at=created_at,
+                system_id=system_id,
+                device=device,
+                median_ms=median,
+                ci_low_ms=ci_low,
+                ci_high_ms=ci_high,
+                p99_ms=p99,
+                throughput=throughput,
+                valid=valid,
+            )
+        )
+    return points
+
+
+# ----- the layer breakdown -------------------------------------------------------------------------
+
+
+def layer_totals(
+    connection: Connection, evaluation_id: str, *, level: str, group_by: str
+) -> tuple[list[LayerTotal], int | None]:
+    """Store._layer_totals as two GROUP BYs: the spans of `level` per group (records.span_group_key:
+    the name, or attributes.layer_type falling back to it), and the MODEL-level total."""
+    duration = func.sum(SpanRow.end_ns - SpanRow.start_ns)
+    key: Any = SpanRow.name
+    if group_by == "layer_type":
+        key = func.coalesce(SpanRow.attributes["layer_type"].as_string(), SpanRow.name)
+    groups = (
+        select(key.label("key"), func.count(), duration)
+        .where(SpanRow.evaluation_id == evaluation_id, SpanRow.level == level)
+        .group_by(key)
+    )
+    totals = [LayerTotal(str(k), int(calls), int(total)) for k, calls, total in connection.execute(groups)]
+    model = select(func.count(), duration).where(
+        SpanRow.evaluation_id == evaluation_id, SpanRow.level == "MODEL"
+    )
+    spans, model_total = connection.execute(model).one()
+    return totals, int(model_total) if spans else None

@@ -1,0 +1,182 @@
+"""The Store contract, part 5: history series (`Store.history`). A point per succeeded evaluation of one
+model on one framework that measured the scenario at the batch size, oldest first, the latest `limit`
+of them; the filters; the point's figures are the measurement's own; bad arguments name the field."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from mlscope.contract.errors import UserError
+from mlscope.store import Store
+from mlscope.store.records.history import HISTORY_FIELDS, MAX_HISTORY_POINTS
+
+from .builders import COLD_START, ERROR, T0, make_measurement, make_system
+
+
+def evaluate(
+    store: Store,
+    *,
+    model: str = "resnet18",
+    framework: str = "pytorch",
+    system: int = 1,
+    device: str = "cpu",
+    minutes: int = 0,
+    mean: float = 2.0,
+    measurements: list[dict[str, Any]] | None = None,
+    id: str | None = None,
+    succeed: bool = True,
+) -> str:
+    """An evaluation created at T0 + `minutes`, succeeded (or left running) with single_stream and
+    offline at batch size 1 and offline at 8 unless `measurements` says otherwise."""
+    id = store.create_evaluation(
+        model={"name": model, "version": "1.0", "manifest_sha256": None},
+        manifest={"name": model},
+        framework={"name": framework, "version": None},
+        runner="inline",
+        device=device,
+        request={},
+        id=id,
+        created_at=T0 + timedelta(minutes=minutes),
+    )
+    store.start_evaluation(id)
+    if succeed:
+        store.finish_evaluation(
+            id,
+            system=make_system(system),
+            framework={"name": framework, "version": "9.9"},
+            cold_start=COLD_START,
+            measurements=measurements
+            or [
+                make_measurement("single_stream", 1, mean=mean),
+                make_measurement("offline", 1, mean=mean / 2),
+                make_measurement("offline", 8, mean=mean * 4),
+            ],
+            finished_at=T0 + timedelta(minutes=minutes, seconds=30),
+        )
+    return id
+
+
+def ids(points: list[dict[str, Any]]) -> list[str]:
+    return [point["evaluation_id"] for point in points]
+
+
+def test_a_point_per_succeeded_evaluation_oldest_first_with_its_figures(store: Store) -> None:
+    # Given three succeeded runs of one model, created out of order, and others that do not belong
+    second = evaluate(store, minutes=20, mean=3.0)
+    first = evaluate(store, minutes=10, mean=2.0)
+    third = evaluate(store, minutes=30, mean=4.0, system=2, device="cuda:0")
+    evaluate(store, minutes=15, succeed=False)
+    store.fail_evaluation(evaluate(store, minutes=16, succeed=False), error=ERROR)
+    evaluate(store, minutes=17, model="bert")
+    evaluate(store, minutes=18, framework="onnxruntime")
+    evaluate(store, minutes=19, measurements=[make_measurement("offline", 1)])
+
+    # When its history is read at the default point (single_stream, batch size 1)
+    points = store.history(model="resnet18", framework="pytorch")
+
+    # Then each succeeded run that measured it is a point, oldest first, with its figures
+    assert ids(points) == [first, second, third]
+    assert [list(point) for point in points] == [list(HISTORY_FIELDS)] * 3
+    assert points[2] == {
+        "evaluation_id": third,
+        "created_at": (T0 + timedelta(minutes=30)).isoformat(),
+        "system_id": "sys-2",
+        "device": "cuda:0",
+        "median_ms": 4.0,
+        "ci_low_ms": pytest.approx(3.8),
+        "ci_high_ms": pytest.approx(4.2),
+        "p99_ms": pytest.approx(5.2),
+        "throughput": 250.0,
+        "valid": False,
+    }
+
+
+def test_the_figures_are_those_of_the_stored_measurement(store: Store) -> None:
+    # Given runs measured at three points
+    for minutes in (1, 2, 3):
+        evaluate(store, minutes=minutes, mean=float(minutes))
+
+    # When the history of each point is read, Then every figure is the stored measurement's own
+    for scenario, batch_size in (("single_stream", 1), ("offline", 1), ("offline", 8)):
+        points = store.history(
+            model="resnet18", framework="pytorch", scenario=scenario, batch_size=batch_size
+        )
+        assert len(points) == 3
+        for point in points:
+            evaluation = store.get_evaluation(point["evaluation_id"])
+            [m] = [
+                m
+                for m in evaluation["measurements"]
+                if (m["scenario"], m["batch_size"]) == (scenario, batch_size)
+            ]
+            latency = m["latency_ms"]
+            assert point["created_at"] == evaluation["created_at"]
+            assert (point["system_id"], point["device"]) == (evaluation["system"]["id"], evaluation["device"])
+            assert (point["median_ms"], point["p99_ms"]) == (latency["median"], latency["p99"])
+            assert [point["ci_low_ms"], point["ci_high_ms"]] == latency["median_ci"]
+            assert (point["throughput"], point["valid"]) == (m["throughput"], m["validity"]["valid"])
+
+
+def test_filters_narrow_the_series(store: Store) -> None:
+    # Given runs on two systems and two devices over four hours
+    a = evaluate(store, minutes=0, system=1, device="cpu")
+    b = evaluate(store, minutes=60, system=2, device="cpu")
+    c = evaluate(store, minutes=120, system=1, device="cuda:0")
+    d = evaluate(store, minutes=180, system=2, device="cuda:0")
+
+    def series(**filters: Any) -> list[str]:
+        return ids(store.history(model="resnet18", framework="pytorch", **filters))
+
+    # When filtered, Then only the matching points remain, in order; since inclusive, until exclusive
+    assert series() == [a, b, c, d]
+    assert series(system_id="sys-1") == [a, c]
+    assert series(device="cuda:0") == [c, d]
+    assert series(system_id="sys-2", device="cpu") == [b]
+    assert series(since=T0 + timedelta(minutes=60), until=T0 + timedelta(minutes=180)) == [b, c]
+    assert series(scenario="offline", batch_size=8, since=T0 + timedelta(minutes=120)) == [c, d]
+    assert series(scenario="server") == []
+    assert series(batch_size=4) == []
+    assert ids(store.history(model="bert", framework="pytorch")) == []
+
+
+def test_the_limit_keeps_the_latest_points_still_oldest_first(store: Store) -> None:
+    # Given five runs
+    runs = [evaluate(store, minutes=minutes) for minutes in range(5)]
+
+    # When at most two points are asked for, Then the latest two come, oldest first
+    assert ids(store.history(model="resnet18", framework="pytorch", limit=2)) == runs[3:]
+    assert ids(store.history(model="resnet18", framework="pytorch", limit=MAX_HISTORY_POINTS)) == runs
+
+
+def test_runs_created_at_the_same_instant_are_ordered_by_id(store: Store) -> None:
+    later, earlier = evaluate(store, id="b" * 32), evaluate(store, id="a" * 32)
+    assert ids(store.history(model="resnet18", framework="pytorch")) == [earlier, later]
+    assert ids(store.history(model="resnet18", framework="pytorch", limit=1)) == [later]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"model": ""}, "model"),
+        ({"model": None}, "model"),
+        ({"framework": 3}, "framework"),
+        ({"system_id": ""}, "system_id"),
+        ({"device": ["cpu"]}, "device"),
+        ({"scenario": ""}, "scenario"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"batch_size": True}, "batch_size"),
+        ({"batch_size": "8"}, "batch_size"),
+        ({"since": datetime(2024, 1, 1)}, "since"),
+        ({"until": "yesterday"}, "until"),
+        ({"limit": 0}, "limit"),
+        ({"limit": MAX_HISTORY_POINTS + 1}, "limit"),
+        ({"limit": False}, "limit"),
+    ],
+)
+def test_bad_history_arguments_name_the_field(store: Store, arguments: dict[str, Any], field: str) -> None:
+    with pytest.raises(UserError) as raised:
+        store.history(**{"model": "resnet18", "framework": "pytorch", **arguments})
+    assert raised.value.field == field
