@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from mlscope.contract.errors import UserError
 from mlscope.store import Store, open_store
 from mlscope.store.sql import SQLStore
 
@@ -94,8 +95,11 @@ def test_concurrent_finishes_of_one_key_are_all_counted(store: Store, store_url:
     assert rows == reference(store)
 
 
-def test_a_sql_store_written_before_compare_keys_is_counted_when_opened(store: Store, store_url: str) -> None:
-    # Given a SQL store holding succeeded evaluations but no compare_keys table (as before it existed)
+def test_a_sql_store_written_before_compare_keys_is_counted_when_upgraded(
+    store: Store, store_url: str
+) -> None:
+    # Given a SQL store holding succeeded evaluations but no compare_keys table, at schema 2 (as
+    # before the table existed)
     if not isinstance(store, SQLStore):
         pytest.skip("compare_keys is the SQL store's own table")
     for n in range(6):
@@ -109,8 +113,16 @@ def test_a_sql_store_written_before_compare_keys_is_counted_when_opened(store: S
     before = store.compare()
     with store._writer.begin() as connection:
         connection.execute(text("DROP TABLE compare_keys"))
+        connection.execute(text("DROP INDEX IF EXISTS ix_evaluations_model_framework_created"))
+        connection.execute(text("DROP INDEX IF EXISTS ix_evaluations_id_pattern"))
+        connection.execute(text("UPDATE alembic_version SET version_num = 'mlscope_0002'"))
 
-    # When it is opened again, Then the table is made and counts what the store holds
+    # When it is opened, it is refused until upgraded; Then the upgrade makes the table and counts
+    # what the store holds
+    with pytest.raises(UserError, match="run `mlscope store upgrade`"):
+        open_store(store_url)
+    with open_store(store_url, check_schema=False) as old:
+        assert old.upgrade()["to"] == "mlscope_0003"
     with open_store(store_url) as reopened:
         assert reopened.compare() == before == reference(reopened)
         assert reopened.compare(since=EVER) == before

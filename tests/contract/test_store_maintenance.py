@@ -41,7 +41,14 @@ def _result(index: int, *, status: str = "succeeded", days: int = 0) -> dict[str
             {
                 "scenario": "single_stream",
                 "batch_size": batch,
-                "latency_ms": {"count": 50, "median": 10.0 + index + batch, "median_ci": [9.9, 10.1]},
+                "latency_ms": {
+                    "count": 50,
+                    "mean": 10.0 + index + batch,
+                    "median": 10.0 + index + batch,
+                    "p90": 11.0 + index + batch,
+                    "p99": 12.0 + index + batch,
+                    "median_ci": [9.9, 10.1],
+                },
                 "throughput": 100.0,
                 "validity": {"valid": True, "reasons": []},
                 "latencies_ns": [10_000_000 + index * 1000 + k for k in range(50)],

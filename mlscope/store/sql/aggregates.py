@@ -7,7 +7,7 @@ the measurements' summary columns and SQLAlchemy's JSON operators (SQLite and Po
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Unpack
 
 from sqlalchemy import (
@@ -258,8 +258,14 @@ def upsert_compare_keys(
         }
         for m in sorted(measurements, key=lambda m: (m.scenario, m.batch_size))
     ]
+    return upsert_compare_key_rows(dialect, rows)
+
+
+def upsert_compare_key_rows(dialect: str, rows: Sequence[Mapping[str, Any]]) -> Insert:
+    """The statement that adds `rows` (distinct keys, each with its `runs` and latest evaluation) to
+    `compare_keys`: runs add up, and the latest stays the one that finished last (then: greatest id)."""
     statement = (
-        (postgresql if dialect == "postgresql" else sqlite).insert(CompareKeyRow.__table__).values(rows)
+        (postgresql if dialect == "postgresql" else sqlite).insert(CompareKeyRow.__table__).values(list(rows))
     )
     new = statement.excluded
     newer = or_(
@@ -272,7 +278,7 @@ def upsert_compare_keys(
     return statement.on_conflict_do_update(
         index_elements=list(_KEY_COLUMNS),
         set_={
-            "runs": _KEYS.runs + 1,
+            "runs": _KEYS.runs + new.runs,
             "latest_evaluation_id": case((newer, new.latest_evaluation_id), else_=_KEYS.latest_evaluation_id),
             "latest_finished_at": case((newer, new.latest_finished_at), else_=_KEYS.latest_finished_at),
         },

@@ -5,7 +5,7 @@ transaction (executemany, ids already present skipped), and the raw data of old 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -15,7 +15,8 @@ from mlscope.contract.names import TERMINAL_STATUSES
 
 from ..maintenance import PruneReport
 from ..records import RAW_CODEC, EvaluationRecord, MeasurementRecord, pack_latencies, summary_columns
-from .tables import Base, EvaluationRow, MeasurementRow, SpanRow, SystemRow
+from .aggregates import backfill_compare_keys, upsert_compare_key_rows
+from .tables import Base, CompareKeyRow, EvaluationRow, MeasurementRow, SpanRow, SystemRow
 
 __all__ = ["bulk_insert", "measurement_values", "prune"]
 
@@ -68,7 +69,44 @@ def bulk_insert(
                 index_elements=["evaluation_id", "scenario", "batch_size"]
             )
             connection.execute(statement, measurements)
+        keys = _compare_keys(new.values())
+        if keys:
+            connection.execute(upsert_compare_key_rows(connection.dialect.name, keys))
         return len(new)
+
+
+_KEY_NAMES = ("model_name", "framework_name", "system_id", "device", "scenario", "batch_size")
+
+
+def _compare_keys(records: Iterable[EvaluationRecord]) -> list[dict[str, Any]]:
+    """The compare_keys rows the succeeded `records` add: per key, how many and which finished last
+    (as SQLStore's finish counts one evaluation at a time)."""
+    keys: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for record in records:
+        if record.status != "succeeded" or record.system_id is None or record.finished_at is None:
+            continue
+        for m in record.measurements:
+            key = (
+                record.model_name,
+                record.framework_name,
+                record.system_id,
+                record.device,
+                m.scenario,
+                m.batch_size,
+            )
+            row = keys.get(key)
+            if row is None:
+                keys[key] = {
+                    **dict(zip(_KEY_NAMES, key, strict=True)),
+                    "runs": 1,
+                    "latest_evaluation_id": record.id,
+                    "latest_finished_at": record.finished_at,
+                }
+                continue
+            row["runs"] += 1
+            if (record.finished_at, record.id) > (row["latest_finished_at"], row["latest_evaluation_id"]):
+                row["latest_evaluation_id"], row["latest_finished_at"] = record.id, record.finished_at
+    return [keys[key] for key in sorted(keys)]
 
 
 def prune(writer: Engine, before: datetime, *, keep_summaries: bool) -> PruneReport:
@@ -87,6 +125,8 @@ def prune(writer: Engine, before: datetime, *, keep_summaries: bool) -> PruneRep
                 .values(latencies_ns=None, raw_codec=None, raw_count=0)
             ).rowcount
         else:
+            # compare_keys names the latest evaluation of each key: emptied first, counted again after.
+            connection.execute(delete(CompareKeyRow))
             dropped = connection.execute(
                 delete(MeasurementRow).where(
                     MeasurementRow.evaluation_id.in_(ended), MeasurementRow.latencies_ns.is_not(None)
@@ -94,6 +134,7 @@ def prune(writer: Engine, before: datetime, *, keep_summaries: bool) -> PruneRep
             ).rowcount
             connection.execute(delete(MeasurementRow).where(MeasurementRow.evaluation_id.in_(ended)))
             connection.execute(delete(EvaluationRow).where(EvaluationRow.id.in_(ended)))
+            connection.execute(backfill_compare_keys(connection.dialect.name))
     return PruneReport(
         evaluations=count, raw_latencies=int(dropped), spans=int(spans), deleted=not keep_summaries
     )

@@ -49,6 +49,8 @@ REVISION_PREFIX = "mlscope_"
 BASELINE = "mlscope_0001"
 VERSION_TABLE = "alembic_version"
 STORE_TABLES = frozenset(Base.metadata.tables)
+# The tables mlscope 0.1.0 created (later revisions add more): what an unversioned store must hold.
+BASELINE_TABLES = frozenset({"systems", "evaluations", "measurements", "spans"})
 _UNVERSIONED_NOTE = "written by mlscope 0.1.0, which kept no schema version"
 
 
@@ -111,7 +113,7 @@ def read_state(connection: Connection, *, backend: str, location: str) -> Schema
         return state("foreign", None, found=(f"{VERSION_TABLE} at revision {revision}", *other_tables))
     if not tables:
         return state("empty", None)
-    if tables >= STORE_TABLES:
+    if tables >= BASELINE_TABLES:
         return state("older", BASELINE, _UNVERSIONED_NOTE)
     if VERSION_TABLE in tables:
         return state("foreign", None, found=(f"{VERSION_TABLE} with no revision", *other_tables))
