@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..records import CompareFilter, compare_row
+from ..records import COMPARE_COLUMNS, CompareFilter, compare_row
 from ..records.history import HistoryFilter, history_point
 from .codec import decode, micros, to_datetime
 
@@ -116,19 +116,8 @@ _EVALUATION_FIELDS = (
     "device",
     "finished_at",
 )
-_COMPARED = (
-    "scenario",
-    "batch_size",
-    "median_ms",
-    "p90_ms",
-    "p99_ms",
-    "ci_low_ms",
-    "ci_high_ms",
-    "throughput",
-    "count",
-    "valid",
-    "reasons",
-)
+# The comparison table's columns a measurement gives (scenario … reasons), read from the table itself.
+_COMPARED = COMPARE_COLUMNS[COMPARE_COLUMNS.index("scenario") : COMPARE_COLUMNS.index("reasons") + 1]
 
 
 def _summary(measurement: str, field: str, fallback: Any) -> dict[str, Any]:
