@@ -285,12 +285,22 @@ def test_invalid_results_store_nothing(store: Store) -> None:
     assert store.list_systems() == []
 
 
+LATENCIES = "measurements[0].latencies_ns"
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
         ({"measurements": [{**make_measurement(), "batch_size": 0}]}, "measurements[0].batch_size"),
         ({"measurements": [{**make_measurement(), "latencies_ns": [1.5]}]}, "measurements[0].latencies_ns"),
         ({"measurements": [{**make_measurement(), "latencies_ns": [2**63]}]}, "measurements[0].latencies_ns"),
+        ({"measurements": [{**make_measurement(), "latencies_ns": [1, 2.5]}]}, LATENCIES),
+        ({"measurements": [{**make_measurement(), "latencies_ns": [[1, 2]]}]}, LATENCIES),
+        ({"measurements": [{**make_measurement(), "latency_ms": {1: 2.0}}]}, "measurements[0].latency_ms"),
+        (
+            {"measurements": [{**make_measurement(), "latency_ms": {"median": {2.0}}}]},
+            "measurements[0].latency_ms.median",
+        ),
         (
             {"measurements": [{**make_measurement(), "validity": {"reasons": []}}]},
             "measurements[0].validity.valid",

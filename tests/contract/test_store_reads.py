@@ -51,6 +51,29 @@ def test_statistics_that_are_not_numbers_are_stored_as_null(store: Store) -> Non
     assert stored["throughput"] is None
 
 
+def test_numpy_values_are_stored_as_plain_numbers(store: Store) -> None:
+    # Given a measurement as measuring code hands it over: numpy scalars and a numpy array of latencies
+    import numpy as np
+
+    measurement = make_measurement()
+    latencies = [1_000_000 + 7 * k for k in range(50)]
+    figures = {"median": np.float64(1.25), "count": np.int64(50)}
+    measurement["latency_ms"] = {**measurement["latency_ms"], **figures}
+    measurement["latencies_ns"] = np.array(latencies, dtype=np.int64)
+    measurement["extra_figures"] = (np.float32(0.5), 3)
+    id = run_to(store, "running")
+
+    # When it is stored
+    finish(store, id, measurements=[measurement])
+
+    # Then every backend gives back plain JSON numbers, equal to what was given
+    stored = store.get_evaluation(id, include_raw=True)["measurements"][0]
+    assert stored["latency_ms"]["median"] == 1.25 and type(stored["latency_ms"]["median"]) is float
+    assert stored["latency_ms"]["count"] == 50 and type(stored["latency_ms"]["count"]) is int
+    assert stored["latencies_ns"] == latencies and all(type(v) is int for v in stored["latencies_ns"])
+    assert stored["extra_figures"] == [0.5, 3]
+
+
 def test_timestamps_are_utc_iso_strings(store: Store) -> None:
     # Given an evaluation submitted with a creation time in another time zone, then run to the end
     created = datetime(2024, 5, 1, 14, 30, 15, 123456, tzinfo=timezone(timedelta(hours=2)))

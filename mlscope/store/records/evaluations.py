@@ -261,6 +261,15 @@ def _check_latencies(values: Any, field: str) -> list[int] | None:
         return None
     if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__iter__"):
         raise UserError(f"{field} must be a list of integer nanoseconds", field=field)
+    if isinstance(values, (list, tuple, np.ndarray)):
+        # The common case in one numpy pass: integers that all fit 64 bits come out as int64.
+        try:
+            array = np.asarray(values)
+        except (OverflowError, TypeError, ValueError):
+            array = None
+        if array is not None and array.ndim == 1 and array.dtype == np.int64:
+            fast: list[int] = array.tolist()
+            return fast
     try:
         checked = [operator.index(value) for value in values]
     except TypeError:

@@ -7,7 +7,7 @@ the measurements' summary columns and SQLAlchemy's JSON operators (SQLite and Po
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Unpack
 
 from sqlalchemy import (
@@ -35,12 +35,13 @@ from .tables import CompareKeyRow, EvaluationRow, MeasurementRow, SpanRow, Syste
 __all__ = [
     "JSONTexts",
     "backfill_compare_keys",
+    "compare_key_rows",
     "compare_query",
     "compare_result",
     "history_query",
     "history_result",
     "layer_totals",
-    "upsert_compare_keys",
+    "upsert_compare_key_rows",
 ]
 
 _KEYS = CompareKeyRow.__table__.c
@@ -232,19 +233,16 @@ def compare_result(row: Row[Unpack[tuple[Any, ...]]], texts: JSONTexts) -> dict[
     )
 
 
-def upsert_compare_keys(
-    dialect: str,
-    *,
-    evaluation: EvaluationRow,
-    measurements: Sequence[MeasurementRecord],
-) -> Insert:
-    """The statement that counts a newly succeeded evaluation's measurements in `compare_keys`: one
-    more run per key, and the evaluation as the key's latest when it finished last (then: greatest id).
+def compare_key_rows(
+    evaluation: EvaluationRow, measurements: Sequence[MeasurementRecord]
+) -> list[dict[str, Any]]:
+    """The `compare_keys` rows a newly succeeded evaluation's measurements add (for
+    `upsert_compare_key_rows`): one more run per key, the evaluation as the key's latest.
 
-    Keys are written in one order (scenario, batch size), so concurrent finishers of one model never
-    lock them crosswise.
+    Keys come in one order (scenario, batch size), so concurrent finishers of one model never lock
+    them crosswise.
     """
-    rows = [
+    return [
         {
             "model_name": evaluation.model_name,
             "framework_name": evaluation.framework_name,
@@ -258,15 +256,16 @@ def upsert_compare_keys(
         }
         for m in sorted(measurements, key=lambda m: (m.scenario, m.batch_size))
     ]
-    return upsert_compare_key_rows(dialect, rows)
 
 
-def upsert_compare_key_rows(dialect: str, rows: Sequence[Mapping[str, Any]]) -> Insert:
-    """The statement that adds `rows` (distinct keys, each with its `runs` and latest evaluation) to
-    `compare_keys`: runs add up, and the latest stays the one that finished last (then: greatest id)."""
-    statement = (
-        (postgresql if dialect == "postgresql" else sqlite).insert(CompareKeyRow.__table__).values(list(rows))
-    )
+def upsert_compare_key_rows(dialect: str) -> Insert:
+    """The statement that adds rows (distinct keys, each with its `runs` and latest evaluation; run
+    with the rows as parameters, many at once) to `compare_keys`: runs add up, and the latest stays
+    the one that finished last (then: greatest id).
+
+    The rows are parameters, not values compiled into the statement: it is compiled once and cached,
+    which is most of what a bulk import of many keys used to spend."""
+    statement = (postgresql if dialect == "postgresql" else sqlite).insert(CompareKeyRow.__table__)
     new = statement.excluded
     newer = or_(
         new.latest_finished_at > _KEYS.latest_finished_at,

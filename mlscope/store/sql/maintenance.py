@@ -71,7 +71,7 @@ def bulk_insert(
             connection.execute(statement, measurements)
         keys = _compare_keys(new.values())
         if keys:
-            connection.execute(upsert_compare_key_rows(connection.dialect.name, keys))
+            connection.execute(upsert_compare_key_rows(connection.dialect.name), keys)
         return len(new)
 
 

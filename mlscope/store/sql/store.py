@@ -38,12 +38,13 @@ from ..records.history import HistoryFilter
 from ..schema import SchemaState, Upgraded
 from .aggregates import (
     JSONTexts,
+    compare_key_rows,
     compare_query,
     compare_result,
     history_query,
     history_result,
     layer_totals,
-    upsert_compare_keys,
+    upsert_compare_key_rows,
 )
 from .engine import create_sqlite_engine, engine_url, report_unavailable, sqlite_path
 from .maintenance import bulk_insert, measurement_values, prune
@@ -238,7 +239,7 @@ class SQLStore(Store):
                 session.add_all(MeasurementRow(**measurement_values(id, m)) for m in measurements)
                 if measurements and row.status == "succeeded":
                     session.execute(
-                        upsert_compare_keys(self._dialect, evaluation=row, measurements=measurements)
+                        upsert_compare_key_rows(self._dialect), compare_key_rows(row, measurements)
                     )
             return before
 
