@@ -116,7 +116,7 @@ def describe(url: str) -> dict[str, Any]:
                 ),
                 "unique": sorted(tuple(u["column_names"]) for u in inspector.get_unique_constraints(table)),
                 "indexes": sorted(
-                    (i["name"], tuple(i["column_names"]), bool(i["unique"]))
+                    (i["name"], tuple(i["column_names"]), bool(i["unique"]), str(i.get("column_sorting")))
                     for i in inspector.get_indexes(table)
                 ),
             }

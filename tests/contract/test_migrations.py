@@ -10,6 +10,7 @@ import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -194,17 +195,16 @@ def test_the_baseline_revision_is_the_0_1_0_schema(old_url: str, empty_url: str)
 
 
 def test_a_failed_upgrade_is_rolled_back(old_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Given a 0.1.0 store, and a backfill that fails half-way (after the columns are added)
-    calls = []
+    # Given a 0.1.0 store, and a backfill that fails half-way: after the columns are added, at the
+    # first write of the summaries
+    execute = sa.Connection.execute
 
-    def failing(latency_ms: dict[str, object], validity: dict[str, object]) -> dict[str, object]:
-        calls.append(1)
-        if len(calls) > 3:
+    def failing(self: sa.Connection, statement: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(statement, sa.Update) and statement.table.name == "measurements":
             raise ValueError("disk on fire")
-        return summary_columns(latency_ms, validity)
+        return execute(self, statement, *args, **kwargs)
 
-    summary_columns = records.summary_columns
-    monkeypatch.setattr(records, "summary_columns", failing)
+    monkeypatch.setattr(sa.Connection, "execute", failing)
     before = fingerprint(old_url)
     # When it is upgraded
     with open_store(old_url, check_schema=False) as store, pytest.raises(RuntimeError) as failed:

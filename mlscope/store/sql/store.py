@@ -274,12 +274,11 @@ class SQLStore(Store):
     def _query_evaluations(
         self, where: EvaluationFilter, *, limit: int, offset: int
     ) -> list[EvaluationRecord]:
-        query = (
-            filtered(select(EvaluationRow), where)
-            .order_by(EvaluationRow.created_at.desc(), EvaluationRow.id)
-            .limit(limit)
-            .offset(offset)
-        )
+        order = (EvaluationRow.created_at.desc(), EvaluationRow.id)
+        # The page's ids first, from the listing index alone (however deep the offset), then only
+        # those rows: a deep page never reads, let alone sorts, the rows it skips.
+        page = filtered(select(EvaluationRow.id), where).order_by(*order).limit(limit).offset(offset)
+        query = select(EvaluationRow).where(EvaluationRow.id.in_(page.scalar_subquery())).order_by(*order)
         with Session(self._reader) as session:
             rows = session.scalars(with_children(query, include_raw=False)).all()
             return [to_record(row, include_raw=False) for row in rows]

@@ -75,9 +75,6 @@ class SystemRow(Base):
 class EvaluationRow(Base):
     __tablename__ = "evaluations"
     __table_args__ = (
-        Index("ix_evaluations_created_at_id", "created_at", "id"),
-        # Listings of one model on one framework, newest first, and its history series.
-        Index("ix_evaluations_model_framework_created", "model_name", "framework_name", "created_at", "id"),
         # Id prefixes (LIKE 'abc%'): PostgreSQL's default operator class serves no LIKE unless the
         # collation is "C"; SQLite reads prefixes as a range of the primary key instead.
         Index("ix_evaluations_id_pattern", "id", postgresql_ops={"id": "varchar_pattern_ops"}).ddl_if(
@@ -111,6 +108,20 @@ class EvaluationRow(Base):
     measurements: Mapped[list[MeasurementRow]] = relationship(
         lazy="raise", cascade="all, delete-orphan", passive_deletes=True
     )
+
+
+# In the listing's order (newest first, then id), so that a page deep in a listing is read from an
+# index alone (schema 4; before, the mixed directions of an index on (created_at, id) made PostgreSQL
+# sort the whole table for it). The second serves the listings of one model on one framework and its
+# history series.
+Index("ix_evaluations_created_desc_id", EvaluationRow.created_at.desc(), EvaluationRow.id)
+Index(
+    "ix_evaluations_model_framework_created_desc",
+    EvaluationRow.model_name,
+    EvaluationRow.framework_name,
+    EvaluationRow.created_at.desc(),
+    EvaluationRow.id,
+)
 
 
 class MeasurementRow(Base):

@@ -1,7 +1,8 @@
 """Schema 2 of the measurements: the summary in columns of its own (sample_count, mean_ms, median_ms,
 p90_ms, p95_ms, p99_ms, ci_low_ms, ci_high_ms, valid) and how the raw latencies are kept (raw_codec,
 raw_count), backfilled for every stored row from its latency_ms and validity JSON
-(records.summary_columns) and its raw bytes (0.1.0 packed them as int64 little-endian: 8 bytes each).
+(the summary as this revision defines it, frozen here: the store's live records.summary_columns may
+change with later schemas) and its raw bytes (0.1.0 packed them as int64 little-endian: 8 bytes each).
 
 A column that exists already (a database made by a development build between 0.1.0 and this
 revision) is kept as it is, and a row whose raw_codec is set already is not backfilled again.
@@ -17,8 +18,6 @@ from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
-
-from mlscope.store import records
 
 revision: str = "mlscope_0002"
 down_revision: str | None = "mlscope_0001"
@@ -91,7 +90,7 @@ def _backfill(bind: sa.Connection) -> int:
             return done
         changes = []
         for row_id, latency_ms, validity, raw_bytes in rows:
-            summary = records.summary_columns(
+            summary = _summary_columns(
                 latency_ms if isinstance(latency_ms, dict) else {},
                 validity if isinstance(validity, dict) else {},
             )
@@ -104,6 +103,26 @@ def _backfill(bind: sa.Connection) -> int:
         bind.execute(update, changes)
         done += len(changes)
         last = rows[-1][0]
+
+
+def _summary_columns(latency_ms: dict[str, Any], validity: dict[str, Any]) -> dict[str, Any]:
+    def number(value: Any) -> float | None:
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    ci = latency_ms.get("median_ci")
+    low, high = (ci[0], ci[1]) if isinstance(ci, list | tuple) and len(ci) == 2 else (None, None)
+    count = latency_ms.get("count")
+    return {
+        "sample_count": int(count) if isinstance(count, int) and not isinstance(count, bool) else None,
+        "mean_ms": number(latency_ms.get("mean")),
+        "median_ms": number(latency_ms.get("median")),
+        "p90_ms": number(latency_ms.get("p90")),
+        "p95_ms": number(latency_ms.get("p95")),
+        "p99_ms": number(latency_ms.get("p99")),
+        "ci_low_ms": number(low),
+        "ci_high_ms": number(high),
+        "valid": bool(validity.get("valid")) if "valid" in validity else None,
+    }
 
 
 def downgrade() -> None:

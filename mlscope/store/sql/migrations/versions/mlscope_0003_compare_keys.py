@@ -16,12 +16,33 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from mlscope.store.sql.aggregates import backfill_compare_keys
-
 revision: str = "mlscope_0003"
 down_revision: str | None = "mlscope_0002"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+
+# The backfill as this revision wrote it, frozen here rather than imported from the store's live code,
+# which may change with later schemas: per key, the succeeded evaluations counted and the latest kept
+# (finished last, then greatest id byte by byte). {collate} is PostgreSQL's byte order for the id.
+_BACKFILL = """
+INSERT INTO compare_keys (model_name, framework_name, system_id, device, scenario, batch_size, runs,
+                          latest_evaluation_id, latest_finished_at)
+SELECT model_name, framework_name, system_id, device, scenario, batch_size, runs, evaluation_id,
+       finished_at
+FROM (
+    SELECT e.model_name, e.framework_name, e.system_id, e.device, m.scenario, m.batch_size,
+           count(*) OVER key_window AS runs,
+           e.id AS evaluation_id, e.finished_at,
+           row_number() OVER (key_window ORDER BY e.finished_at DESC NULLS LAST, e.id{collate} DESC)
+               AS rank
+    FROM evaluations AS e JOIN measurements AS m ON m.evaluation_id = e.id
+    WHERE e.status = 'succeeded'
+    WINDOW key_window AS (
+        PARTITION BY e.model_name, e.framework_name, e.system_id, e.device, m.scenario, m.batch_size
+    )
+) AS ranked
+WHERE rank = 1
+"""
 
 
 def upgrade() -> None:
@@ -51,7 +72,8 @@ def upgrade() -> None:
         op.create_index(
             "ix_evaluations_id_pattern", "evaluations", ["id"], postgresql_ops={"id": "varchar_pattern_ops"}
         )
-    bind.execute(backfill_compare_keys(bind.dialect.name))
+    collate = ' COLLATE "C"' if bind.dialect.name == "postgresql" else ""
+    bind.execute(sa.text(_BACKFILL.format(collate=collate)))
 
 
 def downgrade() -> None:
