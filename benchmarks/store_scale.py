@@ -21,10 +21,10 @@ the fill figures are then not the bulk import's); no /api/v1/history → "n/a"; 
 Needs PostgreSQL on 127.0.0.1:5432 (trust auth, user postgres; --pg-url) for that backend, and Redis
 for the API's broker setting (redis://127.0.0.1:6379/15; reads never use it). It never opens the
 user's store or settings, and cleans up (temporary directory, database, API process) even on Ctrl-C.
-PostgreSQL is ANALYZEd after each fill step, as autovacuum would have done by the time anyone reads
-a store that size. At 1M with 200 raw latencies per point (uncompressed) expect ~9 GB of SQLite
-file (--tmp-dir) and ~5 GB in PostgreSQL's data directory; the create/start/finish fallback fills at
-~100-200 evaluations/s here, i.e. hours for 1M. An API that grows past --api-rss-limit-mb is killed
+PostgreSQL is vacuumed and analyzed after each fill step, as autovacuum (on by default) would have
+done by the time anyone reads a store that size. At 1M with 200 raw latencies per point (compressed)
+expect ~4 GB of SQLite file (--tmp-dir) and ~4 GB in PostgreSQL's data directory; the
+create/start/finish fallback fills at ~100-200 evaluations/s here, i.e. hours for 1M. An API that grows past --api-rss-limit-mb is killed
 (and restarted for the next call) rather than let it exhaust the machine's memory.
 
 Usage: python benchmarks/store_scale.py [--sizes 10000,100000,1000000] [--backends sqlite,postgresql]
