@@ -24,8 +24,9 @@ user's store or settings, and cleans up (temporary directory, database, API proc
 PostgreSQL is vacuumed and analyzed after each fill step, as autovacuum (on by default) would have
 done by the time anyone reads a store that size. At 1M with 200 raw latencies per point (compressed)
 expect ~4 GB of SQLite file (--tmp-dir) and ~4 GB in PostgreSQL's data directory; the
-create/start/finish fallback fills at ~100-200 evaluations/s here, i.e. hours for 1M. An API that grows past --api-rss-limit-mb is killed
-(and restarted for the next call) rather than let it exhaust the machine's memory.
+create/start/finish fallback fills at ~100-200 evaluations/s here, i.e. hours for 1M. An API that
+grows past --api-rss-limit-mb is killed (and restarted for the next call) rather than let it exhaust
+the machine's memory.
 
 Usage: python benchmarks/store_scale.py [--sizes 10000,100000,1000000] [--backends sqlite,postgresql]
            [--repeat 5] [--raw 200] [--pg-url postgresql://postgres@127.0.0.1:5432]

@@ -176,6 +176,9 @@ def _record_of(result: Mapping[str, Any]) -> tuple[EvaluationRecord, dict[str, A
     created_at = _timestamp(result.get("created_at"), "created_at")
     if created_at is None:
         raise UserError("created_at is missing", field="created_at")
+    finished_at = _timestamp(result.get("finished_at"), "finished_at")
+    if status in TERMINAL_STATUSES and finished_at is None:
+        raise UserError(f"a {status} evaluation needs its finished_at", field="finished_at")
     trace_id = result.get("trace_id")
     record = EvaluationRecord(
         id=check_text(result.get("id"), "id"),
@@ -194,7 +197,7 @@ def _record_of(result: Mapping[str, Any]) -> tuple[EvaluationRecord, dict[str, A
         manifest=check_object(result.get("manifest") or {}, "manifest"),
         created_at=created_at,
         started_at=_timestamp(result.get("started_at"), "started_at"),
-        finished_at=_timestamp(result.get("finished_at"), "finished_at"),
+        finished_at=finished_at,
         system_id=None if system is None else system["id"],
         cold_start=None if result.get("cold_start") is None else check_cold_start(result["cold_start"]),
         error=None if result.get("error") is None else check_error(result["error"]),

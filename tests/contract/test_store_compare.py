@@ -151,8 +151,11 @@ def test_equal_finish_times_are_decided_by_the_greater_id(store: Store) -> None:
     evaluate(store, id="b" * 32, mean=1.0)
     evaluate(store, id="a" * 32, mean=5.0)
 
-    # When compared, Then the greater id is the latest, every time
+    # When compared, from the kept counts or counting a time window, Then the greater id is the
+    # latest, every time
     assert {r["evaluation_id"] for r in store.compare()} == {"b" * 32}
+    assert {r["evaluation_id"] for r in store.compare(since=T0 - timedelta(days=1))} == {"b" * 32}
+    assert {r["evaluation_id"] for r in store.compare(ids=["a" * 32, "b" * 32])} == {"b" * 32}
 
 
 def test_only_succeeded_evaluations_count(store: Store) -> None:

@@ -116,6 +116,7 @@ def test_a_sql_store_written_before_compare_keys_is_counted_when_upgraded(
         connection.execute(text("DROP TABLE compare_keys"))
         connection.execute(text("DROP INDEX ix_evaluations_model_framework_created_desc"))
         connection.execute(text("DROP INDEX ix_evaluations_created_desc_id"))
+        connection.execute(text("DROP INDEX ix_evaluations_finished_at"))
         connection.execute(text("DROP INDEX IF EXISTS ix_evaluations_id_pattern"))
         connection.execute(text("CREATE INDEX ix_evaluations_created_at_id ON evaluations (created_at, id)"))
         connection.execute(text("UPDATE alembic_version SET version_num = 'mlscope_0002'"))

@@ -104,6 +104,16 @@ def test_a_bad_result_is_named_by_its_index_and_earlier_batches_are_kept(store: 
         store.import_evaluations([], batch_size=0)
 
 
+def test_an_ended_result_without_its_finish_time_is_refused(store: Store) -> None:
+    # An ended evaluation without finished_at could be neither ordered nor counted as the latest
+    result = _result(0)
+    result["finished_at"] = None
+    with pytest.raises(UserError, match="finished_at") as failure:
+        store.import_evaluations([result])
+    assert failure.value.field == "results.0.finished_at"
+    assert store.count_evaluations() == 0
+
+
 def _spans(count: int) -> list[dict[str, Any]]:
     base = int(T0.timestamp() * 1e9)
     return [

@@ -1,5 +1,5 @@
 """The SQL of the store's aggregations, run where the data is: the comparison table (from the
-`compare_keys` summary, or ranked with window functions when a filter cuts across keys), the upkeep
+`compare_keys` summary, or counted by GROUP BY when a filter cuts across keys), the upkeep
 of `compare_keys` as evaluations succeed, history series, and the layer breakdown's totals, all on
 the measurements' summary columns and SQLAlchemy's JSON operators (SQLite and PostgreSQL alike).
 """
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Unpack
 
 from sqlalchemy import (
+    CTE,
     ColumnElement,
     Insert,
     Row,
@@ -27,6 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
+from sqlalchemy.orm import aliased
 
 from ..records import CompareFilter, LayerTotal, MeasurementRecord, compare_row
 from ..records.history import HistoryFilter, history_point
@@ -81,12 +83,8 @@ def _summary_keys(where: CompareFilter) -> Subquery:
     )
 
 
-def _ranked(where: CompareFilter, dialect: str) -> Select[Unpack[tuple[Any, ...]]]:
-    """Every succeeded measurement `where` draws on with its key, how many share the key (`runs`), and
-    its rank in the key (`rank` 1: the greatest finished_at, then id)."""
-    e, m = EvaluationRow, MeasurementRow
-    partition = (e.model_name, e.framework_name, e.system_id, e.device, m.scenario, m.batch_size)
-    latest_first = (e.finished_at.desc().nulls_last(), _bytewise(e.id, dialect).desc())
+def _conditions(where: CompareFilter, e: Any, m: Any) -> list[ColumnElement[bool]]:
+    """The succeeded measurements `where` draws on, on evaluations `e` joined with measurements `m`."""
     conditions = [
         e.status == "succeeded",
         *_in(e.id, where.ids),
@@ -100,7 +98,72 @@ def _ranked(where: CompareFilter, dialect: str) -> Select[Unpack[tuple[Any, ...]
         conditions.append(e.created_at >= where.since)
     if where.until is not None:
         conditions.append(e.created_at < where.until)
-    return (
+    return conditions
+
+
+def _counted_keys(where: CompareFilter, dialect: str) -> CTE:
+    """Per key of the measurements `where` draws on: how many (`runs`), and the latest one's evaluation
+    (`evaluation_id`: the greatest finished_at, then the greatest id by code point) and finish.
+
+    PostgreSQL: one GROUP BY pass counts and finds the latest finish, and each key's latest evaluation
+    is then looked up by its finish (indexed). Ranking every row with a window instead sorts them
+    all: a year's comparison at 1M evaluations took 5.2 s that way, 1.1 s this way. SQLite, which
+    keeps no statistics unless told to ANALYZE, looks the latest up through a listing index instead
+    (4.6 s at 100k): there the window is the faster (1.0 s), and is kept.
+    """
+    if dialect != "postgresql":
+        return _ranked_keys(where, dialect)
+    e, m = EvaluationRow, MeasurementRow
+    key = (e.model_name, e.framework_name, e.system_id, e.device, m.scenario, m.batch_size)
+    counted = (
+        select(*key, func.count().label("runs"), func.max(e.finished_at).label("finished_at"))
+        .join_from(e, m, m.evaluation_id == e.id)
+        .where(*_conditions(where, e, m))
+        .group_by(*key)
+        .subquery("counted")
+    )
+    e2, m2 = aliased(EvaluationRow, name="tied"), aliased(MeasurementRow, name="tied_measurements")
+    latest = (
+        select(func.max(_bytewise(e2.id, dialect)))
+        .join_from(
+            e2,
+            m2,
+            and_(
+                m2.evaluation_id == e2.id,
+                m2.scenario == counted.c.scenario,
+                m2.batch_size == counted.c.batch_size,
+            ),
+        )
+        .where(
+            e2.finished_at == counted.c.finished_at,
+            e2.model_name == counted.c.model_name,
+            e2.framework_name == counted.c.framework_name,
+            e2.system_id == counted.c.system_id,
+            e2.device == counted.c.device,
+            *_conditions(where, e2, m2),
+        )
+        .scalar_subquery()
+    )
+    # On PostgreSQL an id again (not a "C" text), which the primary key's index can look up.
+    evaluation_id = latest.collate("default") if dialect == "postgresql" else latest
+    keys = select(
+        *(counted.c[name] for name in _KEY_COLUMNS),
+        counted.c.runs,
+        evaluation_id.label("evaluation_id"),
+        counted.c.finished_at,
+    ).cte("keys")
+    # Materialized: computed once and joined as the few rows it is. Inlined, PostgreSQL estimated one
+    # row from it and joined by scanning every evaluation and measurement.
+    return keys.prefix_with("MATERIALIZED")
+
+
+def _ranked_keys(where: CompareFilter, dialect: str) -> CTE:
+    """`_counted_keys` by ranking every measurement of a key (rank 1: the greatest finished_at, then
+    id) and counting them with window functions."""
+    e, m = EvaluationRow, MeasurementRow
+    partition = (e.model_name, e.framework_name, e.system_id, e.device, m.scenario, m.batch_size)
+    latest_first = (e.finished_at.desc().nulls_last(), _bytewise(e.id, dialect).desc())
+    ranked = (
         select(
             *partition,
             func.count().over(partition_by=partition).label("runs"),
@@ -109,16 +172,18 @@ def _ranked(where: CompareFilter, dialect: str) -> Select[Unpack[tuple[Any, ...]
             func.row_number().over(partition_by=partition, order_by=latest_first).label("rank"),
         )
         .join_from(e, m, m.evaluation_id == e.id)
-        .where(*conditions)
+        .where(*_conditions(where, e, m))
+        .subquery("ranked")
     )
-
-
-def _ranked_keys(where: CompareFilter, dialect: str) -> Subquery:
-    ranked = _ranked(where, dialect).subquery("ranked")
     return (
-        select(*(ranked.c[name] for name in _KEY_COLUMNS), ranked.c.runs, ranked.c.evaluation_id)
+        select(
+            *(ranked.c[name] for name in _KEY_COLUMNS),
+            ranked.c.runs,
+            ranked.c.evaluation_id,
+            ranked.c.finished_at,
+        )
         .where(ranked.c.rank == 1)
-        .subquery("keys")
+        .cte("keys")
     )
 
 
@@ -126,10 +191,10 @@ def compare_query(where: CompareFilter, dialect: str) -> Select[Unpack[tuple[Any
     """The comparison rows for `where`, in the table's order, for `compare_result`.
 
     Filters on key columns alone read the `compare_keys` summary; ids and times (which cut across
-    keys and change their counts) rank the measurements they select with window functions.
+    keys and change their counts) count the measurements they select (`_counted_keys`).
     """
     keys = (
-        _ranked_keys(where, dialect)
+        _counted_keys(where, dialect)
         if where.ids or where.since is not None or where.until is not None
         else _summary_keys(where)
     )
@@ -285,15 +350,12 @@ def upsert_compare_key_rows(dialect: str) -> Insert:
 
 
 def backfill_compare_keys(dialect: str) -> Insert:
-    """The statement that fills an empty `compare_keys` from the succeeded evaluations stored: what a
-    schema migration adding the table runs once (the table must be empty)."""
-    ranked = _ranked(CompareFilter(), dialect).subquery("ranked")
+    """The statement that fills an empty `compare_keys` from the succeeded evaluations stored: what
+    a deleting prune runs to count again what is left (the table must be empty)."""
+    keys = _counted_keys(CompareFilter(), dialect)
     latest = select(
-        *(ranked.c[name] for name in _KEY_COLUMNS),
-        ranked.c.runs,
-        ranked.c.evaluation_id,
-        ranked.c.finished_at,
-    ).where(ranked.c.rank == 1)
+        *(keys.c[name] for name in _KEY_COLUMNS), keys.c.runs, keys.c.evaluation_id, keys.c.finished_at
+    )
     return insert(CompareKeyRow).from_select(
         [*_KEY_COLUMNS, "runs", "latest_evaluation_id", "latest_finished_at"], latest
     )

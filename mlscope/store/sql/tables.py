@@ -115,6 +115,8 @@ class EvaluationRow(Base):
 # sort the whole table for it). The second serves the listings of one model on one framework and its
 # history series.
 Index("ix_evaluations_created_desc_id", EvaluationRow.created_at.desc(), EvaluationRow.id)
+# A comparison filtered by time or ids finds each key's latest evaluation by its finish.
+Index("ix_evaluations_finished_at", EvaluationRow.finished_at)
 Index(
     "ix_evaluations_model_framework_created_desc",
     EvaluationRow.model_name,
