@@ -353,9 +353,11 @@ class _OutputSchema(_Strict):
 class _ManifestSchema(_Strict):
     name = fields.String(
         required=True,
+        # One optional namespace prefix: catalogue models are named "torchvision:resnet18", "hf:bert".
         validate=_pattern(
-            r"^[a-z0-9][a-z0-9_.-]*$",
-            "lowercase letters, digits, '_', '.' or '-', starting with a letter or digit",
+            r"^[a-z0-9][a-z0-9_.-]*(:[a-z0-9][a-z0-9_.-]*)?$",
+            "lowercase letters, digits, '_', '.' or '-', starting with a letter or digit, "
+            "with at most one 'namespace:' prefix",
         ),
     )
     version = _VersionText(

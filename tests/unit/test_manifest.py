@@ -278,3 +278,22 @@ def test_framework_version_defaults_to_any() -> None:
     requirement = parse_manifest(document, "doc").framework
     assert requirement == FrameworkRequirement("onnxruntime", "*")
     assert requirement.allows("0.0.1")
+
+
+@pytest.mark.parametrize(
+    "name", ["resnet18", "bert_base", "torchvision:resnet18", "hf:deberta-v2", "a.b:c-d_1"]
+)
+def test_a_name_may_carry_one_namespace_prefix(name: str) -> None:
+    # Given a manifest named plainly or with one namespace (how catalogue models are named)
+    document = {**base_document(), "name": name}
+    # When it is validated
+    # Then the name is kept as written
+    assert parse_manifest(document, "test").name == name
+
+
+@pytest.mark.parametrize("name", ["a:b:c", "Bad", "torchvision:", ":resnet18", "hf:Bert", "x:-y"])
+def test_a_name_with_two_namespaces_or_capitals_is_refused(name: str) -> None:
+    document = {**base_document(), "name": name}
+    with pytest.raises(UserError, match="at most one 'namespace:' prefix") as caught:
+        parse_manifest(document, "test")
+    assert caught.value.field == "name"

@@ -1,0 +1,228 @@
+"""The model catalogue: its committed JSON is what the installed libraries give, every entry makes a
+valid manifest for each of its frameworks, names resolve (or suggest close ones), filters filter, and
+resolving a name loads no deep-learning framework."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlscope.contract.errors import UserError
+from mlscope.contract.manifest import TASKS, parse_manifest
+from mlscope.registry.catalogue import LIBRARY_FILES, Catalogue, CatalogueEntry
+from mlscope.registry.catalogue.generate import check, main, render
+from mlscope.registry.models import ModelRegistry
+from tests.conftest import REPO
+
+CATALOGUE = Catalogue.load()
+ENTRIES = CATALOGUE.entries()
+PACKAGE = resources.files("mlscope.registry.catalogue")
+
+
+def committed(library: str) -> dict[str, Any]:
+    return json.loads(PACKAGE.joinpath(LIBRARY_FILES[library]).read_text(encoding="utf-8"))
+
+
+# ---- the generated data -----------------------------------------------------------------------
+
+
+def test_the_committed_json_is_what_the_installed_libraries_give() -> None:
+    # Given the installed torchvision and transformers (this imports both)
+    said: list[str] = []
+    # When the generator compares what they give with the committed files
+    code = main(["--check"], out=said.append)
+    # Then nothing differs: regenerate with `python -m mlscope.registry.catalogue.generate`
+    assert (code, said) == (0, [])
+
+
+@pytest.mark.parametrize("library", sorted(LIBRARY_FILES))
+def test_the_committed_json_is_laid_out_as_the_generator_writes_it(library: str) -> None:
+    text = PACKAGE.joinpath(LIBRARY_FILES[library]).read_text(encoding="utf-8")
+    assert render(json.loads(text)) == text
+    assert '"/' not in text and "://" not in text  # no absolute paths, nothing to download
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda d: d.update(library_version="0.0.1"), "written from torchvision 0.0.1, "),
+        (lambda d: d["entries"].pop(0), "entries 1 new (torchvision:alexnet)"),
+        (
+            lambda d: d["entries"][0]["inputs"][0].update(shape=[3, 1, 1]),
+            "torchvision:alexnet differs in inputs",
+        ),
+        (
+            lambda d: d["entries"].append({**d["entries"][0], "ref": "torchvision:zzz"}),
+            "1 gone (torchvision:zzz)",
+        ),
+    ],
+)
+def test_check_names_the_first_difference_in_one_line(tmp_path: Path, change: Any, expected: str) -> None:
+    # Given the committed document as the fresh one, and a changed copy on disk
+    fresh = committed("torchvision")
+    stale = copy.deepcopy(fresh)
+    change(stale)
+    path = tmp_path / "torchvision.json"
+    path.write_text(render(stale), encoding="utf-8")
+    # When the two are compared
+    problem = check("torchvision", fresh, path)
+    # Then one line names the file and what differs
+    assert problem is not None and "\n" not in problem
+    assert problem.startswith("torchvision.json is not what torchvision gives: ") and expected in problem
+
+
+def test_check_accepts_identical_bytes_and_reports_a_missing_file(tmp_path: Path) -> None:
+    fresh = committed("transformers")
+    (tmp_path / "same.json").write_text(render(fresh), encoding="utf-8")
+    assert check("transformers", fresh, tmp_path / "same.json") is None
+    assert check("transformers", fresh, tmp_path / "missing.json") == "missing.json is missing"
+
+
+def test_the_catalogue_holds_at_least_100_distinct_architectures_with_unique_refs() -> None:
+    refs = [entry.ref for entry in ENTRIES]
+    assert len(refs) == len(set(refs)) >= 100
+    by_library = {library: sum(e.library == library for e in ENTRIES) for library in LIBRARY_FILES}
+    assert by_library["torchvision"] >= 100 and by_library["transformers"] >= 50
+    assert all(
+        ref == f"{'hf' if e.library == 'transformers' else 'torchvision'}:{e.name}"
+        for ref, e in zip(refs, ENTRIES, strict=True)
+    )
+
+
+def test_two_entries_with_one_ref_are_refused() -> None:
+    with pytest.raises(ValueError, match="lists 'hf:bert' twice"):
+        Catalogue([CATALOGUE.get("hf:bert")] * 2, {"pytorch": "*"})
+
+
+def test_entries_say_what_the_brief_names() -> None:
+    # Sizes from torchvision's weights, video clips, segmentation, token ids with their vocabulary
+    shapes = {ref: CATALOGUE.get(ref).inputs[0].shape for ref in CATALOGUE.refs()}
+    assert shapes["torchvision:resnet18"] == (3, 224, 224)
+    assert shapes["torchvision:inception_v3"] == (3, 299, 299)
+    assert shapes["torchvision:vit_h_14"] == (3, 224, 224)  # built without weights: 224, not SWAG's 518
+    assert shapes["torchvision:r3d_18"] == (3, 16, 112, 112)
+    assert shapes["torchvision:deeplabv3_resnet50"] == (3, 520, 520)
+    bert = CATALOGUE.get("hf:bert")
+    assert (bert.family, bert.task, bert.outputs) == ("bert", "text_embedding", ("last_hidden_state",))
+    (ids,) = bert.inputs
+    assert (ids.name, ids.shape, ids.dtype, ids.value_range) == ("input_ids", (128,), "int64", (0.0, 30522.0))
+    assert [spec.name for spec in CATALOGUE.get("hf:t5").inputs] == ["input_ids", "decoder_input_ids"]
+    assert CATALOGUE.get("hf:vit").inputs[0].shape == (3, 224, 224)
+    assert CATALOGUE.get("torchvision:efficientnet_b0").family == "efficientnet"
+    assert CATALOGUE.get("torchvision:vit_b_16").family == "vit"
+    # Left out: optical flow (two frames) and the quantizable twins of classification models
+    assert not CATALOGUE.find(search="raft") and not CATALOGUE.find(search="quantized")
+
+
+def test_large_default_configurations_are_shrunk() -> None:
+    llama = CATALOGUE.get("hf:llama").source["transformers"]["config"]
+    assert llama["num_hidden_layers"] <= 4 and llama["hidden_size"] <= 512
+    for entry in CATALOGUE.find(search="hf:"):
+        config = entry.source["transformers"]["config"]
+        assert config.get("num_hidden_layers", 0) <= 12 and config.get("hidden_size", 0) <= 768, entry.ref
+
+
+# ---- manifests --------------------------------------------------------------------------------
+
+
+def test_every_entry_makes_a_valid_manifest_for_each_of_its_frameworks() -> None:
+    shipped = {m.framework.name: m.framework.version for m in ModelRegistry.load().all()}
+    for entry in ENTRIES:
+        # Every source kind here runs on PyTorch and is exported for ONNX Runtime
+        assert entry.frameworks == ("pytorch", "onnxruntime"), entry.ref
+        assert entry.task in TASKS
+        for framework in entry.frameworks:
+            manifest = CATALOGUE.manifest(entry.ref, framework)
+            assert manifest.key == (entry.ref, framework)
+            assert manifest.framework.version == shipped[framework]
+            assert manifest.weights.kind == "random" and manifest.version == "1.0"
+            assert [spec.name for spec in manifest.inputs] == [spec.name for spec in entry.inputs]
+            assert tuple(spec.name for spec in manifest.outputs) == entry.outputs
+            assert "random weights" in manifest.description
+            # The same document through parse_manifest again is the same manifest, hash included
+            assert parse_manifest(manifest.to_dict(), "again").sha256 == manifest.sha256
+
+
+def test_a_manifest_is_hashed_like_a_yaml_one() -> None:
+    # Given the catalogue's resnet18 and the shipped one: same source, weights and inputs
+    ours = CATALOGUE.manifest("torchvision:resnet18", "pytorch")
+    shipped = ModelRegistry.load().get("resnet18", "pytorch")
+    assert ours.source == shipped.source and ours.inputs == shipped.inputs
+    # Then the hash is that of the normalised document, as for a file
+    document = {**shipped.to_dict(), **{k: ours.to_dict()[k] for k in ("name", "description", "attributes")}}
+    document["dataset"] = None
+    assert parse_manifest(document, "x").sha256 == ours.sha256
+
+
+def test_an_unknown_ref_suggests_close_names() -> None:
+    with pytest.raises(UserError) as caught:
+        CATALOGUE.manifest("torchvision:resnet19", "pytorch")
+    assert caught.value.field == "model"
+    assert "'torchvision:resnet19'; did you mean torchvision:resnet18 or" in str(caught.value)
+    # A bare or misspelt namespace finds the name in its own
+    for typed, found in [
+        ("resnet18", "torchvision:resnet18"),
+        ("huggingface:gpt2", "hf:gpt2"),
+        ("hf:gtp2", "hf:gpt2"),
+    ]:
+        with pytest.raises(UserError, match=f"did you mean {found}"):
+            CATALOGUE.get(typed)
+    with pytest.raises(UserError, match=r"unknown catalogue model 'zzzz' \(names are"):
+        CATALOGUE.get("zzzz")
+
+
+def test_a_framework_the_entry_is_not_meant_for_is_refused_with_those_it_has() -> None:
+    with pytest.raises(UserError) as caught:
+        CATALOGUE.manifest("hf:bert", "tensorflow")
+    assert caught.value.field == "framework"
+    assert str(caught.value) == (
+        "catalogue model 'hf:bert' is not meant for framework 'tensorflow'; it has: pytorch, onnxruntime"
+    )
+
+
+# ---- lookups ----------------------------------------------------------------------------------
+
+
+def test_has_is_exact() -> None:
+    assert CATALOGUE.has("hf:bert") and CATALOGUE.has("torchvision:resnet18")
+    assert not CATALOGUE.has("bert") and not CATALOGUE.has("HF:BERT")
+
+
+def test_filters_combine() -> None:
+    classifiers = CATALOGUE.find(task="image_classification")
+    assert classifiers and all(e.task == "image_classification" for e in classifiers)
+    assert {e.library for e in classifiers} == {"torchvision", "transformers"}
+    resnets = CATALOGUE.find(family="resnet", framework="onnxruntime")
+    assert "torchvision:resnet50" in {e.ref for e in resnets} and all(e.family == "resnet" for e in resnets)
+    assert [e.ref for e in CATALOGUE.find(search="GPT2")] == ["hf:gpt2"]
+    assert {e.ref for e in CATALOGUE.find(task="object_detection", search="ssd")} == {
+        "torchvision:ssd300_vgg16",
+        "torchvision:ssdlite320_mobilenet_v3_large",
+    }
+    assert CATALOGUE.find(framework="tensorflow") == [] and CATALOGUE.find() == ENTRIES
+    assert isinstance(ENTRIES[0], CatalogueEntry) and [e.ref for e in ENTRIES] == CATALOGUE.refs()
+
+
+def test_entries_are_frozen() -> None:
+    with pytest.raises(AttributeError):
+        ENTRIES[0].ref = "other"  # type: ignore[misc]
+
+
+def test_resolving_a_name_imports_no_deep_learning_framework() -> None:
+    # Given a fresh interpreter that loads the catalogue and makes a manifest of each library
+    probe = (
+        "import json, sys; from mlscope.registry.catalogue import Catalogue; c = Catalogue.load(); "
+        "c.manifest('torchvision:resnet18', 'pytorch'); c.manifest('hf:bert', 'onnxruntime'); "
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO)
+    loaded = {name.split(".")[0] for name in json.loads(done.stdout)}
+    # Then neither torch, torchvision, transformers nor onnxruntime was imported
+    assert loaded.isdisjoint({"torch", "torchvision", "transformers", "onnxruntime"})
