@@ -372,9 +372,10 @@ class Client:
 
     # ----- catalog and operations ------------------------------------------------------------------
 
-    def models(self) -> list[dict[str, Any]]:
-        """Every model: {name, task, description, frameworks, version}."""
-        models: list[dict[str, Any]] = self._json("GET", f"{_V1}/models")
+    def models(self, **filters: Any) -> list[dict[str, Any]]:
+        """Every model (the manifests, then the catalogue's architectures): {name, task, description,
+        frameworks, version, family, origin}; filters task, framework, family, search."""
+        models: list[dict[str, Any]] = self._json("GET", f"{_V1}/models", params=_params(filters))
         return models
 
     def model(self, name: str) -> dict[str, Any]:

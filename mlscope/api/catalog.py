@@ -14,7 +14,14 @@ from mlscope.runtime.frameworks import FRAMEWORKS, installed_version
 from .blueprint import ApiBlueprint
 from .context import bounded, context, redact_url
 from .problems import PROBLEM_MIMETYPE, ApiProblem, ProblemSchema
-from .schemas import AgentSchema, FrameworkSchema, ModelDetailSchema, ModelSummarySchema, QueueSchema
+from .schemas import (
+    AgentSchema,
+    FrameworkSchema,
+    ModelDetailSchema,
+    ModelQuerySchema,
+    ModelSummarySchema,
+    QueueSchema,
+)
 
 __all__ = ["blp"]
 
@@ -31,11 +38,14 @@ blp = ApiBlueprint(
 
 @blp.route("/models")
 class Models(MethodView):
+    @blp.arguments(ModelQuerySchema, location="query")
     @blp.response(200, ModelSummarySchema(many=True))
-    def get(self) -> list[dict[str, Any]]:
+    def get(self, query: dict[str, Any]) -> list[dict[str, Any]]:
         """List the models that can be evaluated
 
-        One entry per model name, with every framework it has a manifest for.
+        One entry per model name, with every framework it has a manifest for: the manifest files,
+        then the catalogue's architectures (torchvision:NAME, hf:TYPE), which any request may name
+        too. Filters: task, framework, family, search (in the name or family).
         """
         models = context().models
         listed = []
@@ -49,9 +59,36 @@ class Models(MethodView):
                     "description": first.description,
                     "frameworks": frameworks,
                     "version": first.version,
+                    "family": None,
+                    "origin": "manifest",
                 }
             )
-        return listed
+        taken = set(models.names())
+        catalogue = models.catalogue
+        for entry in catalogue.entries() if catalogue is not None else ():
+            if entry.ref not in taken:
+                listed.append(
+                    {
+                        "name": entry.ref,
+                        "task": entry.task,
+                        "description": None,
+                        "frameworks": sorted(entry.frameworks),
+                        "version": "1.0",
+                        "family": entry.family,
+                        "origin": "catalogue",
+                    }
+                )
+        return [item for item in listed if _wanted(item, query)]
+
+
+def _wanted(item: dict[str, Any], query: dict[str, Any]) -> bool:
+    search = str(query.get("search") or "").lower()
+    return (
+        query.get("task") in (None, item["task"])
+        and (query.get("framework") is None or query["framework"] in item["frameworks"])
+        and query.get("family") in (None, item["family"])
+        and (not search or search in item["name"].lower() or search in (item["family"] or ""))
+    )
 
 
 @blp.route("/models/<string:name>")

@@ -229,9 +229,20 @@ class CancelledSchema(Schema):
 class ModelSummarySchema(Schema):
     name = fields.String()
     task = fields.String()
-    description = fields.String()
+    description = fields.String(allow_none=True)
     frameworks = fields.List(fields.String())
     version = fields.String()
+    family = fields.String(allow_none=True, metadata={"description": "a catalogue entry's family"})
+    origin = fields.String(metadata={"description": "manifest (a manifest file) or catalogue"})
+
+
+class ModelQuerySchema(Schema):
+    task = fields.String(
+        validate=validate.Length(min=1), metadata={"description": "e.g. image_classification"}
+    )
+    framework = fields.String(validate=validate.Length(min=1))
+    family = fields.String(validate=validate.Length(min=1), metadata={"description": "e.g. resnet, bert"})
+    search = fields.String(validate=validate.Length(min=1), metadata={"description": "in the name or family"})
 
 
 class ModelDetailSchema(Schema):

@@ -1,9 +1,11 @@
-"""The model registry: every manifest mlscope knows, the shipped ones and the user's, by (name, framework).
+"""The model registry: every manifest mlscope knows, the shipped ones and the user's, by (name, framework),
+and the catalogue's architectures (`torchvision:resnet18`, `hf:bert`, ...), each resolved to a manifest
+when it is first asked for.
 
 Manifests are read from the `mlscope.manifests` package directory, then from each extra
 directory in order (the user's `MLSCOPE_MANIFESTS`); a later layer replaces an earlier one's
 manifest for the same (name, framework). A broken file fails the whole load: skipping it would
-make a model silently disappear.
+make a model silently disappear. A manifest file named like a catalogue entry replaces the entry.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
+from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest, ManifestError, load_manifest, parse_manifest_text
+from mlscope.registry.catalogue import Catalogue
 
 __all__ = ["ModelRegistry"]
 
@@ -88,17 +92,22 @@ class ModelRegistry:
 
     Args:
         manifests: at most one manifest per (name, framework).
+        catalogue: architectures named `library:name`, resolved to manifests on demand; none when
+            omitted.
 
     Raises:
         ManifestError: two manifests share a (name, framework); names both files.
     """
 
-    def __init__(self, manifests: Iterable[Manifest] = ()) -> None:
+    def __init__(self, manifests: Iterable[Manifest] = (), catalogue: Catalogue | None = None) -> None:
         self._by_key = _index(manifests)
+        self._catalogue = catalogue
+        self._resolved: dict[tuple[str, str], Manifest] = {}
 
     @classmethod
     def load(cls, extra_dirs: Sequence[Path] = ()) -> ModelRegistry:
-        """Read the shipped manifests, then each extra directory (recursively, *.yaml and *.yml).
+        """Read the shipped manifests, then each extra directory (recursively, *.yaml and *.yml), and
+        the catalogue.
 
         Args:
             extra_dirs: the user's manifest directories; each replaces manifests with the same
@@ -116,29 +125,37 @@ class ModelRegistry:
         merged: dict[tuple[str, str], Manifest] = {}
         for layer in layers:
             merged.update(_index(layer))
-        return cls(merged.values())
+        return cls(merged.values(), catalogue=Catalogue.load())
+
+    @property
+    def catalogue(self) -> Catalogue | None:
+        """The catalogue behind `library:name` references, if this registry has one."""
+        return self._catalogue
 
     def __len__(self) -> int:
         return len(self._by_key)
 
     def all(self) -> list[Manifest]:
-        """Every manifest, sorted by (name, framework)."""
+        """Every manifest file's manifest (not the catalogue's), sorted by (name, framework)."""
         return [self._by_key[key] for key in sorted(self._by_key)]
 
     def names(self) -> list[str]:
-        """The sorted model names."""
+        """The sorted model names of the manifest files (the catalogue's are `catalogue.entries()`)."""
         return sorted({name for name, _ in self._by_key})
 
     def frameworks_for(self, name: str) -> list[str]:
         """The sorted frameworks that have a manifest for model `name`.
 
         Raises:
-            UserError: no manifest has that name; suggests close ones.
+            UserError: no manifest and no catalogue entry has that name; suggests close ones.
         """
         frameworks = sorted(framework for model, framework in self._by_key if model == name)
-        if not frameworks:
+        if frameworks:
+            return frameworks
+        entry = self._entry(name)
+        if entry is None:
             raise self._unknown_model(name)
-        return frameworks
+        return sorted(entry.frameworks)
 
     def get(self, name: str, framework: str) -> Manifest:
         """The manifest of model `name` for `framework`.
@@ -149,17 +166,29 @@ class ModelRegistry:
         """
         frameworks = self.frameworks_for(name)
         manifest = self._by_key.get((name, framework))
-        if manifest is None:
-            has = ", ".join(frameworks)
-            raise UserError(
-                f"model {name!r} has no manifest for framework {framework!r}; it has: {has}",
-                field="framework",
-            )
-        return manifest
+        if manifest is not None:
+            return manifest
+        if framework in frameworks and self._catalogue is not None:
+            key = (name, framework)
+            if key not in self._resolved:
+                self._resolved[key] = self._catalogue.manifest(name, framework)
+            return self._resolved[key]
+        has = ", ".join(frameworks)
+        raise UserError(
+            f"model {name!r} has no manifest for framework {framework!r}; it has: {has}",
+            field="framework",
+        )
+
+    def _entry(self, name: str) -> Any:
+        if self._catalogue is None or not self._catalogue.has(name):
+            return None
+        return next(entry for entry in self._catalogue.entries() if entry.ref == name)
 
     def _unknown_model(self, name: str) -> UserError:
         names = self.names()
-        close = difflib.get_close_matches(name.lower(), names, n=3, cutoff=0.6)
+        refs = [entry.ref for entry in self._catalogue.entries()] if self._catalogue is not None else []
+        close = difflib.get_close_matches(name.lower(), names + refs, n=3, cutoff=0.6)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
         known = ", ".join(names) or "none"
-        return UserError(f"unknown model {name!r}; {hint}known models: {known}", field="model")
+        more = f" and {len(refs)} catalogue architectures (`mlscope models` lists them)" if refs else ""
+        return UserError(f"unknown model {name!r}; {hint}known models: {known}{more}", field="model")
