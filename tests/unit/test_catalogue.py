@@ -226,3 +226,18 @@ def test_resolving_a_name_imports_no_deep_learning_framework() -> None:
     loaded = {name.split(".")[0] for name in json.loads(done.stdout)}
     # Then neither torch, torchvision, transformers nor onnxruntime was imported
     assert loaded.isdisjoint({"torch", "torchvision", "transformers", "onnxruntime"})
+
+
+def test_torchvision_entries_are_built_without_downloading_a_backbone() -> None:
+    # Segmentation and detection builders default to ImageNet backbone weights, which torchvision
+    # would download: the PyTorch predictor builds them with weights_backbone=None too.
+    from mlscope.runtime.predictors.base import PredictorError
+    from mlscope.runtime.predictors.pytorch.models import torchvision_kwargs
+
+    for entry in CATALOGUE.find(search="torchvision:"):
+        kwargs = torchvision_kwargs(entry.name)
+        assert kwargs["weights"] is None, entry.ref
+        assert ("weights_backbone" in kwargs) == (entry.group in ("segmentation", "detection")), entry.ref
+        assert kwargs.get("weights_backbone") is None
+    with pytest.raises(PredictorError, match="torchvision has no model 'resnet19'"):
+        torchvision_kwargs("resnet19")

@@ -7,6 +7,7 @@ very same (seeded) random weights.
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 import torch
@@ -15,7 +16,7 @@ from mlscope.contract.manifest import Manifest
 from mlscope.runtime.predictors.base import PredictorError
 from mlscope.runtime.predictors.files import local_file
 
-__all__ = ["build_module"]
+__all__ = ["build_module", "torchvision_kwargs"]
 
 
 class _SelectOutput(torch.nn.Module):
@@ -32,13 +33,31 @@ class _SelectOutput(torch.nn.Module):
         return getattr(result, self.output)
 
 
-def _from_torchvision(name: str) -> torch.nn.Module:
+def torchvision_kwargs(name: str) -> dict[str, Any]:
+    """What torchvision's builder `name` is called with for random weights and no download.
+
+    `weights=None` alone is not enough for segmentation and detection builders: their backbone
+    defaults to ImageNet weights (`weights_backbone`), which torchvision would download and load.
+
+    Raises:
+        PredictorError: torchvision has no builder of that name.
+    """
     import torchvision
 
     try:
-        return torchvision.models.get_model(name, weights=None)
+        builder = torchvision.models.get_model_builder(name)
     except ValueError as exc:
         raise PredictorError(f"torchvision has no model {name!r}") from exc
+    kwargs: dict[str, Any] = {"weights": None}
+    if "weights_backbone" in inspect.signature(builder).parameters:
+        kwargs["weights_backbone"] = None
+    return kwargs
+
+
+def _from_torchvision(name: str) -> torch.nn.Module:
+    import torchvision
+
+    return torchvision.models.get_model(name, **torchvision_kwargs(name))
 
 
 def _from_transformers(manifest: Manifest) -> torch.nn.Module:

@@ -4,7 +4,7 @@ CUDA-event timing with synchronisation on GPUs."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -16,6 +16,10 @@ from mlscope.runtime.predictors.pytorch.profile import layer_pass, operator_pass
 from mlscope.runtime.trace.profiled import ProfiledPass
 
 __all__ = ["CudaEventTimer", "PyTorchPredictor"]
+
+
+def _numpy(value: torch.Tensor) -> np.ndarray:
+    return value.detach().cpu().numpy()
 
 
 class CudaEventTimer:
@@ -108,9 +112,21 @@ class PyTorchPredictor(Predictor):
         return False
 
     def outputs_to_numpy(self, outputs: Any) -> dict[str, np.ndarray]:
-        values = outputs if isinstance(outputs, tuple | list) else (outputs,)
+        """The outputs by the manifest's names: a tensor, a tuple or list of tensors (in order), a
+        mapping (torchvision's segmentation models return {"out": ...}; taken by name), or a list of
+        one mapping per image (torchvision's detection models: each image has its own number of
+        detections, so each name's arrays are concatenated in image order)."""
         names = [spec.name for spec in self.manifest.outputs]
-        return {name: value.detach().cpu().numpy() for name, value in zip(names, values, strict=False)}
+        if isinstance(outputs, Mapping):
+            return {name: _numpy(outputs[name]) for name in names if name in outputs}
+        if isinstance(outputs, list) and outputs and all(isinstance(item, Mapping) for item in outputs):
+            return {
+                name: np.concatenate([_numpy(item[name]) for item in outputs])
+                for name in names
+                if name in outputs[0]
+            }
+        values = outputs if isinstance(outputs, tuple | list) else (outputs,)
+        return {name: _numpy(value) for name, value in zip(names, values, strict=False)}
 
     def timer(self) -> CudaEventTimer | None:
         if self._device is not None and self._device.type == "cuda":
