@@ -142,7 +142,7 @@ def models(
 @models.command("show")
 @click.argument("ref")
 @click.option(
-    "-f", "--framework", help="The framework's manifest [default: pytorch, else the first installed here]."
+    "-f", "--framework", help="The framework's manifest [default: the first installed here, PyTorch first]."
 )
 @json_flag("Print the manifest as JSON instead of YAML.")
 def show(ref: str, framework: str | None, as_json: bool) -> None:
@@ -152,8 +152,11 @@ def show(ref: str, framework: str | None, as_json: bool) -> None:
     frameworks = registry.frameworks_for(ref)  # unknown: named, with close names
     if framework is None:
         installed = _installed()
+        from mlscope.runtime.frameworks import FRAMEWORKS
+
         runnable = [name for name in frameworks if name in installed] or frameworks
-        framework = "pytorch" if "pytorch" in runnable else runnable[0]
+        # In the registry's order (PyTorch first): the framework most models are written for.
+        framework = next((name for name in FRAMEWORKS if name in runnable), runnable[0])
     elif framework not in frameworks:
         raise UserError(
             f"model {ref!r} has no manifest for framework {framework!r}; it has: {', '.join(frameworks)}",

@@ -105,8 +105,12 @@ FRAMEWORKS: dict[str, FrameworkSpec] = {}
 
 
 def register_framework(spec: FrameworkSpec) -> FrameworkSpec:
-    """Make a framework known by name; a later registration of the same name replaces it."""
+    """Make a framework known by name; a later registration of the same name replaces it. The
+    frameworks stay in their `order` (then by name), whenever each was registered."""
     FRAMEWORKS[spec.name] = spec
+    ordered = sorted(FRAMEWORKS.values(), key=lambda known: (known.order, known.name))
+    FRAMEWORKS.clear()
+    FRAMEWORKS.update((known.name, known) for known in ordered)
     return spec
 
 

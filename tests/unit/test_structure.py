@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from mlscope.contract import names
 from mlscope.runtime.frameworks import FRAMEWORKS
@@ -79,3 +83,16 @@ def test_every_part_says_what_it_owns() -> None:
     for part in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()):
         text = (part / "__init__.py").read_text()
         assert re.match(r'\s*"""\S', text), f"{part.name}/__init__.py has no docstring"
+
+
+@pytest.mark.parametrize("first", ["pytorch", "onnxruntime.export", "tensorflow", "mxnet", "caffe2"])
+def test_every_framework_is_registered_whichever_module_is_imported_first(first: str) -> None:
+    # A process that imports a predictor package before the registry is inside that package while
+    # the registry looks for it: the package must still end up registered, and in order.
+    code = (
+        f"import mlscope.runtime.predictors.{first}\n"
+        "from mlscope.runtime.frameworks import FRAMEWORKS\n"
+        "print(','.join(FRAMEWORKS))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ",".join(FRAMEWORKS)

@@ -4,18 +4,22 @@ Runtime exporter builds too) and its profiled passes (`profile`).
 Imports no framework: this registration is read wherever frameworks are listed.
 """
 
-from mlscope.runtime.frameworks import FrameworkSpec
+from mlscope.runtime.frameworks import FrameworkSpec, register_framework
 
-FRAMEWORK = FrameworkSpec(
-    name="pytorch",
-    display="PyTorch",
-    import_name="torch",
-    distributions=("torch",),
-    predictor="mlscope.runtime.predictors.pytorch.predictor:PyTorchPredictor",
-    sources=frozenset({"torchvision", "transformers", "python"}),
-    install_hint="pip install 'mlscope[pytorch]'",
-    order=10,
-    # PyPI's torch wheel is the CUDA build (several GB): its image is built only when asked for by name.
-    image_by_default=False,
-    system_distributions=("torch", "torchvision", "transformers"),
+# Registered here as well as found by the registry: a process that imports this package first
+# (before mlscope.runtime.frameworks) is in the middle of it while the registry looks for it.
+FRAMEWORK = register_framework(
+    FrameworkSpec(
+        name="pytorch",
+        display="PyTorch",
+        import_name="torch",
+        distributions=("torch",),
+        predictor="mlscope.runtime.predictors.pytorch.predictor:PyTorchPredictor",
+        sources=frozenset({"torchvision", "transformers", "python"}),
+        install_hint="pip install 'mlscope[pytorch]'",
+        order=10,
+        # PyPI's torch wheel is the CUDA build (several GB): its image is built only when asked for by name.
+        image_by_default=False,
+        system_distributions=("torch", "torchvision", "transformers"),
+    )
 )
