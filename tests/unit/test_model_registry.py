@@ -49,10 +49,11 @@ def test_unknown_model_suggests_close_names(shipped: ModelRegistry) -> None:
     # When a model name is misspelt
     with pytest.raises(UserError) as caught:
         shipped.get("resnet19", "pytorch")
-    # Then the error suggests the close ones and lists every known model
+    # Then the error suggests the close ones, lists every known model and says the catalogue has more
     message = str(caught.value)
     assert message.startswith("unknown model 'resnet19'; did you mean resnet18")
-    assert message.endswith(f"known models: {', '.join(SHIPPED_NAMES)}")
+    assert f"known models: {', '.join(SHIPPED_NAMES)} and " in message
+    assert message.endswith("catalogue architectures (`mlscope models` lists them)")
     assert caught.value.field == "model"
 
 
