@@ -171,7 +171,7 @@ def _ms(result: dict[str, Any] | None) -> str:
 def _row(entry: Any, results: dict[str, dict[str, Any]], frameworks: list[str]) -> str:
     cells = [f"{_cell(results.get(name))[:46]:<46}" for name in frameworks]
     times = " / ".join(_ms(results.get(name)) for name in frameworks)
-    return f"{entry.ref:<42} {entry.family:<18} {' '.join(cells)} {times}"
+    return f"{entry.ref:<42} {entry.family:<22} {' '.join(cells)} {times}"
 
 
 def totals(entries: list[Any], results: list[dict[str, Any]], frameworks: list[str]) -> dict[str, Any]:
@@ -238,7 +238,7 @@ def main() -> None:
         f"timeout {args.timeout_s:g} s each",
         file=out,
     )
-    print(f"{'ref':<42} {'family':<18} {' '.join(f'{n:<46}' for n in frameworks)} median ms", file=out)
+    print(f"{'ref':<42} {'family':<22} {' '.join(f'{n:<46}' for n in frameworks)} median ms", file=out)
     results: list[dict[str, Any]] = []
     try:
         for entry in entries:
@@ -247,6 +247,8 @@ def main() -> None:
                 if name in entry.frameworks:
                     row[name] = sweep_one(entry.ref, name, cache, args.runs, args.timeout_s)
                     results.append(row[name])
+            if args.keep_cache is None:  # exported graphs reach gigabytes; each is used by one entry
+                shutil.rmtree(cache / "onnx", ignore_errors=True)
             print(_row(entry, row, frameworks), file=out, flush=True)
     finally:
         if args.keep_cache is None:

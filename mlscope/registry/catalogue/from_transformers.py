@@ -9,8 +9,8 @@ and the order of its forward arguments. The model is `AutoModel` (no task head),
 
 Where the default configuration is a large model, a small override shrinks it to run on a small CPU:
 text encoders and encoder-decoders to BERT-base or T5-small scale, decoder language models to a
-"tiny" 4-layer, 512-wide model (`_TINY`). The overrides are part of the manifest's source, so they
-are what gets built everywhere.
+"tiny" 4-layer, 512-wide model (`_TINY`, `_TINY_GQA`). The overrides are part of the manifest's
+source, so they are what gets built everywhere.
 
 Left out on purpose: model types that are another one under a new name (camembert, xlm-roberta,
 data2vec-text, ibert, flaubert, bert-generation, ernie, splinter, luke, vit_msn, ijepa,
@@ -35,16 +35,18 @@ AUDIO_SAMPLES = 16000  # one second at 16 kHz
 _DEFAULT_IMAGE_SIZE = 224
 OUTPUT = "last_hidden_state"
 
-# A decoder language model shrunk to run on a laptop CPU: 4 layers, width 512, 8 heads (head size 64),
-# grouped-query attention with 4 key/value heads where the architecture has it.
+# A decoder language model shrunk to run on a laptop CPU: 4 layers, width 512, 8 heads of size 64.
+# Its attention keeps the kind the default configuration has: one key/value head per query head
+# (_TINY), or grouped-query attention (_TINY_GQA, 2 key/value heads); `_check_overrides` holds to it.
 _TINY = {
     "hidden_size": 512,
     "intermediate_size": 1408,
     "num_hidden_layers": 4,
     "num_attention_heads": 8,
-    "num_key_value_heads": 4,
+    "num_key_value_heads": 8,
 }
-_TINY_HEAD = {**_TINY, "head_dim": 64}
+_TINY_GQA = {**_TINY, "num_key_value_heads": 2}
+_HEAD = {"head_dim": 64}  # for configurations that set the head size apart from the width
 _BERT_BASE = {
     "hidden_size": 768,
     "num_hidden_layers": 12,
@@ -90,7 +92,8 @@ ARCHITECTURES: tuple[tuple[str, str, dict[str, Any], str | None], ...] = (
     ("deberta-v2", "encoder", _BERT_BASE, None),
     ("distilbert", "encoder", {}, None),
     ("electra", "encoder", {}, None),
-    ("esm", "encoder", {"vocab_size": 33}, None),  # ESM-2's amino-acid alphabet; the default has none
+    # ESM-2's amino-acid alphabet and its padding and mask tokens: the default configuration has none.
+    ("esm", "encoder", {"vocab_size": 33, "pad_token_id": 1, "mask_token_id": 32}, None),
     ("fnet", "encoder", {}, None),
     # AutoModel maps funnel to two classes and, with no `architectures`, fails to pick one.
     ("funnel", "encoder", {"architectures": ["FunnelModel"]}, None),
@@ -118,10 +121,10 @@ ARCHITECTURES: tuple[tuple[str, str, dict[str, Any], str | None], ...] = (
     ("cohere", "decoder", _TINY, None),
     ("ctrl", "decoder", {"n_embd": 512, "dff": 2048, "n_layer": 4, "n_head": 8}, None),
     ("falcon", "decoder", {"hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8}, None),
-    ("gemma", "decoder", _TINY_HEAD, None),
-    ("gemma2", "decoder", _TINY_HEAD, None),
-    ("glm", "decoder", _TINY_HEAD, None),
-    ("glm4", "decoder", _TINY_HEAD, None),
+    ("gemma", "decoder", {**_TINY, **_HEAD}, None),
+    ("gemma2", "decoder", {**_TINY_GQA, **_HEAD}, None),
+    ("glm", "decoder", {**_TINY_GQA, **_HEAD}, None),
+    ("glm4", "decoder", {**_TINY_GQA, **_HEAD}, None),
     ("gpt2", "decoder", {}, None),
     ("gpt_bigcode", "decoder", {}, None),
     (
@@ -143,11 +146,11 @@ ARCHITECTURES: tuple[tuple[str, str, dict[str, Any], str | None], ...] = (
     ),
     ("gptj", "decoder", {"n_embd": 512, "n_layer": 4, "n_head": 8, "rotary_dim": 32}, None),
     ("granite", "decoder", _TINY, None),
-    ("helium", "decoder", _TINY_HEAD, None),
+    ("helium", "decoder", {**_TINY, **_HEAD}, None),
     (
         "jamba",
         "decoder",
-        {**_TINY, "num_hidden_layers": 8, "num_experts": 4, "use_mamba_kernels": False},
+        {**_TINY_GQA, "num_hidden_layers": 8, "num_experts": 4, "use_mamba_kernels": False},
         None,
     ),
     ("llama", "decoder", _TINY, None),
@@ -158,10 +161,10 @@ ARCHITECTURES: tuple[tuple[str, str, dict[str, Any], str | None], ...] = (
         {"hidden_size": 512, "num_hidden_layers": 4, "num_heads": 16, "head_dim": 64},
         None,
     ),
-    ("mistral", "decoder", _TINY_HEAD, None),
-    ("mixtral", "decoder", _TINY_HEAD, None),
+    ("mistral", "decoder", {**_TINY_GQA, **_HEAD}, None),
+    ("mixtral", "decoder", {**_TINY_GQA, **_HEAD}, None),
     ("mpt", "decoder", {"d_model": 512, "n_layers": 4, "n_heads": 8}, None),
-    ("nemotron", "decoder", _TINY_HEAD, None),
+    ("nemotron", "decoder", {**_TINY, **_HEAD}, None),
     ("olmo", "decoder", _TINY, None),
     ("olmo2", "decoder", _TINY, None),
     ("olmoe", "decoder", {**_TINY, "num_experts": 8, "num_experts_per_tok": 2}, None),
@@ -188,7 +191,7 @@ ARCHITECTURES: tuple[tuple[str, str, dict[str, Any], str | None], ...] = (
         },
         None,
     ),
-    ("qwen3", "decoder", _TINY_HEAD, None),
+    ("qwen3", "decoder", {**_TINY, **_HEAD}, None),
     ("recurrent_gemma", "decoder", {**_TINY, "intermediate_size": 1536, "lru_width": 512}, None),
     (
         "rwkv",
@@ -196,9 +199,9 @@ ARCHITECTURES: tuple[tuple[str, str, dict[str, Any], str | None], ...] = (
         {"hidden_size": 512, "num_hidden_layers": 4, "attention_hidden_size": 512, "intermediate_size": 2048},
         None,
     ),
-    ("smollm3", "decoder", _TINY, None),
+    ("smollm3", "decoder", _TINY_GQA, None),
     ("stablelm", "decoder", _TINY, None),
-    ("starcoder2", "decoder", _TINY, None),
+    ("starcoder2", "decoder", _TINY_GQA, None),
     ("xglm", "decoder", {"d_model": 512, "ffn_dim": 2048, "num_layers": 4, "attention_heads": 8}, None),
     # ---- encoder-decoders (two inputs: the encoder's token ids and the decoder's)
     ("bart", "encoder-decoder", _BART_BASE, None),
@@ -287,9 +290,16 @@ def _model_class(config: Any) -> Any:
     return _get_model_class(config, transformers.AutoModel._model_mapping)
 
 
-def _check_overrides(model_type: str, config: Any, overrides: dict[str, Any]) -> None:
-    """Every override names a parameter of the configuration and took effect: a misspelt one would
-    be kept as a stray attribute and silently build the large default model."""
+def _grouped(config: Any) -> bool:
+    """Whether the attention is grouped-query: fewer key/value heads than query heads."""
+    heads = config.num_attention_heads
+    return (getattr(config, "num_key_value_heads", None) or heads) < heads
+
+
+def _check_overrides(model_type: str, config: Any, overrides: dict[str, Any], default: Any) -> None:
+    """Every override names a parameter of the configuration and took effect (a misspelt one would
+    be kept as a stray attribute and silently build the large default model), the heads tile the
+    width, and a shrunk model keeps the default's kind of attention (grouped-query or not)."""
     known = set(inspect.signature(type(config).__init__).parameters) | set(config.attribute_map)
     for key, value in overrides.items():
         if key not in known:
@@ -300,6 +310,9 @@ def _check_overrides(model_type: str, config: Any, overrides: dict[str, Any]) ->
     heads, hidden = getattr(config, "num_attention_heads", None), getattr(config, "hidden_size", None)
     if overrides and isinstance(head_dim, int) and heads and hidden and head_dim * heads != hidden:
         raise ValueError(f"{model_type}: head_dim {head_dim} x {heads} heads is not the width {hidden}")
+    if "num_key_value_heads" in overrides and _grouped(config) != _grouped(default):
+        kind = "grouped-query" if _grouped(default) else "one key/value head per query head"
+        raise ValueError(f"{model_type}: the default configuration has {kind} attention; keep it")
 
 
 def _tokens(name: str, config: Any) -> dict[str, Any]:
@@ -382,7 +395,7 @@ def transformers_entries() -> list[dict[str, Any]]:
     entries = []
     for model_type, group, overrides, task in ARCHITECTURES:
         config = transformers.AutoConfig.for_model(model_type, **overrides)
-        _check_overrides(model_type, config, overrides)
+        _check_overrides(model_type, config, overrides, transformers.AutoConfig.for_model(model_type))
         model_class = _model_class(config)
         inputs = _ordered(model_type, model_class, _inputs(group, config))
         entries.append(
