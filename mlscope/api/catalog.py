@@ -49,35 +49,25 @@ class Models(MethodView):
         """
         models = context().models
         listed = []
-        for name in models.names():
+        for name, origin, family in models.listing():
             frameworks = models.frameworks_for(name)
-            first = models.get(name, frameworks[0])
+            if origin == "manifest":
+                first = models.get(name, frameworks[0])
+                task, description, version = first.task, first.description, first.version
+            else:  # described by its entry: no manifest is built to list it
+                assert models.catalogue is not None  # listing() names catalogue entries only then
+                task, description, version = models.catalogue.get(name).task, None, "1.0"
             listed.append(
                 {
                     "name": name,
-                    "task": first.task,
-                    "description": first.description,
+                    "task": task,
+                    "description": description,
                     "frameworks": frameworks,
-                    "version": first.version,
-                    "family": None,
-                    "origin": "manifest",
+                    "version": version,
+                    "family": family,
+                    "origin": origin,
                 }
             )
-        taken = set(models.names())
-        catalogue = models.catalogue
-        for entry in catalogue.entries() if catalogue is not None else ():
-            if entry.ref not in taken:
-                listed.append(
-                    {
-                        "name": entry.ref,
-                        "task": entry.task,
-                        "description": None,
-                        "frameworks": sorted(entry.frameworks),
-                        "version": "1.0",
-                        "family": entry.family,
-                        "origin": "catalogue",
-                    }
-                )
         return [item for item in listed if _wanted(item, query)]
 
 

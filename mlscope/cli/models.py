@@ -34,21 +34,6 @@ def _installed() -> set[str]:
     }
 
 
-def _entries(registry: Any) -> list[tuple[str, str, str | None]]:
-    """(name, origin, family) of every model: the manifest files' names, then the catalogue's entries
-    (an entry a manifest file of the same name replaces is left out)."""
-    named = registry.names()
-    listed: list[tuple[str, str, str | None]] = [(name, "manifest", None) for name in named]
-    if registry.catalogue is not None:
-        taken = set(named)
-        listed += [
-            (entry.ref, "catalogue", entry.family)
-            for entry in registry.catalogue.entries()
-            if entry.ref not in taken
-        ]
-    return listed
-
-
 def _lines(
     registry: Any,
     installed: set[str],
@@ -61,7 +46,7 @@ def _lines(
     """One line per (model, framework), as `--json` prints them, filtered."""
     needle = (search or "").lower()
     lines = []
-    for name, origin, model_family in _entries(registry):
+    for name, origin, model_family in registry.listing():
         if family is not None and model_family != family:
             continue
         if needle and needle not in name.lower() and needle not in (model_family or ""):

@@ -182,11 +182,26 @@ class ModelRegistry:
     def _entry(self, name: str) -> Any:
         if self._catalogue is None or not self._catalogue.has(name):
             return None
-        return next(entry for entry in self._catalogue.entries() if entry.ref == name)
+        return self._catalogue.get(name)
+
+    def listing(self) -> list[tuple[str, str, str | None]]:
+        """(name, origin, family) of every model, as `mlscope models` and GET /api/v1/models list them:
+        the manifest files' names ("manifest"), then the catalogue's entries ("catalogue") that no
+        manifest file of the same name replaces."""
+        named = self.names()
+        listed: list[tuple[str, str, str | None]] = [(name, "manifest", None) for name in named]
+        if self._catalogue is not None:
+            taken = set(named)
+            listed += [
+                (entry.ref, "catalogue", entry.family)
+                for entry in self._catalogue.entries()
+                if entry.ref not in taken
+            ]
+        return listed
 
     def _unknown_model(self, name: str) -> UserError:
         names = self.names()
-        refs = [entry.ref for entry in self._catalogue.entries()] if self._catalogue is not None else []
+        refs = self._catalogue.refs() if self._catalogue is not None else []
         close = difflib.get_close_matches(name.lower(), names + refs, n=3, cutoff=0.6)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
         known = ", ".join(names) or "none"
