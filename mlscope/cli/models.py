@@ -9,7 +9,7 @@ from typing import Any
 import click
 import yaml
 
-from mlscope.cli.options import json_flag
+from mlscope.cli.options import json_flag, model_options, model_options_document
 from mlscope.cli.render import console, new_table, print_json_lines
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
@@ -129,10 +129,22 @@ def models(
 @click.option(
     "-f", "--framework", help="The framework's manifest [default: the first installed here, PyTorch first]."
 )
+@model_options
 @json_flag("Print the manifest as JSON instead of YAML.")
-def show(ref: str, framework: str | None, as_json: bool) -> None:
-    """Print the manifest REF resolves to (a manifest name or a catalogue name such as
-    torchvision:resnet18), ready to save as a YAML file, edit and put in MLSCOPE_MANIFESTS."""
+def show(
+    ref: str,
+    framework: str | None,
+    as_json: bool,
+    input_shapes: tuple[dict[str, list[int]], dict[str, str]],
+    config: dict[str, Any],
+    weights: str | None,
+) -> None:
+    """Print the manifest REF resolves to (a manifest or catalogue name such as torchvision:resnet18,
+    an .onnx file, file.py:factory, a Hugging Face directory), ready to save as a YAML file, edit and
+    put in MLSCOPE_MANIFESTS."""
+    from mlscope.registry.references import ModelOptions
+
+    options = ModelOptions.from_dict(model_options_document(input_shapes, config, weights))
     registry = _registry()
     frameworks = registry.frameworks_for(ref)  # unknown: named, with close names
     if framework is None:
@@ -147,7 +159,7 @@ def show(ref: str, framework: str | None, as_json: bool) -> None:
             f"model {ref!r} has no manifest for framework {framework!r}; it has: {', '.join(frameworks)}",
             field="framework",
         )
-    document = registry.get(ref, framework).to_dict()
+    document = registry.get(ref, framework, options).to_dict()
     if as_json:
         print_json_lines([document])
         return

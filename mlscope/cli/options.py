@@ -4,12 +4,20 @@ request fields they make), `--json`, and comma-separated lists."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
-__all__ = ["evaluation_options", "json_flag", "request_fields", "split_csv"]
+__all__ = [
+    "evaluation_options",
+    "json_flag",
+    "model_options",
+    "model_options_document",
+    "request_fields",
+    "split_csv",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -50,6 +58,85 @@ def _parse_key_values(ctx: click.Context, param: click.Parameter, values: tuple[
         except json.JSONDecodeError:
             parsed[key.strip()] = raw
     return parsed
+
+
+_SHAPE = re.compile(r"^(?:(?P<name>[^=\s]+)=)?(?P<dims>\d+(?:[x,]\d+)*)?(?::(?P<dtype>[a-z0-9]+))?$")
+
+
+def _parse_input_shapes(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[dict[str, list[int]], dict[str, str]]:
+    """`[NAME=]1x3x224x224[:DTYPE]` items: full shapes (batch axis first) and dtypes, by input name
+    ("" for a model's only input)."""
+    shapes: dict[str, list[int]] = {}
+    dtypes: dict[str, str] = {}
+    for item in values:
+        match = _SHAPE.match(item.strip())
+        if match is None or not (match.group("dims") or match.group("dtype")):
+            raise click.BadParameter(
+                f"{item!r}: expected [NAME=]DIMS[:DTYPE], dimensions joined by 'x' with the batch axis "
+                "first, e.g. 1x3x224x224 or input_ids=1x128:int64"
+            )
+        name = match.group("name") or ""
+        if match.group("dims"):
+            shapes[name] = [int(dim) for dim in re.split(r"[x,]", match.group("dims"))]
+        if match.group("dtype"):
+            dtypes[name] = match.group("dtype")
+    return shapes, dtypes
+
+
+MODEL_OPTIONS = (
+    click.option(
+        "--input-shape",
+        "input_shapes",
+        multiple=True,
+        callback=_parse_input_shapes,
+        metavar="[NAME=]DIMS[:DTYPE]",
+        help="An input's full shape, batch axis first (1x3x224x224); NAME= for one of several inputs, "
+        ":int64 for its dtype. Needed by Python factories and ONNX graphs with dynamic axes besides the "
+        "batch (repeatable).",
+    ),
+    click.option(
+        "--config",
+        "config",
+        multiple=True,
+        callback=_parse_key_values,
+        metavar="KEY=VALUE",
+        help="A Hugging Face config override for hf:<type> and model directories, e.g. num_hidden_layers=4 "
+        "(repeatable).",
+    ),
+    click.option(
+        "--weights",
+        type=click.Path(dir_okay=False),
+        help="A local PyTorch checkpoint (torch.save state dict or .safetensors) instead of random weights.",
+    ),
+)
+
+
+def model_options(command: F) -> F:
+    """`--input-shape`, `--config` and `--weights`: what resolves a model reference besides its name
+    (the parameters `input_shapes`, `config`, `weights`; `model_options_document` makes the request's
+    `model_options` from them)."""
+    for option in reversed(MODEL_OPTIONS):
+        command = option(command)
+    return command
+
+
+def model_options_document(
+    input_shapes: tuple[dict[str, list[int]], dict[str, str]], config: dict[str, Any], weights: str | None
+) -> dict[str, Any]:
+    """The request's `model_options` from the options `model_options` adds (empty ones left out)."""
+    shapes, dtypes = input_shapes
+    document: dict[str, Any] = {}
+    if shapes:
+        document["input_shapes"] = shapes
+    if dtypes:
+        document["input_dtypes"] = dtypes
+    if config:
+        document["config"] = config
+    if weights:
+        document["weights"] = weights
+    return document
 
 
 _EVALUATION_OPTIONS = (
@@ -117,9 +204,9 @@ _EVALUATION_OPTIONS = (
 
 
 def evaluation_options(command: F) -> F:
-    """The options every way of asking for an evaluation shares (run, submit, compare); the command
-    takes them as `**fields` and hands them to `request_fields`."""
-    for option in reversed(_EVALUATION_OPTIONS):
+    """The options every way of asking for an evaluation shares (run, submit, compare), the model
+    options among them; the command takes them as `**fields` and hands them to `request_fields`."""
+    for option in reversed(_EVALUATION_OPTIONS + MODEL_OPTIONS):
         command = option(command)
     return command
 
@@ -139,6 +226,9 @@ def request_fields(
     measure: dict[str, Any],
     timeout: float,
     memory_limit: int | None,
+    input_shapes: tuple[dict[str, list[int]], dict[str, str]] = ({}, {}),
+    config: dict[str, Any] | None = None,
+    weights: str | None = None,
 ) -> dict[str, Any]:
     """The request document's fields from the shared options."""
     measure = dict(measure)
@@ -155,4 +245,5 @@ def request_fields(
         "options": {**options, **({"threads": threads} if threads else {})},
         "timeout_s": timeout,
         "memory_limit_mb": memory_limit,
+        "model_options": model_options_document(input_shapes, config or {}, weights),
     }

@@ -238,9 +238,18 @@ def _steps(entries: Sequence[Mapping[str, Any]]) -> tuple[Step, ...]:
 def _source(normalised: Mapping[str, Any]) -> Source:
     kind, spec = next(iter(normalised.items()))
     if kind == "python" and isinstance(spec, Mapping):
-        return Source(kind, spec["factory"], {"kwargs": spec["kwargs"]})
+        return Source(
+            kind,
+            spec["factory"],
+            {"kwargs": spec["kwargs"], **({"sha256": spec["sha256"]} if "sha256" in spec else {})},
+        )
     if kind == "transformers":
-        return Source(kind, spec["model_type"], {"config": spec["config"], "output": spec["output"]})
+        options = {"config": spec["config"], "output": spec["output"]}
+        return Source(
+            kind,
+            spec["model_type"],
+            {**options, **{k: spec[k] for k in ("directory", "sha256") if k in spec}},
+        )
     if kind == "onnx":
         return Source(kind, spec["url"], {"sha256": spec["sha256"]})
     return Source(kind, spec, {})

@@ -217,12 +217,42 @@ class _StepField(fields.Field):
         return {name: params}
 
 
+_FACTORY = re.compile(rf"^(?:{_PY_NAME}(\.{_PY_NAME})*|(?P<file>.+\.py)):{_PY_NAME}(\.{_PY_NAME})*$")
+
+
+class _Factory(fields.String):
+    """`pkg.module:factory`, or `path/to/file.py:factory` (resolved against the manifest's directory)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> str:
+        text = super()._deserialize(value, attr, data, **kwargs)
+        match = _FACTORY.match(text)
+        if match is None:
+            raise ValidationError("must be 'pkg.module:factory' or 'path/to/file.py:factory'")
+        options = _options(self)
+        file = match.group("file")
+        if file is not None and options.base_dir is not None and not os.path.isabs(file):
+            return os.path.abspath(os.path.join(options.base_dir, file)) + text[len(file) :]
+        return text
+
+
 class _PythonSource(_Strict):
-    factory = fields.String(
-        required=True,
-        validate=_pattern(rf"^{_PY_NAME}(\.{_PY_NAME})*:{_PY_NAME}(\.{_PY_NAME})*$", "'pkg.module:factory'"),
-    )
+    factory = _Factory(required=True)
     kwargs = _JsonMapping(load_default=dict)
+    # The SHA-256 of the factory's file, for a `file.py:factory` (checked before it is imported).
+    sha256 = _Sha256(load_default=None)
+
+
+class _LocalDirectory(fields.String):
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> str:
+        text = super()._deserialize(value, attr, data, **kwargs)
+        options = _options(self)
+        if not options.allow_code:
+            raise ValidationError("local directories are not read for remote requests")
+        if not text:
+            raise ValidationError("must be a directory path")
+        if options.base_dir is not None and not os.path.isabs(text):
+            return os.path.abspath(os.path.join(options.base_dir, text))
+        return text
 
 
 class _TransformersSource(_Strict):
@@ -231,6 +261,10 @@ class _TransformersSource(_Strict):
     )
     config = _JsonMapping(load_default=dict)
     output = fields.String(required=True, validate=validate.Length(min=1, error="must not be empty"))
+    # A `save_pretrained` directory (config.json and weights) the model is loaded from, and the
+    # SHA-256 of its files (see the registry's references); without it, built from `config`.
+    directory = _LocalDirectory(load_default=None)
+    sha256 = _Sha256(load_default=None)
 
 
 class _OnnxSource(_Strict):
@@ -272,9 +306,15 @@ class _SourceField(fields.Field):
             return spec
         if kind == "python":
             loaded = _PythonSource(options).load({"factory": spec} if isinstance(spec, str) else spec)
-            return loaded["factory"] if not loaded["kwargs"] else loaded
-        schema = _TransformersSource if kind == "transformers" else _OnnxSource
-        return schema(options).load(spec)
+            if loaded["sha256"] is None:
+                del loaded["sha256"]
+            return (
+                loaded["factory"] if set(loaded) == {"factory", "kwargs"} and not loaded["kwargs"] else loaded
+            )
+        if kind == "transformers":
+            loaded = _TransformersSource(options).load(spec)
+            return {key: value for key, value in loaded.items() if value is not None}
+        return _OnnxSource(options).load(spec)
 
 
 class _Weights(_Strict):

@@ -17,6 +17,7 @@ from mlscope.contract.errors import UserError
 from mlscope.contract.names import RUNNERS, SCENARIOS, TRACE_LEVELS
 from mlscope.contract.options import PredictorOptionsSchema
 from mlscope.contract.queues import parse_target
+from mlscope.contract.steps import DTYPES
 
 __all__ = ["DEVICE_PATTERN", "RUNNERS", "TRACE_LEVELS", "EvaluationRequest", "parse_request"]
 
@@ -48,6 +49,10 @@ class EvaluationRequest:
         target: where a farm runs it: a capability (`cpu.x86_64`, `gpu`) or one agent
             (`agent:<id>`); None means `cpu` for a CPU device and `gpu` otherwise. A local run
             (`mlscope run`) ignores it.
+        model_options: what turns the model reference into its manifest (see
+            `mlscope.registry.references.ModelOptions`): `input_shapes` ({input name or "": full
+            shape, batch axis first}), `config` (a Hugging Face config's overrides), `weights` (a
+            local checkpoint); empty for none.
     """
 
     model: str
@@ -62,6 +67,7 @@ class EvaluationRequest:
     timeout_s: float = 1800.0
     memory_limit_mb: int | None = None
     target: str | None = None
+    model_options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def effective_target(self) -> str:
@@ -88,11 +94,32 @@ def _check_target(value: str) -> None:
         raise ValidationError(exc.message.partition(": ")[2] or exc.message) from None
 
 
+class ModelOptionsSchema(Schema):
+    """`model_options`: the shapes, config and weights a model reference is resolved with."""
+
+    class Meta:
+        unknown = RAISE
+
+    input_shapes = fields.Dict(
+        keys=fields.String(validate=validate.Regexp(r"^\S*$", error="must be an input name without spaces")),
+        values=fields.List(
+            fields.Integer(strict=True, validate=validate.Range(min=1, error="must be ≥ 1")),
+            validate=validate.Length(min=1, max=16, error="must list 1 to 16 dimensions"),
+        ),
+    )
+    input_dtypes = fields.Dict(
+        keys=fields.String(validate=validate.Regexp(r"^\S*$", error="must be an input name without spaces")),
+        values=fields.String(validate=validate.OneOf(DTYPES, error="must be one of: {choices}")),
+    )
+    config = fields.Dict(keys=fields.String(validate=validate.Regexp(r"^[A-Za-z_][A-Za-z0-9_]*$")))
+    weights = fields.String(validate=validate.Length(min=1, max=4096))
+
+
 class EvaluationRequestSchema(Schema):
     class Meta:
         unknown = RAISE
 
-    model = fields.String(required=True, validate=validate.Length(min=1, max=200))
+    model = fields.String(required=True, validate=validate.Length(min=1, max=1000))
     framework = fields.String(required=True, validate=validate.Length(min=1, max=100))
     batch_sizes = fields.List(
         fields.Integer(
@@ -127,6 +154,7 @@ class EvaluationRequestSchema(Schema):
     timeout_s = fields.Float(load_default=1800.0, validate=validate.Range(min=1, max=7 * 24 * 3600))
     memory_limit_mb = fields.Integer(load_default=None, allow_none=True, validate=validate.Range(min=64))
     target = fields.String(load_default=None, allow_none=True, validate=_check_target)
+    model_options = fields.Nested(ModelOptionsSchema, load_default=dict)
 
     @post_load
     def _build(self, data: dict[str, Any], **_: Any) -> EvaluationRequest:

@@ -11,7 +11,7 @@ make a model silently disappear. A manifest file named like a catalogue entry re
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
@@ -20,6 +20,17 @@ from typing import Any
 from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest, ManifestError, load_manifest, parse_manifest_text
 from mlscope.registry.catalogue import Catalogue
+from mlscope.registry.onnx_files import onnx_file_manifest
+from mlscope.registry.references import (
+    UPLOAD_REF,
+    ModelOptions,
+    apply_options,
+    factory_manifest,
+    hf_directory_manifest,
+    read_hf_config,
+    reference_kind,
+)
+from mlscope.runtime.frameworks import FRAMEWORKS
 
 __all__ = ["ModelRegistry"]
 
@@ -94,18 +105,39 @@ class ModelRegistry:
         manifests: at most one manifest per (name, framework).
         catalogue: architectures named `library:name`, resolved to manifests on demand; none when
             omitted.
+        local_files: whether references to this machine's files resolve (`./model.onnx`,
+            `net.py:make_model`, a Hugging Face directory, `--weights`): True for the CLI and the
+            Python API, False for a farm's api and workers, where a path would name the wrong
+            machine's file and a factory would be code on the wire.
+        uploads: where `sha256:<hex>` references find their ONNX file: a function from the digest
+            to a local path holding it (fetched and verified); None: uploads are not resolved here.
 
     Raises:
         ManifestError: two manifests share a (name, framework); names both files.
     """
 
-    def __init__(self, manifests: Iterable[Manifest] = (), catalogue: Catalogue | None = None) -> None:
+    def __init__(
+        self,
+        manifests: Iterable[Manifest] = (),
+        catalogue: Catalogue | None = None,
+        *,
+        local_files: bool = True,
+        uploads: Callable[[str], Path] | None = None,
+    ) -> None:
         self._by_key = _index(manifests)
         self._catalogue = catalogue
+        self._local_files = local_files
+        self._uploads = uploads
         self._resolved: dict[tuple[str, str], Manifest] = {}
 
     @classmethod
-    def load(cls, extra_dirs: Sequence[Path] = ()) -> ModelRegistry:
+    def load(
+        cls,
+        extra_dirs: Sequence[Path] = (),
+        *,
+        local_files: bool = True,
+        uploads: Callable[[str], Path] | None = None,
+    ) -> ModelRegistry:
         """Read the shipped manifests, then each extra directory (recursively, *.yaml and *.yml), and
         the catalogue.
 
@@ -125,7 +157,7 @@ class ModelRegistry:
         merged: dict[tuple[str, str], Manifest] = {}
         for layer in layers:
             merged.update(_index(layer))
-        return cls(merged.values(), catalogue=Catalogue.load())
+        return cls(merged.values(), catalogue=Catalogue.load(), local_files=local_files, uploads=uploads)
 
     @property
     def catalogue(self) -> Catalogue | None:
@@ -144,11 +176,22 @@ class ModelRegistry:
         return sorted({name for name, _ in self._by_key})
 
     def frameworks_for(self, name: str) -> list[str]:
-        """The sorted frameworks that have a manifest for model `name`.
+        """The sorted frameworks that have a manifest for model `name`, or can run what the
+        reference `name` names (an ONNX file, a factory, a Hugging Face directory, an upload).
 
         Raises:
-            UserError: no manifest and no catalogue entry has that name; suggests close ones.
+            UserError: no manifest and no catalogue entry has that name; suggests close ones. Or a
+                path that leads nowhere.
         """
+        kind = reference_kind(name)
+        if kind == "directory":
+            self._refuse_local(name, kind)
+            return self.frameworks_for(f"hf:{read_hf_config(Path(name).expanduser())['model_type']}")
+        if kind != "name":
+            source = {"upload": "onnx", "onnx": "onnx", "factory": "python"}[kind]
+            return sorted(
+                spec.name for spec in FRAMEWORKS.values() if source in spec.sources and not spec.unavailable
+            )
         frameworks = sorted(framework for model, framework in self._by_key if model == name)
         if frameworks:
             return frameworks
@@ -157,13 +200,66 @@ class ModelRegistry:
             raise self._unknown_model(name)
         return sorted(entry.frameworks)
 
-    def get(self, name: str, framework: str) -> Manifest:
-        """The manifest of model `name` for `framework`.
+    def get(self, name: str, framework: str, options: ModelOptions | None = None) -> Manifest:
+        """The manifest of model `name` (any reference, see `mlscope.registry.references`) for
+        `framework`, with the model options applied.
 
         Raises:
-            UserError: the model is unknown (suggests close names), or it has no manifest for this
-                framework (lists the frameworks it has).
+            UserError: the model is unknown (suggests close names), it has no manifest for this
+                framework (lists the frameworks it has), a local reference where local files are
+                not read, or a file that is missing, invalid, or does not fit the options.
         """
+        options = options or ModelOptions()
+        kind = reference_kind(name)
+        if kind != "name" or options.weights:
+            self._refuse_local(name, kind)
+        if kind == "name":
+            return apply_options(self._named(name, framework), options)
+        if framework not in self.frameworks_for(name):
+            has = ", ".join(self.frameworks_for(name))
+            raise UserError(
+                f"{name} cannot run on framework {framework!r}; it can on: {has}", field="framework"
+            )
+        if kind == "onnx":
+            return onnx_file_manifest(Path(name), input_shapes=options.input_shapes)
+        if kind == "factory":
+            return factory_manifest(name, framework, options)
+        if kind == "directory":
+            directory = Path(name).expanduser()
+            template = self._named(f"hf:{read_hf_config(directory)['model_type']}", framework)
+            return hf_directory_manifest(directory, framework, options, template)
+        return self._uploaded(name, options)
+
+    def _uploaded(self, name: str, options: ModelOptions) -> Manifest:
+        match = UPLOAD_REF.match(name)
+        assert match is not None
+        if self._uploads is None:
+            raise UserError(
+                f"{name} names a model uploaded to a farm's API; submit it there (mlscope submit) or run the "
+                "ONNX file itself here (mlscope run ./model.onnx)",
+                field="model",
+            )
+        path = self._uploads(match.group(1))
+        return onnx_file_manifest(path, input_shapes=options.input_shapes, url=name, sha256=match.group(1))
+
+    def _refuse_local(self, name: str, kind: str) -> None:
+        if self._local_files:
+            return
+        if kind == "factory":
+            raise UserError(
+                f"{name}: Python factories are not accepted here (no code travels over the wire); upload the "
+                "exported ONNX file instead (mlscope submit ./model.onnx), or install the module on the "
+                "workers and name its factory in a manifest (MLSCOPE_MANIFESTS)",
+                field="model",
+            )
+        what = "a checkpoint path (--weights)" if kind == "name" else f"{name}"
+        raise UserError(
+            f"{what}: a path on your machine means nothing here; upload an ONNX file (mlscope submit "
+            "./model.onnx, or POST /api/v1/models) and name it by the sha256:<hex> reference it returns",
+            field="model_options.weights" if kind == "name" else "model",
+        )
+
+    def _named(self, name: str, framework: str) -> Manifest:
         frameworks = self.frameworks_for(name)
         manifest = self._by_key.get((name, framework))
         if manifest is not None:
@@ -204,6 +300,8 @@ class ModelRegistry:
         refs = self._catalogue.refs() if self._catalogue is not None else []
         close = difflib.get_close_matches(name.lower(), names + refs, n=3, cutoff=0.6)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
+        if Path(name).exists():
+            hint += f"(for the file or directory {name}, write ./{name}) "
         known = ", ".join(names) or "none"
         more = f" and {len(refs)} catalogue architectures (`mlscope models` lists them)" if refs else ""
         return UserError(f"unknown model {name!r}; {hint}known models: {known}{more}", field="model")

@@ -19,6 +19,7 @@ from mlscope.contract.manifest import Manifest
 from mlscope.contract.request import EvaluationRequest, parse_request
 from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
+from mlscope.registry.references import ModelOptions
 from mlscope.runtime.frameworks import check_available, check_runnable, get_framework
 from mlscope.runtime.measure import MeasureSettings
 from mlscope.runtime.system import gpu_facts
@@ -97,7 +98,8 @@ def admit(
     if not isinstance(request, EvaluationRequest):
         request = parse_request(dict(request))
     framework = check_runnable(get_framework(request.framework))
-    manifest = models.get(request.model, request.framework)
+    manifest = models.get(request.model, request.framework, ModelOptions.from_dict(request.model_options))
+    _check_fixed_batch(manifest, request.batch_sizes)
     check_measure(request.measure)
     if here is None:
         return Admission(request, manifest)
@@ -111,6 +113,17 @@ def admit(
     )
     _check_device(request.device)
     return Admission(request, manifest, version)
+
+
+def _check_fixed_batch(manifest: Manifest, batch_sizes: tuple[int, ...]) -> None:
+    """A graph exported with a fixed batch axis runs at that batch size only."""
+    fixed = manifest.attributes.get("fixed_batch_size")
+    if isinstance(fixed, int) and set(batch_sizes) != {fixed}:
+        raise UserError(
+            f"{manifest.name}: the graph's batch axis is fixed at {fixed}; measure it with --batch-sizes "
+            f"{fixed} (or export it with a dynamic batch axis)",
+            field="batch_sizes",
+        )
 
 
 def check_measure(measure: Mapping[str, Any]) -> MeasureSettings:

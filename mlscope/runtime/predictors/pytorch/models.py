@@ -7,14 +7,17 @@ very same (seeded) random weights.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from mlscope.contract.manifest import Manifest
 from mlscope.runtime.predictors.base import PredictorError
-from mlscope.runtime.predictors.files import local_file
+from mlscope.runtime.predictors.files import directory_digest, local_file, model_files
 
 __all__ = ["build_module", "torchvision_kwargs"]
 
@@ -64,19 +67,77 @@ def _from_transformers(manifest: Manifest) -> torch.nn.Module:
     import transformers
 
     options = manifest.source.options
-    config = transformers.AutoConfig.for_model(manifest.source.target, **dict(options.get("config") or {}))
-    model = transformers.AutoModel.from_config(config)
+    overrides = dict(options.get("config") or {})
+    directory = options.get("directory")
+    if directory:
+        _check_directory(Path(directory), options.get("sha256"))
+        model = transformers.AutoModel.from_pretrained(directory, local_files_only=True, **overrides)
+    else:
+        config = transformers.AutoConfig.for_model(manifest.source.target, **overrides)
+        model = transformers.AutoModel.from_config(config)
     output = options.get("output") or manifest.outputs[0].name
     return _SelectOutput(model, tuple(spec.name for spec in manifest.inputs), output)
 
 
-def _from_factory(target: str, kwargs: dict[str, Any]) -> torch.nn.Module:
-    module_name, _, attribute = target.partition(":")
-    factory = getattr(importlib.import_module(module_name), attribute)
-    model = factory(**kwargs)
+def _check_directory(directory: Path, sha256: str | None) -> None:
+    if sha256 and directory_digest(directory, model_files(directory)) != sha256:
+        raise PredictorError(f"{directory}: its files changed since the manifest was made (SHA-256 differs)")
+
+
+def _load_factory(target: str, sha256: str | None) -> Any:
+    location, _, attribute = target.rpartition(":")
+    if not location.endswith(".py"):
+        return getattr(importlib.import_module(location), attribute)
+    path = Path(location)
+    local_file(str(path), sha256)
+    spec = importlib.util.spec_from_file_location(f"mlscope_factory_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise PredictorError(f"{path}: cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent))  # the file's own imports of its neighbours
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    found: Any = module
+    for part in attribute.split("."):
+        if not hasattr(found, part):
+            raise PredictorError(f"{path} has no {attribute!r}")
+        found = getattr(found, part)
+    return found
+
+
+def _from_factory(target: str, kwargs: dict[str, Any], sha256: str | None) -> torch.nn.Module:
+    factory = _load_factory(target, sha256)
+    if not callable(factory):
+        raise PredictorError(
+            f"{target} is a {type(factory).__name__}, not a function returning a torch.nn.Module"
+        )
+    try:
+        model = factory(**kwargs)
+    except Exception as exc:
+        raise PredictorError(f"{target} raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(model, torch.nn.Module):
         raise PredictorError(f"{target} returned {type(model).__name__}, not a torch.nn.Module")
     return model
+
+
+def _load_state(model: torch.nn.Module, url: str, sha256: str | None) -> None:
+    path = local_file(url, sha256)
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state = load_file(str(path))
+    else:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+        state = state["state_dict"]
+    target = model.model if isinstance(model, _SelectOutput) else model
+    try:
+        target.load_state_dict(state)
+    except (RuntimeError, TypeError) as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise PredictorError(f"{path}: does not fit the model ({first})") from None
 
 
 def build_module(manifest: Manifest, seed: int = 0) -> torch.nn.Module:
@@ -93,10 +154,11 @@ def build_module(manifest: Manifest, seed: int = 0) -> torch.nn.Module:
         elif source.kind == "transformers":
             model = _from_transformers(manifest)
         elif source.kind == "python":
-            model = _from_factory(source.target, dict(source.options.get("kwargs") or {}))
+            kwargs = dict(source.options.get("kwargs") or {})
+            model = _from_factory(source.target, kwargs, source.options.get("sha256"))
         else:
             raise PredictorError(f"PyTorch cannot build a model from a {source.kind!r} source")
-    if manifest.weights.kind == "url" and manifest.weights.url:
-        state = torch.load(local_file(manifest.weights.url, manifest.weights.sha256), map_location="cpu")
-        model.load_state_dict(state)
+    # A Hugging Face directory's weights are its own, loaded by from_pretrained above.
+    if manifest.weights.kind == "url" and manifest.weights.url and not source.options.get("directory"):
+        _load_state(model, manifest.weights.url, manifest.weights.sha256)
     return model.eval()

@@ -1,0 +1,218 @@
+"""A user's ONNX file as a manifest: its inputs, dtypes and shapes read from the graph, its SHA-256
+computed, the dynamic axes filled in (the first is the batch axis; the others take their size from
+`input_shapes`).
+
+Only the graph's signature is read (the `onnx` package parses the protobuf; no session is made),
+so resolving a reference costs a parse and a hash, not a model load.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlscope.contract.errors import UserError
+from mlscope.contract.manifest import Manifest, parse_manifest
+from mlscope.runtime.predictors.files import file_sha256
+
+__all__ = ["GraphInput", "GraphSignature", "manifest_name", "onnx_file_manifest", "read_signature"]
+
+# ONNX TensorProto element types mlscope can feed, by number (onnx.TensorProto.FLOAT == 1, ...).
+_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool", 10: "float16",
+           11: "float64", 16: "bfloat16"}  # fmt: skip
+_DTYPE_NAMES = {1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16", 5: "INT16", 6: "INT32", 7: "INT64",
+                8: "STRING", 9: "BOOL", 10: "FLOAT16", 11: "DOUBLE", 12: "UINT32", 13: "UINT64",
+                16: "BFLOAT16"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GraphInput:
+    """One input of a graph: its name, dtype, and each dimension's size (an int) or symbol (a
+    string, "" when unnamed) for a dynamic axis."""
+
+    name: str
+    dtype: str
+    dims: tuple[int | str, ...]
+
+    def shape_text(self) -> str:
+        return "x".join(str(d) if isinstance(d, int) else (d or "?") for d in self.dims)
+
+
+@dataclass(frozen=True)
+class GraphSignature:
+    inputs: tuple[GraphInput, ...]
+    outputs: tuple[str, ...]
+    opset: int | None
+
+
+def _fail(path: Path, problem: str) -> UserError:
+    return UserError(f"{path}: {problem}", field="model")
+
+
+def read_signature(path: Path) -> GraphSignature:
+    """The inputs (initializers left out) and outputs of the ONNX graph at `path`.
+
+    Raises:
+        UserError: the file is missing or is not a valid ONNX model (corrupt, truncated), or an
+            input is not a tensor of a dtype mlscope can feed (field "model").
+    """
+    try:
+        import onnx
+    except ImportError:
+        raise UserError(
+            "reading an ONNX file's inputs needs the onnx package: pip install 'mlscope[onnxruntime]'",
+            field="model",
+        ) from None
+    if not path.is_file():
+        raise _fail(path, "no such file" if not path.exists() else "not a file")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+        onnx.checker.check_model(model)
+    except Exception as exc:  # protobuf's DecodeError, onnx's ValidationError, ...
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise _fail(
+            path,
+            f"not a valid ONNX model ({reason[:200]}); expected a complete file saved by torch.onnx.export "
+            "or onnx.save (a truncated copy fails here too)",
+        ) from None
+    graph = model.graph
+    constant = {initializer.name for initializer in graph.initializer}
+    inputs = []
+    for value in graph.input:
+        if value.name in constant:
+            continue
+        if not value.type.HasField("tensor_type"):
+            raise _fail(path, f"input {value.name!r} is not a tensor; mlscope feeds tensor inputs only")
+        tensor = value.type.tensor_type
+        dtype = _DTYPES.get(tensor.elem_type)
+        if dtype is None:
+            kind = _DTYPE_NAMES.get(tensor.elem_type, str(tensor.elem_type))
+            raise _fail(
+                path, f"input {value.name!r} is of type {kind}; mlscope feeds {', '.join(_DTYPES.values())}"
+            )
+        dims = tuple(
+            dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else dim.dim_param
+            for dim in tensor.shape.dim
+        )
+        inputs.append(GraphInput(value.name, dtype, dims))
+    if not inputs:
+        raise _fail(path, "the graph has no inputs to feed")
+    opset = next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")), None)
+    return GraphSignature(tuple(inputs), tuple(value.name for value in graph.output), opset)
+
+
+def _shape_for(path: Path, spec: GraphInput, given: Sequence[int] | None) -> tuple[int, ...]:
+    """The per-sample shape (no batch axis) of input `spec`, from the graph and the given full shape."""
+    if not spec.dims:
+        raise _fail(path, f"input {spec.name!r} is a scalar; mlscope needs a batch axis first")
+    if given is not None:
+        if len(given) != len(spec.dims):
+            raise _fail(
+                path,
+                f"input {spec.name!r} has {len(spec.dims)} dimensions ({spec.shape_text()}) in the graph; "
+                f"--input-shape gives {len(given)} ({'x'.join(map(str, given))})",
+            )
+        for axis, (graph_dim, size) in enumerate(zip(spec.dims, given, strict=True)):
+            if isinstance(graph_dim, int) and graph_dim != size:
+                raise _fail(
+                    path,
+                    f"input {spec.name!r}: dimension {axis} is {graph_dim} in the graph "
+                    f"({spec.shape_text()}); --input-shape gives {size}",
+                )
+        return tuple(given[1:])
+    open_axes = [axis for axis, dim in enumerate(spec.dims[1:], start=1) if not isinstance(dim, int)]
+    if open_axes:
+        example = "x".join(str(d) if isinstance(d, int) else "N" for d in spec.dims)
+        raise UserError(
+            f"{path}: input {spec.name!r} has dynamic axes besides the batch axis ({spec.shape_text()}); "
+            f"give their sizes: --input-shape {spec.name}={example.replace('N', '1', 1)} (replacing each N)",
+            field="model_options.input_shapes",
+        )
+    return tuple(int(d) for d in spec.dims[1:])
+
+
+def _given_shapes(
+    path: Path, signature: GraphSignature, input_shapes: Mapping[str, Sequence[int]]
+) -> dict[str, Sequence[int]]:
+    names = [spec.name for spec in signature.inputs]
+    shapes = dict(input_shapes)
+    if "" in shapes:
+        if len(names) != 1:
+            raise UserError(
+                f"{path}: the graph has {len(names)} inputs ({', '.join(names)}); name each shape: "
+                f"--input-shape {names[0]}=...",
+                field="model_options.input_shapes",
+            )
+        shapes[names[0]] = shapes.pop("")
+    unknown = sorted(set(shapes) - set(names))
+    if unknown:
+        raise UserError(
+            f"{path}: the graph has no input {unknown[0]!r}; its inputs are: {', '.join(names)}",
+            field="model_options.input_shapes",
+        )
+    return shapes
+
+
+def manifest_name(stem: str) -> str:
+    """A manifest name made from a file or directory name: lowercase, other characters as '-'."""
+    name = re.sub(r"[^a-z0-9_.-]+", "-", stem.lower()).strip("-._")
+    return name or "model"
+
+
+def onnx_file_manifest(
+    path: Path,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    url: str | None = None,
+    sha256: str | None = None,
+    name: str | None = None,
+    origin: str | None = None,
+) -> Manifest:
+    """The ONNX Runtime manifest of the ONNX file at `path`.
+
+    Args:
+        path: the file.
+        input_shapes: full shapes (batch axis first) by input name ("" for a graph's only input), for
+            the dynamic axes after the first, or to check the graph's fixed ones.
+        url: what the manifest names the file by (default: the file's absolute path).
+        sha256: the file's SHA-256 when already known (default: computed here).
+        name: the manifest's name (default: from the file's name).
+        origin: where the manifest came from, for messages (default: the path).
+
+    Raises:
+        UserError: the file is missing or not a valid ONNX model, an input has no size for a
+            dynamic axis, or a given shape does not match the graph.
+    """
+    path = path.expanduser()
+    signature = read_signature(path)
+    shapes = _given_shapes(path, signature, input_shapes or {})
+    batch_dims = {spec.dims[0] for spec in signature.inputs if spec.dims and isinstance(spec.dims[0], int)}
+    fixed_batch = batch_dims.pop() if len(batch_dims) == 1 else None
+    inputs = [
+        {"name": spec.name, "dtype": spec.dtype, "shape": list(_shape_for(path, spec, shapes.get(spec.name)))}
+        for spec in signature.inputs
+    ]
+    digest = sha256 or file_sha256(path)
+    location = url or str(path.resolve())
+    attributes: dict[str, Any] = {"file": path.name, "opset": signature.opset}
+    if fixed_batch is not None:
+        attributes["fixed_batch_size"] = fixed_batch
+    document = {
+        "name": name or manifest_name(path.stem),
+        "version": "1.0",
+        "task": "other",
+        "description": (
+            f"The ONNX graph {path.name} (SHA-256 {digest[:12]}...), its inputs read from the graph; "
+            "synthetic input values. The weights are the graph's own."
+        ),
+        "framework": {"name": "onnxruntime", "version": "*"},
+        "source": {"onnx": {"url": location, "sha256": digest}},
+        "weights": {"url": location, "sha256": digest},
+        "inputs": inputs,
+        "outputs": [{"name": output} for output in signature.outputs],
+        "attributes": attributes,
+    }
+    return parse_manifest(document, origin or str(path))
