@@ -177,6 +177,8 @@ def apply_options(manifest: Manifest, options: ModelOptions) -> Manifest:
         spec = document["source"]["transformers"]
         spec["config"] = {**spec.get("config", {}), **options.config}
         _follow_config(document["inputs"], spec["config"])
+        given = ", ".join(f"{key}={value}" for key, value in options.config.items())
+        document["description"] = f"{document.get('description', '')} Configuration overrides: {given}.".strip()
     names = [spec["name"] for spec in document["inputs"]]
     for name, shape in _shapes_by_input(options, names, manifest.name).items():
         spec = next(item for item in document["inputs"] if item["name"] == name)
@@ -261,7 +263,21 @@ def factory_manifest(ref: str, framework: str, options: ModelOptions) -> Manifes
                 f"{ref}: input {name!r} needs at least one dimension after the batch axis",
                 field="model_options.input_shapes",
             )
-    return parse_manifest(document, ref)
+    manifest = parse_manifest(document, ref)
+    _probe(manifest)
+    return manifest
+
+
+def _probe(manifest: Manifest) -> None:
+    """Run the factory once here, so a factory that raises, returns no module or does not take the
+    given shapes is one clear line before anything is stored (a factory builds a torch module)."""
+    from mlscope.runtime.predictors.base import PredictorError
+    from mlscope.runtime.predictors.pytorch.models import probe_module
+
+    try:
+        probe_module(manifest)
+    except PredictorError as exc:
+        raise UserError(str(exc), field="model") from None
 
 
 def hf_directory_manifest(

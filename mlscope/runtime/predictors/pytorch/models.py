@@ -162,3 +162,29 @@ def build_module(manifest: Manifest, seed: int = 0) -> torch.nn.Module:
     if manifest.weights.kind == "url" and manifest.weights.url and not source.options.get("directory"):
         _load_state(model, manifest.weights.url, manifest.weights.sha256)
     return model.eval()
+
+
+def probe_module(manifest: Manifest) -> None:
+    """Build the manifest's module and run it once on a synthetic batch of one: how a Python
+    factory reference is checked before anything is stored or measured.
+
+    Raises:
+        PredictorError: the factory is missing, raises, returns something else than a module, or
+            the module fails on inputs of the manifest's shapes; says which.
+    """
+    import numpy as np
+
+    from mlscope.runtime.predictors.inputs import synthetic_batch
+
+    model = build_module(manifest)
+    arrays = synthetic_batch(manifest, 1, np.random.default_rng(0))
+    shapes = ", ".join(f"{name} {'x'.join(map(str, array.shape))}" for name, array in arrays.items())
+    try:
+        with torch.inference_mode():
+            model(*(torch.from_numpy(arrays[spec.name]) for spec in manifest.inputs))
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise PredictorError(
+            f"{manifest.source.target}: the module fails on inputs of shape {shapes} (batch axis first): "
+            f"{type(exc).__name__}: {first}; check --input-shape"
+        ) from None
