@@ -178,7 +178,9 @@ def apply_options(manifest: Manifest, options: ModelOptions) -> Manifest:
         spec["config"] = {**spec.get("config", {}), **options.config}
         _follow_config(document["inputs"], spec["config"])
         given = ", ".join(f"{key}={value}" for key, value in options.config.items())
-        document["description"] = f"{document.get('description', '')} Configuration overrides: {given}.".strip()
+        document["description"] = (
+            f"{document.get('description', '')} Configuration overrides: {given}.".strip()
+        )
     names = [spec["name"] for spec in document["inputs"]]
     for name, shape in _shapes_by_input(options, names, manifest.name).items():
         spec = next(item for item in document["inputs"] if item["name"] == name)

@@ -90,6 +90,16 @@ def test_the_revisions_are_one_chain_of_mlscope_ids() -> None:
     assert revisions() == sorted(revisions())
 
 
+def test_the_revisions_read_from_the_files_are_alembics() -> None:
+    # The store reads its revision chain from the files' lines, not through Alembic (faster open);
+    # Alembic's own reading of the same scripts is the reference.
+    from mlscope.store.sql.schema import _scripts
+
+    alembic_chain = [script.revision for script in reversed(list(_scripts().walk_revisions()))]
+    assert revisions() == alembic_chain
+    assert HEAD == _scripts().get_current_head()
+
+
 def test_a_0_1_0_store_is_refused_with_the_upgrade_message_and_left_unchanged(old_url: str) -> None:
     # Given a store mlscope 0.1.0 wrote
     before = fingerprint(old_url)
