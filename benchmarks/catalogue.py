@@ -240,6 +240,10 @@ def main() -> None:
     )
     print(f"{'ref':<42} {'family':<22} {' '.join(f'{n:<46}' for n in frameworks)} median ms", file=out)
     results: list[dict[str, Any]] = []
+    done: list[Any] = []
+    interrupted = False
+    # SIGTERM (a time limit, `kill`) ends the sweep as Ctrl-C does: the totals of what ran are printed.
+    signal.signal(signal.SIGTERM, lambda signum, frame: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         for entry in entries:
             row: dict[str, dict[str, Any]] = {}
@@ -250,10 +254,16 @@ def main() -> None:
             if args.keep_cache is None:  # exported graphs reach gigabytes; each is used by one entry
                 shutil.rmtree(cache / "onnx", ignore_errors=True)
             print(_row(entry, row, frameworks), file=out, flush=True)
+            done.append(entry)
+    except KeyboardInterrupt:
+        interrupted = True
+        print(f"interrupted: the totals below cover the {len(done)} entries done of {len(entries)}", file=out)
     finally:
         if args.keep_cache is None:
             shutil.rmtree(cache, ignore_errors=True)
-    summary = totals(entries, results, frameworks)
+    finished = {entry.ref for entry in done}
+    summary = totals(done, [r for r in results if r.get("ref") in finished], frameworks)
+    summary["interrupted"] = interrupted
     summary["wall_s"] = round(time.perf_counter() - started, 1)
     _print_totals(summary, frameworks, out)
     print(f"wall time {summary['wall_s']:.0f} s", file=out)
