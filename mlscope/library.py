@@ -15,10 +15,11 @@ before the first runs, then each evaluated into the store) and returns the same 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, SupportsIndex, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, SupportsIndex, TypeVar, overload
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.request import EvaluationRequestSchema
@@ -60,6 +61,28 @@ ROW_COLUMNS = (
 )
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _short_user_errors(function: Callable[P, R]) -> Callable[P, R]:
+    """A UserError leaves `function` with none of mlscope's frames behind it: it is the caller's mistake,
+    its message names the field, and a notebook should show that, not a page of internals
+    (MLSCOPE_DEBUG=1 keeps them)."""
+
+    @functools.wraps(function)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return function(*args, **kwargs)
+        except UserError as exc:
+            if os.environ.get("MLSCOPE_DEBUG"):
+                raise
+            raise exc.with_traceback(None) from None
+
+    return wrapper
+
+
+@_short_user_errors
 def evaluate(
     model: str | os.PathLike[str],
     frameworks: str | Sequence[str] | None = None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import sys
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -230,5 +231,9 @@ def test_bad_input_raises_a_user_error_naming_the_field_and_stores_nothing(
     # Then mlscope's UserError names the field, in one line
     assert raised.value.field == field
     assert words in str(raised.value) and "\n" not in str(raised.value)
+    # And it comes with none of mlscope's frames but the one that raised it for the caller
+    package = Path(mlscope.__file__).parent
+    frames = [Path(f.filename) for f in traceback.extract_tb(raised.value.__traceback__)]
+    assert [f.name for f in frames if f.is_relative_to(package)] == ["library.py"]
     # And the store was not even created
     assert not store.exists()
