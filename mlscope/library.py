@@ -124,8 +124,8 @@ def evaluate(
         **fields: any other field of the evaluation request, passed on as it is.
 
     Returns:
-        A ResultSet: the stored results, one per framework in the order asked; a failed evaluation
-        is among them with its status and error.
+        A ResultSet: the stored results, one per framework in the order asked (by name when none
+            was); a failed evaluation is among them with its status and error.
 
     Raises:
         UserError: a request that would not be admitted, naming the field (`batch_sizes.0`, `model`
@@ -149,12 +149,13 @@ def evaluate(
         "memory_limit_mb": memory_limit_mb,
         **fields,
     }
-    names = frameworks.split(",") if isinstance(frameworks, str) else frameworks
+    if isinstance(frameworks, str):
+        frameworks = [name.strip() for name in frameworks.split(",") if name.strip()]
     settings = load_settings()
     if store_url is not None:
         settings = dataclasses.replace(settings, store_url=store_url)
     watch = _watch(progress)
-    return ResultSet(evaluate_here(model, names, document, settings=settings, watch=watch))
+    return ResultSet(evaluate_here(model, frameworks, document, settings=settings, watch=watch))
 
 
 def _check_fields(fields: Mapping[str, Any]) -> None:
