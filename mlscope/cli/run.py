@@ -17,13 +17,11 @@ from mlscope.cli.render import (
     print_validity_notes,
     short_id,
 )
-from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-    from mlscope.registry.models import ModelRegistry
     from mlscope.workers.admission import Admission
 
 __all__ = ["run", "run_command"]
@@ -43,18 +41,6 @@ __all__ = ["run", "run_command"]
 def run(model: str, frameworks: str | None, as_json: bool, **fields: Any) -> None:
     """Evaluate MODEL on this machine and store the results."""
     sys.exit(run_command(model, split_csv(frameworks), request_fields(**fields), as_json=as_json))
-
-
-def _default_frameworks(registry: ModelRegistry, model: str) -> list[str]:
-    from mlscope.runtime.frameworks import get_framework, installed_version
-
-    names = registry.frameworks_for(model)  # an unknown model raises, with suggestions
-    installed = [name for name in names if installed_version(get_framework(name)) is not None]
-    if not installed:
-        raise UserError(
-            f"model {model!r} has manifests for {', '.join(names)}, but none of them is installed here"
-        )
-    return installed
 
 
 class _ProgressView:
@@ -85,6 +71,25 @@ class _ProgressView:
         self.progress.update(self.task, completed=self.points, phase=status)
 
 
+class _ProgressBars:
+    """The run's watcher: a bar per evaluation, the display started when the first one starts (so a
+    request refused at admission prints nothing but its error)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.view: _ProgressView | None = None
+
+    def __call__(self, admitted: Admission, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "start":
+            self.progress.start()
+            self.view = _ProgressView(self.progress, admitted)
+        elif self.view is not None and kind == "end":
+            self.view.finish(event["status"])
+        elif self.view is not None:
+            self.view(event)
+
+
 def _interrupt_on_sigterm() -> None:
     """SIGTERM ends a run as Ctrl-C does: the predictor is stopped and the evaluation cancelled."""
 
@@ -99,36 +104,22 @@ def run_command(model: str, frameworks: list[str], document: dict[str, Any], *, 
     # Imported here, not above: `mlscope --help` and the other verbs need none of this.
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from mlscope.registry.models import ModelRegistry
-    from mlscope.store import open_store
-    from mlscope.workers.admission import admit
-    from mlscope.workers.pipeline import evaluate
+    from mlscope.workers.local import evaluate_here
 
     _interrupt_on_sigterm()
-    settings = load_settings()
-    registry = ModelRegistry.load(settings.manifests)
-    names = frameworks or _default_frameworks(registry, model)
-    # Every request is checked before the first runs: a typo in the third framework must not
-    # cost the user the first two runs' time, and must leave the store untouched.
-    admitted = [
-        admit({**document, "model": model, "framework": name}, registry, here=settings) for name in names
-    ]
-    results = []
-    with open_store(settings.store_url) as store:
-        progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.fields[phase]}"),
-            TimeElapsedColumn(),
-            console=err_console,
-            transient=as_json,
-        )
-        with progress:
-            for item in admitted:
-                view = _ProgressView(progress, item)
-                result = evaluate(item, store=store, settings=settings, emit=view)
-                view.finish(result["status"])
-                results.append(result)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[phase]}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=as_json,
+    )
+    bars = _ProgressBars(progress)
+    try:
+        results = evaluate_here(model, frameworks or None, document, settings=load_settings(), watch=bars)
+    finally:
+        progress.stop()
     if as_json:
         print_json_lines(results)
     else:

@@ -94,3 +94,13 @@ def test_the_client_imports_no_server_code() -> None:
 def test_running_without_an_otlp_endpoint_imports_no_opentelemetry() -> None:
     # The exporter is loaded only when MLSCOPE_OTLP_ENDPOINT is set.
     assert "opentelemetry" not in imported_after("import mlscope.workers.pipeline, mlscope.broker.tracing")
+
+
+def test_import_mlscope_loads_no_framework_console_or_database() -> None:
+    # `import mlscope` in a notebook must be instant: the Python API is loaded when first used.
+    assert imported_after("import mlscope").isdisjoint(
+        {"torch", "onnxruntime", "tensorflow", "transformers", "sqlalchemy", "rich", "click", "pandas"}
+    )
+    # And reaching it loads no framework either: the predictor process imports its own.
+    reached = imported_after("import mlscope; mlscope.evaluate; mlscope.ResultSet")
+    assert reached.isdisjoint({"torch", "onnxruntime", "tensorflow", "transformers", "rich", "pandas"})

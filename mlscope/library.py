@@ -1,0 +1,363 @@
+"""The Python API: evaluate a model on this machine from a script or a notebook.
+
+    import mlscope
+
+    results = mlscope.evaluate("resnet18", frameworks=["pytorch", "onnxruntime"], batch_sizes=[1, 8])
+    results                 # one line per evaluation: model, framework, status, median per batch size
+    results.ok              # every evaluation succeeded and every measurement is valid
+    results.to_pandas()     # one row per (evaluation, measurement); needs pandas
+
+`evaluate` runs what `mlscope run` runs (`mlscope.workers.local.evaluate_here`: every request admitted
+before the first runs, then each evaluated into the store) and returns the same result dicts
+`mlscope run --json` prints. A mistake raises `UserError` naming the field, with nothing stored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, SupportsIndex, TypeVar, overload
+
+from mlscope.contract.errors import UserError
+from mlscope.contract.request import EvaluationRequestSchema
+from mlscope.contract.settings import load_settings
+from mlscope.workers.local import evaluate_here
+
+if TYPE_CHECKING:
+    import pandas
+
+    from mlscope.workers.admission import Admission
+
+__all__ = ["ROW_COLUMNS", "Progress", "ResultSet", "evaluate"]
+
+# Told of every event of every evaluation, each with the evaluation's "model" and "framework" added:
+# {"event": "start"}, "created" (its "id"), "phase" ("phase": import, fetch, load, first_inference,
+# measure with its "scenario" and "batch_size"), "progress" ("fraction" of a point), "measurement"
+# (a point's "latency_ms", "throughput", "validity"), and {"event": "end", "id", "status"}.
+Progress = Callable[[dict[str, Any]], None]
+
+# The columns of `ResultSet.rows()` and `ResultSet.to_pandas()`, in order.
+ROW_COLUMNS = (
+    "id",
+    "model",
+    "framework",
+    "framework_version",
+    "device",
+    "scenario",
+    "batch_size",
+    "status",
+    "valid",
+    "mean_ms",
+    "median_ms",
+    "p90_ms",
+    "p99_ms",
+    "throughput",
+    "count",
+    "reasons",
+    "error",
+)
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _short_user_errors(function: Callable[P, R]) -> Callable[P, R]:
+    """A UserError leaves `function` with none of mlscope's frames behind it: it is the caller's mistake,
+    its message names the field, and a notebook should show that, not a page of internals
+    (MLSCOPE_DEBUG=1 keeps them)."""
+
+    @functools.wraps(function)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return function(*args, **kwargs)
+        except UserError as exc:
+            if os.environ.get("MLSCOPE_DEBUG"):
+                raise
+            raise exc.with_traceback(None) from None
+
+    return wrapper
+
+
+@_short_user_errors
+def evaluate(
+    model: str | os.PathLike[str],
+    frameworks: str | Sequence[str] | None = None,
+    batch_sizes: int | Sequence[int] = (1,),
+    scenarios: str | Sequence[str] = ("single_stream",),
+    *,
+    device: str = "cpu",
+    runner: str = "process",
+    trace_level: str = "NO_TRACE",
+    measure: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
+    timeout_s: float = 1800.0,
+    memory_limit_mb: int | None = None,
+    store_url: str | None = None,
+    progress: bool | Progress = False,
+    **fields: Any,
+) -> ResultSet:
+    """Evaluate `model` on each framework here, one after another, and store the results.
+
+    Args:
+        model: a model reference, as `mlscope run` takes it: a manifest name (`resnet18`), a
+            catalogue name (`torchvision:resnet18`, `hf:bert`), ...
+        frameworks: framework names (a string may list several, comma-separated); None: every
+            installed framework that has a manifest for the model, as `mlscope run` does.
+        batch_sizes: batch sizes to measure (an int: one).
+        scenarios: `single_stream` (back-to-back latency), `offline` (throughput); a string: one.
+        device: `cpu`, `cuda` or `cuda:N`.
+        runner: `process` (a child process), `docker` (the framework's image) or `inline` (this
+            process: the framework stays imported, so its cold start is a warm one).
+        trace_level: NO_TRACE, APPLICATION, MODEL, FRAMEWORK, LIBRARY, HARDWARE or FULL.
+        measure: measurement settings, e.g. {"min_seconds": 5, "min_count": 100}
+            (docs/measuring.md lists them).
+        options: predictor options, e.g. {"threads": 2}.
+        timeout_s: each evaluation's time limit in seconds.
+        memory_limit_mb: the predictor process's resident-memory limit.
+        store_url: where the results are stored; None: the settings' store (MLSCOPE_STORE_URL).
+        progress: True prints a line on stderr per phase of each evaluation; a callable is told of
+            every event (see `Progress`); False says nothing.
+        **fields: any other field of the evaluation request, passed on as it is.
+
+    Returns:
+        A ResultSet: the stored results, one per framework in the order asked (by name when none
+            was); a failed evaluation is among them with its status and error.
+
+    Raises:
+        UserError: a request that would not be admitted, naming the field (`batch_sizes.0`, `model`
+            with close names, an unknown field by its name); nothing was stored.
+        KeyboardInterrupt: the running evaluation was cancelled (and stored as cancelled).
+    """
+    if isinstance(model, os.PathLike):
+        model = os.fspath(model)
+    if not isinstance(model, str):
+        raise UserError(f"model: expected a model reference (a string), got {model!r}", field="model")
+    _check_fields(fields)
+    document = {
+        "batch_sizes": _as_list(batch_sizes),
+        "scenarios": _as_list(scenarios),
+        "device": device,
+        "runner": runner,
+        "trace_level": trace_level.upper() if isinstance(trace_level, str) else trace_level,
+        "measure": dict(measure or {}),
+        "options": dict(options or {}),
+        "timeout_s": timeout_s,
+        "memory_limit_mb": memory_limit_mb,
+        **fields,
+    }
+    if isinstance(frameworks, str):
+        frameworks = [name.strip() for name in frameworks.split(",") if name.strip()]
+    settings = load_settings()
+    if store_url is not None:
+        settings = dataclasses.replace(settings, store_url=store_url)
+    watch = _watch(progress)
+    return ResultSet(evaluate_here(model, frameworks, document, settings=settings, watch=watch))
+
+
+def _check_fields(fields: Mapping[str, Any]) -> None:
+    """Refuses a keyword that is not a field of the evaluation request, listing the ones there are
+    (the request schema would refuse it too, but a notebook user wants the list)."""
+    if "framework" in fields:
+        raise UserError("framework: evaluate takes frameworks=[...], a list of names", field="framework")
+    known = set(EvaluationRequestSchema().load_fields) - {"model", "framework"}
+    for name in fields:
+        if name not in known:
+            raise UserError(
+                f"{name}: not a field of the evaluation request; its fields: {', '.join(sorted(known))}",
+                field=name,
+            )
+
+
+def _as_list(value: Any) -> list[Any]:
+    """A sequence as a list, and a single value (a string, a number) as a list of it."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        return [value]
+    return list(value)
+
+
+def _watch(progress: bool | Progress) -> Callable[[Admission, dict[str, Any]], None] | None:
+    if progress is False:
+        return None
+    tell = _print_line if progress is True else progress
+    if not callable(tell):
+        raise UserError(f"progress: expected True, False or a callable, got {progress!r}", field="progress")
+
+    def watch(admitted: Admission, event: dict[str, Any]) -> None:
+        request = admitted.request
+        tell({**event, "model": request.model, "framework": request.framework})
+
+    return watch
+
+
+def _print_line(event: dict[str, Any]) -> None:
+    """progress=True: a line on stderr per phase, per measured point and per end."""
+    kind = event["event"]
+    if kind == "phase":
+        phase = event["phase"]
+        if phase == "measure":
+            phase = f"measure {event['scenario']} batch {event['batch_size']}"
+        text = phase
+    elif kind == "measurement":
+        median = _ms(event["latency_ms"]["median"])
+        valid = "" if event["validity"]["valid"] else ", INVALID"
+        text = f"{event['scenario']} batch {event['batch_size']}: median {median}{valid}"
+    elif kind in ("start", "end"):
+        text = "starting" if kind == "start" else f"{event['status']} ({event['id'][:8]})"
+    else:
+        return
+    print(f"mlscope: {event['model']} on {event['framework']}: {text}", file=sys.stderr, flush=True)
+
+
+class ResultSet(list[dict[str, Any]]):
+    """Evaluation results: the result dicts (DESIGN.md's result shape) `mlscope run --json` prints,
+    one per evaluation, in a list that can say how they went and become a table.
+
+    A result never looks better than it is: a failed evaluation shows its error, and a measurement
+    whose validity verdict is negative says INVALID in the repr and valid=False in the table.
+    """
+
+    @overload
+    def __getitem__(self, index: SupportsIndex) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> ResultSet: ...
+
+    def __getitem__(self, index: SupportsIndex | slice) -> dict[str, Any] | ResultSet:
+        if isinstance(index, slice):
+            return ResultSet(super().__getitem__(index))
+        return super().__getitem__(index)
+
+    @property
+    def ok(self) -> bool:
+        """True when there is at least one result, every one succeeded, and every measurement of each
+        is valid."""
+        return bool(self) and all(_problem(result) is None for result in self)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per (evaluation, measurement), with the columns of ROW_COLUMNS; an evaluation with
+        no measurement (failed, cancelled, still running) gets one row with its status and error,
+        valid=False and no figures."""
+        rows = []
+        for result in self:
+            base = {
+                "id": result["id"],
+                "model": result["model"]["name"],
+                "framework": result["framework"]["name"],
+                "framework_version": result["framework"].get("version"),
+                "device": result.get("device"),
+                "status": result["status"],
+                "error": _error_text(result),
+            }
+            measurements = result.get("measurements") or []
+            if not measurements:
+                rows.append({column: base.get(column) for column in ROW_COLUMNS} | {"valid": False})
+                continue
+            for m in measurements:
+                latency = m["latency_ms"]
+                validity = m.get("validity") or {}
+                rows.append(
+                    base
+                    | {
+                        "scenario": m["scenario"],
+                        "batch_size": m["batch_size"],
+                        "valid": validity.get("valid") is True,
+                        "mean_ms": latency["mean"],
+                        "median_ms": latency["median"],
+                        "p90_ms": latency["p90"],
+                        "p99_ms": latency["p99"],
+                        "throughput": m["throughput"],
+                        "count": latency["count"],
+                        "reasons": "; ".join(validity.get("reasons") or []) or None,
+                    }
+                )
+        return [{column: row.get(column) for column in ROW_COLUMNS} for row in rows]
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """The rows (see `rows`) as a pandas DataFrame; batch_size and count are nullable integers.
+
+        Raises:
+            ImportError: pandas is not installed.
+        """
+        try:
+            import pandas
+        except ImportError:
+            raise ImportError("ResultSet.to_pandas() needs pandas: pip install pandas") from None
+        frame = pandas.DataFrame(self.rows(), columns=list(ROW_COLUMNS))
+        return frame.astype({"batch_size": "Int64", "count": "Int64", "valid": bool})
+
+    def __repr__(self) -> str:
+        if not self:
+            return "ResultSet: no evaluations"
+        problems = [p for p in (_problem(r) for r in self) if p is not None]
+        verdict = "ok" if not problems else f"NOT ok: {', '.join(problems)}"
+        lines = [f"ResultSet: {len(self)} evaluation{'s' if len(self) != 1 else ''}, {verdict}"]
+        cells = [_line_cells(result) for result in self]
+        widths = [max(len(row[i]) for row in cells) for i in range(3)]
+        for model, framework, status, detail in cells:
+            padded = (
+                cell.ljust(width) for cell, width in zip((model, framework, status), widths, strict=True)
+            )
+            lines.append("  " + "  ".join(padded) + "  " + detail)
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """IPython and Jupyter print the same lines as repr."""
+        printer.text(repr(self))
+
+
+def _problem(result: Mapping[str, Any]) -> str | None:
+    """What keeps a result from being ok, in a few words; None when it is."""
+    if result["status"] != "succeeded":
+        return f"{result['framework']['name']} {result['status']}"
+    measurements = result.get("measurements") or []
+    if not measurements:
+        return f"{result['framework']['name']} has no measurements"
+    invalid = sum(1 for m in measurements if (m.get("validity") or {}).get("valid") is not True)
+    if invalid:
+        return f"{result['framework']['name']} {invalid} of {len(measurements)} measurements INVALID"
+    return None
+
+
+def _line_cells(result: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """The repr's columns for one result: model, framework and version, status, what it measured."""
+    framework = result["framework"]
+    name = f"{framework['name']} {framework.get('version') or ''}".strip()
+    status = result["status"]
+    measurements = result.get("measurements") or []
+    invalid = sum(1 for m in measurements if (m.get("validity") or {}).get("valid") is not True)
+    if status == "succeeded" and measurements and invalid == len(measurements):
+        status += ", ALL INVALID"
+    elif status == "succeeded" and invalid:
+        status += f", {invalid} INVALID"
+    if status != "succeeded" and not measurements:
+        detail = _error_text(result) or "no measurements"
+    else:
+        by_scenario: dict[str, list[str]] = {}
+        for m in measurements:
+            point = f"b{m['batch_size']} {_ms(m['latency_ms']['median'])}"
+            if (m.get("validity") or {}).get("valid") is not True:
+                point += " INVALID"
+            by_scenario.setdefault(m["scenario"], []).append(point)
+        detail = "; ".join(f"{scenario} median {', '.join(p)}" for scenario, p in by_scenario.items())
+    return result["model"]["name"], name, status, f"{detail}  [{result['id'][:8]}]"
+
+
+def _error_text(result: Mapping[str, Any]) -> str | None:
+    error = result.get("error")
+    if not error:
+        return None
+    message = " ".join(str(error.get("message") or "").split())
+    if len(message) > 200:
+        message = message[:197] + "..."
+    phase = f" in {error['phase']}" if error.get("phase") else ""
+    return f"{error.get('type') or 'Error'}{phase}: {message}"
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f} ms" if value < 10 else f"{value:.2f} ms" if value < 1000 else f"{value:,.0f} ms"

@@ -1,0 +1,107 @@
+"""Evaluations on this machine, one after another, into the store: the core `mlscope run` and the
+Python API (`mlscope.evaluate`) share.
+
+    model + frameworks + request document ─ admit each (all of them before the first runs)
+        ─▶ open the store ─▶ pipeline.evaluate each ─▶ the stored results, in the frameworks' order
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from mlscope.contract.errors import UserError
+from mlscope.contract.settings import Settings
+from mlscope.registry.models import ModelRegistry
+from mlscope.runtime.frameworks import get_framework, installed_version
+from mlscope.store import open_store
+from mlscope.workers.admission import Admission, admit
+from mlscope.workers.pipeline import evaluate
+
+__all__ = ["Watch", "admit_all", "default_frameworks", "evaluate_here"]
+
+# Told of every event of every evaluation, with the admission it belongs to: {"event": "start"} before
+# it runs, then the pipeline's and the predictor's events ("created", "phase", "progress",
+# "measurement"), then {"event": "end", "id", "status"}.
+Watch = Callable[[Admission, dict[str, Any]], None]
+
+
+def default_frameworks(registry: ModelRegistry, model: str) -> list[str]:
+    """Every framework installed here that has a manifest for `model`, sorted by name.
+
+    Raises:
+        UserError: an unknown model (with suggestions), or none of its frameworks is installed here.
+    """
+    names = registry.frameworks_for(model)
+    installed = [name for name in names if installed_version(get_framework(name)) is not None]
+    if not installed:
+        raise UserError(
+            f"model {model!r} has manifests for {', '.join(names)}, but none of them is installed here",
+            field="model",
+        )
+    return installed
+
+
+def admit_all(
+    model: str,
+    frameworks: Sequence[str] | None,
+    document: Mapping[str, Any],
+    *,
+    settings: Settings,
+    registry: ModelRegistry | None = None,
+) -> list[Admission]:
+    """Admit `model` on each framework (None: `default_frameworks`) with the request fields of
+    `document`, to run here.
+
+    Raises:
+        UserError: the first request that would not be admitted, naming its field.
+    """
+    registry = registry or ModelRegistry.load(settings.manifests)
+    names = default_frameworks(registry, model) if frameworks is None else list(frameworks)
+    if not names:
+        raise UserError(
+            "no framework named: name one or more, or none for every installed one", field="framework"
+        )
+    return [admit({**document, "model": model, "framework": name}, registry, here=settings) for name in names]
+
+
+def evaluate_here(
+    model: str,
+    frameworks: Sequence[str] | None,
+    document: Mapping[str, Any],
+    *,
+    settings: Settings,
+    watch: Watch | None = None,
+) -> list[dict[str, Any]]:
+    """Evaluate `model` on each framework on this machine, one after another, into the settings' store.
+
+    Every request is admitted before the first runs: a typo in the third framework must not cost the
+    user the first two runs' time, and leaves the store untouched (not even created).
+
+    Args:
+        frameworks: the frameworks' names; None: every installed one with a manifest for the model.
+        document: the request's other fields (batch_sizes, scenarios, device, runner, measure, ...).
+        watch: told of each evaluation's events (see `Watch`), e.g. to draw progress bars.
+
+    Returns:
+        The stored results (DESIGN.md's result shape), one per framework; a failed evaluation is
+        among them with its error.
+
+    Raises:
+        UserError: a request that would not be admitted; nothing was stored.
+        KeyboardInterrupt: the running evaluation was cancelled (and stored as cancelled).
+    """
+    admitted = admit_all(model, frameworks, document, settings=settings)
+    results = []
+    with open_store(settings.store_url) as store:
+        for item in admitted:
+
+            def emit(event: dict[str, Any], item: Admission = item) -> None:
+                if watch is not None:
+                    watch(item, event)
+
+            emit({"event": "start"})
+            result = evaluate(item, store=store, settings=settings, emit=emit)
+            emit({"event": "end", "id": result["id"], "status": result["status"]})
+            results.append(result)
+    return results
