@@ -97,7 +97,7 @@ def test_the_revisions_read_from_the_files_are_alembics() -> None:
 
     alembic_chain = [script.revision for script in reversed(list(_scripts().walk_revisions()))]
     assert revisions() == alembic_chain
-    assert HEAD == _scripts().get_current_head()
+    assert _scripts().get_current_head() == HEAD
 
 
 def test_a_0_1_0_store_is_refused_with_the_upgrade_message_and_left_unchanged(old_url: str) -> None:
