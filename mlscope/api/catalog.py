@@ -44,8 +44,8 @@ class Models(MethodView):
         """List the models that can be evaluated
 
         One entry per model name, with every framework it has a manifest for: the manifest files,
-        then the catalogue's architectures (torchvision:NAME, hf:TYPE), which any request may name
-        too. Filters: task, framework, family, search (in the name or family).
+        then the catalogue's architectures (torchvision:NAME, timm:NAME, hf:TYPE), which any request
+        may name too. Filters: task, framework, family, search (in the name or family).
         """
         models = context().models
         listed = []

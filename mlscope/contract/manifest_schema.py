@@ -31,7 +31,7 @@ TASKS = (
     "other",
 )
 
-SOURCE_KINDS = ("torchvision", "transformers", "keras_applications", "gluon", "onnx", "python")
+SOURCE_KINDS = ("torchvision", "timm", "transformers", "keras_applications", "gluon", "onnx", "python")
 
 
 # ---- schema: fields ---------------------------------------------------------------------------
@@ -300,7 +300,8 @@ class _SourceField(fields.Field):
 
     @staticmethod
     def _normalise(kind: str, spec: Any, options: _LoadOptions) -> Any:
-        if kind in ("torchvision", "keras_applications", "gluon"):
+        if kind in ("torchvision", "timm", "keras_applications", "gluon"):
+            # A bare name: no "hf-hub:..." reference, so a timm model is never fetched from a hub.
             if not isinstance(spec, str) or not _NAMED_SOURCE.match(spec):
                 raise ValidationError(f"must be a model name from {kind} (e.g. resnet18)")
             return spec

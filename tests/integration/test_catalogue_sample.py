@@ -1,5 +1,5 @@
 """Catalogue manifests build and run on the real frameworks: one entry per family of a small sample,
-built by the PyTorch predictor's `build_module` and run once on a synthetic batch of 1, and three of
+built by the PyTorch predictor's `build_module` and run once on a synthetic batch of 1, and five of
 them exported to ONNX through the ONNX Runtime exporter and run in onnxruntime, giving what PyTorch
 gives. (`benchmarks/catalogue.py` tries every entry; this keeps a cheap sample in the test suite.)"""
 
@@ -28,8 +28,16 @@ SAMPLE = [
     "hf:gpt2",
     "hf:vit",
     "hf:t5",
+    "timm:mobilenetv3_small_100",
+    "timm:vit_tiny_patch16_224",
 ]
-EXPORTED = ["torchvision:squeezenet1_1", "torchvision:mobilenet_v3_small", "hf:bert"]
+EXPORTED = [
+    "torchvision:squeezenet1_1",
+    "torchvision:mobilenet_v3_small",
+    "hf:bert",
+    "timm:mobilenetv3_small_100",
+    "timm:vit_tiny_patch16_224",
+]
 
 
 def first_output(raw: object) -> torch.Tensor:

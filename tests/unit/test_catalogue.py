@@ -90,10 +90,9 @@ def test_the_catalogue_holds_at_least_100_distinct_architectures_with_unique_ref
     assert len(refs) == len(set(refs)) >= 100
     by_library = {library: sum(e.library == library for e in ENTRIES) for library in LIBRARY_FILES}
     assert by_library["torchvision"] >= 100 and by_library["transformers"] >= 50
-    assert all(
-        ref == f"{'hf' if e.library == 'transformers' else 'torchvision'}:{e.name}"
-        for ref, e in zip(refs, ENTRIES, strict=True)
-    )
+    assert by_library["timm"] >= 40
+    namespaces = {"torchvision": "torchvision", "timm": "timm", "transformers": "hf"}
+    assert all(ref == f"{namespaces[e.library]}:{e.name}" for ref, e in zip(refs, ENTRIES, strict=True))
 
 
 def test_two_entries_with_one_ref_are_refused() -> None:
@@ -117,6 +116,9 @@ def test_entries_say_what_the_brief_names() -> None:
     assert CATALOGUE.get("hf:vit").inputs[0].shape == (3, 224, 224)
     assert CATALOGUE.get("torchvision:efficientnet_b0").family == "efficientnet"
     assert CATALOGUE.get("torchvision:vit_b_16").family == "vit"
+    # timm: sizes, interpolation and normalisation from the model's default pretrained configuration
+    assert shapes["timm:inception_v3"] == (3, 299, 299) and shapes["timm:tinynet_a"] == (3, 192, 192)
+    assert shapes["timm:resnext26ts"] == (3, 256, 256) and shapes["timm:crossvit_tiny_240"] == (3, 240, 240)
     # Left out: optical flow (two frames) and the quantizable twins of classification models
     assert not CATALOGUE.find(search="raft") and not CATALOGUE.find(search="quantized")
 
@@ -168,7 +170,7 @@ def test_an_unknown_ref_suggests_close_names() -> None:
     assert "'torchvision:resnet19'; did you mean torchvision:resnet18 or" in str(caught.value)
     # A bare or misspelt namespace finds the name in its own
     for typed, found in [
-        ("resnet18", "torchvision:resnet18"),
+        ("resnet18", "timm:resnet18 or torchvision:resnet18"),
         ("huggingface:gpt2", "hf:gpt2"),
         ("hf:gtp2", "hf:gpt2"),
     ]:
@@ -198,7 +200,7 @@ def test_has_is_exact() -> None:
 def test_filters_combine() -> None:
     classifiers = CATALOGUE.find(task="image_classification")
     assert classifiers and all(e.task == "image_classification" for e in classifiers)
-    assert {e.library for e in classifiers} == {"torchvision", "transformers"}
+    assert {e.library for e in classifiers} == {"torchvision", "timm", "transformers"}
     resnets = CATALOGUE.find(family="resnet", framework="onnxruntime")
     assert "torchvision:resnet50" in {e.ref for e in resnets} and all(e.family == "resnet" for e in resnets)
     assert [e.ref for e in CATALOGUE.find(search="GPT2")] == ["hf:gpt2"]
@@ -220,12 +222,13 @@ def test_resolving_a_name_imports_no_deep_learning_framework() -> None:
     probe = (
         "import json, sys; from mlscope.registry.catalogue import Catalogue; c = Catalogue.load(); "
         "c.manifest('torchvision:resnet18', 'pytorch'); c.manifest('hf:bert', 'onnxruntime'); "
+        "c.manifest('timm:convnext_atto', 'onnxruntime'); "
         "print(json.dumps(sorted(sys.modules)))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO)
     loaded = {name.split(".")[0] for name in json.loads(done.stdout)}
-    # Then neither torch, torchvision, transformers nor onnxruntime was imported
-    assert loaded.isdisjoint({"torch", "torchvision", "transformers", "onnxruntime"})
+    # Then neither torch, torchvision, timm, transformers nor onnxruntime was imported
+    assert loaded.isdisjoint({"torch", "torchvision", "timm", "transformers", "onnxruntime"})
 
 
 def test_torchvision_entries_are_built_without_downloading_a_backbone() -> None:
@@ -241,3 +244,101 @@ def test_torchvision_entries_are_built_without_downloading_a_backbone() -> None:
         assert kwargs.get("weights_backbone") is None
     with pytest.raises(PredictorError, match="torchvision has no model 'resnet19'"):
         torchvision_kwargs("resnet19")
+
+
+# ---- timm ---------------------------------------------------------------------------------------
+
+
+TIMM = CATALOGUE.find(search="timm:")
+
+
+def test_timm_entries_load_as_image_classifiers_of_curated_families() -> None:
+    # Given the timm part of the catalogue
+    assert 40 <= len(TIMM) <= 60 and all(entry.library == "timm" for entry in TIMM)
+    families = {entry.family for entry in TIMM}
+    # Then every entry is a timm model name classifying one NCHW image into logits, one of many families
+    assert len(families) >= 30
+    for entry in TIMM:
+        assert entry.ref == f"timm:{entry.name}" and entry.source == {"timm": entry.name}, entry.ref
+        assert (entry.group, entry.task, entry.outputs) == (
+            "classification",
+            "image_classification",
+            ("logits",),
+        )
+        (image,) = entry.inputs
+        assert (image.name, image.dtype, image.layout, image.shape[0]) == ("input", "float32", "NCHW", 3)
+    # The steps are timm's eval transform: resize to crop / crop_pct (bicubic here), centre crop, normalize
+    steps = CATALOGUE.manifest("timm:convnext_atto", "pytorch").inputs[0].steps
+    assert [(step.name, step.params) for step in steps[1:4]] == [
+        ("resize", {"size": 256, "interpolation": "bicubic"}),
+        ("center_crop", {"size": 224}),
+        ("normalize", {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "scale": 1 / 255}),
+    ]
+    xception = CATALOGUE.manifest("timm:xception41", "pytorch").inputs[0].steps
+    assert (xception[3].params["mean"], xception[3].params["std"]) == ([0.5, 0.5, 0.5], [0.5, 0.5, 0.5])
+
+
+def test_timm_entries_filter_by_family_with_torchvision_names() -> None:
+    # The family is timm's module, named as torchvision names the same architecture
+    convnexts = {entry.ref for entry in CATALOGUE.find(family="convnext")}
+    assert {"timm:convnext_atto", "timm:convnext_tiny", "torchvision:convnext_tiny"} <= convnexts
+    assert {e.ref for e in CATALOGUE.find(family="vit", search="timm")} == {"timm:vit_tiny_patch16_224"}
+    assert CATALOGUE.get("timm:swin_tiny_patch4_window7_224").family == "swin"
+    assert CATALOGUE.get("timm:deit_tiny_patch16_224").family == "deit"
+    assert CATALOGUE.get("timm:maxvit_rmlp_nano_rw_256").family == "maxxvit"
+    resnets = {e.ref for e in CATALOGUE.find(family="resnet", framework="onnxruntime", search="timm:")}
+    assert resnets == {"timm:resnet18", "timm:resnet26d", "timm:resnet50d"}
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "onnxruntime"])
+def test_a_timm_manifest_validates_for_each_framework(framework: str) -> None:
+    manifest = CATALOGUE.manifest("timm:convnext_tiny", framework)
+    assert (manifest.name, manifest.framework.name, manifest.task) == (
+        "timm:convnext_tiny",
+        framework,
+        "image_classification",
+    )
+    assert (manifest.source.kind, manifest.source.target, manifest.weights.kind) == (
+        "timm",
+        "convnext_tiny",
+        "random",
+    )
+    assert manifest.attributes == {"catalogue": "timm", "family": "convnext"}
+    assert parse_manifest(manifest.to_dict(), "again").sha256 == manifest.sha256
+
+
+def test_an_unknown_timm_name_suggests_close_ones() -> None:
+    with pytest.raises(UserError) as caught:
+        CATALOGUE.get("timm:convnext_tiyn")
+    assert caught.value.field == "model"
+    assert "'timm:convnext_tiyn'; did you mean timm:convnext_tiny" in str(caught.value)
+    assert "'timm:<model>'" in str(caught.value)
+    # A timm name under another namespace finds it under timm's
+    with pytest.raises(UserError, match="did you mean timm:efficientnetv2_rw_t"):
+        CATALOGUE.get("torchvision:efficientnetv2_rw_t")
+
+
+def test_timm_entries_are_built_without_pretrained_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given timm's create_model, recorded instead of called
+    import timm
+
+    from mlscope.runtime.predictors.base import PredictorError
+    from mlscope.runtime.predictors.pytorch.models import build_module
+
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    def create_model(name: str, **kwargs: Any) -> Any:
+        calls.append((name, kwargs))
+        return timm.models.resnet.ResNet(block=timm.models.resnet.BasicBlock, layers=(1, 1, 1, 1))
+
+    monkeypatch.setattr(timm, "create_model", create_model)
+    # When the PyTorch builder builds a timm entry, Then it asks for no pretrained weights
+    build_module(CATALOGUE.manifest("timm:resnet18", "pytorch"))
+    assert calls == [("resnet18", {"pretrained": False})]
+    # And a name timm does not register is refused before timm is asked
+    manifest = parse_manifest(
+        {**CATALOGUE.manifest("timm:resnet18", "pytorch").to_dict(), "source": {"timm": "resnet19"}}, "x"
+    )
+    with pytest.raises(PredictorError, match="has no model 'resnet19'"):
+        build_module(manifest)
+    assert len(calls) == 1

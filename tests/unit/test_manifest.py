@@ -179,6 +179,7 @@ def test_manifest_is_frozen() -> None:
     ("source", "expected"),
     [
         ({"torchvision": "resnet18"}, Source("torchvision", "resnet18", {})),
+        ({"timm": "convnext_tiny"}, Source("timm", "convnext_tiny", {})),
         ({"keras_applications": "ResNet50"}, Source("keras_applications", "ResNet50", {})),
         ({"gluon": "resnet18_v1"}, Source("gluon", "resnet18_v1", {})),
         ({"python": "pkg.module:factory"}, Source("python", "pkg.module:factory", {})),

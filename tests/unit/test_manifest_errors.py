@@ -145,6 +145,12 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "single-key mapping",
     ),
     (
+        "timm-hub-reference",
+        lambda d: d.update(source={"timm": "hf-hub:timm/resnet18.a1_in1k"}),
+        "source.timm",
+        "must be a model name from timm",
+    ),
+    (
         "bad-factory",
         lambda d: d.update(source={"python": "not a reference"}),
         "source.python.factory",

@@ -1,12 +1,12 @@
-"""The model catalogue: every architecture the installed torchvision and a curated list of transformers
-model types can build, named `torchvision:<builder>` and `hf:<model_type>`, each turned into a manifest
-on demand.
+"""The model catalogue: every architecture the installed torchvision can build, a curated list of timm
+models and a curated list of transformers model types, named `torchvision:<builder>`, `timm:<model>`
+and `hf:<model_type>`, each turned into a manifest on demand.
 
-The entries are data (`torchvision.json`, `transformers.json`), generated from the libraries by
-`python -m mlscope.registry.catalogue.generate` and committed; this module reads them and imports no
-deep-learning framework, so a process without torch can list the catalogue and resolve its names.
-A manifest made here goes through `parse_manifest` like a YAML file, so it is validated and hashed
-the same way.
+The entries are data (`torchvision.json`, `timm.json`, `transformers.json`), generated from the
+libraries by `python -m mlscope.registry.catalogue.generate` and committed; this module reads them and
+imports no deep-learning framework, so a process without torch can list the catalogue and resolve its
+names. A manifest made here goes through `parse_manifest` like a YAML file, so it is validated and
+hashed the same way.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from mlscope.contract.manifest import Manifest, parse_manifest
 __all__ = ["LIBRARY_FILES", "MANIFEST_VERSION", "Catalogue", "CatalogueEntry", "CatalogueInput"]
 
 # One generated file per library, in this package.
-LIBRARY_FILES = {"torchvision": "torchvision.json", "transformers": "transformers.json"}
+LIBRARY_FILES = {"torchvision": "torchvision.json", "timm": "timm.json", "transformers": "transformers.json"}
 MANIFEST_VERSION = "1.0"
 
 
@@ -50,9 +50,10 @@ class CatalogueEntry:
     """One architecture of the catalogue.
 
     Attributes:
-        ref: what users name it by, "torchvision:resnet18" or "hf:bert"; also its manifests' name.
-        library: "torchvision" or "transformers".
-        name: the builder (torchvision) or model type (transformers).
+        ref: what users name it by, "torchvision:resnet18", "timm:convnext_tiny" or "hf:bert"; also its
+            manifests' name.
+        library: "torchvision", "timm" or "transformers".
+        name: the builder (torchvision), model name (timm) or model type (transformers).
         family: the architecture family ("resnet", "vit", "bert", "gpt2").
         group: the library's own grouping ("classification", "detection", "encoder", "decoder", ...).
         task: one of the manifest tasks.
@@ -241,6 +242,7 @@ class Catalogue:
         suggestions = list(dict.fromkeys(close))[:3]
         hint = f"; did you mean {' or '.join(suggestions)}?" if suggestions else ""
         return UserError(
-            f"unknown catalogue model {ref!r}{hint} (names are 'torchvision:<builder>' or 'hf:<model_type>')",
+            f"unknown catalogue model {ref!r}{hint} "
+            "(names are 'torchvision:<builder>', 'timm:<model>' or 'hf:<model_type>')",
             field="model",
         )

@@ -16,7 +16,7 @@ FRAMEWORK = register_framework(
         distributions=("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"),
         predictor="mlscope.runtime.predictors.onnxruntime.predictor:OnnxRuntimePredictor",
         # Graphs from PyTorch sources are exported to ONNX on first use (that needs torch too).
-        sources=frozenset({"onnx", "torchvision", "transformers", "python"}),
+        sources=frozenset({"onnx", "torchvision", "timm", "transformers", "python"}),
         install_hint="pip install 'mlscope[onnxruntime]'",
         order=20,
         image_by_default=True,

@@ -15,11 +15,11 @@ FRAMEWORK = register_framework(
         import_name="torch",
         distributions=("torch",),
         predictor="mlscope.runtime.predictors.pytorch.predictor:PyTorchPredictor",
-        sources=frozenset({"torchvision", "transformers", "python"}),
+        sources=frozenset({"torchvision", "timm", "transformers", "python"}),
         install_hint="pip install 'mlscope[pytorch]'",
         order=10,
         # PyPI's torch wheel is the CUDA build (several GB): its image is built only when asked for by name.
         image_by_default=False,
-        system_distributions=("torch", "torchvision", "transformers"),
+        system_distributions=("torch", "torchvision", "timm", "transformers"),
     )
 )

@@ -1,4 +1,4 @@
-"""Build a PyTorch module from a manifest's source: torchvision, transformers, or a factory.
+"""Build a PyTorch module from a manifest's source: torchvision, timm, transformers, or a factory.
 
 Shared by the PyTorch predictor and the ONNX exporter, so both run the very same graph with the
 very same (seeded) random weights.
@@ -61,6 +61,21 @@ def _from_torchvision(name: str) -> torch.nn.Module:
     import torchvision
 
     return torchvision.models.get_model(name, **torchvision_kwargs(name))
+
+
+def _from_timm(name: str) -> torch.nn.Module:
+    """timm's model `name` with random weights: `pretrained=False` downloads nothing, and only a name
+    timm registers is built (a hub reference, "hf-hub:...", would be fetched; the manifest's schema
+    refuses those too).
+
+    Raises:
+        PredictorError: timm has no model of that name.
+    """
+    import timm
+
+    if not timm.is_model(name):
+        raise PredictorError(f"timm {timm.__version__} has no model {name!r}")
+    return timm.create_model(name, pretrained=False)
 
 
 def _from_transformers(manifest: Manifest) -> torch.nn.Module:
@@ -151,6 +166,8 @@ def build_module(manifest: Manifest, seed: int = 0) -> torch.nn.Module:
         torch.manual_seed(seed)
         if source.kind == "torchvision":
             model = _from_torchvision(source.target)
+        elif source.kind == "timm":
+            model = _from_timm(source.target)
         elif source.kind == "transformers":
             model = _from_transformers(manifest)
         elif source.kind == "python":
