@@ -224,6 +224,12 @@ def main() -> None:
     parser.add_argument(
         "--keep-cache", type=Path, default=None, help="export ONNX graphs into this directory"
     )
+    parser.add_argument(
+        "--record-failures",
+        action="store_true",
+        help="write what failed (and drop what now runs) into the catalogue's failures.json; then run "
+        "python -m mlscope.registry.catalogue.generate",
+    )
     args = parser.parse_args()
 
     from mlscope.registry.catalogue import Catalogue
@@ -248,7 +254,8 @@ def main() -> None:
         for entry in entries:
             row: dict[str, dict[str, Any]] = {}
             for name in frameworks:
-                if name in entry.frameworks:
+                # Measured failures are tried again: a new library version may have fixed them.
+                if name in entry.frameworks or name in entry.unsupported:
                     row[name] = sweep_one(entry.ref, name, cache, args.runs, args.timeout_s)
                     results.append(row[name])
             if args.keep_cache is None:  # exported graphs reach gigabytes; each is used by one entry
@@ -267,8 +274,30 @@ def main() -> None:
     summary["wall_s"] = round(time.perf_counter() - started, 1)
     _print_totals(summary, frameworks, out)
     print(f"wall time {summary['wall_s']:.0f} s", file=out)
+    if args.record_failures:
+        record_failures([r for r in results if r.get("ref") in finished], out)
     if args.json:
         print(json.dumps({"results": results, "totals": summary}, indent=2))
+
+
+def record_failures(results: list[dict[str, Any]], out: Any) -> None:
+    """Merge this sweep's outcomes into the catalogue's failures.json: a failure is written with its
+    phase and reason, an entry that ran is taken out; entries not swept keep what was recorded."""
+    from mlscope.registry.catalogue.generate import FAILURES
+
+    document = json.loads(FAILURES.read_text(encoding="utf-8"))
+    failures: dict[str, dict[str, str]] = document["failures"]
+    for result in results:
+        known = failures.setdefault(result["framework"], {})
+        if result["status"] == "ran":
+            known.pop(result["ref"], None)
+        else:
+            known[result["ref"]] = f"{result.get('phase')}: {result.get('reason', result['status'])}"[:300]
+    document["failures"] = {
+        name: dict(sorted(refs.items())) for name, refs in sorted(failures.items()) if refs
+    }
+    FAILURES.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"recorded failures in {FAILURES}: now run python -m mlscope.registry.catalogue.generate", file=out)
 
 
 if __name__ == "__main__":

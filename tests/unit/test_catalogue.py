@@ -137,8 +137,9 @@ def test_large_default_configurations_are_shrunk() -> None:
 def test_every_entry_makes_a_valid_manifest_for_each_of_its_frameworks() -> None:
     shipped = {m.framework.name: m.framework.version for m in ModelRegistry.load().all()}
     for entry in ENTRIES:
-        # Every source kind here runs on PyTorch and is exported for ONNX Runtime
-        assert entry.frameworks == ("pytorch", "onnxruntime"), entry.ref
+        # Every source kind here runs on PyTorch and is exported for ONNX Runtime, unless the
+        # export was measured failing (then the entry says why)
+        assert entry.frameworks + tuple(entry.unsupported) == ("pytorch", "onnxruntime"), entry.ref
         assert entry.task in TASKS
         for framework in entry.frameworks:
             manifest = CATALOGUE.manifest(entry.ref, framework)
@@ -342,3 +343,17 @@ def test_timm_entries_are_built_without_pretrained_weights(monkeypatch: pytest.M
     with pytest.raises(PredictorError, match="has no model 'resnet19'"):
         build_module(manifest)
     assert len(calls) == 1
+
+
+def test_a_framework_measured_failing_is_left_out_and_the_refusal_says_why() -> None:
+    # Given an entry whose ONNX export was measured failing (failures.json)
+    failing = [entry for entry in ENTRIES if entry.unsupported]
+    assert failing, "failures.json names at least one entry"
+    entry = failing[0]
+    framework, reason = next(iter(entry.unsupported.items()))
+    # Then it is not listed for that framework, and asking for it says what was measured
+    assert framework not in entry.frameworks
+    assert entry not in CATALOGUE.find(framework=framework)
+    with pytest.raises(UserError) as raised:
+        CATALOGUE.manifest(entry.ref, framework)
+    assert raised.value.field == "framework" and reason in raised.value.message

@@ -62,6 +62,8 @@ class CatalogueEntry:
         inputs: the inputs, in the order the model takes them.
         outputs: the output names.
         source: the manifest's `source` mapping.
+        unsupported: frameworks that can build its source but were measured failing on it, with why
+            (`benchmarks/catalogue.py --record-failures`); they are not among `frameworks`.
     """
 
     ref: str
@@ -76,6 +78,7 @@ class CatalogueEntry:
     outputs: tuple[str, ...]
     source: Mapping[str, Any] = field(hash=False)
     document: Mapping[str, Any] = field(hash=False, repr=False, compare=False)
+    unsupported: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> CatalogueEntry:
@@ -102,6 +105,7 @@ class CatalogueEntry:
             outputs=tuple(spec["name"] for spec in document["outputs"]),
             source=copy.deepcopy(document["source"]),
             document=document,
+            unsupported=dict(document.get("unsupported") or {}),
         )
 
     def matches(self, search: str) -> bool:
@@ -204,8 +208,10 @@ class Catalogue:
             entry = self.get(ref)
             if framework not in entry.frameworks:
                 has = ", ".join(entry.frameworks)
+                why = entry.unsupported.get(framework)
+                seen = f" (measured failing here: {why})" if why else ""
                 raise UserError(
-                    f"catalogue model {ref!r} is not meant for framework {framework!r}; it has: {has}",
+                    f"catalogue model {ref!r} is not meant for framework {framework!r}{seen}; it has: {has}",
                     field="framework",
                 )
             self._manifests[key] = parse_manifest(

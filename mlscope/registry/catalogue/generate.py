@@ -65,11 +65,27 @@ def _library(library: str) -> tuple[str, list[dict[str, Any]]]:
     return transformers_version(), transformers_entries()
 
 
+FAILURES = HERE / "failures.json"
+
+
+def measured_failures() -> dict[str, dict[str, str]]:
+    """{framework: {ref: reason}}: what `benchmarks/catalogue.py --record-failures` saw fail here."""
+    return dict(json.loads(FAILURES.read_text(encoding="utf-8"))["failures"])
+
+
 def generate(library: str, constraints: dict[str, str]) -> dict[str, Any]:
-    """The catalogue document of one library, as the installed version describes it."""
+    """The catalogue document of one library, as the installed version describes it, each entry's
+    frameworks those that can build its source and were not measured failing on it."""
     version, entries = _library(library)
+    failures = measured_failures()
     for entry in entries:
-        entry["frameworks"] = _frameworks_for(entry["source"])
+        possible = _frameworks_for(entry["source"])
+        unsupported = {
+            name: failures[name][entry["ref"]] for name in possible if entry["ref"] in failures.get(name, {})
+        }
+        entry["frameworks"] = [name for name in possible if name not in unsupported]
+        if unsupported:
+            entry["unsupported"] = unsupported
     return {
         "generated_by": "python -m mlscope.registry.catalogue.generate",
         "library": library,
