@@ -13,7 +13,6 @@ status, the problem document and its per-field errors; an unreachable API raises
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -24,7 +23,7 @@ from urllib.parse import quote
 import requests
 
 from mlscope.contract.errors import UserError
-from mlscope.contract.settings import Settings, load_settings
+from mlscope.contract.settings import Settings, client_token, load_settings
 
 __all__ = ["TERMINAL_STATUSES", "ApiError", "Client", "WaitTimeout"]
 
@@ -122,9 +121,7 @@ class Client:
             api_url = settings.api_url
         if token is None:
             assert settings is not None
-            token = os.environ.get("MLSCOPE_API_TOKEN") or (
-                settings.api_tokens[0] if settings.api_tokens else None
-            )
+            token = client_token(settings)
         self.api_url = api_url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
