@@ -111,11 +111,17 @@ def _clean_filename(filename: str | None, digest: str) -> str:
     return base if base and base not in (".", "..") else f"upload-{digest[:12]}.onnx"
 
 
+# mkstemp makes files only their owner may read; a kept model is as readable as any file written
+# here (a docker runner's container, running as another user, reads the worker's cache).
+_KEPT_MODE = 0o644
+
+
 def _write_atomically(path: Path, text: str) -> None:
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".partial")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        os.chmod(temporary, _KEPT_MODE)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -245,5 +251,6 @@ class ModelFiles:
     def keep(self, partial: Partial, model: UploadedModel) -> UploadedModel:
         """Rename the received file into place, its description first (so every kept file has one)."""
         _write_atomically(self.sidecar(model.sha256), json.dumps(asdict(model), indent=1) + "\n")
+        os.chmod(partial.path, _KEPT_MODE)
         os.replace(partial.path, self.path(model.sha256))
         return model
