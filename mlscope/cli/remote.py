@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import click
+
 from mlscope.cli.render import err_console
 from mlscope.contract.names import TERMINAL_STATUSES
 from mlscope.contract.settings import load_settings
@@ -41,7 +43,8 @@ def upload_local_models(client: Client, refs: list[str]) -> list[str]:
         answer = client.upload_model(ref)
         how = "uploaded" if answer["created"] else "already uploaded"
         size = f"{answer['size'] / 1e6:.1f} MB" if answer["size"] >= 100_000 else f"{answer['size']} bytes"
-        err_console.print(f"{how} {ref} ({answer['name']}, {size}): {answer['ref']}")
+        # Never wrapped or cut: the ref is what names the model from now on.
+        click.echo(f"{how} {ref} ({answer['name']}, {size}): {answer['ref']}", err=True)
         named.append(answer["ref"])
     return named
 
