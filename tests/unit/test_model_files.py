@@ -115,3 +115,18 @@ def test_the_upload_cap_is_a_setting() -> None:
         with pytest.raises(UserError, match="max_upload_bytes") as caught:
             load_settings({"MLSCOPE_MAX_UPLOAD_BYTES": bad, **no_file})
         assert caught.value.field == "max_upload_bytes"
+
+
+def test_the_docker_prefetch_checks_an_upload_in_the_cache_and_adds_no_mount(
+    tmp_path: Path, graph: bytes
+) -> None:
+    from mlscope.contract.options import PredictorOptions
+    from mlscope.runtime.predictors.onnxruntime.export import prefetch_on_host
+
+    # The container mounts the whole cache, where the worker fetched the upload.
+    files = ModelFiles(tmp_path / "cache" / "models")
+    model, _ = files.add(chunks_of(graph))
+    manifest = ModelRegistry(local_files=False, uploads=files.lookup).get(model.ref, "onnxruntime")
+    assert prefetch_on_host(manifest, PredictorOptions(), tmp_path / "cache", timeout_s=5) == ()
+    with pytest.raises(PredictorError, match="not in the cache"):
+        prefetch_on_host(manifest, PredictorOptions(), tmp_path / "other", timeout_s=5)
