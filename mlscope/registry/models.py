@@ -71,6 +71,15 @@ def _shipped_files(node: Traversable) -> Iterator[Traversable]:
             yield child
 
 
+def _exists(name: str) -> bool:
+    """Whether a file or directory is called `name` here; False for a name no path can have (too
+    long, a NUL byte)."""
+    try:
+        return Path(name).exists()
+    except (OSError, ValueError):
+        return False
+
+
 def _load_shipped() -> list[Manifest]:
     loaded = []
     for resource in _shipped_files(resources.files("mlscope.manifests")):
@@ -328,7 +337,7 @@ class ModelRegistry:
         refs = self._catalogue.refs() if self._catalogue is not None else []
         close = difflib.get_close_matches(name.lower(), names + refs, n=3, cutoff=0.6)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
-        if Path(name).exists():
+        if self._local_files and _exists(name):
             hint += f"(for the file or directory {name}, write ./{name}) "
         known = ", ".join(names) or "none"
         more = f" and {len(refs)} catalogue architectures (`mlscope models` lists them)" if refs else ""
