@@ -13,10 +13,10 @@ status, the problem document and its per-field errors; an unreachable API raises
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
@@ -24,7 +24,7 @@ from urllib.parse import quote
 import requests
 
 from mlscope.contract.errors import UserError
-from mlscope.contract.settings import Settings, load_settings
+from mlscope.contract.settings import Settings, client_token, load_settings
 
 __all__ = ["TERMINAL_STATUSES", "ApiError", "Client", "WaitTimeout"]
 
@@ -122,9 +122,7 @@ class Client:
             api_url = settings.api_url
         if token is None:
             assert settings is not None
-            token = os.environ.get("MLSCOPE_API_TOKEN") or (
-                settings.api_tokens[0] if settings.api_tokens else None
-            )
+            token = client_token(settings)
         self.api_url = api_url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
@@ -139,20 +137,26 @@ class Client:
         *,
         params: Mapping[str, Any] | None = None,
         body: Any = None,
+        data: Any = None,
+        content_type: str | None = None,
         accept: str = "application/json",
         also_ok: Iterable[int] = (),
+        timeout: float | tuple[float, float] | None = None,
     ) -> requests.Response:
         headers = {"Accept": accept}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
+        if content_type is not None:
+            headers["Content-Type"] = content_type
         try:
             response = self._session.request(
                 method,
                 self.api_url + path,
                 params=params,
                 json=body,
+                data=data,
                 headers=headers,
-                timeout=self.timeout_s,
+                timeout=self.timeout_s if timeout is None else timeout,
             )
         except requests.ConnectionError:
             raise UserError(
@@ -379,13 +383,63 @@ class Client:
         return models
 
     def model(self, name: str) -> dict[str, Any]:
-        """One model's manifests: {name, manifests: {framework: manifest}}.
+        """One model's manifests: {name, manifests: {framework: manifest}}; for an uploaded model
+        (`sha256:<hex>`), its description, as `upload_model` answers it.
 
         Raises:
             ApiError: 404 when unknown (with close names).
         """
         model: dict[str, Any] = self._json("GET", f"{_V1}/models/{quote(name, safe='')}")
         return model
+
+    def upload_model(self, path: str | Path, *, filename: str | None = None) -> dict[str, Any]:
+        """Upload an ONNX file, streamed from disk (never read whole into memory); the API keeps it
+        by its SHA-256. Name the model by the answer's `ref` (`sha256:<hex>`) in any request.
+
+        Args:
+            path: the .onnx file.
+            filename: what to call it on the API (the model's name is its stem); default: its name.
+
+        Returns:
+            {ref, sha256, size, filename, name, uploaded_at, inputs, outputs, opset} and `created`:
+            False when the API had these bytes already (its answer is then the first upload's).
+
+        Raises:
+            UserError: there is no such file (field `model`).
+            ApiError: 413 larger than the API's MLSCOPE_MAX_UPLOAD_BYTES, 422 not a valid ONNX model
+                (field `file`), 401/403 no or a wrong token.
+        """
+        source = Path(path).expanduser()
+        if not source.is_file():
+            raise UserError(f"{path}: no such file", field="model")
+        with source.open("rb") as handle:
+            try:
+                # Sending a large file takes as long as it takes; the API then reads the whole graph.
+                response = self._request(
+                    "POST",
+                    f"{_V1}/models",
+                    params={"filename": filename or source.name},
+                    data=handle,
+                    content_type="application/octet-stream",
+                    timeout=(self.timeout_s, max(self.timeout_s, 600.0)),
+                )
+            except ApiError as exc:
+                if exc.status != 413 or exc.errors:
+                    raise
+                # Refused by the HTTP server in front of the API, before the API saw it.
+                size = source.stat().st_size
+                raise ApiError(
+                    exc.method,
+                    exc.path,
+                    413,
+                    {
+                        **exc.problem,
+                        "detail": f"{path} ({size} bytes) is larger than the API accepts "
+                        f"(its MLSCOPE_MAX_UPLOAD_BYTES): {exc.problem.get('detail')}",
+                    },
+                ) from None
+        answer: dict[str, Any] = response.json()
+        return {**answer, "created": response.status_code == 201}
 
     def frameworks(self) -> list[dict[str, Any]]:
         """Every registered framework: {name, display, installed_here, served_by}."""

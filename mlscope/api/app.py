@@ -22,9 +22,10 @@ from mlscope.broker.app import make_celery
 from mlscope.contract.settings import Settings, load_settings
 from mlscope.registry.agents import AgentRegistry
 from mlscope.registry.models import ModelRegistry
+from mlscope.registry.uploads import ModelFiles
 from mlscope.store import Store, open_store
 
-from . import catalog, compare, evaluations, history, ops
+from . import catalog, compare, evaluations, history, ops, uploads
 from .auth import init_auth
 from .context import ApiContext
 from .metrics import ApiMetrics
@@ -33,6 +34,10 @@ from .problems import PROBLEM_MIMETYPE, ProblemSchema, install_error_handlers
 __all__ = ["MAX_BODY_BYTES", "create_app", "serve"]
 
 MAX_BODY_BYTES = 1024 * 1024
+# waitress buffers a whole request body before the app sees it, and refuses (its own plain 413) one
+# past its limit: it is set this far above MLSCOPE_MAX_UPLOAD_BYTES, so the app's answer, a problem
+# document naming the cap, is the one a client gets.
+_WAITRESS_BODY_SLACK = 1024 * 1024
 SWAGGER_UI_CDN = "https://cdn.jsdelivr.net/npm/swagger-ui-dist/"
 logger = logging.getLogger("mlscope.api")
 
@@ -90,7 +95,9 @@ def create_app(
             between request threads (not between forked processes).
         celery: the Celery app jobs are sent through; `make_celery(settings)` when None.
         agents: the agent registry; at `settings.agent_registry_url` when None.
-        models: the manifests; the shipped ones plus `settings.manifests` when None.
+        models: the manifests; when None, the shipped ones plus `settings.manifests`, resolving no
+            local paths or factories (they would name this server's files, or be code on the wire),
+            and `sha256:<hex>` from the models uploaded to `settings.upload_dir`.
 
     Returns:
         The Flask app, its parts on `app.extensions["mlscope"]` (an ApiContext).
@@ -104,7 +111,11 @@ def create_app(
         store=store if store is not None else open_store(settings.store_url),
         celery=celery if celery is not None else make_celery(settings),
         agents=agents if agents is not None else AgentRegistry(settings.agent_registry_url),
-        models=models if models is not None else ModelRegistry.load(settings.manifests),
+        models=models
+        if models is not None
+        else ModelRegistry.load(
+            settings.manifests, local_files=False, uploads=ModelFiles(settings.upload_dir).lookup
+        ),
         metrics=ApiMetrics(),
         store_url=settings.store_url if store is None else None,
     )
@@ -116,7 +127,7 @@ def create_app(
     ctx.metrics.init_app(app)
     init_auth(app)
     api = _ProblemApi(app)
-    for blueprint in (evaluations.blp, catalog.blp, compare.blp, history.blp, ops.blp):
+    for blueprint in (evaluations.blp, catalog.blp, uploads.blp, compare.blp, history.blp, ops.blp):
         api.register_blueprint(blueprint)
     # After flask-smorest's own handler, so these win.
     install_error_handlers(app)
@@ -144,7 +155,14 @@ def serve(
     ctx: ApiContext = app.extensions["mlscope"]
     logger.info("mlscope API on http://%s:%d (docs at /api/docs)", host, port)
     try:
-        waitress.serve(app, host=host, port=port, threads=threads, ident="mlscope")
+        waitress.serve(
+            app,
+            host=host,
+            port=port,
+            threads=threads,
+            ident="mlscope",
+            max_request_body_size=ctx.settings.max_upload_bytes + _WAITRESS_BODY_SLACK,
+        )
     finally:
         ctx.store.close()
         ctx.agents.close()

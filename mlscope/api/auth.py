@@ -1,4 +1,6 @@
-"""Bearer tokens: writes always need one; reads too when `api_reads = "token"`.
+"""Bearer tokens: writes always need one; reads too when `api_reads = "token"`, and always to download
+an uploaded model's file (a farm's workers send one: MLSCOPE_API_TOKEN, else the first of
+MLSCOPE_API_TOKENS).
 
 The tokens are `settings.api_tokens` (MLSCOPE_API_TOKENS). With none configured, writes are refused
 outright (403) rather than left open: a farm runs whatever it is sent. The health check and the
@@ -14,12 +16,23 @@ from flask import Flask, request
 from .context import context
 from .problems import ApiProblem
 
-__all__ = ["OPEN_BLUEPRINTS", "OPEN_ENDPOINTS", "WRITE_METHODS", "init_auth"]
+__all__ = [
+    "OPEN_BLUEPRINTS",
+    "OPEN_ENDPOINTS",
+    "RAW_BODY_ENDPOINTS",
+    "TOKEN_READS",
+    "WRITE_METHODS",
+    "init_auth",
+]
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 OPEN_ENDPOINTS = frozenset({"ops.Health"})
 # flask-smorest serves openapi.json and the docs page from this blueprint.
 OPEN_BLUEPRINTS = frozenset({"api-docs"})
+# Reads that need a token whatever `api_reads` says: an uploaded model's bytes are its uploader's.
+TOKEN_READS = frozenset({"uploads.UploadedModelFile"})
+# Writes whose body is a file, not JSON.
+RAW_BODY_ENDPOINTS = frozenset({"uploads.ModelUpload"})
 _CHALLENGE = 'Bearer realm="mlscope"'
 
 
@@ -42,10 +55,14 @@ def _authorize() -> None:
     if request.url_rule is None:
         return  # routing answers 404/405 itself
     write = request.method in WRITE_METHODS
-    if not write and (
-        context().settings.api_reads == "open"
-        or request.endpoint in OPEN_ENDPOINTS
-        or request.blueprint in OPEN_BLUEPRINTS
+    if (
+        not write
+        and request.endpoint not in TOKEN_READS
+        and (
+            context().settings.api_reads == "open"
+            or request.endpoint in OPEN_ENDPOINTS
+            or request.blueprint in OPEN_BLUEPRINTS
+        )
     ):
         return
     tokens = context().settings.api_tokens
@@ -70,7 +87,12 @@ def _authorize() -> None:
 
 
 def _require_json() -> None:
-    if request.method in WRITE_METHODS and request.content_length and not request.is_json:
+    if (
+        request.method in WRITE_METHODS
+        and request.content_length
+        and not request.is_json
+        and request.endpoint not in RAW_BODY_ENDPOINTS
+    ):
         raise ApiProblem.for_field(
             415, "body", f"must be JSON (Content-Type: application/json), not {request.mimetype or 'none'}"
         )

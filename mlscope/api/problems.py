@@ -15,7 +15,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from flask import Flask, Response
+from flask import Flask, Response, request
 from marshmallow import Schema, fields
 from werkzeug.exceptions import HTTPException
 
@@ -188,8 +188,13 @@ def _http_error(error: HTTPException) -> Response:
         return problem_response(500, "internal error: the server's log has the details")
     detail = data.get("message") or error.description or http.HTTPStatus(status).phrase
     if status == 413:
-        detail = "the request body is too large: at most 1 MiB is accepted"
+        limit = request.max_content_length if request else None
+        detail = f"the request body is too large: at most {_bytes(limit or 1024 * 1024)} is accepted"
     return problem_response(status, str(detail), headers=headers)
+
+
+def _bytes(count: int) -> str:
+    return f"{count // (1024 * 1024)} MiB" if count % (1024 * 1024) == 0 else f"{count} bytes"
 
 
 def _api_problem(problem: ApiProblem) -> Response:

@@ -51,6 +51,7 @@ SHARED_REQUEST_FIELDS = (
     "options",
     "timeout_s",
     "memory_limit_mb",
+    "model_options",
 )
 _TIME_ERRORS: dict[str, str | list[Any] | dict[Any, Any]] = {
     "invalid": "must be an ISO 8601 time with a timezone, e.g. 2024-05-01T12:00:00Z",

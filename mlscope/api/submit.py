@@ -25,6 +25,7 @@ from mlscope.contract.queues import AGENT_PREFIX, Target, parse_target
 from mlscope.contract.request import EvaluationRequest
 from mlscope.registry.agents import AgentInfo, AgentRegistry
 from mlscope.registry.models import ModelRegistry
+from mlscope.registry.references import ModelOptions
 from mlscope.runtime.frameworks import check_runnable, get_framework
 from mlscope.runtime.trace.spans import TraceContext, Tracer
 from mlscope.workers.admission import Admission, admit, check_measure
@@ -209,10 +210,11 @@ def plan_batch(body: Mapping[str, Any], models: ModelRegistry, live: LiveAgents)
 
     plan = BatchPlan()
     pairs: list[tuple[str, str, Manifest]] = []
+    options = ModelOptions.from_dict(shared.get("model_options"))
     for name in names:
         for framework in frameworks:
             try:
-                pairs.append((name, framework, models.get(name, framework)))
+                pairs.append((name, framework, models.get(name, framework, options)))
             except UserError as exc:
                 plan.skipped.append({"model": name, "framework": framework, "reason": exc.message})
     if not pairs:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from mlscope.cli.options import evaluation_options, json_flag, request_fields, split_csv
-from mlscope.cli.remote import api_client, follow
+from mlscope.cli.remote import api_client, follow, upload_local_models
 from mlscope.cli.render import console, err_console, new_table, note, print_json_lines, short_id, warn
 from mlscope.contract.errors import UserError
 
@@ -62,7 +62,8 @@ def compare(
     as_json: bool,
     **fields: Any,
 ) -> None:
-    """Compare models × frameworks × systems × batch sizes on the farm, side by side."""
+    """Compare models × frameworks × systems × batch sizes on the farm, side by side (.onnx files
+    among the models are uploaded first)."""
     body = {
         "models": split_csv(models),
         "frameworks": split_csv(frameworks),
@@ -149,7 +150,7 @@ def compare_command(
     except OSError as exc:
         message = f"-o {output}: cannot make the folder {prefix.parent}: {exc.strerror}"
         raise UserError(message, field="output") from None
-    answer = client.submit_batch(body)
+    answer = client.submit_batch({**body, "models": upload_local_models(client, list(body["models"]))})
     for skipped in answer.get("skipped", []):
         err_console.print(
             f"[yellow]skipped[/yellow] {skipped['model']} on {skipped['framework']}: {skipped['reason']}"

@@ -165,3 +165,24 @@ def show(
         return
     click.echo(f"# {ref} on {framework}: save as a .yaml file in a MLSCOPE_MANIFESTS directory to edit it")
     click.echo(yaml.safe_dump(document, sort_keys=False, allow_unicode=True), nl=False)
+
+
+@models.command("upload")
+@click.argument("path", type=click.Path(dir_okay=False))
+@json_flag("Print the API's answer as JSON.")
+def upload(path: str, as_json: bool) -> None:
+    """Upload the ONNX file PATH to the farm's API (MLSCOPE_API_URL) and print its sha256:<hex>
+    reference, which names it in `mlscope submit` and `mlscope compare` (they upload .onnx files
+    themselves too)."""
+    from mlscope.cli.remote import api_client
+
+    answer = api_client().upload_model(path)
+    if as_json:
+        print_json_lines([answer])
+        return
+    inputs = ", ".join(
+        f"{spec['name']} {spec['dtype']}[{'x'.join(str(d) or '?' for d in spec['shape'])}]"
+        for spec in answer["inputs"]
+    )
+    state = "uploaded" if answer["created"] else "already uploaded"
+    click.echo(f"{answer['ref']}\n{state} as {answer['name']} ({answer['size']} bytes); inputs: {inputs}")

@@ -1,9 +1,12 @@
 """What the verbs that talk to the farm's API share (`submit`, `agents`, `compare`): a client from the
-settings, as any script would make one, and one progress bar while evaluations run."""
+settings, as any script would make one, ONNX files on this machine uploaded before they are named,
+and one progress bar while evaluations run."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+import click
 
 from mlscope.cli.render import err_console
 from mlscope.contract.names import TERMINAL_STATUSES
@@ -12,7 +15,7 @@ from mlscope.contract.settings import load_settings
 if TYPE_CHECKING:
     from mlscope.client import Client
 
-__all__ = ["api_client", "follow"]
+__all__ = ["api_client", "follow", "upload_local_models"]
 
 
 def api_client() -> Client:
@@ -20,6 +23,30 @@ def api_client() -> Client:
     from mlscope.client import Client
 
     return Client(settings=load_settings())
+
+
+def upload_local_models(client: Client, refs: list[str]) -> list[str]:
+    """`refs`, each that names an ONNX file here uploaded first and replaced by its `sha256:<hex>`
+    (a line on stderr says so). Other references go as they are: the API refuses a factory or a
+    directory with a message saying what to do instead.
+
+    Raises:
+        UserError: a path that leads nowhere; ApiError: the API refused an upload.
+    """
+    from mlscope.registry.references import reference_kind
+
+    named = []
+    for ref in refs:
+        if reference_kind(ref) != "onnx":
+            named.append(ref)
+            continue
+        answer = client.upload_model(ref)
+        how = "uploaded" if answer["created"] else "already uploaded"
+        size = f"{answer['size'] / 1e6:.1f} MB" if answer["size"] >= 100_000 else f"{answer['size']} bytes"
+        # Never wrapped or cut: the ref is what names the model from now on.
+        click.echo(f"{how} {ref} ({answer['name']}, {size}): {answer['ref']}", err=True)
+        named.append(answer["ref"])
+    return named
 
 
 def follow(client: Client, ids: list[str], timeout_s: float | None) -> list[dict[str, Any]]:

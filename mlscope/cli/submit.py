@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from mlscope.cli.options import evaluation_options, json_flag, request_fields
-from mlscope.cli.remote import api_client, follow
+from mlscope.cli.remote import api_client, follow, upload_local_models
 from mlscope.cli.render import (
     console,
     err_console,
@@ -44,7 +44,8 @@ def submit(
     as_json: bool,
     **fields: Any,
 ) -> None:
-    """Queue MODEL on FRAMEWORK for the farm, through the API."""
+    """Queue MODEL on FRAMEWORK for the farm, through the API. An .onnx file is uploaded first and
+    named by its sha256:<hex> reference."""
     document = {"model": model, "framework": framework, **request_fields(**fields)}
     if target:
         document["target"] = target
@@ -54,7 +55,8 @@ def submit(
 def submit_command(document: dict[str, Any], *, wait: bool, timeout_s: float | None, as_json: bool) -> int:
     """Returns: the exit code (0 queued, or with `wait` succeeded; 1 the evaluation did not succeed)."""
     client = api_client()
-    answer = client.submit(document)
+    (model,) = upload_local_models(client, [document["model"]])
+    answer = client.submit({**document, "model": model})
     for warning in answer.get("warnings", []):
         warn(warning)
     if not wait:

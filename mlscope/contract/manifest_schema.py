@@ -102,11 +102,18 @@ class _Sha256(fields.String):
         return value.lower()
 
 
+_UPLOADED = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
 class _Location(fields.String):
-    """An http(s):// or file:// URL, or a file path (resolved against the manifest's directory)."""
+    """An http(s):// or file:// URL, a file path (resolved against the manifest's directory), or an
+    uploaded model's `sha256:<hex>` (a farm's workers fetch it from the API, so remote requests may
+    name it too)."""
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> str:
         text = super()._deserialize(value, attr, data, **kwargs)
+        if _UPLOADED.match(text):
+            return text
         scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", text)
         options = _options(self)
         if not options.allow_code and (scheme is None or scheme.group(1).lower() not in ("http", "https")):

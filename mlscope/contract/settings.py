@@ -19,7 +19,7 @@ import platformdirs
 
 from mlscope.contract.errors import UserError
 
-__all__ = ["Settings", "load_settings"]
+__all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "Settings", "client_token", "load_settings"]
 
 APP = "mlscope"
 
@@ -32,6 +32,8 @@ def _default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir(APP))
 
 
+# The largest ONNX file the API takes (POST /api/v1/models): 2 GiB, protobuf's own limit for one file.
+DEFAULT_MAX_UPLOAD_BYTES = 2 * 1024**3
 # Docker refuses a container memory limit under 6 MB.
 _DOCKER_MIN_MEMORY_MB = 6
 
@@ -60,6 +62,8 @@ class Settings:
     # Raw latencies kept per measurement (an evenly strided subsample beyond it, recorded as such);
     # the summary always covers every sample. 0 keeps none.
     max_raw_latencies: int = 100_000
+    # The largest model file the API accepts as an upload, in bytes (a larger one is answered 413).
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
 
     def __post_init__(self) -> None:
         for name in ("store_url", "broker_url", "api_url"):
@@ -107,6 +111,22 @@ class Settings:
                 "(0 keeps no raw latencies)",
                 field="max_raw_latencies",
             )
+
+        if not (
+            isinstance(self.max_upload_bytes, int)
+            and not isinstance(self.max_upload_bytes, bool)
+            and self.max_upload_bytes >= 1
+        ):
+            raise UserError(
+                f"setting max_upload_bytes={self.max_upload_bytes!r}: expected a whole number of bytes >= 1 "
+                f"(default {DEFAULT_MAX_UPLOAD_BYTES}, 2 GiB)",
+                field="max_upload_bytes",
+            )
+
+    @property
+    def upload_dir(self) -> Path:
+        """Where the API keeps uploaded models, one `<sha256>.onnx` each: `<cache_dir>/uploads`."""
+        return self.cache_dir / "uploads"
 
     @property
     def agent_registry_url(self) -> str:
@@ -158,13 +178,21 @@ def _coerce(name: str, raw: Any) -> Any:
             return float(raw)
         except (TypeError, ValueError):
             raise UserError(f"setting docker_cpus={raw!r}: expected a number of CPUs", field=name) from None
-    if name in ("docker_memory_mb", "max_raw_latencies"):
-        unit = " of MB" if name == "docker_memory_mb" else ""
+    if name in ("docker_memory_mb", "max_raw_latencies", "max_upload_bytes"):
+        unit = {"docker_memory_mb": " of MB", "max_upload_bytes": " of bytes"}.get(name, "")
         try:
             return int(str(raw).strip())
         except ValueError:
             raise UserError(f"setting {name}={raw!r}: expected a whole number{unit}", field=name) from None
     return str(raw)
+
+
+def client_token(settings: Settings, environ: Mapping[str, str] | None = None) -> str | None:
+    """The bearer token a client of the API sends (the CLI, `mlscope.client`, a worker fetching an
+    uploaded model): MLSCOPE_API_TOKEN from the environment, else the first of `settings.api_tokens`
+    (MLSCOPE_API_TOKENS), else None."""
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    return env.get("MLSCOPE_API_TOKEN") or (settings.api_tokens[0] if settings.api_tokens else None)
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:

@@ -27,9 +27,12 @@ from mlscope.registry.references import (
     apply_options,
     factory_manifest,
     hf_directory_manifest,
+    is_factory_ref,
+    looks_like_path,
     read_hf_config,
     reference_kind,
 )
+from mlscope.registry.uploads import ModelFiles
 from mlscope.runtime.frameworks import FRAMEWORKS
 
 __all__ = ["ModelRegistry"]
@@ -66,6 +69,15 @@ def _shipped_files(node: Traversable) -> Iterator[Traversable]:
             yield from _shipped_files(child)
         elif child.is_file() and child.name.endswith(_SUFFIXES):
             yield child
+
+
+def _exists(name: str) -> bool:
+    """Whether a file or directory is called `name` here; False for a name no path can have (too
+    long, a NUL byte)."""
+    try:
+        return Path(name).exists()
+    except (OSError, ValueError):
+        return False
 
 
 def _load_shipped() -> list[Manifest]:
@@ -110,7 +122,9 @@ class ModelRegistry:
             Python API, False for a farm's api and workers, where a path would name the wrong
             machine's file and a factory would be code on the wire.
         uploads: where `sha256:<hex>` references find their ONNX file: a function from the digest
-            to a local path holding it (fetched and verified); None: uploads are not resolved here.
+            to a local path holding it (fetched and verified), its description beside it (a
+            `ModelFiles` directory: the name it was uploaded under); None: uploads are not resolved
+            here.
 
     Raises:
         ManifestError: two manifests share a (name, framework); names both files.
@@ -181,12 +195,14 @@ class ModelRegistry:
 
         Raises:
             UserError: no manifest and no catalogue entry has that name; suggests close ones. Or a
-                path that leads nowhere.
+                path that leads nowhere, a local reference where local files are not read, an
+                upload that `uploads` cannot find.
         """
-        kind = reference_kind(name)
+        kind = self._kind(name)
         if kind == "directory":
-            self._refuse_local(name, kind)
             return self.frameworks_for(f"hf:{read_hf_config(Path(name).expanduser())['model_type']}")
+        if kind == "upload" and self._uploads is not None:
+            self._uploads(name.partition(":")[2])  # an unknown upload is named here, with what to do
         if kind != "name":
             source = {"upload": "onnx", "onnx": "onnx", "factory": "python"}[kind]
             return sorted(
@@ -210,9 +226,9 @@ class ModelRegistry:
                 not read, or a file that is missing, invalid, or does not fit the options.
         """
         options = options or ModelOptions()
-        kind = reference_kind(name)
-        if kind != "name" or options.weights:
-            self._refuse_local(name, kind)
+        kind = self._kind(name)
+        if options.weights:
+            self._refuse_local(name, "weights")
         if kind == "name":
             return apply_options(self._named(name, framework), options)
         if framework not in self.frameworks_for(name):
@@ -239,8 +255,29 @@ class ModelRegistry:
                 "ONNX file itself here (mlscope run ./model.onnx)",
                 field="model",
             )
-        path = self._uploads(match.group(1))
-        return onnx_file_manifest(path, input_shapes=options.input_shapes, url=name, sha256=match.group(1))
+        digest = match.group(1)
+        path = self._uploads(digest)
+        described = ModelFiles(path.parent).find(digest)
+        return onnx_file_manifest(
+            path,
+            input_shapes=options.input_shapes,
+            url=name,
+            sha256=digest,
+            name=described.name if described is not None else f"upload-{digest[:12]}",
+            filename=described.filename if described is not None else None,
+            origin=name,
+        )
+
+    def _kind(self, name: str) -> str:
+        """The reference's kind (`reference_kind`); where local files are not read, a path or a
+        factory is refused before anything looks at this machine's files."""
+        if self._local_files or UPLOAD_REF.match(name):
+            return reference_kind(name)
+        if is_factory_ref(name):
+            self._refuse_local(name, "factory")
+        if looks_like_path(name):
+            self._refuse_local(name, "path")
+        return "name"
 
     def _refuse_local(self, name: str, kind: str) -> None:
         if self._local_files:
@@ -252,11 +289,11 @@ class ModelRegistry:
                 "workers and name its factory in a manifest (MLSCOPE_MANIFESTS)",
                 field="model",
             )
-        what = "a checkpoint path (--weights)" if kind == "name" else f"{name}"
+        what = "a checkpoint path (--weights)" if kind == "weights" else f"{name}"
         raise UserError(
             f"{what}: a path on your machine means nothing here; upload an ONNX file (mlscope submit "
             "./model.onnx, or POST /api/v1/models) and name it by the sha256:<hex> reference it returns",
-            field="model_options.weights" if kind == "name" else "model",
+            field="model_options.weights" if kind == "weights" else "model",
         )
 
     def _named(self, name: str, framework: str) -> Manifest:
@@ -300,7 +337,7 @@ class ModelRegistry:
         refs = self._catalogue.refs() if self._catalogue is not None else []
         close = difflib.get_close_matches(name.lower(), names + refs, n=3, cutoff=0.6)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
-        if Path(name).exists():
+        if self._local_files and _exists(name):
             hint += f"(for the file or directory {name}, write ./{name}) "
         known = ", ".join(names) or "none"
         more = f" and {len(refs)} catalogue architectures (`mlscope models` lists them)" if refs else ""

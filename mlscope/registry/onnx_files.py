@@ -170,6 +170,7 @@ def onnx_file_manifest(
     sha256: str | None = None,
     name: str | None = None,
     origin: str | None = None,
+    filename: str | None = None,
 ) -> Manifest:
     """The ONNX Runtime manifest of the ONNX file at `path`.
 
@@ -181,6 +182,8 @@ def onnx_file_manifest(
         sha256: the file's SHA-256 when already known (default: computed here).
         name: the manifest's name (default: from the file's name).
         origin: where the manifest came from, for messages (default: the path).
+        filename: what the file is called where it came from (an upload's original name; default:
+            the path's).
 
     Raises:
         UserError: the file is missing or not a valid ONNX model, an input has no size for a
@@ -197,7 +200,8 @@ def onnx_file_manifest(
     ]
     digest = sha256 or file_sha256(path)
     location = url or str(path.resolve())
-    attributes: dict[str, Any] = {"file": path.name, "opset": signature.opset}
+    filename = filename or path.name
+    attributes: dict[str, Any] = {"file": filename, "opset": signature.opset}
     if fixed_batch is not None:
         attributes["fixed_batch_size"] = fixed_batch
     document = {
@@ -205,7 +209,7 @@ def onnx_file_manifest(
         "version": "1.0",
         "task": "other",
         "description": (
-            f"The ONNX graph {path.name} (SHA-256 {digest[:12]}...), its inputs read from the graph; "
+            f"The ONNX graph {filename} (SHA-256 {digest[:12]}...), its inputs read from the graph; "
             "synthetic input values. The weights are the graph's own."
         ),
         "framework": {"name": "onnxruntime", "version": "*"},

@@ -32,6 +32,8 @@ __all__ = [
     "apply_options",
     "factory_manifest",
     "hf_directory_manifest",
+    "is_factory_ref",
+    "looks_like_path",
     "reference_kind",
 ]
 
@@ -87,6 +89,11 @@ class ModelOptions:
         return json.dumps(self.to_dict(), sort_keys=True)
 
 
+def is_factory_ref(ref: str) -> bool:
+    """Whether `ref` has the form of a Python factory, `path/to/file.py:name`."""
+    return bool(_FACTORY_REF.match(ref)) and not ref.lower().endswith(".onnx")
+
+
 def looks_like_path(ref: str) -> bool:
     return "/" in ref or "\\" in ref or ref.startswith((".", "~")) or ref.lower().endswith(".onnx")
 
@@ -100,7 +107,7 @@ def reference_kind(ref: str) -> str:
     """
     if UPLOAD_REF.match(ref):
         return "upload"
-    if _FACTORY_REF.match(ref) and not ref.lower().endswith(".onnx"):
+    if is_factory_ref(ref):
         return "factory"
     if not looks_like_path(ref):
         return "name"

@@ -43,6 +43,7 @@ from mlscope.runtime.trace.spans import TraceContext, Tracer
 from mlscope.store import EvaluationNotFound, InvalidTransition, Store, open_store
 from mlscope.workers.admission import admit
 from mlscope.workers.capabilities import detect_capabilities
+from mlscope.workers.model_fetch import ModelFetcher, ModelFetchError
 from mlscope.workers.pipeline import evaluate, keep_spans
 from mlscope.workers.runners import RUNNERS, frameworks_for, get_runner
 
@@ -133,7 +134,11 @@ class Worker:
         self.runners = tuple(runners)
         self.queues = queues_for(self.frameworks, self.capabilities, self.agent_id)
         self.registry = AgentRegistry(settings.agent_registry_url, ttl_s=heartbeat_ttl_s)
-        self.models = ModelRegistry.load(settings.manifests)
+        # Paths and factories in a request name the submitter's files, not this machine's; an upload
+        # (sha256:<hex>) is fetched from the API into the cache.
+        self.models = ModelRegistry.load(
+            settings.manifests, local_files=False, uploads=ModelFetcher(settings)
+        )
         self.store: Store = open_store(settings.store_url)
         self.app: Celery = make_celery(settings, name="mlscope-worker")
         self._register_tasks()
@@ -221,6 +226,9 @@ class Worker:
             return
         try:
             admitted = admit(request, self.models, here=self.settings)
+        except ModelFetchError as exc:
+            self._fail(evaluation_id, "ModelFetchError", exc.message, "fetch")
+            return
         except UserError as exc:
             self._fail(evaluation_id, "InvalidRequest", exc.message, "validate")
             return

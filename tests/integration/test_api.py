@@ -563,6 +563,8 @@ def test_the_openapi_document_lists_every_path_and_the_docs_page_loads_it(http: 
         "/api/v1/evaluations/{evaluation_id}/layers",
         "/api/v1/models",
         "/api/v1/models/{name}",
+        "/api/v1/models/sha256:{digest}",
+        "/api/v1/models/sha256:{digest}/file",
         "/api/v1/frameworks",
         "/api/v1/agents",
         "/api/v1/queues",
@@ -577,6 +579,9 @@ def test_the_openapi_document_lists_every_path_and_the_docs_page_loads_it(http: 
     assert {"model", "framework", "batch_sizes", "target"} <= set(body_schema["properties"])
     assert submit_op["security"] == [{"bearerAuth": []}] and "202" in submit_op["responses"]
     assert "bearerAuth" in spec["components"]["securitySchemes"]
+    upload_op = spec["paths"]["/api/v1/models"]["post"]
+    assert set(upload_op["requestBody"]["content"]) == {"application/octet-stream", "multipart/form-data"}
+    assert {"200", "201", "413"} <= set(upload_op["responses"]) and "get" in spec["paths"]["/api/v1/models"]
     assert "application/problem+json" in spec["components"]["responses"]["UNPROCESSABLE_ENTITY"]["content"]
     docs = http.get("/api/docs")
     assert docs.status_code == 200 and "cdn.jsdelivr.net/npm/swagger-ui-dist" in docs.get_data(as_text=True)

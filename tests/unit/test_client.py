@@ -9,6 +9,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,6 +40,9 @@ def proxy(seen: list[Environ]) -> Iterator[str]:
     records what it received."""
 
     def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        # Read, as a proxy would: werkzeug's server drains an unread body with a blocking read that
+        # can wait for the client to give up (seen with werkzeug 3.1.9).
+        environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
         seen.append(
             {
                 "path": environ["PATH_INFO"],
@@ -113,3 +117,84 @@ def test_defaults_come_from_settings_and_the_environment(monkeypatch: pytest.Mon
 def test_a_wait_timeout_is_both_a_user_error_and_a_timeout() -> None:
     error = WaitTimeout("1 evaluation(s) had not ended after 5s: abc (queued)", ["abc"])
     assert isinstance(error, UserError) and isinstance(error, TimeoutError) and error.pending == ["abc"]
+
+
+@pytest.fixture
+def upload_server() -> Iterator[tuple[str, list[Environ], list[str]]]:
+    """A server standing in for POST /api/v1/models: it records each request and its body, and
+    answers 201 with a description, or the plain 413 of a server in front of the API to a body past
+    100 bytes."""
+    seen: list[Environ] = []
+    answers: list[str] = []
+
+    def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length)
+        seen.append(
+            {
+                "query": environ["QUERY_STRING"],
+                "type": environ.get("CONTENT_TYPE"),
+                "length": length,
+                "body": body,
+            }
+        )
+        if length > 100:
+            start_response("413 Request Entity Too Large", [("Content-Type", "text/plain")])
+            return [b"Request Entity Too Large\n\nexceeds max_body of 100"]
+        start_response(answers.pop(0) if answers else "201 Created", [("Content-Type", "application/json")])
+        return [b'{"ref": "sha256:ab", "sha256": "ab", "size": 5, "name": "m"}']
+
+    server = make_server("127.0.0.1", 0, app)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}", seen, answers
+    server.shutdown()
+    thread.join()
+
+
+def test_an_upload_streams_the_file_as_the_body(
+    tmp_path: Path,
+    upload_server: tuple[str, list[Environ], list[str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url, seen, answers = upload_server
+    model = tmp_path / "My Model.onnx"
+    model.write_bytes(b"\x08\x07onnx")
+    client = Client(url, "t")
+    sent: list[object] = []
+    original = client._session.request
+
+    def spy(*args: object, **kwargs: object) -> object:
+        sent.append(kwargs["data"])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(client._session, "request", spy)
+    answers.append("200 OK")
+    assert client.upload_model(model)["created"] is False
+    answer = client.upload_model(model)
+    assert answer == {"ref": "sha256:ab", "sha256": "ab", "size": 5, "name": "m", "created": True}
+    # The file object itself goes to requests, which streams it: no copy of its bytes in memory.
+    assert all(hasattr(data, "read") for data in sent)
+    assert seen[0] == {
+        "query": "filename=My+Model.onnx",
+        "type": "application/octet-stream",
+        "length": 6,
+        "body": b"\x08\x07onnx",
+    }
+
+
+def test_an_upload_too_large_for_the_server_in_front_says_so(
+    tmp_path: Path, upload_server: tuple[str, list[Environ], list[str]]
+) -> None:
+    url, _, _ = upload_server
+    model = tmp_path / "big.onnx"
+    model.write_bytes(b"\0" * 1000)
+    with pytest.raises(ApiError) as caught:
+        Client(url, "t").upload_model(model)
+    assert caught.value.status == 413
+    assert str(caught.value) == (
+        f"POST /api/v1/models: 413 {model} (1000 bytes) is larger than the API accepts (its "
+        "MLSCOPE_MAX_UPLOAD_BYTES): Request Entity Too Large exceeds max_body of 100"
+    )
+    with pytest.raises(UserError, match="no such file"):
+        Client(url, "t").upload_model(tmp_path / "missing.onnx")

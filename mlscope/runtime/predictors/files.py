@@ -1,16 +1,31 @@
-"""Model files named by a manifest (graphs, weights): local paths and file:// URLs, checked
-against their SHA-256. Framework-neutral, so any predictor can use it without importing another's
-framework."""
+"""Model files named by a manifest (graphs, weights): local paths, file:// URLs and uploaded models
+(`sha256:<hex>`, found in the cache where a farm worker fetched them), checked against their SHA-256.
+Framework-neutral, so any predictor can use it without importing another's framework."""
 
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from urllib.parse import urlparse
 
 from mlscope.runtime.predictors.base import PredictorError
 
-__all__ = ["directory_digest", "file_sha256", "local_file", "model_files"]
+__all__ = [
+    "UPLOADED_MODELS",
+    "UPLOAD_URL",
+    "content_addressed",
+    "directory_digest",
+    "file_sha256",
+    "local_file",
+    "model_file",
+    "model_files",
+]
+
+# An uploaded model's URL in a manifest: its SHA-256, which is also its file's name in a directory
+# of uploads (the api's, and each worker's cache under UPLOADED_MODELS).
+UPLOAD_URL = re.compile(r"^sha256:([0-9a-f]{64})$")
+UPLOADED_MODELS = "models"
 
 # What save_pretrained writes besides config.json: the weights, in one file or shards with an index.
 _WEIGHT_FILES = (
@@ -39,6 +54,31 @@ def local_file(url: str, sha256: str | None) -> Path:
         if actual != sha256.lower():
             raise PredictorError(f"{path}: SHA-256 is {actual}, the manifest expects {sha256}")
     return path
+
+
+def content_addressed(directory: Path, digest: str) -> Path:
+    """The file of the model whose SHA-256 is `digest` in a directory of uploads: `<digest>.onnx`."""
+    return Path(directory) / f"{digest}.onnx"
+
+
+def model_file(url: str, sha256: str | None, cache_dir: Path) -> Path:
+    """The local file a manifest's URL names: for an uploaded model (`sha256:<hex>`) its copy in
+    `<cache_dir>/models/` (a farm worker fetched it there before the evaluation), else as `local_file`;
+    checked against its SHA-256 either way.
+
+    Raises:
+        PredictorError: as `local_file`; or the uploaded model is not in the cache.
+    """
+    match = UPLOAD_URL.match(url)
+    if match is None:
+        return local_file(url, sha256)
+    path = content_addressed(Path(cache_dir) / UPLOADED_MODELS, match.group(1))
+    if not path.is_file():
+        raise PredictorError(
+            f"{url}: the uploaded model is not in the cache ({path}); a farm worker fetches it from the "
+            "API before the evaluation starts"
+        )
+    return local_file(str(path), sha256 or match.group(1))
 
 
 def file_sha256(path: Path) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from mlscope.contract.manifest import Manifest, parse_manifest
 from mlscope.contract.options import PredictorOptions
 from mlscope.runtime.predictors.base import PredictorError
-from mlscope.runtime.predictors.files import local_file
+from mlscope.runtime.predictors.files import UPLOAD_URL, model_file
 
 __all__ = ["OPSET", "export_onnx", "exported_graph", "onnx_graph", "prefetch_on_host"]
 
@@ -71,15 +71,16 @@ def exported_graph(manifest: Manifest, cache_dir: Path, seed: int = 0, timeout_s
 
 
 def onnx_graph(manifest: Manifest, cache_dir: Path, seed: int = 0, timeout_s: float = 1800) -> Path:
-    """The graph of the manifest: its own file for an `onnx` source (checked against its SHA-256),
-    else the cached export of its PyTorch source (`exported_graph`).
+    """The graph of the manifest: its own file for an `onnx` source (checked against its SHA-256; an
+    uploaded model's `sha256:<hex>` is its copy in the cache), else the cached export of its PyTorch
+    source (`exported_graph`).
 
     Raises:
         PredictorError: the file is missing or differs, or the export failed.
     """
     source = manifest.source
     if source.kind == "onnx":
-        return local_file(source.target, source.options.get("sha256"))
+        return model_file(source.target, source.options.get("sha256"), cache_dir)
     return exported_graph(manifest, cache_dir, seed=seed, timeout_s=timeout_s)
 
 
@@ -87,14 +88,16 @@ def prefetch_on_host(
     manifest: Manifest, options: PredictorOptions, cache_dir: Path, *, timeout_s: float
 ) -> tuple[Path, ...]:
     """The framework's host prefetch (`FrameworkSpec.host_prefetch`): export the graph into the
-    cache a container mounts, or name the manifest's own graph file, which it must see read-only.
+    cache a container mounts, or name the manifest's own graph file, which it must see read-only (an
+    uploaded model's is in the cache already: it is checked here, and needs no mount of its own).
 
     Raises:
         PredictorError: the file is missing or the export failed.
         subprocess.TimeoutExpired: the export ran past `timeout_s`.
     """
     graph = onnx_graph(manifest, cache_dir, seed=options.seed, timeout_s=timeout_s)
-    return (graph.resolve(),) if manifest.source.kind == "onnx" else ()
+    source = manifest.source
+    return (graph.resolve(),) if source.kind == "onnx" and not UPLOAD_URL.match(source.target) else ()
 
 
 def export_onnx(manifest: Manifest, path: Path, seed: int = 0) -> None:
