@@ -18,7 +18,14 @@ from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest, parse_manifest
 from mlscope.runtime.predictors.files import file_sha256
 
-__all__ = ["GraphInput", "GraphSignature", "manifest_name", "onnx_file_manifest", "read_signature"]
+__all__ = [
+    "GraphInput",
+    "GraphSignature",
+    "manifest_name",
+    "onnx_file_manifest",
+    "read_signature",
+    "shapes_by_input",
+]
 
 # ONNX TensorProto element types mlscope can feed, by number (onnx.TensorProto.FLOAT == 1, ...).
 _DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool", 10: "float16",
@@ -134,15 +141,20 @@ def _shape_for(path: Path, spec: GraphInput, given: Sequence[int] | None) -> tup
     return tuple(int(d) for d in spec.dims[1:])
 
 
-def _given_shapes(
-    path: Path, signature: GraphSignature, input_shapes: Mapping[str, Sequence[int]]
+def shapes_by_input(
+    input_shapes: Mapping[str, Sequence[int]], names: Sequence[str], what: str
 ) -> dict[str, Sequence[int]]:
-    names = [spec.name for spec in signature.inputs]
+    """The given shapes by input name: "" (a model's only input) becomes that input's name.
+
+    Raises:
+        UserError: "" for a model of several inputs, or a name the model has no input of (field
+            `model_options.input_shapes`).
+    """
     shapes = dict(input_shapes)
     if "" in shapes:
         if len(names) != 1:
             raise UserError(
-                f"{path}: the graph has {len(names)} inputs ({', '.join(names)}); name each shape: "
+                f"{what} has {len(names)} inputs ({', '.join(names)}); name each shape: "
                 f"--input-shape {names[0]}=...",
                 field="model_options.input_shapes",
             )
@@ -150,7 +162,7 @@ def _given_shapes(
     unknown = sorted(set(shapes) - set(names))
     if unknown:
         raise UserError(
-            f"{path}: the graph has no input {unknown[0]!r}; its inputs are: {', '.join(names)}",
+            f"{what} has no input {unknown[0]!r}; its inputs are: {', '.join(names)}",
             field="model_options.input_shapes",
         )
     return shapes
@@ -191,7 +203,7 @@ def onnx_file_manifest(
     """
     path = path.expanduser()
     signature = read_signature(path)
-    shapes = _given_shapes(path, signature, input_shapes or {})
+    shapes = shapes_by_input(input_shapes or {}, [spec.name for spec in signature.inputs], str(path))
     batch_dims = {spec.dims[0] for spec in signature.inputs if spec.dims and isinstance(spec.dims[0], int)}
     fixed_batch = batch_dims.pop() if len(batch_dims) == 1 else None
     inputs = [

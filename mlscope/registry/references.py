@@ -23,7 +23,7 @@ from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest, parse_manifest
-from mlscope.registry.onnx_files import manifest_name
+from mlscope.registry.onnx_files import manifest_name, shapes_by_input
 from mlscope.runtime.predictors.files import directory_digest, file_sha256, model_files
 
 __all__ = [
@@ -130,22 +130,7 @@ def reference_kind(ref: str) -> str:
 
 
 def _shapes_by_input(options: ModelOptions, names: Sequence[str], what: str) -> dict[str, tuple[int, ...]]:
-    shapes = dict(options.input_shapes)
-    if "" in shapes:
-        if len(names) != 1:
-            raise UserError(
-                f"{what} has {len(names)} inputs ({', '.join(names)}); name each shape: "
-                f"--input-shape {names[0]}=...",
-                field="model_options.input_shapes",
-            )
-        shapes[names[0]] = shapes.pop("")
-    unknown = sorted(set(shapes) - set(names))
-    if unknown:
-        raise UserError(
-            f"{what} has no input {unknown[0]!r}; its inputs are: {', '.join(names)}",
-            field="model_options.input_shapes",
-        )
-    return shapes
+    return {name: tuple(shape) for name, shape in shapes_by_input(options.input_shapes, names, what).items()}
 
 
 def _dtypes_by_input(options: ModelOptions, names: Sequence[str]) -> dict[str, str]:
@@ -245,6 +230,11 @@ def factory_manifest(ref: str, framework: str, options: ModelOptions) -> Manifes
         raise UserError(
             f"{ref}: a Python factory's inputs cannot be read from it; give them with --input-shape "
             "1x3x224x224 (batch axis first; NAME=1x128 for each of several inputs, NAME:int64 for token ids)",
+            field="model_options.input_shapes",
+        )
+    if "" in options.input_shapes and len(options.input_shapes) > 1:
+        raise UserError(
+            f"{ref}: name every input when there are several (--input-shape NAME=1x3x224x224 each)",
             field="model_options.input_shapes",
         )
     names = ["input"] if list(options.input_shapes) == [""] else list(options.input_shapes)

@@ -79,17 +79,23 @@ def leftovers(directory: Path) -> list[str]:
     return sorted(path.name for path in directory.iterdir()) if directory.exists() else []
 
 
-def test_an_uploaded_model_is_fetched_by_the_worker_once_and_evaluated(
-    make_farm: Any, tmp_path: Path
-) -> None:
-    # Given an api and a worker with caches of their own, and an ONNX file on the submitter's machine
+def _api_and_worker(make_farm: Any, tmp_path: Path, queue: str, agent: str) -> tuple[Farm, str, Path, Path]:
+    """A farm whose api and worker have caches of their own: (farm, capability, api cache, worker cache)."""
     farm: Farm = make_farm("farm")
     api_cache, worker_cache = tmp_path / "api-cache", tmp_path / "worker-cache"
     farm.env["MLSCOPE_CACHE_DIR"] = str(api_cache)
     farm.start_api()
     farm.env["MLSCOPE_CACHE_DIR"] = str(worker_cache)
-    capability = farm.capability("up")
-    farm.start_worker("uploader-agent", capability)
+    capability = farm.capability(queue)
+    farm.start_worker(agent, capability)
+    return farm, capability, api_cache, worker_cache
+
+
+def test_an_uploaded_model_is_fetched_by_the_worker_once_and_evaluated(
+    make_farm: Any, tmp_path: Path
+) -> None:
+    # Given an api and a worker with caches of their own, and an ONNX file on the submitter's machine
+    farm, capability, api_cache, worker_cache = _api_and_worker(make_farm, tmp_path, "up", "uploader-agent")
     model = onnx_model(tmp_path / "Tiny Net.onnx")
     digest = file_sha256(model)
 
@@ -135,13 +141,7 @@ def test_bytes_that_differ_from_their_digest_fail_the_evaluation_and_are_not_kep
     make_farm: Any, tmp_path: Path
 ) -> None:
     # Given an uploaded model whose stored file was then replaced (another valid graph, same name)
-    farm: Farm = make_farm("farm")
-    api_cache, worker_cache = tmp_path / "api-cache", tmp_path / "worker-cache"
-    farm.env["MLSCOPE_CACHE_DIR"] = str(api_cache)
-    farm.start_api()
-    farm.env["MLSCOPE_CACHE_DIR"] = str(worker_cache)
-    capability = farm.capability("bad")
-    farm.start_worker("mismatch-agent", capability)
+    farm, capability, api_cache, worker_cache = _api_and_worker(make_farm, tmp_path, "bad", "mismatch-agent")
     answer = farm.client.upload_model(onnx_model(tmp_path / "tiny.onnx"))
     digest = answer["sha256"]
     onnx_model(api_cache / "uploads" / f"{digest}.onnx", seed=1)
