@@ -288,6 +288,12 @@ def hf_directory_manifest(
     Raises:
         UserError: no weights file in the directory.
     """
+    if options.weights:
+        raise UserError(
+            f"{directory}: a Hugging Face directory's weights are its own files; --weights is for "
+            "models built with random weights",
+            field="model_options.weights",
+        )
     files = model_files(directory)
     if len(files) == 1:
         raise UserError(
