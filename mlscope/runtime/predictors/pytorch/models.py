@@ -128,10 +128,7 @@ def _from_factory(target: str, kwargs: dict[str, Any], sha256: str | None) -> to
         raise PredictorError(
             f"{target} is a {type(factory).__name__}, not a function returning a torch.nn.Module"
         )
-    try:
-        model = factory(**kwargs)
-    except Exception as exc:
-        raise PredictorError(f"{target} raised {type(exc).__name__}: {exc}") from exc
+    model = factory(**kwargs)  # what it raises is the evaluation's error, under its own type
     if not isinstance(model, torch.nn.Module):
         raise PredictorError(f"{target} returned {type(model).__name__}, not a torch.nn.Module")
     return model
@@ -193,7 +190,13 @@ def probe_module(manifest: Manifest) -> None:
 
     from mlscope.runtime.predictors.inputs import synthetic_batch
 
-    model = build_module(manifest)
+    try:
+        model = build_module(manifest)
+    except PredictorError:
+        raise
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise PredictorError(f"{manifest.source.target} raised {type(exc).__name__}: {first}") from None
     arrays = synthetic_batch(manifest, 1, np.random.default_rng(0))
     shapes = ", ".join(f"{name} {'x'.join(map(str, array.shape))}" for name, array in arrays.items())
     try:
