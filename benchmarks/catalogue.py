@@ -51,7 +51,7 @@ def run_one(ref: str, framework: str, cache: Path, runs: int) -> dict[str, Any]:
     from mlscope.runtime.predictors.inputs import synthetic_batches
 
     result: dict[str, Any] = {"ref": ref, "framework": framework, "status": "failed", "phase": "resolve"}
-    manifest = Catalogue.load().manifest(ref, framework)
+    manifest = Catalogue.load().manifest(ref, framework, measured_failing=True)
     predictor = load_predictor_class(framework)(
         manifest=manifest, options=PredictorOptions(), cache_dir=cache
     )
@@ -292,7 +292,9 @@ def record_failures(results: list[dict[str, Any]], out: Any) -> None:
         if result["status"] == "ran":
             known.pop(result["ref"], None)
         else:
-            known[result["ref"]] = f"{result.get('phase')}: {result.get('reason', result['status'])}"[:300]
+            reason = f"{result.get('phase')}: {result.get('reason', result['status'])}"
+            # No path of this machine goes into the project: a graph's path becomes <graph>.
+            known[result["ref"]] = re.sub(r"(?:/[^\s/'\"]+)+\.onnx", "<graph>.onnx", reason)[:300]
     document["failures"] = {
         name: dict(sorted(refs.items())) for name, refs in sorted(failures.items()) if refs
     }

@@ -196,8 +196,12 @@ class Catalogue:
             raise self._unknown(ref)
         return entry
 
-    def manifest(self, ref: str, framework: str) -> Manifest:
+    def manifest(self, ref: str, framework: str, *, measured_failing: bool = False) -> Manifest:
         """The manifest of entry `ref` for `framework`, validated by `parse_manifest`.
+
+        Args:
+            measured_failing: also for a framework measured failing on it (`unsupported`), as the
+                sweep that measures it again asks.
 
         Raises:
             UserError: the ref is unknown (suggests close ones, field "model"), or the entry is not
@@ -206,7 +210,8 @@ class Catalogue:
         key = (ref, framework)
         if key not in self._manifests:
             entry = self.get(ref)
-            if framework not in entry.frameworks:
+            allowed = entry.frameworks + (tuple(entry.unsupported) if measured_failing else ())
+            if framework not in allowed:
                 has = ", ".join(entry.frameworks)
                 why = entry.unsupported.get(framework)
                 seen = f" (measured failing here: {why})" if why else ""
