@@ -110,6 +110,14 @@ def _load_directory(directory: Path) -> list[Manifest]:
     return [load_manifest(path) for path in files]
 
 
+def _check_framework(name: str, framework: str, frameworks: list[str]) -> None:
+    if framework not in frameworks:
+        raise UserError(
+            f"{name} cannot run on framework {framework!r}; it can on: {', '.join(frameworks)}",
+            field="framework",
+        )
+
+
 class ModelRegistry:
     """The manifests that can be evaluated, looked up by model name and framework.
 
@@ -231,19 +239,18 @@ class ModelRegistry:
             self._refuse_local(name, "weights")
         if kind == "name":
             return apply_options(self._named(name, framework), options)
-        if framework not in self.frameworks_for(name):
-            has = ", ".join(self.frameworks_for(name))
-            raise UserError(
-                f"{name} cannot run on framework {framework!r}; it can on: {has}", field="framework"
-            )
+        if kind == "directory":
+            directory = Path(name).expanduser()
+            config = read_hf_config(directory)  # read once: it names the catalogue entry too
+            template_ref = f"hf:{config['model_type']}"
+            _check_framework(name, framework, self.frameworks_for(template_ref))
+            template = self._named(template_ref, framework)
+            return hf_directory_manifest(directory, config, framework, options, template)
+        _check_framework(name, framework, self.frameworks_for(name))
         if kind == "onnx":
             return onnx_file_manifest(Path(name), input_shapes=options.input_shapes)
         if kind == "factory":
             return factory_manifest(name, framework, options)
-        if kind == "directory":
-            directory = Path(name).expanduser()
-            template = self._named(f"hf:{read_hf_config(directory)['model_type']}", framework)
-            return hf_directory_manifest(directory, framework, options, template)
         return self._uploaded(name, options)
 
     def _uploaded(self, name: str, options: ModelOptions) -> Manifest:

@@ -263,8 +263,16 @@ def factory_manifest(ref: str, framework: str, options: ModelOptions) -> Manifes
                 field="model_options.input_shapes",
             )
     manifest = parse_manifest(document, ref)
-    _probe(manifest)
+    # The same module for every framework: built and run once per process (its file's hash is in
+    # the key, so an edited file is checked again).
+    probed = json.dumps({k: document[k] for k in ("source", "weights", "inputs")}, sort_keys=True)
+    if probed not in _PROBED:
+        _probe(manifest)
+        _PROBED.add(probed)
     return manifest
+
+
+_PROBED: set[str] = set()
 
 
 def _probe(manifest: Manifest) -> None:
@@ -280,10 +288,11 @@ def _probe(manifest: Manifest) -> None:
 
 
 def hf_directory_manifest(
-    directory: Path, framework: str, options: ModelOptions, template: Manifest
+    directory: Path, config: dict[str, Any], framework: str, options: ModelOptions, template: Manifest
 ) -> Manifest:
     """The manifest of a save_pretrained directory, its inputs and outputs those of `template`
-    (the catalogue's manifest of the same model type), following the directory's config.
+    (the catalogue's manifest of the same model type), following the directory's `config`
+    (its config.json, as `read_hf_config` read it).
 
     Raises:
         UserError: no weights file in the directory.
@@ -301,7 +310,6 @@ def hf_directory_manifest(
             "save the model with save_pretrained",
             field="model",
         )
-    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
     document = template.to_dict()
     spec = document["source"]["transformers"]
     location = str(directory.resolve())
