@@ -35,6 +35,11 @@ class Job:
         trace_level: how deep to trace (contract.names.TRACE_LEVELS).
         traceparent: the W3C trace context the predictor's spans hang under (the caller's span);
             a new trace when empty.
+        dataset: the materialised dataset to measure accuracy on (`mlscope.runtime.data.DatasetRef`
+            as a dict: name, path, sha256, count, limit, task, classes); empty for none.
+        outputs_for: how many samples' raw outputs to return (for an output-parity check), on the
+            dataset's first samples or, without a dataset, on seeded synthetic inputs; 0 for none.
+            With no scenarios the job only loads the model and returns those outputs.
     """
 
     evaluation_id: str
@@ -49,6 +54,8 @@ class Job:
     cache_dir: str = ""
     trace_level: str = "NO_TRACE"
     traceparent: str = ""
+    dataset: dict[str, Any] = field(default_factory=dict)
+    outputs_for: int = 0
 
     @classmethod
     def from_request(
@@ -60,17 +67,23 @@ class Job:
         origin: str,
         cache_dir: str,
         traceparent: str = "",
+        dataset: dict[str, Any] | None = None,
+        outputs_for: int = 0,
     ) -> Job:
         """The job of an admitted request: every field the two share (framework, device, batch
         sizes, scenarios, measure, options, trace level) is the request's, taken by name."""
         shared = {f.name: getattr(request, f.name) for f in fields(cls) if hasattr(request, f.name)}
         shared["measure"], shared["options"] = dict(request.measure), dict(request.options)
+        # The request names a dataset; the job carries it materialised (the worker's resolution).
+        shared.pop("dataset", None)
         return cls(
             evaluation_id=evaluation_id,
             manifest=manifest,
             origin=origin,
             cache_dir=cache_dir,
             traceparent=traceparent,
+            dataset=dict(dataset or {}),
+            outputs_for=outputs_for,
             **shared,
         )
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from marshmallow import RAISE, Schema, ValidationError, fields, post_load, validate
+from marshmallow import RAISE, Schema, ValidationError, fields, post_load, validate, validates_schema
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.names import RUNNERS, SCENARIOS, TRACE_LEVELS
@@ -53,6 +53,15 @@ class EvaluationRequest:
             `mlscope.registry.references.ModelOptions`): `input_shapes` ({input name or "": full
             shape, batch axis first}), `config` (a Hugging Face config's overrides), `weights` (a
             local checkpoint); empty for none.
+        dataset: measure accuracy on this dataset too: a built-in name (`digits`, `sample_photos`),
+            a local folder (ImageFolder layout or a labels file; never over HTTP) or an uploaded
+            one (`sha256:<hex>`); None for a performance-only run on synthetic inputs.
+        limit: evaluate only the dataset's first N samples (deterministic order); None for all.
+        check_parity: also run the same inputs through `parity_against` and attach the output
+            comparison (`parity`) to the result; a "different" verdict makes the result invalid.
+        parity_against: the reference framework for `check_parity`; None picks the model's first
+            other framework (PyTorch where it has one).
+        tolerance: the parity check's relative tolerance; None for the outputs' dtype's default.
     """
 
     model: str
@@ -68,6 +77,11 @@ class EvaluationRequest:
     memory_limit_mb: int | None = None
     target: str | None = None
     model_options: dict[str, Any] = field(default_factory=dict)
+    dataset: str | None = None
+    limit: int | None = None
+    check_parity: bool = False
+    parity_against: str | None = None
+    tolerance: float | None = None
 
     @property
     def effective_target(self) -> str:
@@ -155,6 +169,30 @@ class EvaluationRequestSchema(Schema):
     memory_limit_mb = fields.Integer(load_default=None, allow_none=True, validate=validate.Range(min=64))
     target = fields.String(load_default=None, allow_none=True, validate=_check_target)
     model_options = fields.Nested(ModelOptionsSchema, load_default=dict)
+    dataset = fields.String(load_default=None, allow_none=True, validate=validate.Length(min=1, max=4096))
+    limit = fields.Integer(
+        load_default=None,
+        allow_none=True,
+        strict=True,
+        validate=validate.Range(min=1, error="must be ≥ {min}"),
+    )
+    check_parity = fields.Boolean(load_default=False)
+    parity_against = fields.String(
+        load_default=None, allow_none=True, validate=validate.Length(min=1, max=100)
+    )
+    tolerance = fields.Float(
+        load_default=None,
+        allow_none=True,
+        validate=validate.Range(min=0, max=1, min_inclusive=False, error="must be in (0, 1]"),
+    )
+
+    @validates_schema(skip_on_field_errors=True)
+    def _check_dataset_options(self, data: dict[str, Any], **_: Any) -> None:
+        if data.get("limit") is not None and data.get("dataset") is None:
+            raise ValidationError("needs a dataset to limit (dataset is not set)", "limit")
+        for name in ("parity_against", "tolerance"):
+            if data.get(name) is not None and not data.get("check_parity"):
+                raise ValidationError("applies only with check_parity: true", name)
 
     @post_load
     def _build(self, data: dict[str, Any], **_: Any) -> EvaluationRequest:
