@@ -21,6 +21,7 @@ from mlscope.cli.env import env
 from mlscope.cli.frameworks import frameworks
 from mlscope.cli.image import image
 from mlscope.cli.models import models
+from mlscope.cli.parity import parity
 from mlscope.cli.render import fail, internal_error, interrupted, unavailable
 from mlscope.cli.results import results
 from mlscope.cli.run import run
@@ -56,6 +57,7 @@ for _verb in (
     image,
     env,
     store,
+    parity,
 ):
     cli.add_command(_verb)
 

@@ -200,6 +200,26 @@ _EVALUATION_OPTIONS = (
         "--timeout", type=float, default=1800, show_default=True, help="Time limit per evaluation, seconds."
     ),
     click.option("--memory-limit", type=int, help="Resident memory limit of the predictor process, MB."),
+    click.option(
+        "--dataset",
+        metavar="NAME|DIR",
+        help="Also measure accuracy on this dataset: digits, sample_photos, a folder of class/*.jpg (or with "
+        "a labels file), or an uploaded sha256:<hex>. Its samples go through the manifest's input steps.",
+    ),
+    click.option("--limit", type=int, metavar="N", help="Evaluate only the dataset's first N samples."),
+    click.option(
+        "--check-parity",
+        is_flag=True,
+        help="Also run the same inputs through a reference framework and compare the outputs; a "
+        "'different' verdict marks the result invalid.",
+    ),
+    click.option("--parity-against", metavar="FRAMEWORK", help="The parity check's reference framework."),
+    click.option(
+        "--tolerance",
+        type=float,
+        metavar="RTOL",
+        help="The parity check's relative tolerance [default: by dtype].",
+    ),
 )
 
 
@@ -229,8 +249,13 @@ def request_fields(
     input_shapes: tuple[dict[str, list[int]], dict[str, str]] = ({}, {}),
     config: dict[str, Any] | None = None,
     weights: str | None = None,
+    dataset: str | None = None,
+    limit: int | None = None,
+    check_parity: bool = False,
+    parity_against: str | None = None,
+    tolerance: float | None = None,
 ) -> dict[str, Any]:
-    """The request document's fields from the shared options."""
+    """The request document's fields from the shared options (accuracy and parity ones only when set)."""
     measure = dict(measure)
     for name, value in (("min_seconds", min_seconds), ("max_seconds", max_seconds), ("min_count", min_count)):
         if value is not None:
@@ -246,4 +271,15 @@ def request_fields(
         "timeout_s": timeout,
         "memory_limit_mb": memory_limit,
         "model_options": model_options_document(input_shapes, config or {}, weights),
+        **{
+            name: value
+            for name, value in (
+                ("dataset", dataset),
+                ("limit", limit),
+                ("check_parity", check_parity or None),
+                ("parity_against", parity_against),
+                ("tolerance", tolerance),
+            )
+            if value is not None
+        },
     }

@@ -42,7 +42,17 @@ SCENARIOS: tuple[str, ...] = ("single_stream", "offline")
 RUNNERS: tuple[str, ...] = ("inline", "process", "docker")
 
 # The phases of a job, in the order they run; an error names the phase it happened in.
-PHASES: tuple[str, ...] = ("import", "fetch", "load", "first_inference", "measure", "trace", "report")
+PHASES: tuple[str, ...] = (
+    "import",
+    "fetch",
+    "load",
+    "first_inference",
+    "measure",
+    "accuracy",
+    "outputs",
+    "trace",
+    "report",
+)
 
 
 def level_enabled(requested: str, level: str) -> bool:

@@ -193,6 +193,11 @@ class ModelRegistry:
         """Every manifest file's manifest (not the catalogue's), sorted by (name, framework)."""
         return [self._by_key[key] for key in sorted(self._by_key)]
 
+    @property
+    def local_files(self) -> bool:
+        """Whether references to this machine's files resolve here (see the class's Args)."""
+        return self._local_files
+
     def names(self) -> list[str]:
         """The sorted model names of the manifest files (the catalogue's are `catalogue.entries()`)."""
         return sorted({name for name, _ in self._by_key})

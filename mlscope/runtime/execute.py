@@ -23,8 +23,11 @@ from mlscope.contract.errors import UserError
 from mlscope.contract.job import Job, JobFailed
 from mlscope.contract.manifest import parse_manifest
 from mlscope.contract.steps import apply_steps
+from mlscope.runtime.data import DatasetRef
+from mlscope.runtime.dataset_pass import collect_outputs, run_dataset_pass
 from mlscope.runtime.frameworks import get_framework, load_predictor_class
 from mlscope.runtime.measure import MeasureSettings, get_scenario
+from mlscope.runtime.measure.parity import encode_outputs
 from mlscope.runtime.predictors import Predictor, PredictorError, PredictorOptions
 from mlscope.runtime.predictors.inputs import synthetic_batches
 from mlscope.runtime.system import capture_system
@@ -121,6 +124,33 @@ def _measure_all(
     return measurements
 
 
+def _pass_batch_size(job: Job, manifest: Any) -> int:
+    """The batch size of the accuracy pass: a fixed-batch graph's own, else the largest measured,
+    at most 64 (a dataset's samples are preprocessed a batch at a time, in memory)."""
+    fixed = manifest.attributes.get("fixed_batch_size")
+    return fixed if isinstance(fixed, int) else min(max(job.batch_sizes), 64)
+
+
+def _answers(predictor: Predictor, job: Job, phases: _Phases, tracer: Tracer) -> dict[str, Any]:
+    """The accuracy on the job's dataset and the raw outputs a parity check asked for (each only
+    when asked): the result's `accuracy` and `outputs` entries."""
+    answers: dict[str, Any] = {}
+    batch_size = _pass_batch_size(job, predictor.manifest)
+    if job.dataset:
+        ref = DatasetRef.from_dict(job.dataset)
+        phases.enter("accuracy", dataset=ref.name, count=ref.used)
+        answers["accuracy"], outputs = run_dataset_pass(predictor, ref, batch_size, tracer, job.outputs_for)
+    elif job.outputs_for:
+        phases.enter("outputs", count=job.outputs_for)
+        with tracer.span("outputs", count=job.outputs_for, batch_size=batch_size):
+            outputs = collect_outputs(predictor, job.outputs_for, batch_size, predictor.options.seed)
+    else:
+        return answers
+    if job.outputs_for:
+        answers["outputs"] = encode_outputs(outputs)
+    return answers
+
+
 def _gpu_indices(device: str) -> tuple[int, ...]:
     return (int(device.partition(":")[2] or 0),) if device.startswith("cuda") else ()
 
@@ -179,9 +209,10 @@ def execute(job: Job, emit: Emit) -> dict[str, Any]:
         first_inference_ms = _ms(start)
         del first
 
-        measurements = _measure_all(predictor, job, settings, phases, tracer)
+        measurements = _measure_all(predictor, job, settings, phases, tracer) if job.scenarios else []
+        answers = _answers(predictor, job, phases, tracer)
 
-        if tracer.enabled("FRAMEWORK"):
+        if tracer.enabled("FRAMEWORK") and job.scenarios:
             phases.enter("trace", level=job.trace_level)
             loaded = predictor
 
@@ -209,6 +240,7 @@ def execute(job: Job, emit: Emit) -> dict[str, Any]:
                 "warm_process": warm_process,
             },
             "measurements": measurements,
+            **answers,
             "trace": {"trace_id": tracer.trace_id, "spans": tracer.spans},
         }
         root.__exit__(None, None, None)  # the root span joins tracer.spans, which result shares

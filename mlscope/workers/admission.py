@@ -9,6 +9,7 @@ job from it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,14 +19,21 @@ from mlscope.contract.job import Job
 from mlscope.contract.manifest import Manifest
 from mlscope.contract.request import EvaluationRequest, parse_request
 from mlscope.contract.settings import Settings
+from mlscope.registry.datasets import check_dataset_reference, resolve_dataset
 from mlscope.registry.models import ModelRegistry
 from mlscope.registry.references import ModelOptions
-from mlscope.runtime.frameworks import check_available, check_runnable, get_framework
+from mlscope.runtime.data import DatasetRef
+from mlscope.runtime.dataset_pass import check_takes_dataset
+from mlscope.runtime.frameworks import FrameworkSpec, check_available, check_runnable, get_framework
 from mlscope.runtime.measure import MeasureSettings
 from mlscope.runtime.system import gpu_facts
 from mlscope.workers.runners import get_runner
 
-__all__ = ["Admission", "admit", "check_measure"]
+__all__ = ["PARITY_SAMPLES", "Admission", "admit", "check_measure"]
+
+# How many samples' outputs a parity check compares: enough for top-1 agreement to mean something
+# (one flip in 64 is 1.6%), few enough that a classifier's outputs cross a pipe in a blink.
+PARITY_SAMPLES = 64
 
 
 @dataclass(frozen=True)
@@ -37,11 +45,20 @@ class Admission:
         manifest: the manifest its model and framework resolved to.
         framework_version: the version that will run it, where that is known (admitted here);
             None when admitted by a farm's api, which cannot know the worker's machine.
+        dataset: the request's dataset, materialised in this machine's cache (admitted here).
+        parity_manifest: the manifest of the parity check's reference framework, when asked for.
     """
 
     request: EvaluationRequest
     manifest: Manifest
     framework_version: str | None = None
+    dataset: DatasetRef | None = None
+    parity_manifest: Manifest | None = None
+
+    @property
+    def parity_against(self) -> str | None:
+        """The reference framework of the parity check, when one was asked for."""
+        return None if self.parity_manifest is None else self.parity_manifest.framework.name
 
     def record(self) -> dict[str, Any]:
         """The fields of the evaluation as first stored (`Store.create_evaluation`'s arguments)."""
@@ -65,6 +82,22 @@ class Admission:
             origin=self.manifest.origin,
             cache_dir=cache_dir,
             traceparent=traceparent,
+            dataset=None if self.dataset is None else self.dataset.to_dict(),
+            outputs_for=PARITY_SAMPLES if self.parity_manifest is not None else 0,
+        )
+
+    def parity_job(self, job: Job) -> Job:
+        """The parity check's reference run: the same inputs (dataset or seed, batch sizes) on the
+        reference framework, measuring nothing, returning the outputs `job` returns."""
+        assert self.parity_manifest is not None
+        return dataclasses.replace(
+            job,
+            manifest=self.parity_manifest.to_dict(),
+            origin=self.parity_manifest.origin,
+            framework=self.parity_manifest.framework.name,
+            scenarios=(),
+            trace_level="NO_TRACE",
+            traceparent="",
         )
 
 
@@ -101,18 +134,67 @@ def admit(
     manifest = models.get(request.model, request.framework, ModelOptions.from_dict(request.model_options))
     _check_fixed_batch(manifest, request.batch_sizes)
     check_measure(request.measure)
+    if request.dataset is not None:
+        check_dataset_reference(request.dataset, local_files=models.local_files)
+    parity_manifest = _parity_manifest(request, models) if request.check_parity else None
     if here is None:
-        return Admission(request, manifest)
+        return Admission(request, manifest, parity_manifest=parity_manifest)
     runner = get_runner(request.runner, here)
-    version = check_available(
-        framework,
-        manifest.framework.version,
-        manifest.source.kind,
-        version=runner.framework_version(framework),
-        where=runner.where(framework),
-    )
+
+    def available(spec: FrameworkSpec, manifest: Manifest) -> str:
+        return check_available(
+            spec,
+            manifest.framework.version,
+            manifest.source.kind,
+            version=runner.framework_version(spec),
+            where=runner.where(spec),
+        )
+
+    version = available(framework, manifest)
+    if parity_manifest is not None:
+        available(get_framework(parity_manifest.framework.name), parity_manifest)
     _check_device(request.device)
-    return Admission(request, manifest, version)
+    dataset = None
+    if request.dataset is not None:
+        dataset = resolve_dataset(request.dataset, here.cache_dir, limit=request.limit)
+        check_takes_dataset(manifest, dataset)
+    return Admission(request, manifest, version, dataset, parity_manifest)
+
+
+def _parity_manifest(request: EvaluationRequest, models: ModelRegistry) -> Manifest:
+    """The manifest the parity check compares against: `parity_against`'s, else the model's other
+    framework that comes first in the frameworks' order (PyTorch: most graphs are written in it and
+    exported from it).
+
+    Raises:
+        UserError: the model has no other framework, or none named `parity_against` (field
+            `parity_against`).
+    """
+    options = ModelOptions.from_dict(request.model_options)
+    others = sorted(
+        (name for name in models.frameworks_for(request.model) if name != request.framework),
+        key=lambda name: (get_framework(name).order, name),
+    )
+    against = request.parity_against
+    if against is None:
+        if not others:
+            raise UserError(
+                f"{request.model} runs only on {request.framework} here: a parity check needs a second "
+                "framework to compare with",
+                field="check_parity",
+            )
+        against = others[0]
+    elif against == request.framework:
+        raise UserError(
+            f"parity_against is {against}, the framework under test: name another ({', '.join(others)})",
+            field="parity_against",
+        )
+    elif against not in others:
+        raise UserError(
+            f"{request.model} has no manifest for {against}; it has {', '.join(others) or 'no other'}",
+            field="parity_against",
+        )
+    return models.get(request.model, against, options)
 
 
 def _check_fixed_batch(manifest: Manifest, batch_sizes: tuple[int, ...]) -> None:

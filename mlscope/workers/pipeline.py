@@ -24,6 +24,7 @@ from mlscope.runtime.trace.spans import TraceContext, Tracer
 from mlscope.store import Store
 from mlscope.store.records import subsample_latencies
 from mlscope.workers.admission import Admission
+from mlscope.workers.parity import run_parity_check
 from mlscope.workers.runners import get_runner
 
 __all__ = ["RESULT_WRITE_PAUSES_S", "evaluate", "keep_spans", "write_result"]
@@ -120,10 +121,17 @@ def _evaluate(
         cache_dir=str(settings.cache_dir),
         traceparent=TraceContext(tracer.trace_id, tracer.current_id).traceparent() if traced else "",
     )
+    runner = get_runner(request.runner, settings)
     try:
-        outcome = get_runner(request.runner, settings).run(
+        outcome = runner.run(
             job, emit, timeout_s=request.timeout_s, memory_limit_mb=request.memory_limit_mb, cancel=cancel
         )
+        outputs = outcome.result.pop("outputs", None) if outcome.result is not None else None
+        if outcome.result is not None and admitted.parity_manifest is not None and outputs is not None:
+            with tracer.span("parity", against=admitted.parity_against):
+                outcome.result["parity"] = run_parity_check(
+                    admitted, job, outputs, runner, emit, timeout_s=request.timeout_s, cancel=cancel
+                )
     except KeyboardInterrupt:
         store.cancel_evaluation(evaluation_id)
         raise
@@ -145,6 +153,8 @@ def _evaluate(
                     framework={"name": request.framework, **result["framework"]},
                     cold_start=result["cold_start"],
                     measurements=measurements,
+                    accuracy=result.get("accuracy"),
+                    parity=result.get("parity"),
                 ),
                 f"storing the result of {evaluation_id}",
             )

@@ -1,0 +1,161 @@
+"""`mlscope parity`: do the frameworks give the same answers? What a user runs after converting a model.
+
+Exit code 0 when every framework's outputs are the same as the reference's (the first framework's)
+within the tolerance, 1 when one differs or could not run, 2 for a mistake in the command.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from mlscope.cli.options import json_flag, model_options, model_options_document, split_csv
+from mlscope.cli.render import console, err_console, new_table, print_json_line
+from mlscope.contract.settings import load_settings
+
+__all__ = ["parity", "parity_line"]
+
+_DEFAULT_SAMPLES = 64
+
+
+@click.command()
+@click.argument("model")
+@click.option(
+    "-f",
+    "--frameworks",
+    metavar="NAMES",
+    help="Comma-separated frameworks, the reference first [default: every installed one with a manifest "
+    "for MODEL, in the frameworks' order].",
+)
+@click.option(
+    "--dataset",
+    metavar="NAME|DIR",
+    help="Compare on this dataset's samples [default: seeded synthetic inputs].",
+)
+@click.option("--limit", type=int, metavar="N", help="Use only the dataset's first N samples.")
+@click.option(
+    "--samples",
+    type=click.IntRange(1, 4096),
+    default=_DEFAULT_SAMPLES,
+    show_default=True,
+    help="How many samples' outputs to compare.",
+)
+@click.option(
+    "--tolerance", type=float, metavar="RTOL", help="Relative tolerance [default: by the outputs' dtype]."
+)
+@click.option(
+    "-b",
+    "--batch-size",
+    type=click.IntRange(1, 4096),
+    default=1,
+    show_default=True,
+    help="Samples per inference.",
+)
+@click.option("--runner", default="process", show_default=True, help="process, docker or inline.")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
+@model_options
+@json_flag('Print the comparison as one JSON document ("verdict": "same" or "different").')
+def parity(
+    model: str,
+    frameworks: str | None,
+    dataset: str | None,
+    limit: int | None,
+    samples: int,
+    tolerance: float | None,
+    batch_size: int,
+    runner: str,
+    device: str,
+    input_shapes: Any,
+    config: dict[str, Any],
+    weights: str | None,
+    as_json: bool,
+) -> None:
+    """Run the same inputs through each framework and compare the outputs with the first one's."""
+    from mlscope.registry.models import ModelRegistry
+    from mlscope.runtime.frameworks import get_framework
+    from mlscope.workers.local import default_frameworks
+    from mlscope.workers.parity import parity_across
+
+    settings = load_settings()
+    names = split_csv(frameworks)
+    if not names:
+        installed = default_frameworks(ModelRegistry.load(settings.manifests), model)
+        names = sorted(installed, key=lambda name: (get_framework(name).order, name))
+    document: dict[str, Any] = {
+        "batch_sizes": [batch_size],
+        "runner": runner,
+        "device": device,
+        "model_options": model_options_document(input_shapes, config, weights),
+    }
+    for key, value in (("dataset", dataset), ("limit", limit), ("tolerance", tolerance)):
+        if value is not None:
+            document[key] = value
+    if tolerance is not None and not 0 < tolerance <= 1:
+        from mlscope.contract.errors import UserError
+
+        raise UserError(f"--tolerance must be in (0, 1]; got {tolerance}", field="tolerance")
+
+    def progress(framework: str, event: dict[str, Any]) -> None:
+        if event.get("event") == "phase" and not as_json:
+            err_console.print(f"{framework}: {event['phase']}", highlight=False)
+
+    report = parity_across(model, names, document, settings=settings, samples=samples, emit=progress)
+    if as_json:
+        print_json_line(report)
+    else:
+        _print_human(report)
+    sys.exit(0 if report["verdict"] == "same" else 1)
+
+
+def parity_line(section: dict[str, Any]) -> str:
+    """One line for a parity section: the verdict against the reference and the figures behind it."""
+    if section.get("verdict") == "unavailable":
+        return f"unavailable against {section.get('against')}: {section.get('error')}"
+    agreement = section.get("top1_agreement")
+    top1 = "" if agreement is None else f", top-1 agreement {agreement * 100:.1f}%"
+    return (
+        f"{section['verdict']} as {section['against']}: max |Δ| {section['max_abs']:.3g} "
+        f"(relative {section['max_rel']:.3g}, rtol {section['tolerance']['rtol']:g}), mean |Δ| "
+        f"{section['mean_abs']:.3g}, cosine {section['cosine']:.6f}{top1} ({section['count']} samples)"
+    )
+
+
+def _print_human(report: dict[str, Any]) -> None:
+    reference = report["reference"]
+    source = f"dataset {report['dataset']['name']}" if report.get("dataset") else "seeded synthetic inputs"
+    table = new_table(
+        f"{report['model']}: outputs against {reference['framework']} {reference.get('version') or ''} "
+        f"on {report['samples']} samples of {source}",
+        [
+            "framework",
+            "output",
+            "verdict",
+            ("max |Δ|", "right"),
+            ("mean |Δ|", "right"),
+            ("max rel", "right"),
+            ("cosine", "right"),
+            ("top-1 agree", "right"),
+        ],
+    )
+    for row in report["frameworks"]:
+        label = f"{row['framework']} {row.get('version') or ''}".strip()
+        if row["verdict"] == "unavailable":
+            table.add_row(label, "", "[red]unavailable[/red]", row.get("error", ""), "", "", "", "")
+            continue
+        for name, output in row["outputs"].items():
+            colour = "green" if output["verdict"] == "same" else "red"
+            agreement = output["top1_agreement"]
+            table.add_row(
+                label,
+                name,
+                f"[{colour}]{output['verdict']}[/{colour}]",
+                f"{output['max_abs']:.3g}",
+                f"{output['mean_abs']:.3g}",
+                f"{output['max_rel']:.3g}",
+                f"{output['cosine']:.6f}",
+                "" if agreement is None else f"{agreement * 100:.1f}%",
+            )
+    console.print(table)
+    console.print(f"verdict: {report['verdict']}")

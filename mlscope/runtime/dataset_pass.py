@@ -1,0 +1,193 @@
+"""The accuracy pass and the outputs a parity check compares, run where the predictor lives.
+
+    dataset (materialised) ─ batches ─▶ the manifest's input steps, sample by sample (preprocess)
+        ─▶ predict ─▶ the output's steps (postprocess) ─▶ top-k hits against the labels
+
+The steps are the manifest's, run by the one implementation in `mlscope.contract.steps` for every
+framework, so a difference between frameworks is the framework's. Each stage is an APPLICATION
+span ("preprocess", "predict", "postprocess" under "accuracy"), so the pipeline's cost shows in the
+timeline beside inference. Nothing here is timed for the latency figures: the measured pass is over
+when this runs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from mlscope.contract.errors import UserError
+from mlscope.contract.manifest import Manifest
+from mlscope.contract.steps import apply_steps
+from mlscope.runtime.data import DatasetRef, iter_batches
+from mlscope.runtime.measure.accuracy import AccuracyCounter
+from mlscope.runtime.predictors import Predictor
+from mlscope.runtime.predictors.inputs import synthetic_batches
+from mlscope.runtime.trace.spans import Tracer
+
+__all__ = [
+    "MAX_OUTPUT_BYTES",
+    "check_takes_dataset",
+    "collect_outputs",
+    "preprocess_batch",
+    "run_dataset_pass",
+]
+
+# The outputs returned for a parity check cross a pipe as JSON: a language model's logits over a
+# long sequence would be hundreds of MB per sample, so fewer samples are kept instead.
+MAX_OUTPUT_BYTES = 32 * 1024 * 1024
+
+
+def check_takes_dataset(manifest: Manifest, ref: DatasetRef) -> None:
+    """Refuse, before anything runs, a model that cannot take the dataset's samples.
+
+    Raises:
+        UserError: the model has several inputs, or its input's steps do not decode the images.
+    """
+    _input_spec(manifest, ref)
+
+
+def _input_spec(manifest: Manifest, ref: DatasetRef) -> Any:
+    if len(manifest.inputs) != 1:
+        names = ", ".join(spec.name for spec in manifest.inputs)
+        raise UserError(
+            f"{manifest.name} takes {len(manifest.inputs)} inputs ({names}); a {ref.kind} dataset feeds "
+            "one: measure its accuracy with a model of one input",
+            field="dataset",
+        )
+    spec = manifest.inputs[0]
+    if ref.kind == "image" and not any(step.name == "decode" for step in spec.steps):
+        raise UserError(
+            f"{manifest.name}: input {spec.name!r} lists no preprocessing that starts with decode, so "
+            f"the encoded images of dataset {ref.name!r} cannot become its {list(spec.shape)} "
+            f"{spec.dtype} tensor; give the manifest's input steps (decode, resize, normalize, "
+            "to_layout, ...)",
+            field="dataset",
+        )
+    return spec
+
+
+def preprocess_batch(manifest: Manifest, ref: DatasetRef, samples: list[Any]) -> dict[str, np.ndarray]:
+    """One batch of raw samples through the manifest's input steps, stacked and cast.
+
+    Raises:
+        UserError: the model cannot take the dataset (several inputs, no decode step) or the steps
+            give a tensor of another shape than the input declares.
+    """
+    spec = _input_spec(manifest, ref)
+    prepared = []
+    for offset, sample in enumerate(samples):
+        try:
+            value = np.asarray(apply_steps(spec.steps, sample))
+        except (OSError, ValueError) as exc:
+            raise UserError(
+                f"dataset {ref.name!r}: sample {offset} could not be preprocessed for {manifest.name}'s "
+                f"input {spec.name!r}: {exc}",
+                field="dataset",
+            ) from None
+        if tuple(value.shape) != tuple(spec.shape):
+            raise UserError(
+                f"{manifest.name}: the input steps make dataset {ref.name!r}'s samples "
+                f"{list(value.shape)}, but input {spec.name!r} takes {list(spec.shape)}; fix the steps "
+                "(resize/crop size, to_layout, decode's color_mode) or the input shape",
+                field="dataset",
+            )
+        prepared.append(value)
+    dtype = np.float32 if spec.dtype == "bfloat16" else np.dtype(spec.dtype)
+    return {spec.name: np.stack(prepared).astype(dtype, copy=False)}
+
+
+def _pad(arrays: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
+    """A short last batch filled up with copies of its last sample: a graph may take one batch size."""
+    short = batch_size - len(next(iter(arrays.values())))
+    if short <= 0:
+        return arrays
+    return {name: np.concatenate([a, np.repeat(a[-1:], short, axis=0)]) for name, a in arrays.items()}
+
+
+def _outputs(predictor: Predictor, arrays: dict[str, np.ndarray], batch_size: int, real: int) -> Any:
+    raw = predictor.predict(predictor.prepare(_pad(arrays, batch_size)))
+    return raw, {name: np.asarray(a)[:real] for name, a in predictor.outputs_to_numpy(raw).items()}
+
+
+def _postprocess(predictor: Predictor, outputs: dict[str, np.ndarray]) -> None:
+    for spec in predictor.manifest.outputs:
+        if spec.name in outputs:
+            apply_steps(spec.steps, outputs[spec.name])
+
+
+class _Kept:
+    """The first samples' raw outputs, up to a count and MAX_OUTPUT_BYTES."""
+
+    def __init__(self, wanted: int) -> None:
+        self.wanted = wanted
+        self.parts: dict[str, list[np.ndarray]] = {}
+        self.count = 0
+
+    def add(self, outputs: dict[str, np.ndarray]) -> None:
+        if self.count >= self.wanted or not outputs:
+            return
+        per_sample = sum(a[:1].nbytes for a in outputs.values()) or 1
+        room = min(self.wanted - self.count, max(MAX_OUTPUT_BYTES // per_sample - self.count, 0))
+        if room <= 0:
+            self.wanted = self.count
+            return
+        for name, array in outputs.items():
+            self.parts.setdefault(name, []).append(np.array(array[:room]))
+        self.count += min(room, len(next(iter(outputs.values()))))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {name: np.concatenate(parts) for name, parts in self.parts.items()}
+
+
+def _score_output(manifest: Manifest) -> str:
+    return manifest.outputs[0].name if manifest.outputs else ""
+
+
+def run_dataset_pass(
+    predictor: Predictor, ref: DatasetRef, batch_size: int, tracer: Tracer, outputs_for: int = 0
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Evaluate the dataset's samples through the model: accuracy, and the first samples' outputs.
+
+    Args:
+        batch_size: samples per inference (the last batch is padded to it).
+        outputs_for: how many samples' raw outputs to keep for a parity check.
+
+    Returns:
+        (the result's `accuracy` section, the kept outputs by name).
+
+    Raises:
+        UserError: the model cannot take the dataset, or its labels do not match the model's classes.
+    """
+    manifest = predictor.manifest
+    counter = AccuracyCounter(_score_output(manifest), classes=len(ref.classes))
+    kept = _Kept(outputs_for)
+    with tracer.span("accuracy", dataset=ref.name, count=ref.used, batch_size=batch_size):
+        for batch in iter_batches(ref, batch_size):
+            with tracer.span("preprocess", batch_size=len(batch.samples), first=batch.start):
+                arrays = preprocess_batch(manifest, ref, batch.samples)
+            with tracer.span("predict", batch_size=len(batch.samples)):
+                _, outputs = _outputs(predictor, arrays, batch_size, len(batch.samples))
+            with tracer.span("postprocess", batch_size=len(batch.samples)):
+                _postprocess(predictor, outputs)
+            if counter.output not in outputs:
+                raise UserError(
+                    f"{manifest.name} declares output {counter.output!r} but the model returned "
+                    f"{', '.join(outputs) or 'none'}",
+                    field="dataset",
+                )
+            counter.add(outputs[counter.output], batch.labels)
+            kept.add(outputs)
+    return counter.to_dict(ref.to_dict()), kept.arrays()
+
+
+def collect_outputs(predictor: Predictor, count: int, batch_size: int, seed: int) -> dict[str, np.ndarray]:
+    """The raw outputs of `count` seeded synthetic samples (the same on every framework): what a
+    parity check compares when no dataset is named."""
+    kept = _Kept(count)
+    batches = synthetic_batches(predictor.manifest, batch_size, math.ceil(count / batch_size), seed=seed)
+    for arrays in batches:
+        _, outputs = _outputs(predictor, arrays, batch_size, batch_size)
+        kept.add(outputs)
+    return kept.arrays()
