@@ -395,3 +395,7 @@ register_step("cast", CastParams, cast)
 register_step("softmax", AxisParams, softmax, stage="post")
 register_step("topk", TopKParams, topk, stage="post")
 register_step("argmax", AxisParams, argmax, stage="post")
+
+# Text steps live in a module of their own (they need the tokenizers package); importing it here
+# registers them wherever steps are, so a manifest naming `tokenize` validates everywhere.
+from mlscope.contract import text_steps  # noqa: E402, F401 - registers `tokenize`

@@ -39,63 +39,70 @@ __all__ = [
 MAX_OUTPUT_BYTES = 32 * 1024 * 1024
 
 
+# The step a sample of each kind must meet first: an image arrives encoded, a text as a string.
+_FIRST_STEP = {"image": "decode", "text": "tokenize"}
+
+
 def check_takes_dataset(manifest: Manifest, ref: DatasetRef) -> None:
     """Refuse, before anything runs, a model that cannot take the dataset's samples.
 
     Raises:
-        UserError: the model has several inputs, or its input's steps do not decode the images.
+        UserError: an input lists no steps that start from the dataset's kind of sample.
     """
-    _input_spec(manifest, ref)
+    _input_specs(manifest, ref)
 
 
-def _input_spec(manifest: Manifest, ref: DatasetRef) -> Any:
-    if len(manifest.inputs) != 1:
-        names = ", ".join(spec.name for spec in manifest.inputs)
-        raise UserError(
-            f"{manifest.name} takes {len(manifest.inputs)} inputs ({names}); a {ref.kind} dataset feeds "
-            "one: measure its accuracy with a model of one input",
-            field="dataset",
-        )
-    spec = manifest.inputs[0]
-    if ref.kind == "image" and not any(step.name == "decode" for step in spec.steps):
-        raise UserError(
-            f"{manifest.name}: input {spec.name!r} lists no preprocessing that starts with decode, so "
-            f"the encoded images of dataset {ref.name!r} cannot become its {list(spec.shape)} "
-            f"{spec.dtype} tensor; give the manifest's input steps (decode, resize, normalize, "
-            "to_layout, ...)",
-            field="dataset",
-        )
-    return spec
+def _input_specs(manifest: Manifest, ref: DatasetRef) -> tuple[Any, ...]:
+    """Every input's spec; each must turn the dataset's raw sample into its tensor (a text model's
+    input_ids and attention_mask both start from the sample, each with its own tokenize field)."""
+    first = _FIRST_STEP.get(ref.kind)
+    for spec in manifest.inputs:
+        if first is not None and (not spec.steps or spec.steps[0].name != first):
+            raise UserError(
+                f"{manifest.name}: input {spec.name!r} lists no preprocessing that starts with {first}, so "
+                f"the {ref.kind} samples of dataset {ref.name!r} cannot become its {list(spec.shape)} "
+                f"{spec.dtype} tensor; give the manifest's input steps ("
+                + (
+                    "decode, resize, normalize, to_layout, ..."
+                    if first == "decode"
+                    else "tokenize{tokenizer, max_length, field}"
+                )
+                + ")",
+                field="dataset",
+            )
+    return manifest.inputs
 
 
 def preprocess_batch(manifest: Manifest, ref: DatasetRef, samples: list[Any]) -> dict[str, np.ndarray]:
-    """One batch of raw samples through the manifest's input steps, stacked and cast.
+    """One batch of raw samples through each input's steps, stacked and cast.
 
     Raises:
-        UserError: the model cannot take the dataset (several inputs, no decode step) or the steps
-            give a tensor of another shape than the input declares.
+        UserError: the model cannot take the dataset (an input without the right first step) or
+            the steps give a tensor of another shape than the input declares.
     """
-    spec = _input_spec(manifest, ref)
-    prepared = []
-    for offset, sample in enumerate(samples):
-        try:
-            value = np.asarray(apply_steps(spec.steps, sample))
-        except (OSError, ValueError) as exc:
-            raise UserError(
-                f"dataset {ref.name!r}: sample {offset} could not be preprocessed for {manifest.name}'s "
-                f"input {spec.name!r}: {exc}",
-                field="dataset",
-            ) from None
-        if tuple(value.shape) != tuple(spec.shape):
-            raise UserError(
-                f"{manifest.name}: the input steps make dataset {ref.name!r}'s samples "
-                f"{list(value.shape)}, but input {spec.name!r} takes {list(spec.shape)}; fix the steps "
-                "(resize/crop size, to_layout, decode's color_mode) or the input shape",
-                field="dataset",
-            )
-        prepared.append(value)
-    dtype = np.float32 if spec.dtype == "bfloat16" else np.dtype(spec.dtype)
-    return {spec.name: np.stack(prepared).astype(dtype, copy=False)}
+    arrays = {}
+    for spec in _input_specs(manifest, ref):
+        prepared = []
+        for offset, sample in enumerate(samples):
+            try:
+                value = np.asarray(apply_steps(spec.steps, sample))
+            except (OSError, ValueError) as exc:
+                raise UserError(
+                    f"dataset {ref.name!r}: sample {offset} could not be preprocessed for "
+                    f"{manifest.name}'s input {spec.name!r}: {exc}",
+                    field="dataset",
+                ) from None
+            if tuple(value.shape) != tuple(spec.shape):
+                raise UserError(
+                    f"{manifest.name}: the input steps make dataset {ref.name!r}'s samples "
+                    f"{list(value.shape)}, but input {spec.name!r} takes {list(spec.shape)}; fix the "
+                    "steps (resize/crop size, to_layout, decode's color_mode, max_length) or the shape",
+                    field="dataset",
+                )
+            prepared.append(value)
+        dtype = np.float32 if spec.dtype == "bfloat16" else np.dtype(spec.dtype)
+        arrays[spec.name] = np.stack(prepared).astype(dtype, copy=False)
+    return arrays
 
 
 def _pad(arrays: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:

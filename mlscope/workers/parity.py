@@ -113,12 +113,11 @@ def parity_across(
             outputs_for=samples,
         )
         runner = get_runner(request.runner, settings)
-        outcome = runner.run(
-            job,
-            lambda event, name=request.framework: emit(name, event),
-            timeout_s=request.timeout_s,
-            memory_limit_mb=request.memory_limit_mb,
-        )
+
+        def told(event: dict[str, Any], name: str = request.framework) -> None:
+            emit(name, event)
+
+        outcome = runner.run(job, told, timeout_s=request.timeout_s, memory_limit_mb=request.memory_limit_mb)
         runs.append((request.framework, outcome))
     reference_name, reference = runs[0]
     if reference.result is None:
