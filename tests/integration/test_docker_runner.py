@@ -71,7 +71,8 @@ def test_a_farm_worker_runs_resnet18_in_the_onnxruntime_image(farm: Farm, engine
     capability = farm.capability("docker")
     farm.start_worker("agent-docker", capability, extra=("--runner", "docker"))
 
-    # When ResNet-18 on ONNX Runtime is submitted over HTTP, asking for the docker runner
+    # When ResNet-18 on ONNX Runtime is submitted over HTTP, asking for the docker runner, with its
+    # accuracy on 16 digits (materialised by the worker, read by the container from the cache)
     answer = farm.client.submit(
         {
             "model": "resnet18",
@@ -80,6 +81,8 @@ def test_a_farm_worker_runs_resnet18_in_the_onnxruntime_image(farm: Farm, engine
             "runner": "docker",
             "measure": QUICK,
             "timeout_s": 600,
+            "dataset": "digits",
+            "limit": 16,
         }
     )
     [result] = farm.client.wait([answer["id"]], timeout_s=600)
@@ -93,6 +96,7 @@ def test_a_farm_worker_runs_resnet18_in_the_onnxruntime_image(farm: Farm, engine
     assert result["framework"]["version"] == image.framework_version
     assert result["system"]["container"] is True
     assert result["measurements"] and all(m["latency_ms"]["median"] > 0 for m in result["measurements"])
+    assert result["accuracy"]["dataset"] == "digits" and result["accuracy"]["count"] == 16
     assert _containers_of(engine, answer["id"]) == []
 
 

@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, Any, ClassVar
 
 from mlscope.contract.errors import UserError
@@ -153,11 +153,15 @@ def container_options(
     return options
 
 
-def _job_inside(job: Job) -> Job:
-    """The job as the container sees it: the cache at its mount point and, with one GPU passed
-    through, that GPU as the container's first."""
+def _job_inside(job: Job, cache_dir: Path) -> Job:
+    """The job as the container sees it: the cache (and a dataset materialised in it) at its mount
+    point and, with one GPU passed through, that GPU as the container's first."""
     device = "cuda:0" if job.device.startswith("cuda") else job.device
-    return dataclasses.replace(job, cache_dir=CONTAINER_CACHE, device=device)
+    dataset = dict(job.dataset)
+    if dataset:
+        inside = Path(dataset["path"]).resolve().relative_to(cache_dir.resolve())
+        dataset["path"] = str(PurePosixPath(CONTAINER_CACHE, *inside.parts))
+    return dataclasses.replace(job, cache_dir=CONTAINER_CACHE, device=device, dataset=dataset)
 
 
 class _ChunkReader(io.RawIOBase):
@@ -287,7 +291,8 @@ class DockerRunner(Runner):
                     # The runner ends it at timeout_s; this is the orphan's limit, past that.
                     lifetime_s=timeout_s + 60,
                 )
-                outcome = self._contain(client, options, job, io_dir, emit, deadline, timeout_s, cancel)
+                inside = _job_inside(job, cache_dir)
+                outcome = self._contain(client, options, inside, io_dir, emit, deadline, timeout_s, cancel)
             finally:
                 shutil.rmtree(io_dir, ignore_errors=True)
             if outcome.result is not None:
@@ -305,11 +310,12 @@ class DockerRunner(Runner):
         timeout_s: float,
         cancel: threading.Event | None,
     ) -> Outcome:
-        """Run the job in a container made from `options`, which is removed whatever happens."""
+        """Run the job (as the container sees it) in a container made from `options`, which is
+        removed whatever happens."""
         # The container runs as this uid, which user-namespace remapping can map elsewhere: any
         # uid must be able to read the job and write the result.
         io_dir.chmod(0o777)
-        (io_dir / "job.json").write_text(json.dumps(_job_inside(job).to_dict()))
+        (io_dir / "job.json").write_text(json.dumps(job.to_dict()))
         (io_dir / "job.json").chmod(0o644)
         container = None
         try:
