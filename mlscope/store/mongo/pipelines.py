@@ -125,10 +125,10 @@ _EVALUATION_FIELDS = (
 )
 # The comparison table's columns a measurement gives (scenario … reasons), read from the table itself.
 _COMPARED = COMPARE_COLUMNS[COMPARE_COLUMNS.index("scenario") : COMPARE_COLUMNS.index("reasons") + 1]
-# What a row shows of the evaluation's result sections (records.sections); compare_row turns a
-# different parity into an invalid row.
-# Null, not missing, when an evaluation has no such section: the row's `latest` object is built of
-# them, and mongomock cannot build one from a missing field.
+# What a row shows of the evaluation's result sections (records.sections), read by the server with the
+# rest of the row; compare_row turns a different parity into an invalid row. Null, not missing, when
+# an evaluation has no such section: the row's `latest` object is built of them, and mongomock cannot
+# build one from a missing field.
 _SECTION_FIGURES = {
     name: {"$ifNull": [path, None]}
     for name, path in (
