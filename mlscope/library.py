@@ -4,7 +4,7 @@
 
     results = mlscope.evaluate("resnet18", frameworks=["pytorch", "onnxruntime"], batch_sizes=[1, 8])
     results                 # one line per evaluation: model, framework, status, median per batch size
-    results.ok              # every evaluation succeeded and every measurement is valid
+    results.ok              # every evaluation succeeded, every measurement is valid, no parity differs
     results.to_pandas()     # one row per (evaluation, measurement); needs pandas
 
 `evaluate` runs what `mlscope run` runs (`mlscope.workers.local.evaluate_here`: every request admitted
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, SupportsIndex, TypeVar, overlo
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.request import EvaluationRequestSchema
+from mlscope.contract.result import parity_failure
 from mlscope.contract.settings import load_settings
 from mlscope.workers.local import evaluate_here
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
     from mlscope.workers.admission import Admission
 
-__all__ = ["ROW_COLUMNS", "Progress", "ResultSet", "evaluate"]
+__all__ = ["ACCURACY_COLUMNS", "ROW_COLUMNS", "Progress", "ResultSet", "evaluate"]
 
 # Told of every event of every evaluation, each with the evaluation's "model" and "framework" added:
 # {"event": "start"}, "created" (its "id"), "phase" ("phase": import, fetch, load, first_inference,
@@ -59,6 +60,10 @@ ROW_COLUMNS = (
     "reasons",
     "error",
 )
+# The columns `ResultSet.to_pandas()` adds after "throughput" when some result measured accuracy
+# (per evaluation, so the same on each of its measurement rows), and "parity" (its verdict) when some
+# result has a parity section: absent, not empty, when none was measured.
+ACCURACY_COLUMNS = ("top1", "top5")
 
 
 P = ParamSpec("P")
@@ -233,14 +238,15 @@ class ResultSet(list[dict[str, Any]]):
 
     @property
     def ok(self) -> bool:
-        """True when there is at least one result, every one succeeded, and every measurement of each
-        is valid."""
+        """True when there is at least one result, every one succeeded, every measurement of each is
+        valid, and none has a parity check that found its outputs different."""
         return bool(self) and all(_problem(result) is None for result in self)
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per (evaluation, measurement), with the columns of ROW_COLUMNS; an evaluation with
         no measurement (failed, cancelled, still running) gets one row with its status and error,
-        valid=False and no figures."""
+        valid=False and no figures. A row is valid when its measurement is and the evaluation's parity
+        check (if any) did not find its outputs different."""
         rows = []
         for result in self:
             base = {
@@ -253,6 +259,8 @@ class ResultSet(list[dict[str, Any]]):
                 "error": _error_text(result),
             }
             measurements = result.get("measurements") or []
+            # Outputs that differ from the reference framework's make every figure of it suspect.
+            parity_ok = parity_failure(result.get("parity")) is None
             if not measurements:
                 rows.append({column: base.get(column) for column in ROW_COLUMNS} | {"valid": False})
                 continue
@@ -264,7 +272,7 @@ class ResultSet(list[dict[str, Any]]):
                     | {
                         "scenario": m["scenario"],
                         "batch_size": m["batch_size"],
-                        "valid": validity.get("valid") is True,
+                        "valid": validity.get("valid") is True and parity_ok,
                         "mean_ms": latency["mean"],
                         "median_ms": latency["median"],
                         "p90_ms": latency["p90"],
@@ -279,6 +287,10 @@ class ResultSet(list[dict[str, Any]]):
     def to_pandas(self) -> pandas.DataFrame:
         """The rows (see `rows`) as a pandas DataFrame; batch_size and count are nullable integers.
 
+        When some result measured accuracy, the columns "top1" and "top5" (fractions; NaN for a result
+        without) follow "throughput", and "parity" (the verdict, "same" or "different") when some
+        result has a parity check.
+
         Raises:
             ImportError: pandas is not installed.
         """
@@ -286,8 +298,21 @@ class ResultSet(list[dict[str, Any]]):
             import pandas
         except ImportError:
             raise ImportError("ResultSet.to_pandas() needs pandas: pip install pandas") from None
-        frame = pandas.DataFrame(self.rows(), columns=list(ROW_COLUMNS))
-        return frame.astype({"batch_size": "Int64", "count": "Int64", "valid": bool})
+        rows, columns = self.rows(), list(ROW_COLUMNS)
+        added = [*(ACCURACY_COLUMNS if any(r.get("accuracy") for r in self) else ())]
+        if any(r.get("parity") for r in self):
+            added.append("parity")
+        if added:
+            at = columns.index("throughput") + 1
+            columns[at:at] = added
+            sections = {r["id"]: _section_cells(r) for r in self}
+            for row in rows:
+                cells = sections[row["id"]]
+                row.update({column: cells[column] for column in added})
+        frame = pandas.DataFrame(rows, columns=columns)
+        types: dict[str, Any] = {"batch_size": "Int64", "count": "Int64", "valid": bool}
+        types.update({column: "Float64" for column in added if column in ACCURACY_COLUMNS})
+        return frame.astype(types)
 
     def __repr__(self) -> str:
         if not self:
@@ -309,6 +334,12 @@ class ResultSet(list[dict[str, Any]]):
         printer.text(repr(self))
 
 
+def _section_cells(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A result's top1, top5 and parity verdict for its table rows; None where it has none."""
+    accuracy, parity = result.get("accuracy") or {}, result.get("parity") or {}
+    return {"top1": accuracy.get("top1"), "top5": accuracy.get("top5"), "parity": parity.get("verdict")}
+
+
 def _problem(result: Mapping[str, Any]) -> str | None:
     """What keeps a result from being ok, in a few words; None when it is."""
     if result["status"] != "succeeded":
@@ -319,6 +350,9 @@ def _problem(result: Mapping[str, Any]) -> str | None:
     invalid = sum(1 for m in measurements if (m.get("validity") or {}).get("valid") is not True)
     if invalid:
         return f"{result['framework']['name']} {invalid} of {len(measurements)} measurements INVALID"
+    failure = parity_failure(result.get("parity"))
+    if failure is not None:
+        return f"{result['framework']['name']} {failure.replace('different', 'DIFFERENT', 1)}"
     return None
 
 
@@ -333,6 +367,8 @@ def _line_cells(result: Mapping[str, Any]) -> tuple[str, str, str, str]:
         status += ", ALL INVALID"
     elif status == "succeeded" and invalid:
         status += f", {invalid} INVALID"
+    if status.startswith("succeeded") and parity_failure(result.get("parity")) is not None:
+        status += ", PARITY DIFFERENT"
     if status != "succeeded" and not measurements:
         detail = _error_text(result) or "no measurements"
     else:
@@ -343,6 +379,9 @@ def _line_cells(result: Mapping[str, Any]) -> tuple[str, str, str, str]:
                 point += " INVALID"
             by_scenario.setdefault(m["scenario"], []).append(point)
         detail = "; ".join(f"{scenario} median {', '.join(p)}" for scenario, p in by_scenario.items())
+        top1 = (result.get("accuracy") or {}).get("top1")
+        if top1 is not None:
+            detail += f"; top-1 {top1 * 100:.1f}% on {result['accuracy'].get('dataset')}"
     return result["model"]["name"], name, status, f"{detail}  [{result['id'][:8]}]"
 
 

@@ -55,6 +55,10 @@ EXPORT_COLUMNS: tuple[str, ...] = (
     "throughput",
     "valid",
     "reasons",
+    # The evaluation's result sections, on each of its lines; empty when not measured.
+    "top1",
+    "top5",
+    "parity",
 )
 
 ExportQuerySchema: type[Schema] = Schema.from_dict(
@@ -94,8 +98,10 @@ def export_rows(evaluations: Iterable[dict[str, Any]]) -> Iterator[list[Any]]:
             error.get("type"),
             error.get("message"),
         ]
+        accuracy, parity = e.get("accuracy") or {}, e.get("parity") or {}
+        sections = [accuracy.get("top1"), accuracy.get("top5"), parity.get("verdict")]
         if not e["measurements"]:
-            yield head + [None] * (len(EXPORT_COLUMNS) - len(head))
+            yield head + [None] * (len(EXPORT_COLUMNS) - len(head) - len(sections)) + sections
         for m in e["measurements"]:
             latency = m.get("latency_ms") or {}
             validity = m.get("validity") or {}
@@ -115,6 +121,7 @@ def export_rows(evaluations: Iterable[dict[str, Any]]) -> Iterator[list[Any]]:
                 m.get("throughput"),
                 validity.get("valid"),
                 validity.get("reasons"),
+                *sections,
             ]
 
 

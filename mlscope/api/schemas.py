@@ -14,6 +14,7 @@ from webargs.fields import DelimitedList
 from mlscope.contract.errors import UserError
 from mlscope.contract.queues import parse_target
 from mlscope.contract.request import EvaluationRequestSchema
+from mlscope.contract.result import PARITY_VERDICTS
 from mlscope.store.base import MAX_LIST_LIMIT
 from mlscope.store.records import STATUSES
 
@@ -183,8 +184,83 @@ def _obj(description: str) -> fields.Dict:
     return fields.Dict(allow_none=True, metadata={"description": description})
 
 
+def _number(description: str, *, low: float | None = None, high: float | None = None) -> dict[str, Any]:
+    bounds = {"minimum": low} if low is not None else {}
+    if high is not None:
+        bounds["maximum"] = high
+    return {"type": "number", "nullable": True, "description": description, **bounds}
+
+
+def _interval(description: str) -> dict[str, Any]:
+    fraction = {"type": "number", "minimum": 0, "maximum": 1}
+    return {"type": "array", "items": fraction, "minItems": 2, "maxItems": 2, "description": description}
+
+
+_COMPARISON_PROPERTIES: dict[str, Any] = {
+    "verdict": {"type": "string", "enum": list(PARITY_VERDICTS)},
+    "max_abs": _number("the largest absolute difference (null when an output held NaN)", low=0),
+    "mean_abs": _number("the mean absolute difference", low=0),
+    "max_rel": _number("the largest relative difference", low=0),
+    "cosine": _number("cosine similarity, the least over the samples"),
+    "top1_agreement": _number(
+        "share of samples whose top-1 class agrees; null: not a score vector", low=0, high=1
+    ),
+}
+
+# The sections are served as stored (a newer runtime's extra keys included), so they are free-form
+# objects in marshmallow; their documented keys are spelled out for the OpenAPI document.
+_ACCURACY = fields.Dict(
+    metadata={
+        "description": "top-k accuracy on a labelled dataset; absent when accuracy was not measured",
+        "properties": {
+            "dataset": {"type": "string", "description": "the dataset's name, e.g. digits"},
+            "dataset_sha256": {"type": "string", "nullable": True},
+            "count": {"type": "integer", "minimum": 1, "description": "samples scored"},
+            "task": {"type": "string", "nullable": True, "description": "e.g. image_classification"},
+            "top1": _number("fraction of samples whose first guess is right", low=0, high=1),
+            "top5": _number("fraction whose label is among the first five guesses", low=0, high=1),
+            "ci": {
+                "type": "object",
+                "nullable": True,
+                "description": "the confidence intervals of top1 and top5",
+                "properties": {
+                    "method": {"type": "string", "description": "wilson or bootstrap"},
+                    "level": {"type": "number", "description": "e.g. 0.95"},
+                    "top1": _interval("[low, high] of top1"),
+                    "top5": _interval("[low, high] of top5"),
+                },
+            },
+            "limit": {"type": "integer", "nullable": True, "description": "the --limit it ran with"},
+        },
+        "required": ["dataset", "count"],
+    }
+)
+_PARITY = fields.Dict(
+    metadata={
+        "description": "its outputs against another framework's on the same inputs; absent when no "
+        'parity check ran. A verdict "different" makes the evaluation invalid in comparisons',
+        "properties": {
+            "against": {"type": "string", "description": "the reference framework"},
+            "count": {"type": "integer", "minimum": 1, "description": "samples compared"},
+            **_COMPARISON_PROPERTIES,
+            "tolerance": {
+                "type": "object",
+                "properties": {"rtol": {"type": "number"}, "atol": {"type": "number"}},
+            },
+            "outputs": {
+                "type": "object",
+                "description": "per output name, the same figures and its own verdict",
+                "additionalProperties": {"type": "object", "properties": _COMPARISON_PROPERTIES},
+            },
+        },
+        "required": ["against", "count", "verdict"],
+    }
+)
+
+
 class EvaluationSchema(Schema):
-    """The result shape (DESIGN.md, "Result shape"), with the request and manifest snapshots."""
+    """The result shape (DESIGN.md, "Result shape"), with the request and manifest snapshots, and the
+    result sections `accuracy` and `parity` when it has them."""
 
     id = fields.String()
     status = fields.String(metadata={"description": " | ".join(STATUSES)})
@@ -203,6 +279,8 @@ class EvaluationSchema(Schema):
             "validity, ...}"
         },
     )
+    accuracy = _ACCURACY
+    parity = _PARITY
     error = _obj("{type, message, phase} when it failed")
     created_at = fields.String(allow_none=True)
     started_at = fields.String(allow_none=True)

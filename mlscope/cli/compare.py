@@ -83,6 +83,8 @@ def _cell(value: Any, column: str) -> str:
         return f"{value:,.1f}"
     if column == "valid":
         return "yes" if value else "[red]NO[/red]"
+    if column == "top1":
+        return f"{value * 100:.1f}%"
     return str(value)
 
 
@@ -100,25 +102,28 @@ _SHOWN = (
     ("p90_ms", "p90 ms"),
     ("p99_ms", "p99 ms"),
     ("throughput", "samples/s"),
+    ("top1", "top-1"),
     ("valid", "valid"),
 )
+_RIGHT = ("batch_size", "throughput", "top1")
 
 
 def compare_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
-    """The comparison as a table: one row per model × framework × system × batch size."""
+    """The comparison as a table: one row per model × framework × system × batch size; a top-1 column
+    when some row's evaluation measured accuracy. A row whose parity was different shows as invalid
+    (the store made it so), its reason among the notes."""
+    with_top1 = any(row.get("top1") is not None for row in rows)
+    shown = [(key, header) for key, header in _SHOWN if key != "top1" or with_top1]
     table = new_table(
         title,
         (
-            (
-                header,
-                "right" if key.endswith(("_ms", "ci")) or key in ("batch_size", "throughput") else "left",
-            )
-            for key, header in _SHOWN
+            (header, "right" if key.endswith(("_ms", "ci")) or key in _RIGHT else "left")
+            for key, header in shown
         ),
     )
     for row in rows:
         cells = []
-        for key, _ in _SHOWN:
+        for key, _ in shown:
             if key == "ci":
                 low, high = row.get("ci_low_ms"), row.get("ci_high_ms")
                 cells.append("-" if low is None else f"{_cell(low, '_ms')}–{_cell(high, '_ms')}")

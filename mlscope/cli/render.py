@@ -11,7 +11,10 @@ from typing import Any, NoReturn, TypeAlias
 
 import click
 from rich.console import Console, JustifyMethod
+from rich.markup import escape
 from rich.table import Table
+
+from mlscope.contract.result import result_validity
 
 __all__ = [
     "Column",
@@ -26,8 +29,12 @@ __all__ = [
     "note",
     "print_json_line",
     "print_json_lines",
+    "print_sections",
     "print_validity_notes",
+    "section_lines",
     "short_id",
+    "status_cell",
+    "top1_cell",
     "validity_notes",
     "warn",
 ]
@@ -196,3 +203,102 @@ def print_validity_notes(results: list[dict[str, Any]]) -> None:
     """The validity notes under a results table on stdout (`run`, `results show`)."""
     for line in validity_notes(results):
         console.print(f"[yellow]note[/yellow] {line}")
+
+
+# ----- result sections --------------------------------------------------------------------------
+
+
+def _percent(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{fraction * 100:.1f}%"
+
+
+def _interval(ci: Any) -> str:
+    if not isinstance(ci, list | tuple) or len(ci) != 2 or None in ci:
+        return ""
+    return f" [{ci[0] * 100:.1f}–{ci[1] * 100:.1f}]"
+
+
+def accuracy_text(accuracy: dict[str, Any]) -> str:
+    """e.g. "digits (360 samples): top-1 97.5% [95.4–98.7], top-5 99.7% [98.4–99.9]", the interval
+    being the section's (95% Wilson, say) in percent."""
+    ci = accuracy.get("ci") or {}
+    scores = [
+        f"{label} {_percent(accuracy[key])}{_interval(ci.get(key))}"
+        for key, label in (("top1", "top-1"), ("top5", "top-5"))
+        if accuracy.get(key) is not None
+    ]
+    limit = f", --limit {accuracy['limit']}" if accuracy.get("limit") is not None else ""
+    count = accuracy.get("count")
+    head = f"{escape(str(accuracy.get('dataset')))} ({count} sample{'s' if count != 1 else ''}{limit})"
+    return f"{head}: {', '.join(scores) or 'no top-k score'}"
+
+
+def _differences(comparison: dict[str, Any], *, relative: bool) -> str:
+    parts = []
+    if comparison.get("max_abs") is not None:
+        parts.append(f"max |Δ| {comparison['max_abs']:.1e}")
+    if relative and comparison.get("max_rel") is not None:
+        parts.append(f"max rel {comparison['max_rel']:.1e}")
+    if comparison.get("cosine") is not None:
+        parts.append(f"cosine {comparison['cosine']:.6f}")
+    if comparison.get("top1_agreement") is not None:
+        parts.append(f"top-1 agreement {_percent(comparison['top1_agreement'])}")
+    return ", ".join(parts) or "no figures"
+
+
+def parity_text(parity: dict[str, Any]) -> str:
+    """e.g. "same as pytorch: max |Δ| 3.1e-06, cosine 1.000000, top-1 agreement 100.0% (64 samples)";
+    a different verdict in red, naming its tolerance and the outputs that differ."""
+    against = escape(str(parity.get("against")))
+    count = parity.get("count")
+    samples = f" ({count} sample{'s' if count != 1 else ''})"
+    if parity.get("verdict") != "different":
+        return f"same as {against}: {_differences(parity, relative=False)}{samples}"
+    tolerance = parity.get("tolerance") or {}
+    bounds = ", ".join(f"{k} {tolerance[k]:g}" for k in ("rtol", "atol") if tolerance.get(k) is not None)
+    outputs = parity.get("outputs") or {}
+    differing = [escape(name) for name, o in outputs.items() if (o or {}).get("verdict") == "different"]
+    beyond = f" beyond {bounds}" if bounds else ""
+    which = f"; outputs differing: {', '.join(differing)}" if differing else ""
+    return (
+        f"[red]DIFFERENT from {against}[/red]{beyond}: {_differences(parity, relative=True)}{samples}{which}"
+    )
+
+
+def section_lines(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, text) of each result section the result has: accuracy, then parity."""
+    lines = []
+    if result.get("accuracy"):
+        lines.append(("accuracy", accuracy_text(result["accuracy"])))
+    if result.get("parity"):
+        lines.append(("parity", parity_text(result["parity"])))
+    return lines
+
+
+def print_sections(result: dict[str, Any], indent: str = "") -> None:
+    """The result's accuracy and parity lines on stdout (`run`, `results show`), and, when the result
+    as a whole is not valid, a line saying why."""
+    for label, text in section_lines(result):
+        console.print(f"{indent}[bold]{label:<10}[/bold] {text}")
+    validity = result_validity(result)
+    if result["status"] == "succeeded" and not validity["valid"]:
+        console.print(f"{indent}[bold red]NOT VALID[/bold red]: {escape('; '.join(validity['reasons']))}")
+
+
+def status_cell(result: dict[str, Any]) -> str:
+    """A result's status for a table: "succeeded", and when it should not be trusted as such, in red
+    with the reasons ("succeeded, NOT VALID: parity different from pytorch"); some invalid
+    measurements in yellow."""
+    status = str(result["status"])
+    if status != "succeeded":
+        return status
+    validity = result_validity(result)
+    reasons = escape("; ".join(validity["reasons"]))
+    if not validity["valid"]:
+        return f"[red]{status}, NOT VALID: {reasons}[/red]"
+    return f"{status} [yellow]({reasons})[/yellow]" if reasons else status
+
+
+def top1_cell(result: dict[str, Any]) -> str:
+    """The result's top-1 accuracy in percent, "-" when it has none."""
+    return _percent((result.get("accuracy") or {}).get("top1"))

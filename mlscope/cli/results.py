@@ -11,12 +11,16 @@ import click
 
 from mlscope.cli.options import json_flag
 from mlscope.cli.render import (
+    Column,
     console,
     measurement_table,
     new_table,
     print_json_lines,
+    print_sections,
     print_validity_notes,
     short_id,
+    status_cell,
+    top1_cell,
 )
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
@@ -44,7 +48,7 @@ def _settings_of(framework: dict[str, Any]) -> str:
     return f"({'; '.join(parts)})" if parts else ""
 
 
-_LIST_COLUMNS = (
+_LIST_COLUMNS: tuple[Column, ...] = (
     "id",
     "created",
     "model",
@@ -90,20 +94,25 @@ def results_list(
     if as_json:
         print_json_lines(found)
         return
-    table = new_table(f"{len(found)} of {total} evaluations in {settings.store_url}", _LIST_COLUMNS)
+    # A top-1 column only when some evaluation shown measured accuracy.
+    with_top1 = any(r.get("accuracy") for r in found)
+    columns = (*_LIST_COLUMNS[:-1], ("top-1", "right"), _LIST_COLUMNS[-1]) if with_top1 else _LIST_COLUMNS
+    table = new_table(f"{len(found)} of {total} evaluations in {settings.store_url}", columns)
     for r in found:
         sizes = ",".join(str(s) for s in r.get("request", {}).get("batch_sizes", []))
-        table.add_row(
+        cells = [
             short_id(r["id"]),
             (r["created_at"] or "")[:19].replace("T", " "),
             r["model"]["name"],
             f"{r['framework']['name']} {r['framework'].get('version') or ''}".strip(),
             r["device"],
-            r["status"],
+            status_cell(r),
             sizes,
             _headline(r),
+            *([top1_cell(r)] if with_top1 else []),
             ((r.get("system") or {}).get("id") or "-"),
-        )
+        ]
+        table.add_row(*cells)
     console.print(table)
 
 
@@ -121,8 +130,9 @@ def results_show(evaluation_id: str, as_json: bool, raw: bool) -> None:
     if as_json:
         print(json.dumps(result, indent=2, default=str))
         return
-    console.print(measurement_table([result], title=f"evaluation {result['id']} ({result['status']})"))
+    console.print(measurement_table([result], title=f"evaluation {result['id']} ({status_cell(result)})"))
     print_validity_notes([result])
+    print_sections(result)
     system = result.get("system") or {}
     cpu = system.get("cpu") or {}
     model = result["model"]

@@ -14,6 +14,7 @@ from mlscope.cli.render import (
     err_console,
     measurement_table,
     print_json_lines,
+    print_sections,
     print_validity_notes,
     short_id,
 )
@@ -141,6 +142,7 @@ def _print_human(results: list[dict[str, Any]]) -> None:
                 f"{cold.get('first_inference_ms', 0):.1f} ms; on {system.get('cpu', {}).get('model', '?')} "
                 f"(system {system.get('id', '?')})"
             )
+            print_sections(result, indent="  ")
         else:
             error = result.get("error") or {}
             console.print(

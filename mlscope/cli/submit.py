@@ -15,6 +15,7 @@ from mlscope.cli.render import (
     measurement_table,
     note,
     print_json_line,
+    print_sections,
     validity_notes,
     warn,
 )
@@ -72,6 +73,7 @@ def submit_command(document: dict[str, Any], *, wait: bool, timeout_s: float | N
         console.print(measurement_table([result]))
         for line in validity_notes([result]):
             note(line)
+        print_sections(result)
         if result["error"]:
             err_console.print(f"[red]{result['status']}[/red]: {result['error']['message']}")
     return 0 if result["status"] == "succeeded" else 1

@@ -36,6 +36,7 @@ from .records import (
     TRACE_LEVELS,
     CompareFilter,
     EvaluationRecord,
+    check_accuracy,
     check_aware,
     check_batch_size,
     check_choice,
@@ -47,6 +48,7 @@ from .records import (
     check_measurements,
     check_model,
     check_object,
+    check_parity,
     check_spans,
     check_system,
     check_text,
@@ -196,6 +198,8 @@ class Store(StoreAggregates, StoreMaintenance, StoreSchema, StorePrimitives):
         framework: Mapping[str, Any],
         cold_start: Mapping[str, Any],
         measurements: Sequence[Mapping[str, Any]],
+        accuracy: Mapping[str, Any] | None = None,
+        parity: Mapping[str, Any] | None = None,
         finished_at: datetime | None = None,
     ) -> None:
         """Stores the results and marks the evaluation succeeded, atomically.
@@ -211,6 +215,10 @@ class Store(StoreAggregates, StoreMaintenance, StoreSchema, StorePrimitives):
             cold_start: {"import_ms", "load_ms", "first_inference_ms", ...}.
             measurements: one per (scenario, batch_size), each {"scenario", "batch_size",
                 "latency_ms", "throughput", "validity", "latencies_ns", ...}; other keys are kept.
+            accuracy: {"dataset", "count", "top1", "top5", "ci", ...} when accuracy was measured
+                (records.check_accuracy); None leaves the result without the section.
+            parity: {"against", "count", "verdict", "max_abs", ...} when outputs were compared with
+                another framework's (records.check_parity); None leaves the result without it.
             finished_at: aware datetime; now when None.
 
         Raises:
@@ -228,6 +236,10 @@ class Store(StoreAggregates, StoreMaintenance, StoreSchema, StorePrimitives):
             "error": None,
             "finished_at": check_aware(finished_at, "finished_at") or _now(),
         }
+        if accuracy is not None:
+            changes["accuracy"] = check_accuracy(accuracy)
+        if parity is not None:
+            changes["parity"] = check_parity(parity)
         records = check_measurements(measurements)
         # Saved outside the transaction: systems are content-addressed and shared, so one saved for a
         # finish that then changes nothing is still a true description of a machine.

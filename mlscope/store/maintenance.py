@@ -19,6 +19,7 @@ from mlscope.contract.names import STATUSES, TERMINAL_STATUSES, TRACE_LEVELS
 
 from .records import (
     EvaluationRecord,
+    check_accuracy,
     check_aware,
     check_choice,
     check_cold_start,
@@ -28,6 +29,7 @@ from .records import (
     check_measurements,
     check_model,
     check_object,
+    check_parity,
     check_system,
     check_text,
     check_trace_id,
@@ -201,6 +203,8 @@ def _record_of(result: Mapping[str, Any]) -> tuple[EvaluationRecord, dict[str, A
         system_id=None if system is None else system["id"],
         cold_start=None if result.get("cold_start") is None else check_cold_start(result["cold_start"]),
         error=None if result.get("error") is None else check_error(result["error"]),
+        accuracy=None if result.get("accuracy") is None else check_accuracy(result["accuracy"]),
+        parity=None if result.get("parity") is None else check_parity(result["parity"]),
         measurements=check_measurements(result.get("measurements") or [])
         if status in TERMINAL_STATUSES
         else [],

@@ -19,7 +19,7 @@ from alembic import command
 from mlscope.contract.errors import UserError
 from mlscope.store import open_store, records
 from mlscope.store.sql.schema import BASELINE, alembic_config, head_revision, revisions
-from tests.contract.builders import finish, make_measurement, run_to
+from tests.contract.builders import COLD_START, finish, make_measurement, make_system, run_to
 from tests.contract.old_stores import (
     FIXTURE,
     FIXTURE_SPANS,
@@ -160,13 +160,26 @@ def test_upgrading_a_0_1_0_store_keeps_everything_and_backfills_the_summary_colu
         assert len(spans) == store.count_spans("fixture00") == FIXTURE_SPANS
         assert (spans[0]["name"], spans[0]["level"]) == ("run", "APPLICATION")
         assert store.layer_breakdown("fixture00", level="MODEL")[0]["calls"] == FIXTURE_SPANS - 1
-        # and new results are written with the new columns
+        # ... none with a result section (schema 5 adds them empty)
+        assert not any("accuracy" in e or "parity" in e for e in listed)
+        # and new results are written with the new columns, sections included
         id = run_to(store, "running")
         finish(store, id, measurements=[make_measurement()])
+        accuracy = {"dataset": "digits", "count": 360, "top1": 0.975, "top5": None}
+        with_accuracy = run_to(store, "running")
+        store.finish_evaluation(
+            with_accuracy,
+            system=make_system(),
+            framework={"name": "pytorch", "version": "2.3.0"},
+            cold_start=COLD_START,
+            measurements=[make_measurement()],
+            accuracy=accuracy,
+        )
+        assert store.get_evaluation(with_accuracy)["accuracy"] == accuracy
 
     # and the new columns hold each row's summary, from its own JSON
     rows = _measurement_rows(old_url)
-    assert len(rows) == 11
+    assert len(rows) == 12
     for row in rows:
         latency_ms, validity = row["latency_ms"], row["validity"]
         if isinstance(latency_ms, str):  # SQLite hands JSON back as text through plain SQL

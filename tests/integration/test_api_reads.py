@@ -1,7 +1,8 @@
 """The API's reads over many evaluations, through Flask's test client on SQLite and on the real
 PostgreSQL: listing by cursor (`next_cursor`), the streamed export (JSON lines and CSV, read from the
-store a page at a time), the streamed comparison CSV, and history series (also through the Python
-client, against the app served over real HTTP). Given / When / Then in each test's comments."""
+store a page at a time), the streamed comparison CSV, a result's accuracy and parity sections, and
+history series (also through the Python client, against the app served over real HTTP). Given / When /
+Then in each test's comments."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from mlscope.contract.settings import load_settings
 from mlscope.store import Store, open_store
 from mlscope.store.aggregates import EXPORT_PAGE_SIZE
 from tests.contract.builders import COLD_START, ERROR, T0, make_measurement, make_system
+from tests.contract.test_store_sections import ACCURACY, DIFFERENT
 
 PROBLEM = "application/problem+json"
 
@@ -322,3 +324,67 @@ def test_the_client_reads_history(app: Flask, store: Store) -> None:
     finally:
         server.shutdown()
         thread.join()
+
+
+# ----- result sections -------------------------------------------------------------------------------
+
+
+def test_a_result_with_accuracy_and_parity_reads_back_through_the_api(
+    http: FlaskClient, store: Store
+) -> None:
+    # Given a result with both sections, written as the runtime's finish writes them, and one without
+    id = evaluate(store, 1, status="queued")
+    valid = [make_measurement("offline", 8)]
+    valid[0]["validity"] = {"valid": True, "reasons": []}
+    store.finish_evaluation(
+        id,
+        system=make_system(1),
+        framework={"name": "pytorch", "version": "2.3.0"},
+        cold_start=COLD_START,
+        measurements=valid,
+        accuracy=ACCURACY,
+        parity=DIFFERENT,
+    )
+    plain = evaluate(store, 2)
+
+    # When each is read, alone and in a listing
+    one = http.get(f"/api/v1/evaluations/{id[:8]}").get_json()
+    other = http.get(f"/api/v1/evaluations/{plain}").get_json()
+    listed = {e["id"]: e for e in http.get("/api/v1/evaluations").get_json()["items"]}
+
+    # Then the sections come as stored (extra keys too); the other has no such keys at all
+    assert one["accuracy"] == ACCURACY and one["parity"] == DIFFERENT
+    assert "accuracy" not in other and "parity" not in other
+    assert listed[id]["accuracy"] == ACCURACY and "parity" not in listed[plain]
+    # ... the export carries them line by line
+    lines = [
+        json.loads(line)
+        for line in http.get("/api/v1/evaluations/export").get_data(as_text=True).splitlines()
+    ]
+    assert {e["id"]: e.get("parity") for e in lines} == {id: DIFFERENT, plain: None}
+    exported = csv.DictReader(
+        io.StringIO(http.get("/api/v1/evaluations/export?format=csv").get_data(as_text=True))
+    )
+    assert {(r["evaluation_id"], r["top1"], r["top5"], r["parity"]) for r in exported} == {
+        (id, "0.975", "0.997", "different"),
+        (plain, "", "", ""),
+    }
+    # ... the comparison shows the different parity as an invalid row, in JSON and CSV
+    compared = http.get(f"/api/v1/compare?ids={id}").get_json()
+    assert {"top1", "top5", "parity", "parity_against"} <= set(compared["columns"])
+    [row] = compared["rows"]
+    assert (row["valid"], row["reasons"], row["top1"], row["parity"]) == (
+        False,
+        ["parity different from pytorch"],
+        0.975,
+        "different",
+    )
+    [header, line] = list(
+        csv.reader(io.StringIO(http.get(f"/api/v1/compare?ids={id}&format=csv").get_data(as_text=True)))
+    )
+    assert dict(zip(header, line, strict=True))["reasons"] == "parity different from pytorch"
+    # ... and the OpenAPI document spells out both sections
+    document = http.get("/api/openapi.json").get_json()
+    properties = document["components"]["schemas"]["Evaluation"]["properties"]
+    assert properties["accuracy"]["properties"]["top1"]["maximum"] == 1
+    assert properties["parity"]["properties"]["verdict"]["enum"] == ["same", "different"]

@@ -148,6 +148,8 @@ def to_record(
         trace_id=document.get("trace_id"),
         cold_start=decode(document.get("cold_start")),
         error=decode(document.get("error")),
+        accuracy=decode(document.get("accuracy")),
+        parity=decode(document.get("parity")),
         started_at=to_datetime(document.get("started_at")),
         finished_at=to_datetime(document.get("finished_at")),
         framework_details=decode(document.get("framework_details")),

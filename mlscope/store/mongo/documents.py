@@ -91,6 +91,10 @@ class EvaluationDocument(mongoengine.Document):
     trace_id = mongoengine.StringField(null=True)
     cold_start = mongoengine.DictField(null=True)
     error = mongoengine.DictField(null=True)
+    # The result sections (records.sections); absent when not measured. Optional fields: documents
+    # without them read as before, so the schema version stays 2.
+    accuracy = mongoengine.DictField(null=True)
+    parity = mongoengine.DictField(null=True)
     request = mongoengine.DictField()
     manifest = mongoengine.DictField()
     # Microseconds since the epoch, UTC.

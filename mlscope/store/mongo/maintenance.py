@@ -48,6 +48,11 @@ def bulk_insert(
             "cold_start": record.cold_start,
             "error": record.error,
         }
+        # Only the sections it has: a result without one stays without the field, as a finish leaves it.
+        for name in ("accuracy", "parity"):
+            section = getattr(record, name)
+            if section is not None:
+                changes[name] = section
         store._transition(
             record.id, allowed_from=ACTIVE_STATUSES, changes=changes, measurements=record.measurements
         )

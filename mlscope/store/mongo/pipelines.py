@@ -61,6 +61,7 @@ def compare_pipeline(where: CompareFilter) -> list[dict[str, Any]]:
         "finished_at": "$finished_at",
         "framework_version": "$framework_version",
         **{name: f"${name}" for name in _COMPARED},
+        **{name: f"${name}" for name in _SECTION_FIGURES},
     }
     median = "$latest.median_ms"
     pipeline: list[dict[str, Any]] = [
@@ -68,7 +69,13 @@ def compare_pipeline(where: CompareFilter) -> list[dict[str, Any]]:
         {"$unwind": "$measurements"},
         *([{"$match": measured}] if measured else []),
         # Only what a row shows goes on: the figures, not the whole latency summary.
-        {"$project": {**dict.fromkeys(_EVALUATION_FIELDS, 1), **measurement_figures("$measurements")}},
+        {
+            "$project": {
+                **dict.fromkeys(_EVALUATION_FIELDS, 1),
+                **measurement_figures("$measurements"),
+                **_SECTION_FIGURES,
+            }
+        },
         # Latest first: compare_rows keeps the greatest (finished_at, evaluation id) of each key.
         {"$sort": {"finished_at": -1, "_id": -1}},
         {"$group": {"_id": key, "latest": {"$first": latest}, "runs": {"$sum": 1}}},
@@ -118,6 +125,19 @@ _EVALUATION_FIELDS = (
 )
 # The comparison table's columns a measurement gives (scenario … reasons), read from the table itself.
 _COMPARED = COMPARE_COLUMNS[COMPARE_COLUMNS.index("scenario") : COMPARE_COLUMNS.index("reasons") + 1]
+# What a row shows of the evaluation's result sections (records.sections), read by the server with the
+# rest of the row; compare_row turns a different parity into an invalid row. Null, not missing, when
+# an evaluation has no such section: the row's `latest` object is built of them, and mongomock cannot
+# build one from a missing field.
+_SECTION_FIGURES = {
+    name: {"$ifNull": [path, None]}
+    for name, path in (
+        ("top1", "$accuracy.top1"),
+        ("top5", "$accuracy.top5"),
+        ("parity_verdict", "$parity.verdict"),
+        ("parity_against", "$parity.against"),
+    )
+}
 
 
 def _summary(measurement: str, field: str, fallback: Any) -> dict[str, Any]:
@@ -178,6 +198,8 @@ def pipeline_row(found: Mapping[str, Any]) -> dict[str, Any]:
         runs=found["runs"],
         evaluation_id=latest["evaluation_id"],
         finished_at=None if finished_at is None else finished_at.isoformat(),
+        accuracy={"top1": latest.get("top1"), "top5": latest.get("top5")},
+        parity={"verdict": latest.get("parity_verdict"), "against": latest.get("parity_against")},
     )
 
 

@@ -3,7 +3,8 @@ that turn a caller's input into records, and the public (JSON) shape records are
 
 Backends never see unchecked input and never build the public shape themselves, so every backend
 accepts and returns exactly the same things. One module per resource: `evaluations` (evaluations and
-their measurements), `spans` (traced spans and layer breakdowns), `compare` (the comparison table);
+their measurements), `sections` (the accuracy and parity an evaluation may carry), `spans` (traced
+spans and layer breakdowns), `compare` (the comparison table);
 `values` holds the checks they share.
 """
 
@@ -31,6 +32,7 @@ from .evaluations import (
     summary_columns,
     unpack_latencies,
 )
+from .sections import check_accuracy, check_parity
 from .spans import (
     SPAN_GROUPINGS,
     SPAN_LEVELS,
@@ -73,6 +75,7 @@ __all__ = [
     "LayerTotal",
     "MeasurementRecord",
     "SpanRecord",
+    "check_accuracy",
     "check_aware",
     "check_batch_size",
     "check_choice",
@@ -85,6 +88,7 @@ __all__ = [
     "check_model",
     "check_object",
     "check_optional_text",
+    "check_parity",
     "check_span",
     "check_spans",
     "check_system",

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.result import parity_failure
 
 __all__ = ["COMPARE_COLUMNS", "CompareFilter", "check_batch_size", "compare_row", "compare_rows"]
 
@@ -50,6 +51,10 @@ COMPARE_COLUMNS: tuple[str, ...] = (
     "count",
     "valid",
     "reasons",
+    "top1",
+    "top5",
+    "parity",
+    "parity_against",
     "runs",
     "evaluation_id",
     "finished_at",
@@ -81,8 +86,13 @@ def compare_row(
     runs: int,
     evaluation_id: str,
     finished_at: str | None,
+    accuracy: Mapping[str, Any] | None = None,
+    parity: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One row of the comparison table, its keys in COMPARE_COLUMNS order.
+
+    A row is valid when its measurement is and the evaluation's parity was not "different": a
+    different parity makes it invalid, with the reason "parity different from <against>".
 
     Args:
         model, framework, framework_version, device: the evaluation's.
@@ -91,10 +101,20 @@ def compare_row(
             shape.
         runs: how many succeeded evaluations share the row's key.
         evaluation_id, finished_at: the evaluation the figures are from, and when it finished (ISO 8601).
+        accuracy: the evaluation's accuracy section, or as much of it as a row shows ({"top1",
+            "top5"}); None or empty when it has none.
+        parity: the evaluation's parity section, or as much of it as a row shows ({"verdict",
+            "against"}); None or empty when it has none.
     """
     latency = measurement["latency_ms"]
     validity = measurement.get("validity") or {}
     ci = latency.get("median_ci") or [None, None]
+    accuracy, parity = accuracy or {}, parity or {}
+    valid, reasons = validity.get("valid"), list(validity.get("reasons") or [])
+    failure = parity_failure(parity)
+    if failure is not None:
+        valid = False
+        reasons.append(failure)
     return {
         "model": model,
         "framework": framework,
@@ -113,8 +133,12 @@ def compare_row(
         "ci_high_ms": ci[1],
         "throughput": measurement.get("throughput"),
         "count": latency.get("count"),
-        "valid": validity.get("valid"),
-        "reasons": list(validity.get("reasons") or []),
+        "valid": valid,
+        "reasons": reasons,
+        "top1": accuracy.get("top1"),
+        "top5": accuracy.get("top5"),
+        "parity": parity.get("verdict"),
+        "parity_against": parity.get("against"),
         "runs": runs,
         "evaluation_id": evaluation_id,
         "finished_at": finished_at,
@@ -157,6 +181,8 @@ def compare_rows(evaluations: list[dict[str, Any]], where: CompareFilter) -> lis
                 runs=0,
                 evaluation_id=evaluation["id"],
                 finished_at=evaluation["finished_at"],
+                accuracy=evaluation.get("accuracy"),
+                parity=evaluation.get("parity"),
             )
             held = latest.get(key)
             if held is None or (row["finished_at"] or "", row["evaluation_id"]) > (

@@ -100,6 +100,9 @@ class EvaluationRecord:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     framework_details: dict[str, Any] | None = None
+    # The result sections (records.sections): None when not measured, and then absent from the result.
+    accuracy: dict[str, Any] | None = None
+    parity: dict[str, Any] | None = None
     system: dict[str, Any] | None = None
     measurements: list[MeasurementRecord] = field(default_factory=list)
 
@@ -351,8 +354,12 @@ def _measurement_to_dict(record: MeasurementRecord, *, include_raw: bool) -> dic
 
 
 def evaluation_to_dict(record: EvaluationRecord, *, include_raw: bool = False) -> dict[str, Any]:
-    """The public result shape (DESIGN.md, "Result shape"), plus the request and manifest snapshots."""
+    """The public result shape (DESIGN.md, "Result shape"), plus the request and manifest snapshots;
+    "accuracy" and "parity" only when the evaluation has them."""
     measurements = sorted(record.measurements, key=lambda m: (m.scenario, m.batch_size))
+    sections = {
+        name: value for name, value in (("accuracy", record.accuracy), ("parity", record.parity)) if value
+    }
     return {
         "id": record.id,
         "status": record.status,
@@ -373,6 +380,7 @@ def evaluation_to_dict(record: EvaluationRecord, *, include_raw: bool = False) -
         "trace_id": record.trace_id,
         "cold_start": record.cold_start,
         "measurements": [_measurement_to_dict(m, include_raw=include_raw) for m in measurements],
+        **sections,
         "error": record.error,
         "created_at": _iso(record.created_at),
         "started_at": _iso(record.started_at),

@@ -224,6 +224,12 @@ def compare_query(where: CompareFilter, dialect: str) -> Select[Unpack[tuple[Any
             keys.c.runs,
             keys.c.evaluation_id,
             e.finished_at,
+            # What a row shows of the evaluation's result sections; compare_row turns a different
+            # parity into an invalid row.
+            _json_text(e.accuracy["top1"]),
+            _json_text(e.accuracy["top5"]),
+            _json_text(e.parity["verdict"]),
+            _json_text(e.parity["against"]),
         )
         .select_from(keys)
         .join(e, e.id == keys.c.evaluation_id)
@@ -271,7 +277,8 @@ def compare_result(row: Row[Unpack[tuple[Any, ...]]], texts: JSONTexts) -> dict[
     values = tuple(row)
     (model, framework, framework_version, system_id, hostname, agent_id, cpu, device, scenario) = values[:9]
     (batch_size, median, p90, p99, ci_low, ci_high, throughput, count, valid, reasons) = values[9:19]
-    runs, evaluation_id, finished_at = values[19:]
+    runs, evaluation_id, finished_at = values[19:22]
+    top1, top5, verdict, against = (texts[text] for text in values[22:])
     return compare_row(
         model=model,
         framework=framework,
@@ -295,6 +302,8 @@ def compare_result(row: Row[Unpack[tuple[Any, ...]]], texts: JSONTexts) -> dict[
         runs=runs,
         evaluation_id=evaluation_id,
         finished_at=None if finished_at is None else finished_at.isoformat(),
+        accuracy={"top1": top1, "top5": top5},
+        parity={"verdict": verdict, "against": against},
     )
 
 

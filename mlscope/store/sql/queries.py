@@ -98,6 +98,8 @@ def to_record(row: EvaluationRow, *, include_raw: bool) -> EvaluationRecord:
         cold_start=row.cold_start,
         framework_details=row.framework_details,
         error=row.error,
+        accuracy=row.accuracy,
+        parity=row.parity,
         started_at=row.started_at,
         finished_at=row.finished_at,
         system=None if row.system is None else dict(row.system.data),

@@ -102,6 +102,10 @@ class EvaluationRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Schema 5: the result sections (records.sections), NULL when not measured. Last, where the
+    # migration adds them, so a fresh table and an upgraded one are alike column by column.
+    accuracy: Mapped[dict[str, Any] | None] = mapped_column(_JSON)
+    parity: Mapped[dict[str, Any] | None] = mapped_column(_JSON)
 
     # lazy="raise": every read says what it loads, so listing never issues a query per row.
     system: Mapped[SystemRow | None] = relationship(lazy="raise")
