@@ -12,8 +12,9 @@ from typing import Any
 __all__ = ["PARITY_VERDICTS", "parity_failure", "result_validity"]
 
 # A parity section's verdict: its outputs agree with the reference framework's within the tolerance,
-# or they do not.
-PARITY_VERDICTS = ("same", "different")
+# or they do not; "unavailable" when the reference could not run (its error is kept), which claims
+# nothing either way.
+PARITY_VERDICTS = ("same", "different", "unavailable")
 
 
 def parity_failure(parity: Mapping[str, Any] | None) -> str | None:

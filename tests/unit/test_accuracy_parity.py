@@ -25,7 +25,9 @@ def test_top1_and_top5_count_hits_and_ignore_unlabelled_samples() -> None:
     counter.add(third, np.array([2]))
     counter.add(_scores([4]), np.array([-1]))
     # When the section is made
-    section = counter.to_dict({"name": "digits", "sha256": "ab", "limit": None, "task": "image_classification"})
+    section = counter.to_dict(
+        {"name": "digits", "sha256": "ab", "limit": None, "task": "image_classification"}
+    )
     # Then top-1 counts 3 of 4, top-5 all 4, the unlabelled sample not at all
     assert section["count"] == 4
     assert section["top1"] == 0.75 and section["top5"] == 1.0
@@ -86,7 +88,9 @@ def test_integer_outputs_must_match_exactly_and_every_output_counts() -> None:
     candidate = {"ids": np.array([[1, 2], [3, 5]]), "score": np.ones((2, 5), np.float32)}
     report = compare_outputs(reference, candidate, against="a")
     assert report["verdict"] == "different"
-    assert report["outputs"]["score"]["verdict"] == "same" and report["outputs"]["ids"]["verdict"] == "different"
+    assert (
+        report["outputs"]["score"]["verdict"] == "same" and report["outputs"]["ids"]["verdict"] == "different"
+    )
 
 
 def test_shape_mismatch_and_no_common_output_are_user_errors() -> None:

@@ -124,7 +124,8 @@ def check_parity(parity: Any) -> dict[str, Any]:
     "max_rel", "cosine", "top1_agreement", "tolerance": {"rtol", "atol"}, "outputs": {name: {...}},
     ...}.
 
-    `against`, `count` and `verdict` ("same" or "different") are required; the differences are numbers
+    `against`, `count` and `verdict` ("same" or "different") are required (an "unavailable" verdict
+    needs only `against` and the reference's `error`); the differences are numbers
     ≥ 0 (null when an output held NaN), cosine in [-1, 1], top1_agreement a fraction or null; each of
     `outputs` is checked as the whole is; other keys are kept as given.
 
@@ -133,6 +134,9 @@ def check_parity(parity: Any) -> dict[str, Any]:
     """
     checked = check_object(parity, "parity")
     check_text(checked.get("against"), "parity.against")
+    if checked.get("verdict") == "unavailable":
+        check_text(checked.get("error"), "parity.error")
+        return checked
     _count(checked.get("count"), "parity.count")
     _check_comparison(checked, "parity", verdict_required=True)
     tolerance = checked.get("tolerance")
