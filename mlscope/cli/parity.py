@@ -15,7 +15,7 @@ from mlscope.cli.options import json_flag, model_options, model_options_document
 from mlscope.cli.render import console, err_console, new_table, print_json_line
 from mlscope.contract.settings import load_settings
 
-__all__ = ["parity", "parity_line"]
+__all__ = ["parity"]
 
 _DEFAULT_SAMPLES = 64
 
@@ -107,19 +107,6 @@ def parity(
     else:
         _print_human(report)
     sys.exit(0 if report["verdict"] == "same" else 1)
-
-
-def parity_line(section: dict[str, Any]) -> str:
-    """One line for a parity section: the verdict against the reference and the figures behind it."""
-    if section.get("verdict") == "unavailable":
-        return f"unavailable against {section.get('against')}: {section.get('error')}"
-    agreement = section.get("top1_agreement")
-    top1 = "" if agreement is None else f", top-1 agreement {agreement * 100:.1f}%"
-    return (
-        f"{section['verdict']} as {section['against']}: max |Δ| {section['max_abs']:.3g} "
-        f"(relative {section['max_rel']:.3g}, rtol {section['tolerance']['rtol']:g}), mean |Δ| "
-        f"{section['mean_abs']:.3g}, cosine {section['cosine']:.6f}{top1} ({section['count']} samples)"
-    )
 
 
 def _print_human(report: dict[str, Any]) -> None:

@@ -252,6 +252,8 @@ def parity_text(parity: dict[str, Any]) -> str:
     against = escape(str(parity.get("against")))
     count = parity.get("count")
     samples = f" ({count} sample{'s' if count != 1 else ''})"
+    if parity.get("verdict") == "unavailable":
+        return f"[yellow]unavailable[/yellow]: {against} could not run ({escape(str(parity.get('error')))})"
     if parity.get("verdict") != "different":
         return f"same as {against}: {_differences(parity, relative=False)}{samples}"
     tolerance = parity.get("tolerance") or {}
