@@ -21,7 +21,9 @@ venv: $(STAMP)
 demo: $(STAMP)
 	@# A store left by an older mlscope is upgraded (a copy kept beside it); a current one is untouched.
 	$(BIN)/mlscope store upgrade
-	$(BIN)/mlscope run resnet18 --framework pytorch,onnxruntime --batch-sizes 1,8
+	@# Exit code 3: the runs succeeded but a result is not valid on this (busy) machine; the table
+	@# says why, and the demo goes on to list the results.
+	$(BIN)/mlscope run resnet18 --framework pytorch,onnxruntime --batch-sizes 1,8 || test $$? -eq 3
 	$(BIN)/mlscope results list --limit 10
 
 lint: $(STAMP)

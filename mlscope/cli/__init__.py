@@ -3,7 +3,9 @@ into an exit code. Each verb lives in a module of its own beside this one (mlsco
 options verbs share are in options.py, everything printed in render.py.
 
 A user's mistake ends with one line on stderr and exit code 2; a failed evaluation with exit code 1;
-success with 0. Progress goes to stderr, so `--json` output on stdout stays clean for scripts.
+an evaluation that succeeded but whose result is not valid (every measurement invalid, or its parity
+different) with 3; success with 0. Progress goes to stderr, so `--json` output on stdout stays clean
+for scripts.
 """
 
 from __future__ import annotations

@@ -80,6 +80,20 @@ def internal_error(exc: Exception) -> NoReturn:
 # ----- lines ------------------------------------------------------------------------------------
 
 
+# `run` and `submit --wait`: 0 every evaluation succeeded with a valid result, 1 one failed (or was
+# cancelled), 3 all succeeded but one result is not valid (every measurement invalid, or its parity
+# different): a script must not take such figures for good ones.
+EXIT_NOT_VALID = 3
+
+
+def exit_code(results: Iterable[dict[str, Any]]) -> int:
+    """The exit code of a command that ran evaluations (see EXIT_NOT_VALID)."""
+    results = list(results)
+    if any(r["status"] != "succeeded" for r in results):
+        return 1
+    return EXIT_NOT_VALID if any(not result_validity(r)["valid"] for r in results) else 0
+
+
 def short_id(evaluation_id: str) -> str:
     return evaluation_id[:8]
 

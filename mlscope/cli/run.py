@@ -12,6 +12,7 @@ from mlscope.cli.options import evaluation_options, json_flag, request_fields, s
 from mlscope.cli.render import (
     console,
     err_console,
+    exit_code,
     measurement_table,
     print_json_lines,
     print_sections,
@@ -101,7 +102,8 @@ def _interrupt_on_sigterm() -> None:
 
 
 def run_command(model: str, frameworks: list[str], document: dict[str, Any], *, as_json: bool) -> int:
-    """Returns: the exit code (0 all succeeded, 1 some evaluation failed)."""
+    """Returns: the exit code (`render.exit_code`: 0 all succeeded and valid, 1 some evaluation
+    failed, 3 a result is not valid)."""
     # Imported here, not above: `mlscope --help` and the other verbs need none of this.
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -125,7 +127,7 @@ def run_command(model: str, frameworks: list[str], document: dict[str, Any], *, 
         print_json_lines(results)
     else:
         _print_human(results)
-    return 0 if all(r["status"] == "succeeded" for r in results) else 1
+    return exit_code(results)
 
 
 def _print_human(results: list[dict[str, Any]]) -> None:

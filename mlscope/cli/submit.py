@@ -12,6 +12,7 @@ from mlscope.cli.remote import api_client, follow, upload_local_models
 from mlscope.cli.render import (
     console,
     err_console,
+    exit_code,
     measurement_table,
     note,
     print_json_line,
@@ -76,4 +77,4 @@ def submit_command(document: dict[str, Any], *, wait: bool, timeout_s: float | N
         print_sections(result)
         if result["error"]:
             err_console.print(f"[red]{result['status']}[/red]: {result['error']['message']}")
-    return 0 if result["status"] == "succeeded" else 1
+    return exit_code([result])

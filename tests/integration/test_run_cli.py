@@ -21,7 +21,13 @@ from tests.result_shape import LATENCY_KEYS, RESULT_KEYS
 
 pytestmark = pytest.mark.slow
 
-FAST = ["--min-seconds", "0.2", "--min-count", "5", "--max-seconds", "5", "--measure", "warmup_seconds=0.05"]
+# Short runs whose figures count as valid on a busy machine (a loose stability bound, other processes
+# allowed): these tests check the pipeline, not the machine's quiet; `mlscope run` exits 3 when a
+# result is not valid.
+FAST = [
+    "--min-seconds", "0.2", "--min-count", "5", "--max-seconds", "5", "--measure", "warmup_seconds=0.05",
+    "--measure", "stability=0.99", "--measure", "contention_limit=1.0",
+]  # fmt: skip
 
 
 def mlscope(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -305,3 +311,22 @@ def test_predictor_options_reach_the_framework_and_are_recorded(mlscope_env: dic
     assert result["framework"]["threads"] == 1
     assert result["framework"]["graph_optimization_level"] == "basic"
     assert result["framework"]["providers"] == ["CPUExecutionProvider"]
+
+
+def test_a_run_whose_every_point_is_invalid_exits_3_and_is_listed_as_not_valid(
+    mlscope_env: dict[str, str],
+) -> None:
+    # Given a run that cannot reach its minimum count before its time is up
+    done = mlscope(
+        mlscope_env, "run", "test_tiny_mlp", "-f", "pytorch", "--json",
+        "--min-count", "100000000", "--min-seconds", "0.1", "--max-seconds", "0.3",
+    )  # fmt: skip
+    # Then the evaluation succeeded but the command says its figures are not to be trusted
+    assert done.returncode == 3, done.stderr
+    (result,) = json_lines(done.stdout)
+    assert result["status"] == "succeeded"
+    assert all(not m["validity"]["valid"] for m in result["measurements"])
+    # And the listing does not show it as a plain success
+    listed = mlscope(mlscope_env, "results", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "NOT VALID" in listed.stdout
