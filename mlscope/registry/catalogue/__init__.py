@@ -23,7 +23,14 @@ from typing import Any
 from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest, parse_manifest
 
-__all__ = ["LIBRARY_FILES", "MANIFEST_VERSION", "OWN_LIBRARY", "Catalogue", "CatalogueEntry", "CatalogueInput"]
+__all__ = [
+    "LIBRARY_FILES",
+    "MANIFEST_VERSION",
+    "OWN_LIBRARY",
+    "Catalogue",
+    "CatalogueEntry",
+    "CatalogueInput",
+]
 
 # One generated file per library, in this package.
 LIBRARY_FILES = {

@@ -39,8 +39,9 @@ def _digits_cnn() -> dict[str, Any]:
             f"train split ({record['train_samples']:,} images; {record['epochs']} epochs of Adam, seed "
             f"{record['seed']}) the first time it is built, in seconds, and cached: its weights are "
             "trained, not random, and nothing is downloaded (`weights: random` here only says that no "
-            f"checkpoint file is loaded over what the factory returns). Top-1 on the {record['held_out_samples']} "
-            f"held-out images of the digits dataset: {record['held_out_top1']:.2f}%."
+            "checkpoint file is loaded over what the factory returns). Top-1 on the "
+            f"{record['held_out_samples']} held-out images of the digits dataset: "
+            f"{record['held_out_top1']:.2f}%."
         ),
         "source": {"python": f"{digits_cnn.__name__}:make_model"},
         "inputs": [

@@ -5,8 +5,8 @@ training recipe, and the cache of its trained weights.
 trained once per machine and recipe, in a few seconds on a CPU, on the train split of
 `mlscope.runtime.data.digits` (never on the held-out split the `digits` dataset evaluates), with
 the preprocessing the catalogue entry's manifest declares: pixels scaled to [0, 1], then
-normalised by `MEAN` and `STD`. Training is deterministic: fixed seeds, deterministic algorithms,
-a fixed number of epochs over minibatches in a seeded order.
+normalised by `MEAN` and `STD`. Training is deterministic: fixed seeds, deterministic algorithms, one
+thread, a fixed number of epochs over minibatches in a seeded order.
 
 The trained state dict is cached under `<cache dir>/models/` (MLSCOPE_CACHE_DIR), its file named by
 `recipe_key()`: a hash of the recipe's constants, of the code of the network and of its training,
@@ -18,6 +18,7 @@ mounts it read-only) or read is not an error: the model is trained in memory.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -64,6 +65,9 @@ RECIPE: dict[str, Any] = {
     "batch_size": 128,
     "optimizer": "adam",
     "learning_rate": 0.01,
+    # One intra-op thread: the sums inside a convolution are split by thread, so the trained bits
+    # would depend on the machine's core count; and on a busy 2-core machine one thread is ~8x faster.
+    "threads": 1,
 }
 
 
@@ -110,13 +114,14 @@ def _torch_release() -> str:
     return ".".join(torch.__version__.split("+")[0].split(".")[:2])
 
 
+@functools.cache  # the code as imported: what this process trains with
 def recipe_key() -> str:
     """16 hex digits naming the recipe: its constants, the code of the network, its preprocessing,
     its training and its record, and the torch major.minor version."""
     text = json.dumps(
         {
             "recipe": RECIPE,
-            "code": [inspect.getsource(code) for code in (DigitsCNN, preprocess, _train, _train_deterministically)],
+            "code": [inspect.getsource(code) for code in (DigitsCNN, preprocess, _train, _trained_here)],
             "torch": _torch_release(),
         },
         sort_keys=True,
@@ -169,18 +174,21 @@ def _train(inputs: torch.Tensor, labels: torch.Tensor) -> DigitsCNN:
     return model.eval()
 
 
-def _train_deterministically() -> tuple[DigitsCNN, dict[str, Any]]:
+def _trained_here() -> tuple[DigitsCNN, dict[str, Any]]:
     train_images, train_labels = digits_split("train")
     test_images, test_labels = digits_split("test")
     inputs, labels = torch.from_numpy(preprocess(train_images)), torch.from_numpy(train_labels)
     was_deterministic = torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    threads = torch.get_num_threads()
     started = time.perf_counter()
     with torch.random.fork_rng(devices=[]):
         torch.use_deterministic_algorithms(True)
+        torch.set_num_threads(int(RECIPE["threads"]))
         try:
             model = _train(inputs, labels)
         finally:
+            torch.set_num_threads(threads)
             torch.use_deterministic_algorithms(was_deterministic, warn_only=warn_only)
     seconds = time.perf_counter() - started
     held_out, held_out_labels = torch.from_numpy(preprocess(test_images)), torch.from_numpy(test_labels)
@@ -245,7 +253,7 @@ def trained_digits_cnn(cache_dir: Path | None = None) -> TrainedDigits:
     cached = _load(path)
     if cached is not None:
         return cached
-    model, record = _train_deterministically()
+    model, record = _trained_here()
     saved = _save(path, model, record)
     return TrainedDigits(model, record, "trained", path if saved else None)
 
