@@ -1,7 +1,8 @@
 """`mlscope:digits_cnn` on the real frameworks: the factory trains once per cache and reaches its
 accuracy on the held-out digits when the images go through the manifest's own steps (PNG bytes,
 decoded and normalised as an evaluation does), ONNX Runtime on the exported graph gives what PyTorch
-gives, a wrong mean/std in the manifest visibly costs accuracy, and the CLI shows the entry."""
+gives, a wrong mean/std in the manifest visibly costs accuracy, and the CLI and the HTTP API show
+the entry."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 import onnxruntime
 import pytest
 import torch
+from flask.testing import FlaskClient
 from PIL import Image
 
 from mlscope.contract.manifest import Manifest, parse_manifest
@@ -24,6 +26,13 @@ from mlscope.runtime.data.digits import digits_split
 from mlscope.runtime.models import digits_cnn
 from mlscope.runtime.predictors.onnxruntime.export import exported_graph
 from mlscope.runtime.predictors.pytorch.models import build_module
+from tests.integration.test_api import (  # noqa: F401 - app, http, redis_db, settings: fixtures
+    app,
+    http,
+    redis_db,
+    settings,
+    submit,
+)
 from tests.integration.test_run_cli import json_lines, mlscope
 
 pytestmark = pytest.mark.slow
@@ -227,3 +236,17 @@ def test_models_show_and_the_listing_name_the_entry(mlscope_env: dict[str, str])
     lines = [line for line in json_lines(listed.stdout) if line["name"] == REF]
     assert sorted(line["framework"] for line in lines) == ["onnxruntime", "pytorch"]
     assert all(line["origin"] == "catalogue" and line["task"] == "image_classification" for line in lines)
+
+
+def test_the_api_shows_and_accepts_the_entry_by_name(http: FlaskClient) -> None:  # noqa: F811 - the fixture
+    # Given a farm's API, where no code travels over the wire
+    # When the entry is asked for, then both manifests name mlscope's own factory and the dataset
+    detail = http.get(f"/api/v1/models/{REF}").get_json()
+    assert set(detail["manifests"]) == {"pytorch", "onnxruntime"}
+    for manifest in detail["manifests"].values():
+        assert manifest["source"] == {"python": "mlscope.runtime.models.digits_cnn:make_model"}
+        assert manifest["dataset"] == {"name": "digits", "split": "test"}
+    # And an evaluation naming it is accepted: the factory comes from shipped data, not the request
+    for framework in ("pytorch", "onnxruntime"):
+        accepted = submit(http, model=REF, framework=framework)
+        assert accepted.status_code == 202, accepted.get_json()
