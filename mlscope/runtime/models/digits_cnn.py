@@ -96,7 +96,7 @@ class TrainedDigits:
 
     Attributes:
         model: the network in eval mode.
-        record: recipe key, epochs, seed, batch size, learning rate, torch version, sample counts,
+        record: recipe key, the recipe's settings, torch version, sample counts,
             parameter count, training seconds, and accuracy in percent: top-1 on the train split
             (`train_top1`), top-1 and top-5 on the held-out split (`held_out_top1`, `held_out_top5`).
         origin: "trained" (here, now) or "cache" (read from `path`).
@@ -175,6 +175,7 @@ def _train(inputs: torch.Tensor, labels: torch.Tensor) -> DigitsCNN:
 
 
 def _trained_here() -> tuple[DigitsCNN, dict[str, Any]]:
+    """Train by the recipe, leaving torch's global settings as they were, and record how it went."""
     train_images, train_labels = digits_split("train")
     test_images, test_labels = digits_split("test")
     inputs, labels = torch.from_numpy(preprocess(train_images)), torch.from_numpy(train_labels)
@@ -194,8 +195,8 @@ def _trained_here() -> tuple[DigitsCNN, dict[str, Any]]:
     held_out, held_out_labels = torch.from_numpy(preprocess(test_images)), torch.from_numpy(test_labels)
     record = {
         "recipe": recipe_key(),
-        **{key: RECIPE[key] for key in ("dataset", "seed", "epochs", "batch_size", "learning_rate")},
-        "optimizer": RECIPE["optimizer"],
+        **{key: RECIPE[key] for key in ("dataset", "split", "seed", "epochs", "batch_size", "threads")},
+        **{key: RECIPE[key] for key in ("optimizer", "learning_rate")},
         "torch": str(torch.__version__),
         "train_samples": len(train_labels),
         "held_out_samples": len(test_labels),
