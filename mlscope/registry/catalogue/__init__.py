@@ -1,9 +1,10 @@
 """The model catalogue: every architecture the installed torchvision can build, a curated list of timm
 models and a curated list of transformers model types, named `torchvision:<builder>`, `timm:<model>`
-and `hf:<model_type>`, each turned into a manifest on demand.
+and `hf:<model_type>`, and the models mlscope trains itself, `mlscope:<model>`, each turned into a
+manifest on demand.
 
-The entries are data (`torchvision.json`, `timm.json`, `transformers.json`), generated from the
-libraries by `python -m mlscope.registry.catalogue.generate` and committed; this module reads them and
+The entries are data (`torchvision.json`, `timm.json`, `transformers.json`, `mlscope.json`), generated
+by `python -m mlscope.registry.catalogue.generate` and committed; this module reads them and
 imports no deep-learning framework, so a process without torch can list the catalogue and resolve its
 names. A manifest made here goes through `parse_manifest` like a YAML file, so it is validated and
 hashed the same way.
@@ -22,10 +23,25 @@ from typing import Any
 from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest, parse_manifest
 
-__all__ = ["LIBRARY_FILES", "MANIFEST_VERSION", "Catalogue", "CatalogueEntry", "CatalogueInput"]
+__all__ = [
+    "LIBRARY_FILES",
+    "MANIFEST_VERSION",
+    "OWN_LIBRARY",
+    "Catalogue",
+    "CatalogueEntry",
+    "CatalogueInput",
+]
 
 # One generated file per library, in this package.
-LIBRARY_FILES = {"torchvision": "torchvision.json", "timm": "timm.json", "transformers": "transformers.json"}
+LIBRARY_FILES = {
+    "torchvision": "torchvision.json",
+    "timm": "timm.json",
+    "transformers": "transformers.json",
+    "mlscope": "mlscope.json",
+}
+# The library whose entries name a factory of mlscope's own (`source: {python: mlscope....}`): shipped
+# data names it, so no code travels with a request that names the entry.
+OWN_LIBRARY = "mlscope"
 MANIFEST_VERSION = "1.0"
 
 
@@ -220,12 +236,16 @@ class Catalogue:
                     field="framework",
                 )
             self._manifests[key] = parse_manifest(
-                self._document(entry, framework), f"catalogue {ref} for {framework}", allow_code=False
+                self._document(entry, framework),
+                f"catalogue {ref} for {framework}",
+                allow_code=entry.library == OWN_LIBRARY,
             )
         return self._manifests[key]
 
     def _document(self, entry: CatalogueEntry, framework: str) -> dict[str, Any]:
         raw = entry.document
+        # mlscope's own entries say what they are judged on and what they reached (`from_mlscope`).
+        judged = {"dataset": copy.deepcopy(raw["dataset"])} if "dataset" in raw else {}
         return {
             "name": entry.ref,
             "version": MANIFEST_VERSION,
@@ -236,7 +256,12 @@ class Catalogue:
             "weights": "random",
             "inputs": copy.deepcopy(raw["inputs"]),
             "outputs": copy.deepcopy(raw["outputs"]),
-            "attributes": {"catalogue": entry.library, "family": entry.family},
+            "attributes": {
+                "catalogue": entry.library,
+                "family": entry.family,
+                **copy.deepcopy(raw.get("attributes") or {}),
+            },
+            **judged,
         }
 
     def _unknown(self, ref: str) -> UserError:
@@ -254,6 +279,6 @@ class Catalogue:
         hint = f"; did you mean {' or '.join(suggestions)}?" if suggestions else ""
         return UserError(
             f"unknown catalogue model {ref!r}{hint} "
-            "(names are 'torchvision:<builder>', 'timm:<model>' or 'hf:<model_type>')",
+            "(names are 'torchvision:<builder>', 'timm:<model>', 'hf:<model_type>' or 'mlscope:<model>')",
             field="model",
         )

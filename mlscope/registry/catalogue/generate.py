@@ -1,11 +1,12 @@
 """Write the catalogue's JSON from the installed torchvision, timm and transformers, or check it.
 
-    python -m mlscope.registry.catalogue.generate           # rewrite the three JSON files (LIBRARY_FILES)
+    python -m mlscope.registry.catalogue.generate           # rewrite the JSON files (LIBRARY_FILES)
     python -m mlscope.registry.catalogue.generate --check   # exit 1 if they differ from what is installed
 
 The output is deterministic (entries sorted by ref, keys sorted, two-space indent, one final newline),
 so regenerating with the same libraries gives the same bytes and a library upgrade shows up as a diff.
-This module imports torchvision, timm, transformers and the framework registrations; the catalogue
+This module imports torchvision, timm, transformers and the framework registrations, and builds the
+models mlscope trains itself (their accuracy is part of their entries: `from_mlscope`); the catalogue
 itself (`mlscope.registry.catalogue`) imports none of them.
 """
 
@@ -60,6 +61,10 @@ def _library(library: str) -> tuple[str, list[dict[str, Any]]]:
         from mlscope.registry.catalogue.from_timm import timm_entries, timm_version
 
         return timm_version(), timm_entries()
+    if library == "mlscope":
+        from mlscope.registry.catalogue.from_mlscope import mlscope_entries, mlscope_version
+
+        return mlscope_version(), mlscope_entries()
     from mlscope.registry.catalogue.from_transformers import transformers_entries, transformers_version
 
     return transformers_version(), transformers_entries()
