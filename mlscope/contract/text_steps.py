@@ -4,8 +4,9 @@ A text sample becomes one of the encoding's fields (input_ids, attention_mask or
 padded and truncated to `max_length`, so a model's several inputs each list `tokenize` with the
 field they take and all see the same encoding. A sample holding a tab is a sentence pair: the two
 sides are encoded together, as pair classifiers and cross-encoders expect. The tokenizer is a
-`tokenizer.json` file (or a directory holding one, as `save_pretrained` writes it), read once per
-process; nothing is fetched.
+`tokenizer.json` file (or a directory holding one, as `save_pretrained` writes it), or
+`package:<module>/<folder>` for one an installed package ships (found wherever it is installed),
+read once per process; nothing is fetched.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from marshmallow import Schema, fields, validate
 from mlscope.contract.errors import UserError
 from mlscope.contract.steps import register_step
 
-__all__ = ["TOKEN_FIELDS", "tokenize"]
+__all__ = ["TOKEN_FIELDS", "package_folder", "tokenize"]
 
 TOKEN_FIELDS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -35,9 +36,31 @@ class TokenizeParams(Schema):
     )
 
 
+def package_folder(module: str) -> Path | None:
+    """Where the installed package `module` lives, found without importing it; None when it is not
+    installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(module) if module.isidentifier() else None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _located(location: str) -> Path:
+    """A tokenizer's path: `package:<module>/<folder>` inside an installed package, else a path."""
+    if not location.startswith("package:"):
+        return Path(location).expanduser()
+    module, _, inside = location.removeprefix("package:").partition("/")
+    folder = package_folder(module)
+    if folder is None:
+        raise UserError(f"tokenize: no installed package {module!r} to find {location!r} in")
+    return folder / inside
+
+
 @functools.lru_cache(maxsize=8)
 def _tokenizer(location: str, max_length: int) -> Any:
-    path = Path(location).expanduser()
+    path = _located(location)
     if path.is_dir():
         path = path / "tokenizer.json"
     if not path.is_file():
