@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-from marshmallow import Schema, ValidationError, fields, validate, validates_schema
+from marshmallow import Schema, ValidationError, fields, post_load, validate, validates_schema
 
 from mlscope.contract.errors import UserError
 
@@ -238,28 +238,91 @@ def resize(image: np.ndarray, size: int | list[int], interpolation: str = "bilin
     return np.stack(planes, axis=2).astype(image.dtype)
 
 
+_POSITIONS = ("center", "top_left")
+
+
 class CenterCropParams(Schema):
-    size = _Size(required=True)
+    """`size` (an int or [h, w]) or `ratio` (of the shorter side, 0 < ratio ≤ 1): exactly one."""
+
+    size = _Size(load_default=None)
+    ratio = _Number(
+        load_default=None, validate=validate.Range(min=0, max=1, min_inclusive=False, error="must be > 0 and ≤ 1")
+    )
+
+    @validates_schema(skip_on_field_errors=True)
+    def _check_size_or_ratio(self, data: dict[str, Any], **kwargs: Any) -> None:
+        if (data["size"] is None) == (data["ratio"] is None):
+            which = "both are" if data["size"] is not None else "neither is"
+            raise ValidationError(
+                f"give exactly one of size (pixels) or ratio (of the shorter side); {which} set", "size"
+            )
+
+    @post_load
+    def _drop_unset(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        # A manifest's loaded steps are part of its digest: one that names only `size` stays as it was.
+        return {key: value for key, value in data.items() if value is not None}
 
 
-def center_crop(image: np.ndarray, size: int | list[int]) -> np.ndarray:
-    """Cut the centre of an HWC image; a side smaller than the crop is zero-padded, as torchvision does.
+class CropParams(CenterCropParams):
+    position = fields.String(load_default="center", validate=_one_of(_POSITIONS))
+
+
+def _crop_size(image: np.ndarray, size: int | list[int] | None, ratio: float | None) -> tuple[int, int]:
+    if ratio is not None:
+        side = max(1, int(round(ratio * min(image.shape[0], image.shape[1]))))
+        return side, side
+    if size is None:
+        raise ValueError("a crop needs a size or a ratio")
+    return (size, size) if isinstance(size, int) else (size[0], size[1])
+
+
+def crop(
+    image: np.ndarray,
+    size: int | list[int] | None = None,
+    ratio: float | None = None,
+    position: str = "center",
+) -> np.ndarray:
+    """Cut a window of an HWC image; a side smaller than the window is zero-padded, as torchvision does.
 
     Args:
         image: HWC array.
-        size: an int for a square crop, or [h, w].
+        size: an int for a square window, or [h, w]; or None when `ratio` is given.
+        ratio: the window is a square of ratio × the shorter side (rounded, at least 1 pixel).
+        position: "center" (torchvision's rounding) or "top_left".
+
+    Returns:
+        A view of the image (a padded copy when the image is smaller) of shape (h, w, channels).
+
+    Raises:
+        ValueError: neither size nor ratio is given, or the position is unknown.
+    """
+    if position not in _POSITIONS:
+        raise ValueError(f"crop position must be one of {', '.join(_POSITIONS)}; got {position!r}")
+    crop_h, crop_w = _crop_size(image, size, ratio)
+    pad_h, pad_w = max(crop_h - image.shape[0], 0), max(crop_w - image.shape[1], 0)
+    if pad_h or pad_w:
+        before = (pad_h // 2, pad_w // 2) if position == "center" else (0, 0)
+        pads = [(before[0], pad_h - before[0]), (before[1], pad_w - before[1])]
+        image = np.pad(image, pads + [(0, 0)] * (image.ndim - 2))
+    if position == "top_left":
+        return image[:crop_h, :crop_w]
+    top = round((image.shape[0] - crop_h) / 2.0)
+    left = round((image.shape[1] - crop_w) / 2.0)
+    return image[top : top + crop_h, left : left + crop_w]
+
+
+def center_crop(image: np.ndarray, size: int | list[int] | None = None, ratio: float | None = None) -> np.ndarray:
+    """Cut the centre of an HWC image (`crop` at position "center").
+
+    Args:
+        image: HWC array.
+        size: an int for a square crop, or [h, w]; or None when `ratio` is given.
+        ratio: the crop is a square of ratio × the shorter side.
 
     Returns:
         An array of shape (h, w, channels).
     """
-    crop_h, crop_w = (size, size) if isinstance(size, int) else (size[0], size[1])
-    pad_h, pad_w = max(crop_h - image.shape[0], 0), max(crop_w - image.shape[1], 0)
-    if pad_h or pad_w:
-        pads = [(pad_h // 2, pad_h - pad_h // 2), (pad_w // 2, pad_w - pad_w // 2)]
-        image = np.pad(image, pads + [(0, 0)] * (image.ndim - 2))
-    top = round((image.shape[0] - crop_h) / 2.0)
-    left = round((image.shape[1] - crop_w) / 2.0)
-    return image[top : top + crop_h, left : left + crop_w]
+    return crop(image, size, ratio, "center")
 
 
 class NormalizeParams(Schema):
@@ -299,8 +362,12 @@ def normalize(
         raise ValueError(
             f"normalize has {len(mean)} mean values for an image with {image.shape[-1]} channels"
         )
-    scaled = image.astype(np.float32) * np.float32(scale)
-    return (scaled - np.asarray(mean, dtype=np.float32)) / np.asarray(std, dtype=np.float32)
+    # One float32 copy, then in place: no temporaries the size of the image.
+    out = image.astype(np.float32)
+    out *= np.float32(scale)
+    out -= np.asarray(mean, dtype=np.float32)
+    out /= np.asarray(std, dtype=np.float32)
+    return out
 
 
 # Per-sample axis orders: the batch axis N is added when samples are stacked.
@@ -389,6 +456,7 @@ def argmax(scores: np.ndarray, axis: int = -1) -> np.ndarray:
 register_step("decode", DecodeParams, decode)
 register_step("resize", ResizeParams, resize)
 register_step("center_crop", CenterCropParams, center_crop)
+register_step("crop", CropParams, crop)
 register_step("normalize", NormalizeParams, normalize)
 register_step("to_layout", ToLayoutParams, to_layout)
 register_step("cast", CastParams, cast)
