@@ -245,9 +245,7 @@ class CenterCropParams(Schema):
     """`size` (an int or [h, w]) or `ratio` (of the shorter side, 0 < ratio ≤ 1): exactly one."""
 
     size = _Size(load_default=None)
-    ratio = _Number(
-        load_default=None, validate=validate.Range(min=0, max=1, min_inclusive=False, error="must be > 0 and ≤ 1")
-    )
+    ratio = _Number(load_default=None, validate=validate.Range(0, 1, min_inclusive=False, error="must be > 0 and ≤ 1"))
 
     @validates_schema(skip_on_field_errors=True)
     def _check_size_or_ratio(self, data: dict[str, Any], **kwargs: Any) -> None:
@@ -269,7 +267,7 @@ class CropParams(CenterCropParams):
 
 def _crop_size(image: np.ndarray, size: int | list[int] | None, ratio: float | None) -> tuple[int, int]:
     if ratio is not None:
-        side = max(1, int(round(ratio * min(image.shape[0], image.shape[1]))))
+        side = max(1, round(ratio * min(image.shape[0], image.shape[1])))
         return side, side
     if size is None:
         raise ValueError("a crop needs a size or a ratio")
@@ -311,7 +309,9 @@ def crop(
     return image[top : top + crop_h, left : left + crop_w]
 
 
-def center_crop(image: np.ndarray, size: int | list[int] | None = None, ratio: float | None = None) -> np.ndarray:
+def center_crop(
+    image: np.ndarray, size: int | list[int] | None = None, ratio: float | None = None
+) -> np.ndarray:
     """Cut the centre of an HWC image (`crop` at position "center").
 
     Args:
