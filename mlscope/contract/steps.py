@@ -239,13 +239,14 @@ def resize(image: np.ndarray, size: int | list[int], interpolation: str = "bilin
 
 
 _POSITIONS = ("center", "top_left")
+_RATIO = validate.Range(0, 1, min_inclusive=False, error="must be > 0 and ≤ 1")
 
 
 class CenterCropParams(Schema):
     """`size` (an int or [h, w]) or `ratio` (of the shorter side, 0 < ratio ≤ 1): exactly one."""
 
     size = _Size(load_default=None)
-    ratio = _Number(load_default=None, validate=validate.Range(0, 1, min_inclusive=False, error="must be > 0 and ≤ 1"))
+    ratio = _Number(load_default=None, validate=_RATIO)
 
     @validates_schema(skip_on_field_errors=True)
     def _check_size_or_ratio(self, data: dict[str, Any], **kwargs: Any) -> None:
