@@ -165,7 +165,7 @@ class UploadedFiles(Generic[Described]):
     SUFFIX: ClassVar[str]
     # What the files are ("model"), the request field that names them, and the setting that caps them.
     KIND: ClassVar[str]
-    DESCRIPTION: ClassVar[type[UploadedFile]]
+    DESCRIPTION: ClassVar[type[Any]]  # the `Described` class (a ClassVar cannot name a type variable)
     CAP_SETTING: ClassVar[str] = "MLSCOPE_MAX_UPLOAD_BYTES"
     HOW_TO_UPLOAD: ClassVar[str]
 
