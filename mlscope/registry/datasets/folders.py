@@ -124,8 +124,9 @@ def _label_lines(path: Path) -> Iterator[tuple[int, str, str]]:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        name, separator, label = (part.strip() for part in line.rpartition("," if "," in line else " "))
-        if not separator or not name or not label:
+        parts = line.rsplit(",", 1) if "," in line else line.rsplit(None, 1)
+        name, label = (parts[0].strip(), parts[1].strip()) if len(parts) == 2 else ("", "")
+        if not name or not label:
             raise UserError(
                 f"{path}, line {number}: expected 'filename,label' or 'filename label'; got {raw!r}",
                 field="dataset",
@@ -140,7 +141,7 @@ def _labelled_folder(root: Path, labels_file: Path) -> FolderDataset:
     rows = list(_label_lines(labels_file))
     if not rows:
         raise UserError(f"{labels_file}: lists no images", field="dataset")
-    integers = all(label.lstrip("-").isdigit() for _, _, label in rows)
+    integers = all(label.isdigit() for _, _, label in rows)
     if declared is not None:
         classes = declared
     elif integers:
@@ -159,13 +160,11 @@ def _labelled_folder(root: Path, labels_file: Path) -> FolderDataset:
             raise UserError(f"{where}: names {name!r}, which is not a file in {root}", field="dataset")
         if label in index:
             value = index[label]
-        elif integers and label.lstrip("-").isdigit() and (not classes or 0 <= int(label) < len(classes)):
+        elif label.isdigit() and (not classes or int(label) < len(classes)):
             value = int(label)
         else:
-            known = f"known classes: {', '.join(classes)}" if classes else "labels are integers here"
+            known = f"known classes: {', '.join(classes)}" if classes else "labels are integers ≥ 0 here"
             raise UserError(f"{where}: unknown label {label!r} for {name!r}; {known}", field="dataset")
-        if value < 0:
-            raise UserError(f"{where}: label {label!r} for {name!r} is negative", field="dataset")
         files.append(path)
         labels.append(value)
     return FolderDataset(root, tuple(files), tuple(labels), classes, labels_file.name)
