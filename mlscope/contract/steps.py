@@ -182,8 +182,9 @@ def decode(data: bytes, color_mode: str = "rgb") -> np.ndarray:
     Returns:
         An array of shape (height, width, channels) and dtype uint8.
     """
-    image = _pil().open(io.BytesIO(bytes(data)))
-    array = np.asarray(image.convert("L" if color_mode == "grayscale" else "RGB"), dtype=np.uint8)
+    image = _pil().open(io.BytesIO(data))
+    mode = "L" if color_mode == "grayscale" else "RGB"
+    array = np.asarray(image if image.mode == mode else image.convert(mode), dtype=np.uint8)
     if color_mode == "grayscale":
         return array[:, :, np.newaxis]
     return np.ascontiguousarray(array[:, :, ::-1]) if color_mode == "bgr" else array
@@ -342,6 +343,9 @@ class NormalizeParams(Schema):
             )
 
 
+_PER_CHANNEL_MAX = 8
+
+
 def normalize(
     image: np.ndarray, mean: list[float], std: list[float], scale: float = 1.0 / 255.0
 ) -> np.ndarray:
@@ -363,11 +367,18 @@ def normalize(
         raise ValueError(
             f"normalize has {len(mean)} mean values for an image with {image.shape[-1]} channels"
         )
-    # One float32 copy, then in place: no temporaries the size of the image.
-    out = image.astype(np.float32)
-    out *= np.float32(scale)
-    out -= np.asarray(mean, dtype=np.float32)
-    out /= np.asarray(std, dtype=np.float32)
+    channels = image.shape[-1]
+    # x·scale/std − mean/std, one channel at a time into one float32 array: numpy broadcasting a
+    # 3-value mean over the last axis runs inner loops of length 3, four times slower.
+    factors = np.broadcast_to(np.float64(scale) / np.asarray(std, dtype=np.float64), (channels,))
+    offsets = np.broadcast_to(np.asarray(mean, dtype=np.float64) / np.asarray(std, dtype=np.float64), (channels,))
+    if channels > _PER_CHANNEL_MAX:
+        return (image * factors.astype(np.float32) - offsets.astype(np.float32)).astype(np.float32)
+    out = np.empty(image.shape, dtype=np.float32)
+    for channel in range(channels):
+        plane = out[..., channel]
+        np.multiply(image[..., channel], np.float32(factors[channel]), out=plane, casting="unsafe")
+        plane -= np.float32(offsets[channel])
     return out
 
 
