@@ -12,10 +12,10 @@ nothing behind; a valid one is kept as `<sha256>.onnx`, so uploading the same by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import IO, Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
-from flask import Response, request, send_file, url_for
+from flask import Response, send_file, url_for
 from flask.views import MethodView
 from marshmallow import Schema, fields, validate
 
@@ -23,18 +23,10 @@ from mlscope.registry.uploads import ModelFiles, UploadedModel, UploadTooLarge
 
 from .blueprint import ApiBlueprint
 from .context import context
-from .problems import PROBLEM_MIMETYPE, ApiProblem, ProblemSchema
+from .problems import ApiProblem
+from .upload_body import BINARY, OCTETS, SECURITY, F, UploadKind, document_problems, request_body_doc
 
 __all__ = ["UploadQuerySchema", "UploadedModelSchema", "blp"]
-
-F = TypeVar("F", bound=Callable[..., Any])
-_CHUNK = 1 << 20
-# What a multipart body may add around the file (boundaries, part headers, a filename).
-_MULTIPART_SLACK = 64 * 1024
-_OCTETS = "application/octet-stream"
-_MULTIPART = "multipart/form-data"
-_SECURITY: list[dict[str, list[str]]] = [{"bearerAuth": []}]
-_BINARY = {"type": "string", "format": "binary"}
 
 blp = ApiBlueprint(
     "uploads",
@@ -68,57 +60,19 @@ class UploadedModelSchema(Schema):
 
 
 def _problems(*answers: tuple[int, str]) -> Callable[[F], F]:
-    def document(view: F) -> F:
-        for status, description in answers:
-            view = blp.alt_response(
-                status, schema=ProblemSchema, content_type=PROBLEM_MIMETYPE, description=description
-            )(view)
-        return view
-
-    return document
+    return document_problems(blp, *answers)
 
 
 def _files() -> ModelFiles:
     return ModelFiles(context().settings.upload_dir)
 
 
-def _too_large(cap: int) -> ApiProblem:
-    message = (
-        f"the file is larger than {cap} bytes, the most this API accepts (MLSCOPE_MAX_UPLOAD_BYTES); "
-        "export a smaller model, or raise the setting on the API"
-    )
-    return ApiProblem(413, f"file: {message}", errors={"file": [message]}, max_upload_bytes=cap)
-
-
-def _chunks(stream: IO[bytes]) -> Iterator[bytes]:
-    return iter(lambda: stream.read(_CHUNK), b"")
-
-
-def _body(cap: int, filename: str | None) -> tuple[Iterator[bytes], str | None]:
-    """The uploaded file's bytes as they are read, and its name."""
-    length = request.content_length
-    if request.mimetype == _OCTETS:
-        if length is not None and length > cap:
-            raise _too_large(cap)
-        # One byte past the cap is read, so the upload's own count says "too large", not werkzeug's.
-        request.max_content_length = cap + 1
-        return _chunks(request.stream), filename
-    if request.mimetype == _MULTIPART:
-        if length is not None and length > cap + _MULTIPART_SLACK:
-            raise _too_large(cap)
-        request.max_content_length = cap + _MULTIPART_SLACK
-        part = request.files.get("file")
-        if part is None:
-            raise ApiProblem.for_field(
-                422, "file", "missing: send the ONNX file as the multipart field `file`, or as the body"
-            )
-        return _chunks(part.stream), filename or part.filename
-    raise ApiProblem.for_field(
-        415,
-        "file",
-        f"send the ONNX file as the body with Content-Type: {_OCTETS} (or as the {_MULTIPART} field "
-        f"`file`), not {request.mimetype or 'no content type'}",
-    )
+_ONNX = UploadKind(
+    what="the ONNX file",
+    setting="MLSCOPE_MAX_UPLOAD_BYTES",
+    advice="export a smaller model, or raise the setting on the API",
+    cap_key="max_upload_bytes",
+)
 
 
 def _url(model: UploadedModel) -> str:
@@ -128,17 +82,7 @@ def _url(model: UploadedModel) -> str:
 @blp.route("/models")
 class ModelUpload(MethodView):
     @blp.arguments(UploadQuerySchema, location="query")
-    @blp.doc(
-        requestBody={
-            "required": True,
-            "description": "the ONNX file: the raw body, or the multipart field `file`",
-            "content": {
-                _OCTETS: {"schema": _BINARY},
-                _MULTIPART: {"schema": {"type": "object", "properties": {"file": _BINARY}}},
-            },
-        },
-        security=_SECURITY,
-    )
+    @blp.doc(requestBody=request_body_doc("the ONNX file"), security=SECURITY)
     @blp.response(
         201,
         UploadedModelSchema,
@@ -164,11 +108,11 @@ class ModelUpload(MethodView):
         first upload's description.
         """
         cap = context().settings.max_upload_bytes
-        chunks, filename = _body(cap, query.get("filename"))
+        chunks, filename = _ONNX.body(cap, query.get("filename"))
         try:
             model, created = _files().add(chunks, filename=filename, max_bytes=cap)
         except UploadTooLarge:
-            raise _too_large(cap) from None
+            raise _ONNX.too_large(cap) from None
         return model.to_dict(), 201 if created else 200, {"Location": _url(model)}
 
 
@@ -196,8 +140,8 @@ class UploadedModelByRef(MethodView):
 
 @blp.route("/models/sha256:<string(length=64):digest>/file")
 class UploadedModelFile(MethodView):
-    @blp.response(200, _BINARY, content_type=_OCTETS, description="The ONNX file")
-    @blp.doc(security=_SECURITY)
+    @blp.response(200, BINARY, content_type=OCTETS, description="The ONNX file")
+    @blp.doc(security=SECURITY)
     @_problems(_NOT_FOUND, (401, "No token, or a wrong one"))
     def get(self, digest: str) -> Response:
         """Download an uploaded model
@@ -208,7 +152,7 @@ class UploadedModelFile(MethodView):
         model = _uploaded(digest)
         return send_file(
             _files().path(digest),
-            mimetype=_OCTETS,
+            mimetype=OCTETS,
             as_attachment=True,
             download_name=model.filename,
             etag=model.sha256,

@@ -371,7 +371,9 @@ def normalize(
     # x·scale/std − mean/std, one channel at a time into one float32 array: numpy broadcasting a
     # 3-value mean over the last axis runs inner loops of length 3, four times slower.
     factors = np.broadcast_to(np.float64(scale) / np.asarray(std, dtype=np.float64), (channels,))
-    offsets = np.broadcast_to(np.asarray(mean, dtype=np.float64) / np.asarray(std, dtype=np.float64), (channels,))
+    offsets = np.broadcast_to(
+        np.asarray(mean, dtype=np.float64) / np.asarray(std, dtype=np.float64), (channels,)
+    )
     if channels > _PER_CHANNEL_MAX:
         return (image * factors.astype(np.float32) - offsets.astype(np.float32)).astype(np.float32)
     out = np.empty(image.shape, dtype=np.float32)
