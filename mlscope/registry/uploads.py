@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import tempfile
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -155,7 +156,7 @@ def _write_atomically(path: Path, text: str) -> None:
 Described = TypeVar("Described", bound=UploadedFile)
 
 
-class UploadedFiles(Generic[Described]):
+class UploadedFiles(ABC, Generic[Described]):
     """A directory of uploaded files of one kind, by SHA-256 (see the module's docstring).
 
     Args:
@@ -202,6 +203,26 @@ class UploadedFiles(Generic[Described]):
                 field=self.KIND,
             )
         return self.path(digest)
+
+    @abstractmethod
+    def add(
+        self, chunks: Iterable[bytes], *, filename: str | None = None, max_bytes: int | None = None
+    ) -> tuple[Described, bool]:
+        """Receive an uploaded file, check that it is one of this kind, and keep it.
+
+        Args:
+            chunks: the file's bytes, as they arrive.
+            filename: what the uploader called it.
+            max_bytes: the most accepted.
+
+        Returns:
+            Its description, and whether it is new (False: the same bytes were uploaded before; the
+            answer is the first upload's).
+
+        Raises:
+            UploadTooLarge: it is larger than `max_bytes`.
+            UserError: it is not a file of this kind (field `file`).
+        """
 
     @contextlib.contextmanager
     def receive(self, chunks: Iterable[bytes], *, max_bytes: int | None = None) -> Iterator[Partial]:

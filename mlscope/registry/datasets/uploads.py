@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.settings import DEFAULT_MAX_DATASET_BYTES
 from mlscope.registry.uploads import UploadedFile, UploadedFiles, clean_filename
 
 from .folders import LABEL_FILES, check_image, scan_folder
@@ -103,9 +104,14 @@ class DatasetFiles(UploadedFiles[UploadedDataset]):
     HOW_TO_UPLOAD = "upload a zip of the folder first (POST /api/v1/datasets)"
 
     def add(
-        self, chunks: Iterable[bytes], *, filename: str | None = None, max_bytes: int
+        self, chunks: Iterable[bytes], *, filename: str | None = None, max_bytes: int | None = None
     ) -> tuple[UploadedDataset, bool]:
         """Receive an uploaded zip, check that it holds a dataset whose every image decodes, and keep it.
+
+        Args:
+            chunks: the zip's bytes, as they arrive.
+            filename: what the uploader called it (the dataset's name is its stem).
+            max_bytes: the most the zip, and its members uncompressed, may hold (default 2 GiB).
 
         Returns:
             The dataset, and whether it is new (False: the same bytes were uploaded before).
@@ -115,7 +121,8 @@ class DatasetFiles(UploadedFiles[UploadedDataset]):
             UserError: not a zip, not a dataset folder, or an image that does not decode, naming the
                 member (field `file`).
         """
-        with self.receive(chunks, max_bytes=max_bytes) as partial:
+        cap = DEFAULT_MAX_DATASET_BYTES if max_bytes is None else max_bytes
+        with self.receive(chunks, max_bytes=cap) as partial:
             known = self.find(partial.sha256)
             if known is not None:
                 return known, False
@@ -123,7 +130,7 @@ class DatasetFiles(UploadedFiles[UploadedDataset]):
             called = name if filename else "the uploaded file"
             with tempfile.TemporaryDirectory(prefix=".check-", dir=self.directory) as scratch:
                 try:
-                    root = extract_dataset_zip(partial.path, Path(scratch), max_bytes=max_bytes, shown=called)
+                    root = extract_dataset_zip(partial.path, Path(scratch), max_bytes=cap, shown=called)
                     folder = scan_folder(root)
                     for file in folder.files:
                         check_image(file, f"{called}: {file.relative_to(root).as_posix()}")
