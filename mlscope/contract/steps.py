@@ -117,6 +117,9 @@ def apply_steps(steps: Iterable[NamedStep], value: Any) -> Any:
     Raises:
         UserError: a step is not registered.
     """
+    steps = list(steps)
+    if [step.name for step in steps[:2]] == ["decode", "resize"]:
+        value, steps = _decode_then_resize(value, steps[0].params, steps[1].params), steps[2:]
     for step in steps:
         value = get_step(step.name).fn(value, **step.params)
     return value
@@ -172,6 +175,19 @@ class DecodeParams(Schema):
     color_mode = fields.String(load_default="rgb", validate=_one_of(("rgb", "bgr", "grayscale")))
 
 
+def _open_image(data: Any, color_mode: str) -> Any:
+    image = _pil().open(io.BytesIO(data))
+    mode = "L" if color_mode == "grayscale" else "RGB"
+    return image if image.mode == mode else image.convert(mode)
+
+
+def _hwc(image: Any, color_mode: str) -> np.ndarray:
+    array = np.asarray(image, dtype=np.uint8)
+    if color_mode == "grayscale":
+        return array[:, :, np.newaxis]
+    return np.ascontiguousarray(array[:, :, ::-1]) if color_mode == "bgr" else array
+
+
 def decode(data: bytes, color_mode: str = "rgb") -> np.ndarray:
     """Decode encoded image bytes (PNG, JPEG, ...) into an HWC uint8 array.
 
@@ -182,12 +198,17 @@ def decode(data: bytes, color_mode: str = "rgb") -> np.ndarray:
     Returns:
         An array of shape (height, width, channels) and dtype uint8.
     """
-    image = _pil().open(io.BytesIO(data))
-    mode = "L" if color_mode == "grayscale" else "RGB"
-    array = np.asarray(image if image.mode == mode else image.convert(mode), dtype=np.uint8)
-    if color_mode == "grayscale":
-        return array[:, :, np.newaxis]
-    return np.ascontiguousarray(array[:, :, ::-1]) if color_mode == "bgr" else array
+    return _hwc(_open_image(data, color_mode), color_mode)
+
+
+def _decode_then_resize(data: bytes, decoded: Mapping[str, Any], resized: Mapping[str, Any]) -> np.ndarray:
+    """`resize(decode(data, ...), ...)` with the Pillow image kept between the two: the same pixels
+    (Pillow resizes each channel alone, so channel order commutes), two full-size copies fewer."""
+    color_mode = decoded.get("color_mode", "rgb")
+    image = _open_image(data, color_mode)
+    height, width = _target_size(image.height, image.width, resized["size"])
+    method = getattr(_pil().Resampling, resized.get("interpolation", "bilinear").upper())
+    return _hwc(image.resize((width, height), method), color_mode)
 
 
 _INTERPOLATIONS = ("bilinear", "nearest", "bicubic")

@@ -95,6 +95,29 @@ def test_decode_a_grayscale_png_as_rgb_repeats_the_channel() -> None:
         np.testing.assert_array_equal(image[..., channel], gray)
 
 
+@pytest.mark.parametrize("color_mode", ["rgb", "bgr", "grayscale"])
+@pytest.mark.parametrize("interpolation", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_decode_then_resize_in_a_pipeline_equals_the_two_steps(
+    color_mode: str, interpolation: str, fmt: str
+) -> None:
+    # Given a photo-like RGB image (apply_steps keeps the Pillow image between decode and resize)
+    rng = np.random.default_rng(3)
+    pixels = rng.integers(0, 256, size=(37, 53, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format=fmt)
+    steps = [
+        Step("decode", {"color_mode": color_mode}),
+        Step("resize", {"size": 24, "interpolation": interpolation}),
+    ]
+    # When the pipeline runs, and the steps one by one
+    piped = apply_steps(steps, buffer.getvalue())
+    separate = resize(decode(buffer.getvalue(), color_mode), 24, interpolation)
+    # Then the pixels are the same, to the bit
+    assert piped.shape == separate.shape == (24, 34, 1 if color_mode == "grayscale" else 3)
+    np.testing.assert_array_equal(piped, separate)
+
+
 # ---- resize -----------------------------------------------------------------------------------
 
 
