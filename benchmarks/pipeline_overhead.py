@@ -46,10 +46,7 @@ def direct(data: bytes) -> np.ndarray:
     """ResNet-18's preprocessing written out with PIL and numpy, as one would by hand."""
     image = Image.open(io.BytesIO(data)).convert("RGB")
     width, height = image.size
-    if height <= width:
-        size = (int(256 * width / height), 256)
-    else:
-        size = (256, int(256 * height / width))
+    size = (int(256 * width / height), 256) if height <= width else (256, int(256 * height / width))
     image = image.resize(size, Image.Resampling.BILINEAR)
     left, top = round((size[0] - 224) / 2.0), round((size[1] - 224) / 2.0)
     pixels = np.asarray(image.crop((left, top, left + 224, top + 224)), dtype=np.float32) / 255.0
@@ -119,7 +116,9 @@ def preprocessing_share(name: str, steps: Any, images: Sequence[bytes], model: A
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=1.0, help="per timed run of one implementation")
     parser.add_argument("--samples", type=int, default=30, help="predicted samples per input kind in (b)")
@@ -148,7 +147,9 @@ def main() -> None:
     torch.manual_seed(0)
     model = resnet18(weights=None).eval()
     small = [s for s in steps if s.name not in ("resize", "center_crop")]
-    print(f"ResNet-18, random weights, PyTorch {torch.__version__} eager, batch 1, {torch.get_num_threads()} threads")
+    print(
+        f"ResNet-18, random weights, PyTorch {torch.__version__} eager, batch 1, {torch.get_num_threads()} threads"
+    )
     preprocessing_share("digits 8×8 (no resize)", small, digits, model, args.samples)
     preprocessing_share("digits 8×8 → 224", steps, digits, model, args.samples)
     preprocessing_share("photos JPEG → 224", steps, jpegs, model, args.samples)
