@@ -147,9 +147,8 @@ def main() -> None:
     torch.manual_seed(0)
     model = resnet18(weights=None).eval()
     small = [s for s in steps if s.name not in ("resize", "center_crop")]
-    print(
-        f"ResNet-18, random weights, PyTorch {torch.__version__} eager, batch 1, {torch.get_num_threads()} threads"
-    )
+    threads = torch.get_num_threads()
+    print(f"ResNet-18, random weights, PyTorch {torch.__version__} eager, batch 1, {threads} threads")
     preprocessing_share("digits 8×8 (no resize)", small, digits, model, args.samples)
     preprocessing_share("digits 8×8 → 224", steps, digits, model, args.samples)
     preprocessing_share("photos JPEG → 224", steps, jpegs, model, args.samples)
