@@ -327,24 +327,14 @@ def crop(
         image = np.pad(image, pads + [(0, 0)] * (image.ndim - 2))
     if position == "top_left":
         return image[:crop_h, :crop_w]
-    top = round((image.shape[0] - crop_h) / 2.0)
-    left = round((image.shape[1] - crop_w) / 2.0)
+    top, left = round((image.shape[0] - crop_h) / 2.0), round((image.shape[1] - crop_w) / 2.0)
     return image[top : top + crop_h, left : left + crop_w]
 
 
 def center_crop(
     image: np.ndarray, size: int | list[int] | None = None, ratio: float | None = None
 ) -> np.ndarray:
-    """Cut the centre of an HWC image (`crop` at position "center").
-
-    Args:
-        image: HWC array.
-        size: an int for a square crop, or [h, w]; or None when `ratio` is given.
-        ratio: the crop is a square of ratio × the shorter side.
-
-    Returns:
-        An array of shape (h, w, channels).
-    """
+    """Cut the centre of an HWC image: `crop` at position "center" (its args, result and padding)."""
     return crop(image, size, ratio, "center")
 
 
