@@ -25,7 +25,7 @@ from mlscope.registry.models import ModelRegistry
 from mlscope.registry.uploads import ModelFiles
 from mlscope.store import Store, open_store
 
-from . import catalog, compare, evaluations, history, ops, uploads
+from . import catalog, compare, datasets, evaluations, history, ops, uploads
 from .auth import init_auth
 from .context import ApiContext
 from .metrics import ApiMetrics
@@ -36,7 +36,7 @@ __all__ = ["MAX_BODY_BYTES", "create_app", "serve"]
 MAX_BODY_BYTES = 1024 * 1024
 # waitress buffers a whole request body before the app sees it, and refuses (its own plain 413) one
 # past its limit: it is set this far above MLSCOPE_MAX_UPLOAD_BYTES, so the app's answer, a problem
-# document naming the cap, is the one a client gets.
+# document naming the cap, is the one a client gets (MLSCOPE_MAX_DATASET_BYTES when it is larger).
 _WAITRESS_BODY_SLACK = 1024 * 1024
 SWAGGER_UI_CDN = "https://cdn.jsdelivr.net/npm/swagger-ui-dist/"
 logger = logging.getLogger("mlscope.api")
@@ -127,7 +127,8 @@ def create_app(
     ctx.metrics.init_app(app)
     init_auth(app)
     api = _ProblemApi(app)
-    for blueprint in (evaluations.blp, catalog.blp, uploads.blp, compare.blp, history.blp, ops.blp):
+    blueprints = (evaluations.blp, catalog.blp, uploads.blp, datasets.blp, compare.blp, history.blp, ops.blp)
+    for blueprint in blueprints:
         api.register_blueprint(blueprint)
     # After flask-smorest's own handler, so these win.
     install_error_handlers(app)
@@ -161,7 +162,8 @@ def serve(
             port=port,
             threads=threads,
             ident="mlscope",
-            max_request_body_size=ctx.settings.max_upload_bytes + _WAITRESS_BODY_SLACK,
+            max_request_body_size=max(ctx.settings.max_upload_bytes, ctx.settings.max_dataset_bytes)
+            + _WAITRESS_BODY_SLACK,
         )
     finally:
         ctx.store.close()

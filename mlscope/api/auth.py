@@ -30,9 +30,9 @@ OPEN_ENDPOINTS = frozenset({"ops.Health"})
 # flask-smorest serves openapi.json and the docs page from this blueprint.
 OPEN_BLUEPRINTS = frozenset({"api-docs"})
 # Reads that need a token whatever `api_reads` says: an uploaded model's bytes are its uploader's.
-TOKEN_READS = frozenset({"uploads.UploadedModelFile"})
+TOKEN_READS = frozenset({"uploads.UploadedModelFile", "datasets.UploadedDatasetFile"})
 # Writes whose body is a file, not JSON.
-RAW_BODY_ENDPOINTS = frozenset({"uploads.ModelUpload"})
+RAW_BODY_ENDPOINTS = frozenset({"uploads.ModelUpload", "datasets.DatasetUpload"})
 _CHALLENGE = 'Bearer realm="mlscope"'
 
 

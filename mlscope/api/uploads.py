@@ -8,33 +8,19 @@ the upload directory (`<cache_dir>/uploads`) as it is read, hashed on the way an
 MLSCOPE_MAX_UPLOAD_BYTES; or the multipart/form-data field `file` (as `curl -F file=@model.onnx`
 sends it, spooled by werkzeug first). A file that is too large, not ONNX, or cut short leaves
 nothing behind; a valid one is kept as `<sha256>.onnx`, so uploading the same bytes twice keeps one.
+The routes are the ones every upload has (`upload_routes`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import IO, Any, TypeVar
+from marshmallow import fields
 
-from flask import Response, request, send_file, url_for
-from flask.views import MethodView
-from marshmallow import Schema, fields, validate
-
-from mlscope.registry.uploads import ModelFiles, UploadedModel, UploadTooLarge
+from mlscope.registry.uploads import ModelFiles
 
 from .blueprint import ApiBlueprint
-from .context import context
-from .problems import PROBLEM_MIMETYPE, ApiProblem, ProblemSchema
+from .upload_routes import UploadDocs, UploadedFileSchema, UploadKind, add_upload_routes
 
-__all__ = ["UploadQuerySchema", "UploadedModelSchema", "blp"]
-
-F = TypeVar("F", bound=Callable[..., Any])
-_CHUNK = 1 << 20
-# What a multipart body may add around the file (boundaries, part headers, a filename).
-_MULTIPART_SLACK = 64 * 1024
-_OCTETS = "application/octet-stream"
-_MULTIPART = "multipart/form-data"
-_SECURITY: list[dict[str, list[str]]] = [{"bearerAuth": []}]
-_BINARY = {"type": "string", "format": "binary"}
+__all__ = ["UploadedModelSchema", "blp"]
 
 blp = ApiBlueprint(
     "uploads",
@@ -44,20 +30,7 @@ blp = ApiBlueprint(
 )
 
 
-class UploadQuerySchema(Schema):
-    filename = fields.String(
-        validate=validate.Length(min=1, max=200),
-        metadata={"description": "what the file is called (the model's name is its stem)"},
-    )
-
-
-class UploadedModelSchema(Schema):
-    ref = fields.String(metadata={"description": "sha256:<hex>: name the model by it in any request"})
-    sha256 = fields.String()
-    size = fields.Integer(metadata={"description": "bytes"})
-    filename = fields.String(metadata={"description": "the name it was first uploaded under"})
-    name = fields.String(metadata={"description": "the model's name in results (the file name's stem)"})
-    uploaded_at = fields.String(metadata={"description": "when it was first uploaded (ISO 8601, UTC)"})
+class UploadedModelSchema(UploadedFileSchema):
     inputs = fields.List(
         fields.Dict(),
         metadata={"description": "{name, dtype, shape}; a dynamic axis is its symbol (give its size as "
@@ -67,151 +40,36 @@ class UploadedModelSchema(Schema):
     opset = fields.Integer(allow_none=True)
 
 
-def _problems(*answers: tuple[int, str]) -> Callable[[F], F]:
-    def document(view: F) -> F:
-        for status, description in answers:
-            view = blp.alt_response(
-                status, schema=ProblemSchema, content_type=PROBLEM_MIMETYPE, description=description
-            )(view)
-        return view
+ONNX_UPLOADS = UploadKind(
+    what="the ONNX file",
+    setting="MLSCOPE_MAX_UPLOAD_BYTES",
+    advice="export a smaller model, or raise the setting on the API",
+    cap_key="max_upload_bytes",
+    resource="models",
+    noun="model",
+    files=lambda settings: ModelFiles(settings.upload_dir),
+)
 
-    return document
-
-
-def _files() -> ModelFiles:
-    return ModelFiles(context().settings.upload_dir)
-
-
-def _too_large(cap: int) -> ApiProblem:
-    message = (
-        f"the file is larger than {cap} bytes, the most this API accepts (MLSCOPE_MAX_UPLOAD_BYTES); "
-        "export a smaller model, or raise the setting on the API"
-    )
-    return ApiProblem(413, f"file: {message}", errors={"file": [message]}, max_upload_bytes=cap)
-
-
-def _chunks(stream: IO[bytes]) -> Iterator[bytes]:
-    return iter(lambda: stream.read(_CHUNK), b"")
-
-
-def _body(cap: int, filename: str | None) -> tuple[Iterator[bytes], str | None]:
-    """The uploaded file's bytes as they are read, and its name."""
-    length = request.content_length
-    if request.mimetype == _OCTETS:
-        if length is not None and length > cap:
-            raise _too_large(cap)
-        # One byte past the cap is read, so the upload's own count says "too large", not werkzeug's.
-        request.max_content_length = cap + 1
-        return _chunks(request.stream), filename
-    if request.mimetype == _MULTIPART:
-        if length is not None and length > cap + _MULTIPART_SLACK:
-            raise _too_large(cap)
-        request.max_content_length = cap + _MULTIPART_SLACK
-        part = request.files.get("file")
-        if part is None:
-            raise ApiProblem.for_field(
-                422, "file", "missing: send the ONNX file as the multipart field `file`, or as the body"
-            )
-        return _chunks(part.stream), filename or part.filename
-    raise ApiProblem.for_field(
-        415,
-        "file",
-        f"send the ONNX file as the body with Content-Type: {_OCTETS} (or as the {_MULTIPART} field "
-        f"`file`), not {request.mimetype or 'no content type'}",
-    )
-
-
-def _url(model: UploadedModel) -> str:
-    return url_for("uploads.UploadedModelByRef", digest=model.sha256)
-
-
-@blp.route("/models")
-class ModelUpload(MethodView):
-    @blp.arguments(UploadQuerySchema, location="query")
-    @blp.doc(
-        requestBody={
-            "required": True,
-            "description": "the ONNX file: the raw body, or the multipart field `file`",
-            "content": {
-                _OCTETS: {"schema": _BINARY},
-                _MULTIPART: {"schema": {"type": "object", "properties": {"file": _BINARY}}},
-            },
-        },
-        security=_SECURITY,
-    )
-    @blp.response(
-        201,
-        UploadedModelSchema,
-        description="Uploaded",
-        headers={"Location": {"description": "the model's URL", "schema": {"type": "string"}}},
-    )
-    @blp.alt_response(
-        200, schema=UploadedModelSchema, description="These bytes were uploaded before: the same answer"
-    )
-    @_problems(
-        (413, "Larger than MLSCOPE_MAX_UPLOAD_BYTES (the problem's max_upload_bytes); nothing is kept"),
-        (415, "Neither an application/octet-stream body nor a multipart field `file`"),
-        (403, "Writes are disabled (no tokens configured)"),
-        (401, "No token, or a wrong one"),
-    )
-    def post(self, query: dict[str, Any]) -> tuple[dict[str, Any], int, dict[str, str]]:
-        """Upload an ONNX model
+add_upload_routes(
+    blp,
+    ONNX_UPLOADS,
+    UploadedModelSchema,
+    UploadDocs(
+        upload="""Upload an ONNX model
 
         The file is checked as an ONNX graph whose inputs mlscope can feed (a corrupt or truncated
         file is a 422 naming the field `file`) and kept by its SHA-256; the answer's `ref`,
         `sha256:<hex>`, names it as a request's `model` (with `model_options.input_shapes` for
         dynamic axes besides the batch axis). The same bytes uploaded again answer 200 with the
         first upload's description.
-        """
-        cap = context().settings.max_upload_bytes
-        chunks, filename = _body(cap, query.get("filename"))
-        try:
-            model, created = _files().add(chunks, filename=filename, max_bytes=cap)
-        except UploadTooLarge:
-            raise _too_large(cap) from None
-        return model.to_dict(), 201 if created else 200, {"Location": _url(model)}
-
-
-def _uploaded(digest: str) -> UploadedModel:
-    model = _files().find(digest)
-    if model is None:
-        raise ApiProblem(
-            404,
-            f"no model with SHA-256 {digest} was uploaded here; POST /api/v1/models uploads one",
-        )
-    return model
-
-
-_NOT_FOUND = (404, "No model with this SHA-256 was uploaded")
-
-
-@blp.route("/models/sha256:<string(length=64):digest>")
-class UploadedModelByRef(MethodView):
-    @blp.response(200, UploadedModelSchema)
-    @_problems(_NOT_FOUND)
-    def get(self, digest: str) -> dict[str, Any]:
-        """Describe an uploaded model"""
-        return _uploaded(digest).to_dict()
-
-
-@blp.route("/models/sha256:<string(length=64):digest>/file")
-class UploadedModelFile(MethodView):
-    @blp.response(200, _BINARY, content_type=_OCTETS, description="The ONNX file")
-    @blp.doc(security=_SECURITY)
-    @_problems(_NOT_FOUND, (401, "No token, or a wrong one"))
-    def get(self, digest: str) -> Response:
-        """Download an uploaded model
+        """,
+        describe="Describe an uploaded model",
+        download="""Download an uploaded model
 
         Needs a token, whatever MLSCOPE_API_READS says: a farm's workers fetch the models they are
         asked to run with it. The ETag is the SHA-256.
-        """
-        model = _uploaded(digest)
-        return send_file(
-            _files().path(digest),
-            mimetype=_OCTETS,
-            as_attachment=True,
-            download_name=model.filename,
-            etag=model.sha256,
-            conditional=True,
-            max_age=0,
-        )
+        """,
+        file="The ONNX file",
+    ),
+    endpoints=("ModelUpload", "UploadedModelByRef", "UploadedModelFile"),
+)

@@ -19,7 +19,13 @@ import platformdirs
 
 from mlscope.contract.errors import UserError
 
-__all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "Settings", "client_token", "load_settings"]
+__all__ = [
+    "DEFAULT_MAX_DATASET_BYTES",
+    "DEFAULT_MAX_UPLOAD_BYTES",
+    "Settings",
+    "client_token",
+    "load_settings",
+]
 
 APP = "mlscope"
 
@@ -34,6 +40,8 @@ def _default_cache_dir() -> Path:
 
 # The largest ONNX file the API takes (POST /api/v1/models): 2 GiB, protobuf's own limit for one file.
 DEFAULT_MAX_UPLOAD_BYTES = 2 * 1024**3
+# The largest dataset mlscope materialises or takes as an upload (POST /api/v1/datasets): 2 GiB.
+DEFAULT_MAX_DATASET_BYTES = 2 * 1024**3
 # Docker refuses a container memory limit under 6 MB.
 _DOCKER_MIN_MEMORY_MB = 6
 
@@ -64,6 +72,8 @@ class Settings:
     max_raw_latencies: int = 100_000
     # The largest model file the API accepts as an upload, in bytes (a larger one is answered 413).
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    # The largest dataset (its images' bytes; an uploaded zip's too) mlscope materialises or accepts.
+    max_dataset_bytes: int = DEFAULT_MAX_DATASET_BYTES
 
     def __post_init__(self) -> None:
         for name in ("store_url", "broker_url", "api_url"):
@@ -112,21 +122,27 @@ class Settings:
                 field="max_raw_latencies",
             )
 
-        if not (
-            isinstance(self.max_upload_bytes, int)
-            and not isinstance(self.max_upload_bytes, bool)
-            and self.max_upload_bytes >= 1
+        for name, default in (
+            ("max_upload_bytes", DEFAULT_MAX_UPLOAD_BYTES),
+            ("max_dataset_bytes", DEFAULT_MAX_DATASET_BYTES),
         ):
-            raise UserError(
-                f"setting max_upload_bytes={self.max_upload_bytes!r}: expected a whole number of bytes >= 1 "
-                f"(default {DEFAULT_MAX_UPLOAD_BYTES}, 2 GiB)",
-                field="max_upload_bytes",
-            )
+            value = getattr(self, name)
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise UserError(
+                    f"setting {name}={value!r}: expected a whole number of bytes >= 1 "
+                    f"(default {default}, 2 GiB)",
+                    field=name,
+                )
 
     @property
     def upload_dir(self) -> Path:
         """Where the API keeps uploaded models, one `<sha256>.onnx` each: `<cache_dir>/uploads`."""
         return self.cache_dir / "uploads"
+
+    @property
+    def dataset_upload_dir(self) -> Path:
+        """Where the API keeps uploaded datasets, one `<sha256>.zip` each: `<cache_dir>/dataset-uploads`."""
+        return self.cache_dir / "dataset-uploads"
 
     @property
     def agent_registry_url(self) -> str:
@@ -178,8 +194,8 @@ def _coerce(name: str, raw: Any) -> Any:
             return float(raw)
         except (TypeError, ValueError):
             raise UserError(f"setting docker_cpus={raw!r}: expected a number of CPUs", field=name) from None
-    if name in ("docker_memory_mb", "max_raw_latencies", "max_upload_bytes"):
-        unit = {"docker_memory_mb": " of MB", "max_upload_bytes": " of bytes"}.get(name, "")
+    if name in ("docker_memory_mb", "max_raw_latencies", "max_upload_bytes", "max_dataset_bytes"):
+        unit = {"docker_memory_mb": " of MB"}.get(name, " of bytes" if name.endswith("_bytes") else "")
         try:
             return int(str(raw).strip())
         except ValueError:

@@ -64,7 +64,31 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         lambda d: input_steps(d).insert(0, "tokenize"),
         "inputs.0.steps.0",
         "unknown preprocessing step 'tokenize'; known preprocessing steps: "
-        "cast, center_crop, decode, normalize, resize, to_layout",
+        "cast, center_crop, crop, decode, normalize, resize, to_layout",
+    ),
+    (
+        "crop-size-and-ratio",
+        lambda d: input_steps(d)[2].update(center_crop={"size": 32, "ratio": 0.875}),
+        "inputs.0.steps.2.center_crop.size",
+        "give exactly one of size (pixels) or ratio (of the shorter side); both are set",
+    ),
+    (
+        "crop-ratio-range",
+        lambda d: input_steps(d)[2].update(center_crop={"ratio": 1.5}),
+        "inputs.0.steps.2.center_crop.ratio",
+        "must be > 0 and ≤ 1",
+    ),
+    (
+        "crop-position",
+        lambda d: input_steps(d).__setitem__(2, {"crop": {"size": 32, "position": "bottom"}}),
+        "inputs.0.steps.2.crop.position",
+        "must be one of center, top_left",
+    ),
+    (
+        "center-crop-position",
+        lambda d: input_steps(d)[2].update(center_crop={"size": 32, "position": "top_left"}),
+        "inputs.0.steps.2.center_crop.position",
+        "unknown parameter; center_crop takes: size, ratio",
     ),
     (
         "step-of-other-stage",

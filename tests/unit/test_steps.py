@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from marshmallow import Schema, fields
+from marshmallow import Schema, ValidationError, fields
 from PIL import Image
 
 from mlscope.contract.errors import UserError
@@ -20,6 +20,7 @@ from mlscope.contract.steps import (
     argmax,
     cast,
     center_crop,
+    crop,
     decode,
     get_step,
     normalize,
@@ -69,6 +70,52 @@ def test_decode_grayscale_keeps_a_channel_axis(pixels: np.ndarray) -> None:
     # Pillow's luma: L = R*299/1000 + G*587/1000 + B*114/1000
     r, g, b = (pixels[0, 0].astype(float)).tolist()
     assert abs(int(image[0, 0, 0]) - (r * 0.299 + g * 0.587 + b * 0.114)) <= 1
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_decode_colour_order_on_an_encoded_photo(fmt: str) -> None:
+    # Given a red-dominant image encoded as PNG or JPEG
+    pixels = np.zeros((16, 16, 3), dtype=np.uint8)
+    pixels[..., 0], pixels[..., 1], pixels[..., 2] = 200, 90, 10
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format=fmt)
+    # When decoded as rgb and as bgr
+    rgb, bgr = decode(buffer.getvalue(), "rgb"), decode(buffer.getvalue(), "bgr")
+    # Then rgb keeps red first, bgr puts it last, and they are each other's reversal
+    assert rgb[..., 0].mean() > 190 and bgr[..., 2].mean() > 190 and bgr[..., 0].mean() < 20
+    np.testing.assert_array_equal(bgr, rgb[..., ::-1])
+    assert bgr.flags["C_CONTIGUOUS"]
+
+
+def test_decode_a_grayscale_png_as_rgb_repeats_the_channel() -> None:
+    gray = np.arange(64, dtype=np.uint8).reshape(8, 8) * 4
+    image = decode(png_bytes(gray), "rgb")
+    assert image.shape == (8, 8, 3)
+    for channel in range(3):
+        np.testing.assert_array_equal(image[..., channel], gray)
+
+
+@pytest.mark.parametrize("color_mode", ["rgb", "bgr", "grayscale"])
+@pytest.mark.parametrize("interpolation", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_decode_then_resize_in_a_pipeline_equals_the_two_steps(
+    color_mode: str, interpolation: str, fmt: str
+) -> None:
+    # Given a photo-like RGB image (apply_steps keeps the Pillow image between decode and resize)
+    rng = np.random.default_rng(3)
+    pixels = rng.integers(0, 256, size=(37, 53, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format=fmt)
+    steps = [
+        Step("decode", {"color_mode": color_mode}),
+        Step("resize", {"size": 24, "interpolation": interpolation}),
+    ]
+    # When the pipeline runs, and the steps one by one
+    piped = apply_steps(steps, buffer.getvalue())
+    separate = resize(decode(buffer.getvalue(), color_mode), 24, interpolation)
+    # Then the pixels are the same, to the bit
+    assert piped.shape == separate.shape == (24, 34, 1 if color_mode == "grayscale" else 3)
+    np.testing.assert_array_equal(piped, separate)
 
 
 # ---- resize -----------------------------------------------------------------------------------
@@ -138,6 +185,67 @@ def test_center_crop_pads_an_image_smaller_than_the_crop() -> None:
     assert out.shape == (4, 4, 3)
     assert out.sum() == 2 * 2 * 3  # the original pixels, surrounded by zeros
     np.testing.assert_array_equal(out[1:3, 1:3], image)
+
+
+def test_center_crop_by_ratio_takes_a_square_of_the_shorter_side() -> None:
+    # Given a 10x12 image whose values are their positions
+    image = np.arange(10 * 12).reshape(10, 12, 1)
+    # When the centre is cut at ratio 0.5 (of the shorter side, 10)
+    out = center_crop(image, ratio=0.5)
+    # Then it is the centre 5x5: rows round(2.5)=2..6, columns round(3.5)=4..8
+    np.testing.assert_array_equal(out, image[2:7, 4:9])
+
+
+def test_center_crop_ratio_matches_the_same_size_given_in_pixels() -> None:
+    image = np.random.default_rng(1).integers(0, 256, size=(256, 341, 3), dtype=np.uint8)
+    # 0.875 x 256 = 224: the usual ImageNet evaluation crop
+    np.testing.assert_array_equal(center_crop(image, ratio=0.875), center_crop(image, 224))
+
+
+def test_crop_top_left_by_size_and_by_ratio() -> None:
+    image = np.arange(10 * 12).reshape(10, 12, 1)
+    np.testing.assert_array_equal(crop(image, [3, 4], position="top_left"), image[:3, :4])
+    np.testing.assert_array_equal(crop(image, ratio=0.3, position="top_left"), image[:3, :3])
+    np.testing.assert_array_equal(crop(image, 4), center_crop(image, 4))
+
+
+def test_crop_top_left_pads_below_and_to_the_right() -> None:
+    image = np.ones((2, 3, 1), dtype=np.uint8)
+    out = crop(image, 4, position="top_left")
+    assert out.shape == (4, 4, 1)
+    np.testing.assert_array_equal(out[:2, :3], image)
+    assert out.sum() == 6
+
+
+def test_crop_with_neither_size_nor_ratio_is_an_error() -> None:
+    with pytest.raises(ValueError, match="needs a size or a ratio"):
+        crop(np.zeros((4, 4, 1)))
+    with pytest.raises(ValueError, match="position must be one of center, top_left"):
+        crop(np.zeros((4, 4, 1)), 2, position="bottom")
+
+
+@pytest.mark.parametrize(
+    ("step", "params", "field", "message"),
+    [
+        ("center_crop", {}, "size", "neither is set"),
+        ("center_crop", {"size": 4, "ratio": 0.5}, "size", "both are set"),
+        ("center_crop", {"ratio": 0}, "ratio", "must be > 0 and ≤ 1"),
+        ("crop", {"ratio": "0.5"}, "ratio", "must be a number"),
+        ("crop", {"size": 4, "position": "middle"}, "position", "must be one of center, top_left"),
+    ],
+)
+def test_crop_parameters_are_validated_naming_the_field(
+    step: str, params: dict[str, object], field: str, message: str
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        get_step(step).schema.load(params)
+    assert message in caught.value.messages[field][0]  # type: ignore[index,call-overload]
+
+
+def test_crop_params_load_without_unset_keys() -> None:
+    # A manifest naming only `size` loads as before (its digest is unchanged)
+    assert get_step("center_crop").schema.load({"size": 224}) == {"size": 224}
+    assert get_step("crop").schema.load({"ratio": 0.5}) == {"ratio": 0.5, "position": "center"}
 
 
 # ---- normalize, to_layout, cast -----------------------------------------------------------------
@@ -221,7 +329,7 @@ def test_argmax() -> None:
 
 
 def test_stages_list_exactly_the_implemented_steps() -> None:
-    assert steps_for("pre") == ["cast", "center_crop", "decode", "normalize", "resize", "to_layout"]
+    assert steps_for("pre") == ["cast", "center_crop", "crop", "decode", "normalize", "resize", "to_layout"]
     assert steps_for("post") == ["argmax", "softmax", "topk"]
 
 
