@@ -21,6 +21,7 @@ from mlscope import __version__
 from mlscope.broker.app import make_celery
 from mlscope.contract.settings import Settings, load_settings
 from mlscope.registry.agents import AgentRegistry
+from mlscope.registry.datasets.uploads import DatasetFiles
 from mlscope.registry.models import ModelRegistry
 from mlscope.registry.uploads import ModelFiles
 from mlscope.store import Store, open_store
@@ -114,7 +115,10 @@ def create_app(
         models=models
         if models is not None
         else ModelRegistry.load(
-            settings.manifests, local_files=False, uploads=ModelFiles(settings.upload_dir).lookup
+            settings.manifests,
+            local_files=False,
+            uploads=ModelFiles(settings.upload_dir).lookup,
+            dataset_uploads=DatasetFiles(settings.dataset_upload_dir).lookup,
         ),
         metrics=ApiMetrics(),
         store_url=settings.store_url if store is None else None,

@@ -133,6 +133,8 @@ class ModelRegistry:
             to a local path holding it (fetched and verified), its description beside it (a
             `ModelFiles` directory: the name it was uploaded under); None: uploads are not resolved
             here.
+        dataset_uploads: the same for uploaded datasets (`--dataset sha256:<hex>`): the API's
+            lookup, a worker's fetcher; None: uploaded datasets are not resolved here.
 
     Raises:
         ManifestError: two manifests share a (name, framework); names both files.
@@ -145,11 +147,13 @@ class ModelRegistry:
         *,
         local_files: bool = True,
         uploads: Callable[[str], Path] | None = None,
+        dataset_uploads: Callable[[str], Path] | None = None,
     ) -> None:
         self._by_key = _index(manifests)
         self._catalogue = catalogue
         self._local_files = local_files
         self._uploads = uploads
+        self.dataset_uploads = dataset_uploads
         self._resolved: dict[tuple[str, str], Manifest] = {}
 
     @classmethod
@@ -159,6 +163,7 @@ class ModelRegistry:
         *,
         local_files: bool = True,
         uploads: Callable[[str], Path] | None = None,
+        dataset_uploads: Callable[[str], Path] | None = None,
     ) -> ModelRegistry:
         """Read the shipped manifests, then each extra directory (recursively, *.yaml and *.yml), and
         the catalogue.
@@ -179,7 +184,13 @@ class ModelRegistry:
         merged: dict[tuple[str, str], Manifest] = {}
         for layer in layers:
             merged.update(_index(layer))
-        return cls(merged.values(), catalogue=Catalogue.load(), local_files=local_files, uploads=uploads)
+        return cls(
+            merged.values(),
+            catalogue=Catalogue.load(),
+            local_files=local_files,
+            uploads=uploads,
+            dataset_uploads=dataset_uploads,
+        )
 
     @property
     def catalogue(self) -> Catalogue | None:

@@ -135,7 +135,9 @@ def admit(
     _check_fixed_batch(manifest, request.batch_sizes)
     check_measure(request.measure)
     if request.dataset is not None:
-        check_dataset_reference(request.dataset, local_files=models.local_files)
+        check_dataset_reference(
+            request.dataset, local_files=models.local_files, uploads=models.dataset_uploads
+        )
     parity_manifest = _parity_manifest(request, models) if request.check_parity else None
     if here is None:
         return Admission(request, manifest, parity_manifest=parity_manifest)
@@ -156,7 +158,13 @@ def admit(
     _check_device(request.device)
     dataset = None
     if request.dataset is not None:
-        dataset = resolve_dataset(request.dataset, here.cache_dir, limit=request.limit)
+        dataset = resolve_dataset(
+            request.dataset,
+            here.cache_dir,
+            limit=request.limit,
+            uploads=models.dataset_uploads,
+            max_bytes=here.max_dataset_bytes,
+        )
         check_takes_dataset(manifest, dataset)
     return Admission(request, manifest, version, dataset, parity_manifest)
 

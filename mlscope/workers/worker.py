@@ -43,9 +43,11 @@ from mlscope.runtime.trace.spans import TraceContext, Tracer
 from mlscope.store import EvaluationNotFound, InvalidTransition, Store, open_store
 from mlscope.workers.admission import admit
 from mlscope.workers.capabilities import detect_capabilities
-from mlscope.workers.model_fetch import ModelFetcher, ModelFetchError
+from mlscope.workers.dataset_fetch import DatasetFetcher
+from mlscope.workers.model_fetch import ModelFetcher
 from mlscope.workers.pipeline import evaluate, keep_spans
 from mlscope.workers.runners import RUNNERS, frameworks_for, get_runner
+from mlscope.workers.upload_fetch import UploadFetchError
 
 try:
     import fcntl
@@ -137,7 +139,10 @@ class Worker:
         # Paths and factories in a request name the submitter's files, not this machine's; an upload
         # (sha256:<hex>) is fetched from the API into the cache.
         self.models = ModelRegistry.load(
-            settings.manifests, local_files=False, uploads=ModelFetcher(settings)
+            settings.manifests,
+            local_files=False,
+            uploads=ModelFetcher(settings),
+            dataset_uploads=DatasetFetcher(settings),
         )
         self.store: Store = open_store(settings.store_url)
         self.app: Celery = make_celery(settings, name="mlscope-worker")
@@ -226,8 +231,8 @@ class Worker:
             return
         try:
             admitted = admit(request, self.models, here=self.settings)
-        except ModelFetchError as exc:
-            self._fail(evaluation_id, "ModelFetchError", exc.message, "fetch")
+        except UploadFetchError as exc:  # an uploaded model or dataset the API could not give
+            self._fail(evaluation_id, type(exc).__name__, exc.message, "fetch")
             return
         except UserError as exc:
             self._fail(evaluation_id, "InvalidRequest", exc.message, "validate")

@@ -61,10 +61,10 @@ CASES: list[tuple[str, Mutation, str, str]] = [
     ("bad-name", lambda d: d.update(name="Tiny CNN"), "name", "lowercase"),
     (
         "unknown-step",
-        lambda d: input_steps(d).insert(0, "tokenize"),
+        lambda d: input_steps(d).insert(0, "detokenize"),
         "inputs.0.steps.0",
-        "unknown preprocessing step 'tokenize'; known preprocessing steps: "
-        "cast, center_crop, crop, decode, normalize, resize, to_layout",
+        "unknown preprocessing step 'detokenize'; known preprocessing steps: "
+        "cast, center_crop, crop, decode, normalize, resize, to_layout, tokenize",
     ),
     (
         "crop-size-and-ratio",

@@ -329,13 +329,15 @@ def test_argmax() -> None:
 
 
 def test_stages_list_exactly_the_implemented_steps() -> None:
-    assert steps_for("pre") == ["cast", "center_crop", "crop", "decode", "normalize", "resize", "to_layout"]
+    assert steps_for("pre") == [
+        "cast", "center_crop", "crop", "decode", "normalize", "resize", "to_layout", "tokenize",
+    ]  # fmt: skip
     assert steps_for("post") == ["argmax", "softmax", "topk"]
 
 
 def test_get_unknown_step_lists_the_known_ones() -> None:
-    with pytest.raises(UserError, match="unknown step 'tokenize'; known steps: argmax, cast, center_crop"):
-        get_step("tokenize")
+    with pytest.raises(UserError, match="unknown step 'detokenize'; known steps: argmax, cast, center_crop"):
+        get_step("detokenize")
 
 
 def test_registering_a_name_twice_is_refused() -> None:
