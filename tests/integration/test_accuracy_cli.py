@@ -6,6 +6,7 @@ refused with one line and exit code 2, nothing stored.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -41,9 +42,11 @@ def test_run_measures_accuracy_on_the_dataset_and_checks_parity(mlscope_env: dic
     # And the outputs themselves are not kept in the result
     assert "outputs" not in result
     # And the pipeline's stages are spans beside inference
-    traced = mlscope(mlscope_env, "trace", result["id"], "--json")
+    traced = mlscope(mlscope_env, "trace", result["id"], "--format", "json")
     assert traced.returncode == 0, traced.stderr
-    names = {span["name"] for span in json_lines(traced.stdout)[0]["spans"]}
+    document = json.loads(traced.stdout)
+    spans = document["spans"] if isinstance(document, dict) else document
+    names = {span["name"] for span in spans}
     assert {"accuracy", "preprocess", "predict", "postprocess"} <= names
 
 
@@ -135,3 +138,48 @@ def test_a_dataset_whose_labels_exceed_the_models_classes_fails_naming_both(
     text = done.stdout + done.stderr
     assert "12 classes" in text and "scores only 10" in text
     assert all(r["status"] != "succeeded" for r in stored(mlscope_env))
+
+
+def test_the_trained_digits_model_is_accurate_and_its_export_answers_the_same(
+    mlscope_env: dict[str, str],
+) -> None:
+    # Given mlscope's own trained model, on both frameworks, out of the box
+    done = mlscope(
+        mlscope_env, "run", "mlscope:digits_cnn", "-f", "pytorch,onnxruntime", "--dataset", "digits",
+        "--check-parity", "--json", *FAST,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json_lines(done.stdout)
+    # Then each reaches its stated accuracy on all 360 held-out digits, and each agrees with the other
+    for result in results:
+        assert result["accuracy"]["count"] == 360 and result["accuracy"]["top1"] >= 0.95, result["accuracy"]
+        assert result["parity"]["verdict"] == "same" and result["parity"]["top1_agreement"] == 1.0
+    assert {r["parity"]["against"] for r in results} == {"pytorch", "onnxruntime"}
+    assert results[0]["accuracy"]["top1"] == results[1]["accuracy"]["top1"]
+
+
+def test_a_manifest_with_a_wrong_std_visibly_drops_accuracy(
+    mlscope_env: dict[str, str], tmp_path: Path
+) -> None:
+    import yaml
+
+    # Given the trained model's manifest, and a copy whose normalize std is ten times too large
+    shown = mlscope(mlscope_env, "models", "show", "mlscope:digits_cnn", "-f", "pytorch", "--json")
+    assert shown.returncode == 0, shown.stderr
+    manifest = json.loads(shown.stdout)
+    manifest["name"] = "digits_cnn_wrong_std"
+    normalize = next(s for s in manifest["inputs"][0]["steps"] if "normalize" in s)["normalize"]
+    normalize["std"] = [normalize["std"][0] * 10]
+    folder = tmp_path / "wrong"
+    folder.mkdir()
+    (folder / "digits_cnn_wrong_std.yaml").write_text(yaml.safe_dump(manifest))
+    env = {**mlscope_env, "MLSCOPE_MANIFESTS": f"{mlscope_env['MLSCOPE_MANIFESTS']}:{folder}"}
+    # When both are evaluated on the digits
+    right = mlscope(env, "run", "mlscope:digits_cnn", "-f", "pytorch", "--dataset", "digits", "--json", *FAST)
+    wrong = mlscope(
+        env, "run", "digits_cnn_wrong_std", "-f", "pytorch", "--dataset", "digits", "--json", *FAST
+    )
+    assert right.returncode == 0 and wrong.returncode == 0, (right.stderr, wrong.stderr)
+    # Then the wrong preprocessing costs at least twenty points of top-1
+    (good,), (bad,) = json_lines(right.stdout), json_lines(wrong.stdout)
+    assert good["accuracy"]["top1"] - bad["accuracy"]["top1"] >= 0.20, (good["accuracy"], bad["accuracy"])
