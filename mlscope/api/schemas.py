@@ -53,6 +53,11 @@ SHARED_REQUEST_FIELDS = (
     "timeout_s",
     "memory_limit_mb",
     "model_options",
+    "dataset",
+    "limit",
+    "check_parity",
+    "parity_against",
+    "tolerance",
 )
 _TIME_ERRORS: dict[str, str | list[Any] | dict[Any, Any]] = {
     "invalid": "must be an ISO 8601 time with a timezone, e.g. 2024-05-01T12:00:00Z",

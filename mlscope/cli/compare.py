@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from mlscope.cli.options import evaluation_options, json_flag, request_fields, split_csv
-from mlscope.cli.remote import api_client, follow, upload_local_models
+from mlscope.cli.remote import api_client, follow, upload_local_dataset, upload_local_models
 from mlscope.cli.render import console, err_console, new_table, note, print_json_lines, short_id, warn
 from mlscope.contract.errors import UserError
 
@@ -155,6 +155,7 @@ def compare_command(
     except OSError as exc:
         message = f"-o {output}: cannot make the folder {prefix.parent}: {exc.strerror}"
         raise UserError(message, field="output") from None
+    body = upload_local_dataset(client, body)
     answer = client.submit_batch({**body, "models": upload_local_models(client, list(body["models"]))})
     for skipped in answer.get("skipped", []):
         err_console.print(

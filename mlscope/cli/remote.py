@@ -49,6 +49,27 @@ def upload_local_models(client: Client, refs: list[str]) -> list[str]:
     return named
 
 
+def upload_local_dataset(client: Client, document: dict[str, Any]) -> dict[str, Any]:
+    """`document` with its `dataset`, when that names a folder or .zip here, uploaded first and
+    replaced by its `sha256:<hex>` (a line on stderr says so); other names go as they are.
+
+    Raises:
+        ApiError: the API refused the upload (an image that does not decode, over its cap).
+    """
+    from pathlib import Path
+
+    dataset = document.get("dataset")
+    if not isinstance(dataset, str) or dataset.startswith("sha256:"):
+        return document
+    local = Path(dataset).expanduser()
+    if not (local.is_dir() or (local.is_file() and local.suffix == ".zip")):
+        return document
+    answer = client.upload_dataset(local)
+    how = "uploaded" if answer["created"] else "already uploaded"
+    click.echo(f"{how} dataset {dataset}: {answer['ref']}", err=True)
+    return {**document, "dataset": answer["ref"]}
+
+
 def follow(client: Client, ids: list[str], timeout_s: float | None) -> list[dict[str, Any]]:
     """Poll until every evaluation has ended, with one progress bar for all of them."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from mlscope.cli.options import evaluation_options, json_flag, request_fields
-from mlscope.cli.remote import api_client, follow, upload_local_models
+from mlscope.cli.remote import api_client, follow, upload_local_dataset, upload_local_models
 from mlscope.cli.render import (
     console,
     err_console,
@@ -58,7 +58,7 @@ def submit_command(document: dict[str, Any], *, wait: bool, timeout_s: float | N
     """Returns: the exit code (0 queued, or with `wait` succeeded; 1 the evaluation did not succeed)."""
     client = api_client()
     (model,) = upload_local_models(client, [document["model"]])
-    answer = client.submit({**document, "model": model})
+    answer = client.submit({**upload_local_dataset(client, document), "model": model})
     for warning in answer.get("warnings", []):
         warn(warning)
     if not wait:

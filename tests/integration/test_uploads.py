@@ -234,3 +234,40 @@ def test_bad_uploads_and_local_references_are_refused_and_leave_nothing(
             "mlscope: error: POST /api/v1/evaluations"
         )
         assert ": 422 ./" in ran.stderr
+
+
+def test_a_dataset_folder_is_uploaded_by_submit_and_scored_on_the_worker(
+    make_farm: Any, tmp_path: Path
+) -> None:
+    from PIL import Image
+
+    from mlscope.runtime.data.digits import digits_split
+
+    # Given an api and a worker with caches of their own, and a folder of 20 digits by class here
+    farm, capability, _, worker_cache = _api_and_worker(make_farm, tmp_path, "ds", "dataset-agent")
+    images, labels = digits_split("test")
+    folder = tmp_path / "my digits"
+    folder.mkdir()
+    # The model's ten classes in its order, whichever digits the 20 samples happen to hold
+    (folder / "classes.txt").write_text("".join(f"{digit}\n" for digit in range(10)))
+    for index in range(20):
+        (folder / str(labels[index])).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(images[index]).save(folder / str(labels[index]) / f"{index}.png")
+
+    # When `mlscope submit MODEL --dataset ./my digits` runs
+    submitted = subprocess.run(
+        [sys.executable, "-m", "mlscope", "submit", "test_digits_conv", "-f", "pytorch", "--on", capability,
+         "--dataset", str(folder), "--min-seconds", "0.1", "--max-seconds", "3", "--wait", "--wait-timeout",
+         "120", "--json"],
+        env={**farm.env, "MLSCOPE_CACHE_DIR": str(tmp_path / "cli-cache")},
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+
+    # Then the folder went up as a zip, named by its digest, and the worker scored all 20 samples
+    assert submitted.returncode in (0, 3), submitted.stderr
+    assert f"uploaded dataset {folder}: sha256:" in submitted.stderr
+    result = json.loads(submitted.stdout)
+    assert result["status"] == "succeeded", result["error"]
+    assert result["request"]["dataset"].startswith("sha256:")
+    assert result["accuracy"]["count"] == 20 and result["accuracy"]["dataset"] == result["request"]["dataset"]
+    assert (worker_cache / "datasets").is_dir()
