@@ -20,7 +20,7 @@ from mlscope.contract.errors import UserError
 from mlscope.contract.job import Job
 from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
-from mlscope.runtime.measure.parity import compare_outputs, decode_outputs
+from mlscope.runtime.measure.parity import compare_outputs, decode_outputs, score_outputs
 from mlscope.workers.admission import Admission, admit
 from mlscope.workers.runners import get_runner
 from mlscope.workers.runners.base import Outcome, Runner
@@ -62,6 +62,7 @@ def run_parity_check(
             decode_outputs(outputs),
             against=against,
             rtol=admitted.request.tolerance,
+            scores=score_outputs(admitted.manifest),
         )
     except UserError as exc:
         return {"against": against, "verdict": "unavailable", "error": exc.message}
@@ -144,6 +145,7 @@ def parity_across(
             decode_outputs(outcome.result["outputs"]),
             against=reference_name,
             rtol=tolerance,
+            scores=score_outputs(admitted[0].manifest),
         )
         rows.append({"framework": name, "version": outcome.result["framework"].get("version"), **section})
     dataset = admitted[0].dataset

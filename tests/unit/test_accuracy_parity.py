@@ -105,3 +105,10 @@ def test_outputs_survive_the_json_encoding_bit_for_bit() -> None:
     decoded = decode_outputs(encode_outputs(arrays))
     for name, array in arrays.items():
         assert decoded[name].dtype == array.dtype and np.array_equal(decoded[name], array)
+
+
+def test_top1_agreement_is_reported_only_for_class_scores() -> None:
+    outputs = {"embedding": np.eye(4, 8, dtype=np.float32), "logits": np.eye(4, 8, dtype=np.float32)}
+    report = compare_outputs(outputs, outputs, against="a", scores=frozenset({"logits"}))
+    assert report["outputs"]["embedding"]["top1_agreement"] is None
+    assert report["outputs"]["logits"]["top1_agreement"] == 1.0 and report["top1_agreement"] == 1.0

@@ -17,8 +17,19 @@ from typing import Any
 import numpy as np
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.manifest import Manifest
 
-__all__ = ["DEFAULT_TOLERANCES", "compare_outputs", "decode_outputs", "encode_outputs", "tolerance_for"]
+__all__ = [
+    "DEFAULT_TOLERANCES",
+    "compare_outputs",
+    "decode_outputs",
+    "encode_outputs",
+    "score_outputs",
+    "tolerance_for",
+]
+
+# Postprocessing that makes an output a score per class: top-1 agreement means something for it.
+_SCORING_STEPS = frozenset({"softmax", "topk", "argmax"})
 
 # (rtol, atol) by dtype: reduced precisions round at about 1e-3 (float16) and 1e-2 (bfloat16);
 # float32 kernels that differ in summation order or fused instructions drift by ~1e-6 relative per
@@ -40,6 +51,11 @@ def tolerance_for(dtype: np.dtype, rtol: float | None = None) -> tuple[float, fl
     else:
         default = DEFAULT_TOLERANCES.get(name, DEFAULT_TOLERANCES["float32"])
     return (default[0] if rtol is None else rtol), default[1]
+
+
+def score_outputs(manifest: Manifest) -> frozenset[str]:
+    """The outputs a manifest treats as class scores (postprocessed by softmax, topk or argmax)."""
+    return frozenset(o.name for o in manifest.outputs if any(step.name in _SCORING_STEPS for step in o.steps))
 
 
 def encode_outputs(outputs: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
@@ -64,7 +80,9 @@ def decode_outputs(encoded: dict[str, dict[str, Any]]) -> dict[str, np.ndarray]:
     }
 
 
-def _compare_one(reference: np.ndarray, candidate: np.ndarray, rtol: float, atol: float) -> dict[str, Any]:
+def _compare_one(
+    reference: np.ndarray, candidate: np.ndarray, rtol: float, atol: float, scores: bool
+) -> dict[str, Any]:
     ref = reference.astype(np.float64).reshape(len(reference), -1)
     cand = candidate.astype(np.float64).reshape(len(candidate), -1)
     difference = np.abs(ref - cand)
@@ -77,7 +95,7 @@ def _compare_one(reference: np.ndarray, candidate: np.ndarray, rtol: float, atol
     both_zero = (np.linalg.norm(ref, axis=1) == 0) & (np.linalg.norm(cand, axis=1) == 0)
     cosines = np.where(both_zero, 1.0, cosines)
     top1 = None
-    if reference.ndim == 2 and reference.shape[1] > 1 and reference.dtype.kind == "f":
+    if scores and reference.ndim == 2 and reference.shape[1] > 1 and reference.dtype.kind == "f":
         top1 = round(float(np.mean(np.argmax(ref, axis=1) == np.argmax(cand, axis=1))), 6)
     same = max_abs <= atol + rtol * scale
     return {
@@ -98,6 +116,7 @@ def compare_outputs(
     *,
     against: str,
     rtol: float | None = None,
+    scores: frozenset[str] | None = None,
 ) -> dict[str, Any]:
     """Compare a candidate's outputs with a reference's, output by output, sample by sample.
 
@@ -106,6 +125,9 @@ def compare_outputs(
         candidate: the same outputs from the framework under test.
         against: the reference framework's name (recorded).
         rtol: the relative tolerance; None for the outputs' dtype's default (DEFAULT_TOLERANCES).
+        scores: the outputs that are class scores, whose top-1 agreement is reported (None: every
+            2-D float output; an embedding's "top-1" means nothing, so callers pass
+            `score_outputs(manifest)`).
 
     Returns:
         The result's `parity` section: the worst output's figures at the top, each output's under
@@ -126,7 +148,7 @@ def compare_outputs(
         if ref.shape != cand.shape:
             raise UserError(f"output {name!r}: shape {cand.shape} against the reference's {ref.shape}")
         rtol_used, atol = tolerance_for(ref.dtype, rtol)
-        per_output[name] = _compare_one(ref, cand, rtol_used, atol)
+        per_output[name] = _compare_one(ref, cand, rtol_used, atol, scores is None or name in scores)
     worst = max(per_output.values(), key=lambda o: (o["verdict"] == "different", o["max_rel"]))
     agreements = [o["top1_agreement"] for o in per_output.values() if o["top1_agreement"] is not None]
     return {
