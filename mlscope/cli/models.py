@@ -93,8 +93,9 @@ def models(
     as_json: bool,
 ) -> None:
     """List the models that can be evaluated: the manifests (shipped and MLSCOPE_MANIFESTS) and the
-    catalogue's architectures (torchvision:NAME, timm:NAME, hf:TYPE), each with its frameworks (bold:
-    installed here). `mlscope models show NAME` prints the manifest a name resolves to."""
+    catalogue's architectures (torchvision:NAME, timm:NAME, hf:TYPE) and mlscope's own models with real
+    weights (mlscope:NAME), each with its frameworks (bold: installed here). `mlscope models show
+    NAME` prints the manifest a name resolves to."""
     if ctx.invoked_subcommand is not None:
         return
     from mlscope.runtime.frameworks import get_framework
