@@ -16,13 +16,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
 import requests
 
-from mlscope.client_uploads import UploadsMixin
+from mlscope import client_uploads
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import Settings, client_token, load_settings
 
@@ -92,7 +93,7 @@ def _params(filters: Mapping[str, Any]) -> dict[str, Any]:
     return {name: _param(value) for name, value in filters.items() if value is not None}
 
 
-class Client(UploadsMixin):
+class Client:
     """A connection to one mlscope API.
 
     Args:
@@ -391,6 +392,16 @@ class Client(UploadsMixin):
         """
         model: dict[str, Any] = self._json("GET", f"{_V1}/models/{quote(name, safe='')}")
         return model
+
+    def upload_model(self, path: str | Path, *, filename: str | None = None) -> dict[str, Any]:
+        """Upload an ONNX file; name the model by the answer's `ref` (`sha256:<hex>`). See
+        `mlscope.client_uploads.upload_model`."""
+        return client_uploads.upload_model(self, path, filename=filename)
+
+    def upload_dataset(self, path: str | Path, *, filename: str | None = None) -> dict[str, Any]:
+        """Upload a dataset folder (zipped here) or .zip; name it by the answer's `ref`. See
+        `mlscope.client_uploads.upload_dataset`."""
+        return client_uploads.upload_dataset(self, path, filename=filename)
 
     def frameworks(self) -> list[dict[str, Any]]:
         """Every registered framework: {name, display, installed_here, served_by}."""
