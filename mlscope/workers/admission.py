@@ -29,7 +29,7 @@ from mlscope.runtime.measure import MeasureSettings
 from mlscope.runtime.system import gpu_facts
 from mlscope.workers.runners import get_runner
 
-__all__ = ["PARITY_SAMPLES", "Admission", "admit", "check_measure"]
+__all__ = ["PARITY_SAMPLES", "Admission", "admit", "check_measure", "outputs_only"]
 
 # How many samples' outputs a parity check compares: enough for top-1 agreement to mean something
 # (one flip in 64 is 1.6%), few enough that a classifier's outputs cross a pipe in a blink.
@@ -91,14 +91,23 @@ class Admission:
         reference framework, measuring nothing, returning the outputs `job` returns."""
         assert self.parity_manifest is not None
         return dataclasses.replace(
-            job,
+            outputs_only(job, job.outputs_for),
             manifest=self.parity_manifest.to_dict(),
             origin=self.parity_manifest.origin,
             framework=self.parity_manifest.framework.name,
-            scenarios=(),
             trace_level="NO_TRACE",
             traceparent="",
         )
+
+
+def outputs_only(job: Job, samples: int) -> Job:
+    """`job` measuring nothing and returning its first `samples` samples' raw outputs: a dataset is
+    read only that far (the accuracy of a few samples it also computes is not kept)."""
+    dataset = dict(job.dataset)
+    if dataset:
+        limit = dataset.get("limit")
+        dataset["limit"] = samples if limit is None else min(limit, samples)
+    return dataclasses.replace(job, scenarios=(), outputs_for=samples, dataset=dataset)
 
 
 def admit(

@@ -11,7 +11,6 @@ machine with the measured pass. `parity_across` is `mlscope parity`: no measurin
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -21,7 +20,7 @@ from mlscope.contract.job import Job
 from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.measure.parity import compare_outputs, decode_outputs, score_outputs
-from mlscope.workers.admission import Admission, admit
+from mlscope.workers.admission import Admission, admit, outputs_only
 from mlscope.workers.runners import get_runner
 from mlscope.workers.runners.base import Outcome, Runner
 
@@ -108,10 +107,8 @@ def parity_across(
     runs: list[tuple[str, Outcome]] = []
     for item in admitted:
         request = item.request
-        job = dataclasses.replace(
-            item.job(f"parity-{request.framework}", cache_dir=str(settings.cache_dir)),
-            scenarios=(),
-            outputs_for=samples,
+        job = outputs_only(
+            item.job(f"parity-{request.framework}", cache_dir=str(settings.cache_dir)), samples
         )
         runner = get_runner(request.runner, settings)
 
