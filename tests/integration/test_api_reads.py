@@ -387,4 +387,4 @@ def test_a_result_with_accuracy_and_parity_reads_back_through_the_api(
     document = http.get("/api/openapi.json").get_json()
     properties = document["components"]["schemas"]["Evaluation"]["properties"]
     assert properties["accuracy"]["properties"]["top1"]["maximum"] == 1
-    assert properties["parity"]["properties"]["verdict"]["enum"] == ["same", "different"]
+    assert properties["parity"]["properties"]["verdict"]["enum"] == ["same", "different", "unavailable"]

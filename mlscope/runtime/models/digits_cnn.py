@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from mlscope.contract.settings import load_settings
+from mlscope.contract.steps import normalize
 from mlscope.runtime.data.digits import digits_split
 
 __all__ = [
@@ -116,12 +117,14 @@ def _torch_release() -> str:
 
 @functools.cache  # the code as imported: what this process trains with
 def recipe_key() -> str:
-    """16 hex digits naming the recipe: its constants, the code of the network, its preprocessing,
-    its training and its record, and the torch major.minor version."""
+    """16 hex digits naming the recipe: its constants, the code of the network, its preprocessing
+    (and the normalize step it calls), its training and its record, and the torch major.minor."""
     text = json.dumps(
         {
             "recipe": RECIPE,
-            "code": [inspect.getsource(code) for code in (DigitsCNN, preprocess, _train, _trained_here)],
+            "code": [
+                inspect.getsource(code) for code in (DigitsCNN, preprocess, normalize, _train, _trained_here)
+            ],
             "torch": _torch_release(),
         },
         sort_keys=True,
@@ -140,11 +143,10 @@ def cache_path(cache_dir: Path | None = None) -> Path:
 
 
 def preprocess(images: np.ndarray) -> np.ndarray:
-    """uint8 images (n, 8, 8) as the network takes them, float32 (n, 1, 8, 8): the arithmetic of the
-    manifest's `normalize` step (x·scale − mean) / std, in float32, in the same order."""
-    scaled = images.astype(np.float32) * np.float32(_SCALE)
-    normalised = (scaled - np.float32(MEAN)) / np.float32(STD)
-    return np.ascontiguousarray(normalised[:, None, :, :])
+    """uint8 images (n, 8, 8) as the network takes them, float32 (n, 1, 8, 8): the manifest's own
+    `normalize` step (the same function, so training sees the very bits an evaluation feeds)."""
+    normalised = normalize(images[..., np.newaxis], mean=[MEAN], std=[STD], scale=_SCALE)
+    return np.ascontiguousarray(normalised[:, np.newaxis, :, :, 0])
 
 
 def _top_k(model: DigitsCNN, inputs: torch.Tensor, labels: torch.Tensor, k: int = 1) -> float:
