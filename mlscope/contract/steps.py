@@ -10,14 +10,14 @@ turns encoded image bytes into an HWC uint8 array and the others keep that layou
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 import numpy as np
 from marshmallow import Schema, ValidationError, fields, post_load, validate, validates_schema
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.step_registry import STAGES, STEPS, StepDefinition, get_step, register_step, steps_for
 
 __all__ = [
     "DTYPES",
@@ -30,68 +30,8 @@ __all__ = [
     "steps_for",
 ]
 
-STAGES = ("pre", "post")
-
 # One list for tensor dtypes and `cast`, so a manifest can cast to anything it can declare.
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int8", "uint8", "bool")
-
-StepFunction = Callable[..., Any]
-
-
-@dataclass(frozen=True)
-class StepDefinition:
-    """A registered step: what its parameters look like and what it does."""
-
-    name: str
-    stage: str
-    schema: Schema
-    fn: StepFunction
-
-
-STEPS: dict[str, StepDefinition] = {}
-
-
-def register_step(
-    name: str, schema: Schema | type[Schema], fn: StepFunction, stage: str = "pre"
-) -> StepDefinition:
-    """Make a step available to manifests.
-
-    Args:
-        name: the name manifests use, unique across both stages.
-        schema: validates the step's parameters; its loaded output is passed to `fn` as keywords.
-        fn: a pure function `fn(value, **params)` returning the transformed value.
-        stage: "pre" (runs on an input sample) or "post" (runs on a model output).
-
-    Returns:
-        The registered definition.
-
-    Raises:
-        ValueError: the stage is unknown or the name is already taken.
-    """
-    if stage not in STAGES:
-        raise ValueError(f"step {name!r}: stage must be one of {', '.join(STAGES)}; got {stage!r}")
-    if name in STEPS:
-        raise ValueError(f"step {name!r} is already registered (stage {STEPS[name].stage!r})")
-    definition = StepDefinition(name, stage, schema() if isinstance(schema, type) else schema, fn)
-    STEPS[name] = definition
-    return definition
-
-
-def get_step(name: str) -> StepDefinition:
-    """The registered step called `name`.
-
-    Raises:
-        UserError: no step has that name; the message lists the known ones.
-    """
-    try:
-        return STEPS[name]
-    except KeyError:
-        raise UserError(f"unknown step {name!r}; known steps: {', '.join(sorted(STEPS))}") from None
-
-
-def steps_for(stage: str) -> list[str]:
-    """The sorted names of the steps registered for a stage ("pre" or "post")."""
-    return sorted(n for n, d in STEPS.items() if d.stage == stage)
 
 
 class NamedStep(Protocol):
@@ -489,6 +429,7 @@ register_step("softmax", AxisParams, softmax, stage="post")
 register_step("topk", TopKParams, topk, stage="post")
 register_step("argmax", AxisParams, argmax, stage="post")
 
-# Text steps live in a module of their own (they need the tokenizers package); importing it here
-# registers them wherever steps are, so a manifest naming `tokenize` validates everywhere.
+# Text steps live in a module of their own (they need the tokenizers package; it registers through
+# step_registry, not this module); importing it here registers them wherever steps are, so a
+# manifest naming `tokenize` validates everywhere.
 from mlscope.contract import text_steps  # noqa: E402, F401 - registers `tokenize`

@@ -19,7 +19,7 @@ import numpy as np
 from marshmallow import Schema, fields, validate
 
 from mlscope.contract.errors import UserError
-from mlscope.contract.steps import register_step
+from mlscope.contract.step_registry import register_step
 
 __all__ = ["TOKEN_FIELDS", "package_folder", "tokenize"]
 
