@@ -219,7 +219,8 @@ def test_the_cli_lists_agents_submits_and_compares(farm: Farm) -> None:
     submitted = _mlscope(
         farm, "submit", MODEL, "-f", "pytorch", "--on", "agent:cli-b", "--wait", "--json", *quick
     )
-    assert submitted.returncode == 0, submitted.stderr
+    # 3: succeeded, but a short run on a busy machine may not be valid (its status is checked below)
+    assert submitted.returncode in (0, 3), submitted.stderr
     result = json.loads(submitted.stdout)
     assert result["status"] == "succeeded" and result["system"]["agent"]["id"] == "cli-b"
 

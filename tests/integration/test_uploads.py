@@ -107,8 +107,9 @@ def test_an_uploaded_model_is_fetched_by_the_worker_once_and_evaluated(
         capture_output=True, text=True, timeout=180, check=False,
     )  # fmt: skip
 
-    # Then it uploaded the file (saying its ref), and the evaluation of sha256:<hex> succeeded
-    assert submitted.returncode == 0, submitted.stderr
+    # Then it uploaded the file (saying its ref), and the evaluation of sha256:<hex> succeeded (exit 3:
+    # succeeded, but a short run on a busy machine may not be valid)
+    assert submitted.returncode in (0, 3), submitted.stderr
     assert f"uploaded {model} (tiny-net, {model.stat().st_size} bytes): sha256:{digest}" in submitted.stderr
     result = json.loads(submitted.stdout)
     assert result["status"] == "succeeded", result["error"]
