@@ -43,7 +43,10 @@ _DEFAULT_SAMPLES = 64
     help="How many samples' outputs to compare.",
 )
 @click.option(
-    "--tolerance", type=float, metavar="RTOL", help="Relative tolerance [default: by the outputs' dtype]."
+    "--tolerance",
+    type=click.FloatRange(0, 1, min_open=True),
+    metavar="RTOL",
+    help="Relative tolerance, in (0, 1] [default: by the outputs' dtype].",
 )
 @click.option(
     "-b",
@@ -74,7 +77,7 @@ def parity(
 ) -> None:
     """Run the same inputs through each framework and compare the outputs with the first one's."""
     from mlscope.registry.models import ModelRegistry
-    from mlscope.runtime.frameworks import get_framework
+    from mlscope.runtime.frameworks import in_framework_order
     from mlscope.workers.local import default_frameworks
     from mlscope.workers.parity import parity_across
 
@@ -82,26 +85,24 @@ def parity(
     names = split_csv(frameworks)
     if not names:
         installed = default_frameworks(ModelRegistry.load(settings.manifests), model)
-        names = sorted(installed, key=lambda name: (get_framework(name).order, name))
+        names = in_framework_order(installed)
     document: dict[str, Any] = {
         "batch_sizes": [batch_size],
         "runner": runner,
         "device": device,
         "model_options": model_options_document(input_shapes, config, weights),
     }
-    for key, value in (("dataset", dataset), ("limit", limit), ("tolerance", tolerance)):
+    for key, value in (("dataset", dataset), ("limit", limit)):
         if value is not None:
             document[key] = value
-    if tolerance is not None and not 0 < tolerance <= 1:
-        from mlscope.contract.errors import UserError
-
-        raise UserError(f"--tolerance must be in (0, 1]; got {tolerance}", field="tolerance")
 
     def progress(framework: str, event: dict[str, Any]) -> None:
         if event.get("event") == "phase" and not as_json:
             err_console.print(f"{framework}: {event['phase']}", highlight=False)
 
-    report = parity_across(model, names, document, settings=settings, samples=samples, emit=progress)
+    report = parity_across(
+        model, names, document, settings=settings, samples=samples, rtol=tolerance, emit=progress
+    )
     if as_json:
         print_json_line(report)
     else:

@@ -30,6 +30,7 @@ __all__ = [
     "MAX_OUTPUT_BYTES",
     "check_takes_dataset",
     "collect_outputs",
+    "postprocess",
     "preprocess_batch",
     "run_dataset_pass",
 ]
@@ -113,13 +114,17 @@ def _pad(arrays: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray
     return {name: np.concatenate([a, np.repeat(a[-1:], short, axis=0)]) for name, a in arrays.items()}
 
 
-def _outputs(predictor: Predictor, arrays: dict[str, np.ndarray], batch_size: int, real: int) -> Any:
+def _outputs(
+    predictor: Predictor, arrays: dict[str, np.ndarray], batch_size: int, real: int
+) -> dict[str, np.ndarray]:
+    """One padded batch's host outputs, cut back to its `real` samples."""
     raw = predictor.predict(predictor.prepare(_pad(arrays, batch_size)))
-    return raw, {name: np.asarray(a)[:real] for name, a in predictor.outputs_to_numpy(raw).items()}
+    return {name: np.asarray(a)[:real] for name, a in predictor.outputs_to_numpy(raw).items()}
 
 
-def _postprocess(predictor: Predictor, outputs: dict[str, np.ndarray]) -> None:
-    for spec in predictor.manifest.outputs:
+def postprocess(manifest: Manifest, outputs: dict[str, np.ndarray]) -> None:
+    """Run each output's postprocessing steps (the work a serving system does after predict)."""
+    for spec in manifest.outputs:
         if spec.name in outputs:
             apply_steps(spec.steps, outputs[spec.name])
 
@@ -148,10 +153,6 @@ class _Kept:
         return {name: np.concatenate(parts) for name, parts in self.parts.items()}
 
 
-def _score_output(manifest: Manifest) -> str:
-    return manifest.outputs[0].name if manifest.outputs else ""
-
-
 def run_dataset_pass(
     predictor: Predictor, ref: DatasetRef, batch_size: int, tracer: Tracer, outputs_for: int = 0
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -168,16 +169,17 @@ def run_dataset_pass(
         UserError: the model cannot take the dataset, or its labels do not match the model's classes.
     """
     manifest = predictor.manifest
-    counter = AccuracyCounter(_score_output(manifest), classes=len(ref.classes))
+    # The first declared output holds the class scores.
+    counter = AccuracyCounter(manifest.outputs[0].name if manifest.outputs else "", classes=len(ref.classes))
     kept = _Kept(outputs_for)
     with tracer.span("accuracy", dataset=ref.name, count=ref.used, batch_size=batch_size):
         for batch in iter_batches(ref, batch_size):
             with tracer.span("preprocess", batch_size=len(batch.samples), first=batch.start):
                 arrays = preprocess_batch(manifest, ref, batch.samples)
             with tracer.span("predict", batch_size=len(batch.samples)):
-                _, outputs = _outputs(predictor, arrays, batch_size, len(batch.samples))
+                outputs = _outputs(predictor, arrays, batch_size, len(batch.samples))
             with tracer.span("postprocess", batch_size=len(batch.samples)):
-                _postprocess(predictor, outputs)
+                postprocess(manifest, outputs)
             if counter.output not in outputs:
                 raise UserError(
                     f"{manifest.name} declares output {counter.output!r} but the model returned "
@@ -195,6 +197,6 @@ def collect_outputs(predictor: Predictor, count: int, batch_size: int, seed: int
     kept = _Kept(count)
     batches = synthetic_batches(predictor.manifest, batch_size, math.ceil(count / batch_size), seed=seed)
     for arrays in batches:
-        _, outputs = _outputs(predictor, arrays, batch_size, batch_size)
+        outputs = _outputs(predictor, arrays, batch_size, batch_size)
         kept.add(outputs)
     return kept.arrays()

@@ -21,10 +21,9 @@ from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.job import Job, JobFailed
-from mlscope.contract.manifest import parse_manifest
-from mlscope.contract.steps import apply_steps
+from mlscope.contract.manifest import Manifest, parse_manifest
 from mlscope.runtime.data import DatasetRef
-from mlscope.runtime.dataset_pass import collect_outputs, run_dataset_pass
+from mlscope.runtime.dataset_pass import collect_outputs, postprocess, run_dataset_pass
 from mlscope.runtime.frameworks import get_framework, load_predictor_class
 from mlscope.runtime.measure import MeasureSettings, get_scenario
 from mlscope.runtime.measure.parity import encode_outputs
@@ -53,15 +52,6 @@ class _Phases:
     def enter(self, phase: str, **detail: Any) -> None:
         self.current = phase
         self.emit({"event": "phase", "phase": phase, **detail})
-
-
-def _postprocess(predictor: Predictor, raw_outputs: Any) -> None:
-    """One inference's outputs to host arrays and through the manifest's postprocessing steps: the
-    work a serving system does after `predict`, traced once per batch size, never timed."""
-    outputs = predictor.outputs_to_numpy(raw_outputs)
-    for spec in predictor.manifest.outputs:
-        if spec.name in outputs:
-            apply_steps(spec.steps, outputs[spec.name])
 
 
 def _measure_all(
@@ -119,12 +109,12 @@ def _measure_all(
             measurements.append(measurement)
         raw_outputs = predictor.predict(batches[0])
         with tracer.span("postprocess", batch_size=batch_size):
-            _postprocess(predictor, raw_outputs)
+            postprocess(predictor.manifest, predictor.outputs_to_numpy(raw_outputs))
         del batches, arrays
     return measurements
 
 
-def _pass_batch_size(job: Job, manifest: Any) -> int:
+def _pass_batch_size(job: Job, manifest: Manifest) -> int:
     """The batch size of the accuracy pass: a fixed-batch graph's own, else the largest measured,
     at most 64 (a dataset's samples are preprocessed a batch at a time, in memory)."""
     fixed = manifest.attributes.get("fixed_batch_size")

@@ -33,6 +33,7 @@ __all__ = [
     "check_available",
     "check_runnable",
     "get_framework",
+    "in_framework_order",
     "installed_version",
     "load_object",
     "load_predictor_class",
@@ -152,6 +153,16 @@ def get_framework(name: str) -> FrameworkSpec:
     except KeyError:
         known = ", ".join(sorted(FRAMEWORKS))
         raise UserError(f"unknown framework {name!r}; known frameworks: {known}", field="framework") from None
+
+
+def in_framework_order(names: Iterable[str]) -> list[str]:
+    """Registered framework names sorted as the frameworks are (`FrameworkSpec.order`, then name):
+    the built-ins first, PyTorch first among them.
+
+    Raises:
+        UserError: a name is not a registered framework.
+    """
+    return sorted(names, key=lambda name: (get_framework(name).order, name))
 
 
 def load_predictor_class(framework: str) -> type[Predictor]:

@@ -24,7 +24,13 @@ from mlscope.registry.models import ModelRegistry
 from mlscope.registry.references import ModelOptions
 from mlscope.runtime.data import DatasetRef
 from mlscope.runtime.dataset_pass import check_takes_dataset
-from mlscope.runtime.frameworks import FrameworkSpec, check_available, check_runnable, get_framework
+from mlscope.runtime.frameworks import (
+    FrameworkSpec,
+    check_available,
+    check_runnable,
+    get_framework,
+    in_framework_order,
+)
 from mlscope.runtime.measure import MeasureSettings
 from mlscope.runtime.system import gpu_facts
 from mlscope.workers.runners import get_runner
@@ -188,9 +194,8 @@ def _parity_manifest(request: EvaluationRequest, models: ModelRegistry) -> Manif
             `parity_against`).
     """
     options = ModelOptions.from_dict(request.model_options)
-    others = sorted(
-        (name for name in models.frameworks_for(request.model) if name != request.framework),
-        key=lambda name: (get_framework(name).order, name),
+    others = in_framework_order(
+        name for name in models.frameworks_for(request.model) if name != request.framework
     )
     against = request.parity_against
     if against is None:

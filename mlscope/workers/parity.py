@@ -74,6 +74,7 @@ def parity_across(
     *,
     settings: Settings,
     samples: int,
+    rtol: float | None = None,
     emit: Callable[[str, dict[str, Any]], None] = lambda framework, event: None,
 ) -> dict[str, Any]:
     """`mlscope parity`: the same inputs through each framework, each compared with the first.
@@ -83,7 +84,8 @@ def parity_across(
 
     Args:
         frameworks: two or more; the first is the reference.
-        document: the request's other fields (dataset, limit, tolerance, batch_sizes, runner, ...).
+        document: the request's other fields (dataset, limit, batch_sizes, runner, ...).
+        rtol: the relative tolerance; None for the outputs' dtype's default.
         emit: told of each framework's events.
 
     Returns:
@@ -98,11 +100,9 @@ def parity_across(
         raise UserError(
             "parity compares two or more frameworks: name them with --frameworks a,b", field="framework"
         )
-    tolerance = document.get("tolerance")
-    base = {key: value for key, value in document.items() if key not in ("tolerance", "check_parity")}
     registry = ModelRegistry.load(settings.manifests)
     admitted = [
-        admit({**base, "model": model, "framework": name}, registry, here=settings) for name in frameworks
+        admit({**document, "model": model, "framework": name}, registry, here=settings) for name in frameworks
     ]
     runs: list[tuple[str, Outcome]] = []
     for item in admitted:
@@ -141,7 +141,7 @@ def parity_across(
             reference_outputs,
             decode_outputs(outcome.result["outputs"]),
             against=reference_name,
-            rtol=tolerance,
+            rtol=rtol,
             scores=score_outputs(admitted[0].manifest),
         )
         rows.append({"framework": name, "version": outcome.result["framework"].get("version"), **section})

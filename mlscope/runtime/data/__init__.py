@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -180,8 +181,6 @@ def write_dataset(
     }
     (partial / "meta.json").write_text(json.dumps(meta, indent=1))
     if path.exists():
-        import shutil
-
         shutil.rmtree(path)
     os.replace(partial, path)
     return DatasetRef(name, str(path), sha256, len(label_array), None, task, kind, tuple(classes))
