@@ -1,0 +1,164 @@
+"""Load settings: how the server and multi_stream scenarios issue queries, and what a latency search
+looks for. Defined once: the request validates a `load` document with `LoadSettings.from_dict`, and
+the predictor runtime's load generator reads the same dataclass.
+
+Scenario defaults follow MLPerf LoadGen: the percentile a point certifies is the 90th for
+single_stream, the 99th for server and multi_stream, and the median for offline (whose figure is a
+throughput); a multi_stream query holds 8 samples.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from mlscope.contract.errors import UserError
+
+__all__ = ["DEFAULT_PERCENTILES", "LOAD_SCENARIOS", "MAX_QPS", "LoadSettings"]
+
+# The scenarios a load generator drives (the others issue back to back).
+LOAD_SCENARIOS = ("server", "multi_stream")
+# The percentile each scenario certifies unless `percentile` says otherwise.
+DEFAULT_PERCENTILES = {"single_stream": 90.0, "offline": 50.0, "server": 99.0, "multi_stream": 99.0}
+# No single Python load generator issues more than this; a target above it is a typo, refused at
+# once. What this machine's generator really sustains is measured when the run starts.
+MAX_QPS = 100_000.0
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """How queries are issued under load, validated on construction.
+
+    Attributes:
+        qps: the server scenario's target arrival rate, queries per second (Poisson arrivals);
+            with find_max_qps, where the search starts (None: from the model's single-stream speed).
+        max_in_flight: 1. Queries the model runs at once; the others wait in a queue, and their
+            wait counts in their latency (as a server with that many model instances).
+        samples_per_query: 8. multi_stream: samples in each query (each an input of the point's
+            batch size), issued together; the query's latency is its slowest sample's.
+        interval_ms: 50. multi_stream: a query is issued every interval_ms.
+        find_max_qps: server: search for the highest QPS whose certified percentile latency meets
+            latency_bound_ms.
+        latency_bound_ms: the latency the percentile must stay under (server; needed by
+            find_max_qps). Queries over it count against the early-stopping certificate.
+        percentile: the percentile a point certifies, in (0, 100); None for the scenario's
+            default (DEFAULT_PERCENTILES).
+        confidence: 0.99. Confidence of the early-stopping certificate (LoadGen's).
+        seed: 0. Seeds the arrival times, so two runs issue the same schedule.
+        resolution: 0.05. The search stops when its bracket is narrower than this fraction.
+    """
+
+    qps: float | None = None
+    max_in_flight: int = 1
+    samples_per_query: int = 8
+    interval_ms: float = 50.0
+    find_max_qps: bool = False
+    latency_bound_ms: float | None = None
+    percentile: float | None = None
+    confidence: float = 0.99
+    seed: int = 0
+    resolution: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.qps is not None:
+            _require_number(
+                self,
+                "qps",
+                f"a number in (0, {MAX_QPS:g}] (no single load generator issues more queries per second)",
+                lambda v: 0 < v <= MAX_QPS,
+            )
+        _require_int(self, "max_in_flight", 1, 1024)
+        _require_int(self, "samples_per_query", 1, 1024)
+        _require_number(self, "interval_ms", "a number > 0", lambda v: v > 0)
+        if not isinstance(self.find_max_qps, bool):
+            raise UserError(
+                f"load setting find_max_qps={self.find_max_qps!r} is invalid: expected true or false",
+                field="find_max_qps",
+            )
+        if self.latency_bound_ms is not None:
+            _require_number(self, "latency_bound_ms", "a number > 0", lambda v: v > 0)
+        if self.percentile is not None:
+            _require_number(self, "percentile", "a number in (0, 100)", lambda v: 0 < v < 100)
+        _require_number(self, "confidence", "a number in (0.5, 1)", lambda v: 0.5 < v < 1)
+        _require_int(self, "seed", 0, 2**63 - 1)
+        _require_number(self, "resolution", "a number in (0, 0.5]", lambda v: 0 < v <= 0.5)
+        if self.find_max_qps and self.latency_bound_ms is None:
+            raise UserError(
+                "find_max_qps needs latency_bound_ms: the latency the percentile must stay under "
+                "(e.g. --latency-bound-ms 50)",
+                field="latency_bound_ms",
+            )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> LoadSettings:
+        """Settings from a mapping, defaults for what it leaves out.
+
+        Raises:
+            UserError: a key is not a setting (every unknown one is named) or a value is invalid;
+                `field` names it.
+        """
+        if data is None:
+            return cls()
+        if not isinstance(data, dict):
+            raise UserError(f"load settings must be a mapping, got {type(data).__name__}", field="load")
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(str(key) for key in data if key not in known)
+        if unknown:
+            raise UserError(
+                f"unknown load setting(s) {', '.join(unknown)}: expected some of {', '.join(known)}",
+                field=unknown[0],
+            )
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every setting by name; `from_dict(to_dict())` gives equal settings."""
+        return asdict(self)
+
+    def percentile_for(self, scenario: str) -> float:
+        """The percentile `scenario` certifies: this setting's, or the scenario's default."""
+        return self.percentile if self.percentile is not None else DEFAULT_PERCENTILES.get(scenario, 90.0)
+
+    def check_scenarios(self, scenarios: tuple[str, ...] | list[str]) -> None:
+        """Whether these settings make sense for the scenarios asked for.
+
+        Raises:
+            UserError: the server scenario has neither qps nor find_max_qps; or a server-only
+                setting (qps, find_max_qps, latency_bound_ms) is set without the server scenario.
+        """
+        if "server" in scenarios:
+            if self.qps is None and not self.find_max_qps:
+                raise UserError(
+                    "the server scenario needs a target rate: qps (e.g. --qps 20), or find_max_qps with "
+                    "latency_bound_ms to search for the highest one",
+                    field="qps",
+                )
+            return
+        for name in ("qps", "latency_bound_ms"):
+            if getattr(self, name) is not None:
+                raise UserError(f"{name} applies only to the server scenario (--scenario server)", field=name)
+        if self.find_max_qps:
+            raise UserError(
+                "find_max_qps applies only to the server scenario (--scenario server)", field="find_max_qps"
+            )
+
+
+def _require_int(settings: LoadSettings, name: str, minimum: int, maximum: int) -> None:
+    value = getattr(settings, name)
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise UserError(
+            f"load setting {name}={value!r} is invalid: expected an integer in [{minimum}, {maximum}]",
+            field=name,
+        )
+
+
+def _require_number(settings: LoadSettings, name: str, expected: str, accept: Any) -> None:
+    value = getattr(settings, name)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not accept(value)
+    ):
+        raise UserError(f"load setting {name}={value!r} is invalid: expected {expected}", field=name)
+    object.__setattr__(settings, name, float(value))
