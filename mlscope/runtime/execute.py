@@ -21,6 +21,7 @@ from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.job import Job, JobFailed
+from mlscope.contract.load import LoadSettings
 from mlscope.contract.manifest import Manifest, parse_manifest
 from mlscope.runtime.data import DatasetRef
 from mlscope.runtime.dataset_pass import collect_outputs, postprocess, run_dataset_pass
@@ -60,14 +61,19 @@ def _measure_all(
     measurements = []
     timer = predictor.timer()
     scenarios = [get_scenario(name) for name in job.scenarios]
+    load = LoadSettings.from_dict(job.load)
+    pool = predictor.options.input_pool
+    if "multi_stream" in job.scenarios and "input_pool" not in job.options:
+        # A multi_stream query's samples are distinct inputs (admission refused a smaller pool set
+        # on purpose).
+        pool = max(pool, load.samples_per_query)
     for batch_size in job.batch_sizes:
         with tracer.span("preprocess", batch_size=batch_size):
-            arrays = synthetic_batches(
-                predictor.manifest, batch_size, predictor.options.input_pool, seed=predictor.options.seed
-            )
+            arrays = synthetic_batches(predictor.manifest, batch_size, pool, seed=predictor.options.seed)
             batches = [predictor.prepare(a) for a in arrays]
         for scenario in scenarios:
-            phases.enter("measure", scenario=scenario.NAME, batch_size=batch_size)
+            rate = {"qps": load.qps} if scenario.NAME == "server" and load.qps is not None else {}
+            phases.enter("measure", scenario=scenario.NAME, batch_size=batch_size, **rate)
 
             def progress(fraction: float, scenario_name: str = scenario.NAME, size: int = batch_size) -> None:
                 phases.emit(
@@ -79,6 +85,9 @@ def _measure_all(
                     }
                 )
 
+            def probe(point: dict[str, Any], scenario_name: str = scenario.NAME, size: int = batch_size) -> None:
+                phases.emit({"event": "probe", "scenario": scenario_name, "batch_size": size, **point})
+
             with tracer.span("predict", scenario=scenario.NAME, batch_size=batch_size) as attributes:
                 run = scenario.run(
                     predictor.predict,
@@ -88,6 +97,8 @@ def _measure_all(
                     timer=timer,
                     on_progress=progress,
                     record_starts=tracer.enabled("MODEL"),
+                    load=load,
+                    on_probe=probe,
                 )
                 if attributes is not None:
                     attributes.update(
@@ -104,6 +115,7 @@ def _measure_all(
                     "latency_ms": measurement["latency_ms"],
                     "throughput": measurement["throughput"],
                     "validity": measurement["validity"],
+                    "load": measurement.get("load"),
                 }
             )
             measurements.append(measurement)

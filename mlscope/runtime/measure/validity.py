@@ -16,6 +16,7 @@ a drift of the median between the first and last quarter of the run above DRIFT_
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from time import monotonic
 from typing import Any
@@ -149,6 +150,10 @@ def judge(
     loop: LoopResult,
     environment: dict[str, Any],
     settings: MeasureSettings,
+    *,
+    judge_stability: bool = True,
+    invalid: Sequence[str] = (),
+    warnings: Sequence[str] = (),
 ) -> Validity:
     """Decide whether a measurement is valid, and say why not.
 
@@ -158,16 +163,20 @@ def judge(
         environment: `EnvironmentMonitor.stop()`'s dict; missing or None entries are not judged.
         settings: the limits (min_count, stability, confidence, max_seconds, cv_limit,
             contention_limit).
+        judge_stability: whether a median that did not stabilise invalidates the run (a run under
+            a load generator ends on its certificate instead, and queueing widens its spread).
+        invalid: the scenario's own invalidating findings, listed first.
+        warnings: the scenario's own warnings, listed last.
 
     Returns:
         The verdict; the policy is in the module docstring.
     """
-    invalid: list[str] = []
-    warnings: list[str] = []
+    warnings = list(warnings)
+    invalid = list(invalid)
     latencies = np.asarray(loop.latencies_ns)
     if summary.count < settings.min_count:
         invalid.append(f"too few samples: {summary.count} < min_count {settings.min_count}")
-    if latencies.size:
+    if latencies.size and judge_stability:
         halfwidth = median_ci_relative_halfwidth(latencies, settings.confidence)
         if halfwidth > settings.stability:
             spread = f"median CI ±{halfwidth:.1%} > {settings.stability:.1%}"
@@ -189,13 +198,14 @@ def judge(
         fall = (freq_start - freq_end) / freq_start
         if fall > THROTTLE_LIMIT:
             invalid.append(f"CPU frequency fell {fall:.0%} during the run (thermal throttling?)")
+    own_warnings: list[str] = []
     if summary.cv > settings.cv_limit:
-        warnings.append(f"variable: CV {summary.cv:.2f} > {settings.cv_limit:.2f}")
+        own_warnings.append(f"variable: CV {summary.cv:.2f} > {settings.cv_limit:.2f}")
     drift = _drift(latencies)
     if drift is not None and abs(drift) > DRIFT_LIMIT:
         direction = "above" if drift > 0 else "below"
-        warnings.append(f"drift: last-quarter median {abs(drift):.0%} {direction} first-quarter")
-    return Validity(valid=not invalid, reasons=invalid + warnings)
+        own_warnings.append(f"drift: last-quarter median {abs(drift):.0%} {direction} first-quarter")
+    return Validity(valid=not invalid, reasons=invalid + own_warnings + warnings)
 
 
 def _drift(latencies: np.ndarray) -> float | None:

@@ -1,0 +1,253 @@
+"""What a run under load says about itself: the `load` section of a server or multi_stream
+measurement, and the findings that make it invalid or carry a warning.
+
+Owns `report`, which turns the generator's `IssueRecord` into per-query latencies (from each
+query's scheduled arrival), the early-stopping certificate of the scenario's percentile, and the
+generator's self-check: intended vs achieved arrival rate, issue lateness, Little's law, and
+queries left unfinished.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from mlscope.contract.load import LoadSettings
+from mlscope.runtime.measure.certify import Certificate, certify_bound, estimate_percentile
+from mlscope.runtime.measure.generator import IssueRecord
+from mlscope.runtime.measure.loop import NS_PER_S
+
+__all__ = [
+    "ACHIEVED_RATE_LIMIT",
+    "LATENESS_LIMIT_MS",
+    "LATE_MS",
+    "LITTLE_TOLERANCE",
+    "LoadReport",
+    "certificate_reason",
+    "report",
+]
+
+NS_PER_MS = 1_000_000.0
+# A query sent more than this after it was due is counted as late.
+LATE_MS = 1.0
+# The generator was the bottleneck when its p99 lateness exceeds this (or LATENESS_SHARE of the
+# median latency, whichever is larger: a lateness far below the latencies measured changes nothing)...
+LATENESS_LIMIT_MS = 1.0
+LATENESS_SHARE = 0.10
+# ...or when it sent fewer queries per second than its own schedule asked, by more than this.
+ACHIEVED_RATE_LIMIT = 0.99
+# Mean in-flight seen by Poisson arrivals vs arrival rate × mean latency: a warning beyond this.
+LITTLE_TOLERANCE = 0.15
+_LITTLE_MIN_QUERIES = 200
+
+
+@dataclass
+class LoadReport:
+    """One run under load, summarised.
+
+    Attributes:
+        latencies_ns: each completed query's latency, from its scheduled arrival, in send order.
+        arrivals_ns: each completed query's scheduled arrival (perf_counter_ns), same order.
+        section: the measurement's `load` section.
+        certificate: the early-stopping certificate of the percentile.
+        throughput: samples completed per second (batch_size × samples).
+        invalid: findings that make the measurement invalid.
+        warnings: findings that leave it valid.
+    """
+
+    latencies_ns: npt.NDArray[np.int64]
+    arrivals_ns: npt.NDArray[np.int64]
+    section: dict[str, Any]
+    certificate: Certificate
+    throughput: float
+    invalid: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _ms_summary(values_ns: npt.NDArray[Any], names: tuple[str, ...]) -> dict[str, float | None]:
+    if values_ns.size == 0:
+        return {name: None for name in names}
+    values = values_ns.astype(np.float64) / NS_PER_MS
+    picks = {"mean": float(values.mean()), "max": float(values.max())}
+    for name, q in (("p50", 50), ("median", 50), ("p90", 90), ("p99", 99)):
+        picks[name] = float(np.percentile(values, q))
+    return {name: picks[name] for name in names}
+
+
+def _rate(count: int, times_ns: npt.NDArray[np.int64]) -> float | None:
+    """Events per second from their times: (count − 1) gaps over the span."""
+    if count < 2:
+        return None
+    span = int(times_ns[-1] - times_ns[0])
+    return (count - 1) * NS_PER_S / span if span > 0 else None
+
+
+def certificate_reason(certificate: Certificate) -> str | None:
+    """The validity reason of a certificate that is not ok; None when it is."""
+    if certificate.ok:
+        return None
+    name = f"p{certificate.percentile:g}"
+    level = f"{certificate.confidence:.0%} confidence"
+    if certificate.bound_ms is None:
+        return (
+            f"too few samples to certify {name}: {certificate.queries} of the "
+            f"{certificate.queries + certificate.queries_needed} LoadGen's early stopping needs at {level}"
+        )
+    return (
+        f"{name} ≤ {certificate.bound_ms:g} ms not certified at {level}: {certificate.over_bound} of "
+        f"{certificate.queries} queries over the bound; {certificate.queries_needed} more, all under it, "
+        "would be needed"
+    )
+
+
+def report(
+    record: IssueRecord,
+    scenario: str,
+    load: LoadSettings,
+    batch_size: int,
+    target_qps: float,
+    bound_ms: float | None,
+) -> LoadReport:
+    """Summarise a run under load.
+
+    Args:
+        record: the generator's record, trimmed to whole queries.
+        scenario: "server" or "multi_stream".
+        load: the run's load settings.
+        batch_size: samples per input, for throughput.
+        target_qps: the queries per second asked for.
+        bound_ms: the latency bound certified against; None to estimate the percentile instead.
+
+    Returns:
+        The report; its invalid and warning findings follow the module's policy.
+    """
+    per_query = record.samples_per_query
+    queries = record.issued // per_query
+    shape = (queries, per_query)
+    scheduled = record.scheduled.reshape(shape)[:, 0]
+    sent = record.sent.reshape(shape)[:, 0]
+    ended = record.ended.reshape(shape)
+    complete = (ended > 0).all(axis=1)
+    latencies = ended.max(axis=1)[complete] - scheduled[complete]
+    unfinished = int(queries - complete.sum())
+    percentile = load.percentile_for(scenario)
+    if bound_ms is None:
+        certificate = estimate_percentile(latencies, percentile, load.confidence)
+    else:
+        certificate = certify_bound(latencies, bound_ms, percentile, load.confidence, unfinished=unfinished)
+
+    lateness = record.sent - record.scheduled
+    finished = record.ended > 0
+    service = record.ended[finished] - record.started[finished]
+    scheduled_qps, achieved_qps = _rate(queries, scheduled), _rate(queries, sent)
+    done_times = np.sort(ended.max(axis=1)[complete])
+    completed_qps = (
+        float(complete.sum()) * NS_PER_S / int(done_times[-1] - scheduled[0])
+        if done_times.size and done_times[-1] > scheduled[0]
+        else None
+    )
+    section: dict[str, Any] = {
+        "certified": certificate.to_dict(),
+        "target_qps": target_qps,
+        "scheduled_qps": scheduled_qps,
+        "achieved_qps": achieved_qps,
+        "completed_qps": completed_qps,
+        "issue_lateness_ms": _ms_summary(lateness, ("mean", "p50", "p99", "max")),
+        "queries": queries,
+        "late": int((lateness > LATE_MS * NS_PER_MS).reshape(shape)[:, 0].sum()),
+        "queued": int((record.in_flight >= load.max_in_flight).sum()),
+        "unfinished": unfinished,
+        "max_in_flight": load.max_in_flight,
+        "seed": load.seed,
+        "in_flight": _littles_law(record, scenario, achieved_qps),
+        "service_ms": _ms_summary(service, ("median", "p90", "p99")),
+    }
+    if scenario == "multi_stream":
+        section.update(
+            samples_per_query=per_query,
+            interval_ms=load.interval_ms,
+            overruns=int((latencies > load.interval_ms * NS_PER_MS).sum()),
+        )
+    # Samples completed over the span from the first arrival to the last completion.
+    span_ns = int(done_times[-1] - scheduled[0]) if done_times.size else record.issue_end_ns
+    throughput = float(finished.sum()) * batch_size * NS_PER_S / max(span_ns, 1)
+    result = LoadReport(
+        latencies_ns=latencies.astype(np.int64),
+        arrivals_ns=(scheduled[complete] + record.start_ns).astype(np.int64),
+        section=section,
+        certificate=certificate,
+        throughput=throughput,
+    )
+    _judge(result, scheduled_qps, achieved_qps, completed_qps, lateness, unfinished)
+    return result
+
+
+def _littles_law(record: IssueRecord, scenario: str, achieved_qps: float | None) -> dict[str, Any]:
+    """Mean in-flight seen by the arrivals vs arrival rate × mean latency (Little's law).
+
+    Poisson arrivals see time averages (PASTA), so for the server scenario the two must agree; a
+    multi_stream query arrives on a clock tick and sees less than the average, so there only the
+    observed figure is given.
+    """
+    finished = record.ended > 0
+    observed = float(record.in_flight.mean()) if record.issued else None
+    if scenario != "server" or achieved_qps is None or not finished.any():
+        return {"observed": observed, "littles_law": None, "ratio": None}
+    mean_latency_s = float((record.ended[finished] - record.scheduled[finished]).mean()) / NS_PER_S
+    law = achieved_qps * record.samples_per_query * mean_latency_s
+    ratio = observed / law if observed is not None and law > 0 else None
+    return {"observed": observed, "littles_law": law, "ratio": ratio}
+
+
+def _judge(
+    result: LoadReport,
+    scheduled_qps: float | None,
+    achieved_qps: float | None,
+    completed_qps: float | None,
+    lateness: npt.NDArray[np.int64],
+    unfinished: int,
+) -> None:
+    section = result.section
+    queries = section["queries"]
+    if scheduled_qps and achieved_qps is not None and achieved_qps / scheduled_qps < ACHIEVED_RATE_LIMIT:
+        result.invalid.append(
+            f"the load generator fell behind its schedule: it issued {achieved_qps:.4g} queries/s of the "
+            f"{scheduled_qps:.4g} scheduled ({achieved_qps / scheduled_qps:.3f} < {ACHIEVED_RATE_LIMIT}); "
+            "the figures describe the generator, not the model"
+        )
+    p99_late = section["issue_lateness_ms"]["p99"]
+    median_ms = float(np.median(result.latencies_ns)) / NS_PER_MS if result.latencies_ns.size else 0.0
+    late_limit = max(LATENESS_LIMIT_MS, LATENESS_SHARE * median_ms)
+    if p99_late is not None and p99_late > late_limit:
+        result.invalid.append(
+            f"the load generator was late: p99 issue lateness {p99_late:.3g} ms > {late_limit:.3g} ms "
+            "(the machine could not issue this load on time; the figures describe the generator, not "
+            "the model)"
+        )
+    if unfinished:
+        rate = f"{completed_qps:.4g}" if completed_qps is not None else "?"
+        result.invalid.append(
+            f"overloaded: {unfinished} of {queries} queries never completed (the model completed {rate} "
+            f"queries/s of the {section['target_qps']:.4g} asked for); latencies grow with the run's "
+            "length"
+        )
+    reason = certificate_reason(result.certificate)
+    if reason is not None:
+        result.invalid.append(reason)
+    ratio = section["in_flight"]["ratio"]
+    if ratio is not None and queries >= _LITTLE_MIN_QUERIES and abs(ratio - 1) > LITTLE_TOLERANCE:
+        result.warnings.append(
+            f"Little's law off by {ratio - 1:+.0%}: arrivals saw {section['in_flight']['observed']:.3g} "
+            f"in flight, rate × mean latency gives {section['in_flight']['littles_law']:.3g}"
+        )
+    late = section["late"]
+    if late and not result.invalid:
+        result.warnings.append(f"{late} of {queries} queries issued more than {LATE_MS:g} ms late")
+    overruns = section.get("overruns")
+    if overruns:
+        result.warnings.append(
+            f"{overruns} of {queries} queries overran their {section['interval_ms']:g} ms interval"
+        )

@@ -1,0 +1,264 @@
+"""The scenario template every scenario follows, and the `Measurement` it returns.
+
+Owns `Scenario` (a template method: monitor the machine, issue the queries, summarise, certify the
+scenario's percentile, judge) and `Measurement` (one entry of a result's `measurements`). The
+scenarios themselves live in `scenarios` (back to back: single_stream, offline) and
+`load_scenarios` (under a load generator: server, multi_stream).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from mlscope.contract.errors import UserError
+from mlscope.contract.load import LoadSettings
+from mlscope.runtime.measure.certify import estimate_percentile, min_queries
+from mlscope.runtime.measure.load_report import certificate_reason
+from mlscope.runtime.measure.loop import NS_PER_S, LoopResult, Timer
+from mlscope.runtime.measure.settings import MeasureSettings
+from mlscope.runtime.measure.stats import LatencySummary, summarize
+from mlscope.runtime.measure.validity import EnvironmentMonitor, Validity, judge
+
+__all__ = ["Measurement", "OnProbe", "Outcome", "Scenario"]
+
+OnProbe = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One scenario run at one batch size.
+
+    Attributes:
+        scenario: the scenario's NAME.
+        batch_size: samples per batch.
+        latency_ms: statistics of the per-query latencies.
+        throughput: samples per second, as the scenario defines it.
+        validity: the verdict with its reasons.
+        latencies_ns: every recorded latency, in run order.
+        duration_s: wall time of the timed phase.
+        stop_reason: why the timed loop ended ("stable", "max_seconds", "certified", ...).
+        warmup_count: untimed iterations before it.
+        environment: `EnvironmentMonitor.stop()`'s dict for the run.
+        settings: the settings it ran with.
+        starts_ns: when each latency's query started (perf_counter_ns; under load, when it was
+            due), when recorded.
+        load: the `load` section: the certified percentile, and for a load generator's runs what
+            it issued and how well (see load_report).
+    """
+
+    scenario: str
+    batch_size: int
+    latency_ms: LatencySummary
+    throughput: float
+    validity: Validity
+    latencies_ns: npt.NDArray[np.int64]
+    duration_s: float
+    stop_reason: str
+    warmup_count: int
+    environment: dict[str, Any]
+    settings: MeasureSettings
+    starts_ns: npt.NDArray[np.int64] | None = None
+    load: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns:
+        The measurement as JSON-serialisable data, keys as in the result shape plus the raw
+        latencies, duration, stop reason, warm-up count, environment and settings.
+        """
+        data = {
+            "scenario": self.scenario,
+            "batch_size": self.batch_size,
+            "latency_ms": self.latency_ms.to_dict(),
+            "throughput": self.throughput,
+            "validity": self.validity.to_dict(),
+            "latencies_ns": [int(v) for v in self.latencies_ns.tolist()],
+            "duration_s": self.duration_s,
+            "stop_reason": self.stop_reason,
+            "warmup_count": self.warmup_count,
+            "environment": dict(self.environment),
+            "settings": self.settings.to_dict(),
+        }
+        if self.load is not None:
+            data["load"] = self.load
+        return data
+
+
+@dataclass
+class Outcome:
+    """What a scenario's queries produced, before the template summarises and judges it.
+
+    Attributes:
+        loop: the latencies and timing of the run.
+        load: the measurement's `load` section.
+        throughput: samples per second, None for the scenario's `_throughput`.
+        invalid, warnings: the scenario's own findings, beside the template's.
+        judge_stability: whether an unstable median invalidates the run (not under a load
+            generator, whose runs end on a certificate instead).
+    """
+
+    loop: LoopResult
+    load: dict[str, Any]
+    throughput: float | None = None
+    invalid: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    judge_stability: bool = True
+
+
+class Scenario(ABC):
+    """How queries are issued to a predictor; `run` is the same for every scenario.
+
+    Subclasses supply `_outcome` (issue the queries) and, unless the outcome carries one, the
+    definition of throughput. The template certifies the scenario's percentile by LoadGen's early
+    stopping rule for back-to-back scenarios, and runs their loop until it can.
+    """
+
+    NAME: ClassVar[str]
+
+    def run(
+        self,
+        predict: Callable[[Any], Any],
+        batches: Sequence[Any],
+        batch_size: int,
+        settings: MeasureSettings,
+        *,
+        timer: Timer | None = None,
+        on_progress: Callable[[float], None] | None = None,
+        record_starts: bool = False,
+        load: LoadSettings | None = None,
+        on_probe: OnProbe | None = None,
+    ) -> Measurement:
+        """Measure `predict` on `batches` under this scenario.
+
+        Args:
+            predict: the inference function; its return value is ignored.
+            batches: inputs of `batch_size` samples each, used in rotation.
+            batch_size: samples per batch, for throughput.
+            settings: warm-up, stopping rule, statistics and validity limits.
+            timer: device timer replacing the host clock (e.g. CUDA events on a GPU).
+            on_progress: called with the fraction of the minimum measurement done, in [0, 1].
+            record_starts: also record when each inference started (for MODEL-level spans).
+            load: how a load generator issues queries, and the percentile to certify.
+            on_probe: called with each probe of a max-QPS search.
+
+        Returns:
+            The measurement, with statistics, throughput, load section and validity verdict.
+
+        Raises:
+            UserError: batch_size is not a positive integer, or the load cannot be issued.
+            ValueError: `batches` is empty.
+            Exception: whatever `predict` or `timer` raises, unchanged.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise UserError(
+                f"batch_size={batch_size!r} is invalid: expected an integer ≥ 1", field="batch_size"
+            )
+        load = load or LoadSettings()
+        monitor = EnvironmentMonitor()
+        monitor.start()
+        outcome = self._outcome(
+            predict,
+            batches,
+            batch_size,
+            settings,
+            load,
+            timer=timer,
+            on_progress=on_progress,
+            record_starts=record_starts,
+            on_probe=on_probe,
+        )
+        environment = monitor.stop()
+        loop = outcome.loop
+        summary = summarize(loop.latencies_ns, settings)
+        validity = judge(
+            summary,
+            loop,
+            environment,
+            settings,
+            judge_stability=outcome.judge_stability,
+            invalid=outcome.invalid,
+            warnings=outcome.warnings,
+        )
+        throughput = outcome.throughput
+        return Measurement(
+            scenario=self.NAME,
+            batch_size=batch_size,
+            latency_ms=summary,
+            throughput=self._throughput(loop, summary, batch_size) if throughput is None else throughput,
+            validity=validity,
+            latencies_ns=loop.latencies_ns,
+            duration_s=loop.wall_ns / NS_PER_S,
+            stop_reason=loop.stop_reason,
+            warmup_count=loop.warmup_count,
+            environment=environment,
+            settings=settings,
+            starts_ns=loop.starts_ns,
+            load=outcome.load,
+        )
+
+    def _outcome(
+        self,
+        predict: Callable[[Any], Any],
+        batches: Sequence[Any],
+        batch_size: int,
+        settings: MeasureSettings,
+        load: LoadSettings,
+        *,
+        timer: Timer | None,
+        on_progress: Callable[[float], None] | None,
+        record_starts: bool,
+        on_probe: OnProbe | None,
+    ) -> Outcome:
+        """Back-to-back scenarios: the loop runs at least as many queries as LoadGen's early
+        stopping needs to estimate the scenario's percentile, and the estimate is certified."""
+        percentile = load.percentile_for(self.NAME)
+        needed = min_queries(percentile / 100, load.confidence)
+        loop = self._loop(
+            predict,
+            batches,
+            replace(settings, min_count=max(settings.min_count, needed)),
+            timer=timer,
+            on_progress=on_progress,
+            record_starts=record_starts,
+        )
+        certificate = estimate_percentile(loop.latencies_ns, percentile, load.confidence)
+        reason = certificate_reason(certificate)
+        return Outcome(loop, {"certified": certificate.to_dict()}, invalid=[reason] if reason else [])
+
+    def _loop(
+        self,
+        predict: Callable[[Any], Any],
+        batches: Sequence[Any],
+        settings: MeasureSettings,
+        *,
+        timer: Timer | None,
+        on_progress: Callable[[float], None] | None,
+        record_starts: bool = False,
+    ) -> LoopResult:
+        """Issue the queries back to back and record their latencies (back-to-back scenarios).
+
+        Args:
+            predict, batches, settings, timer, on_progress, record_starts: as for `run`.
+
+        Returns:
+            The timed loop's record.
+        """
+        raise NotImplementedError(f"{type(self).__name__} issues its queries in _outcome")
+
+    @abstractmethod
+    def _throughput(self, loop: LoopResult, summary: LatencySummary, batch_size: int) -> float:
+        """Samples per second under this scenario's definition.
+
+        Args:
+            loop: the timed loop's record.
+            summary: its latency summary.
+            batch_size: samples per batch.
+
+        Returns:
+            Throughput in samples per second, finite.
+        """

@@ -1,0 +1,210 @@
+"""The load generator, the server and multi_stream scenarios and the max-QPS search, on models whose
+service time is known because they sleep it (real threads, real clocks; no framework needed here:
+tests/integration/test_load_scenarios.py runs them on ONNX Runtime and PyTorch)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from mlscope.contract.errors import UserError
+from mlscope.contract.load import LoadSettings
+from mlscope.runtime.measure import MeasureSettings, get_scenario
+from mlscope.runtime.measure.generator import Schedule
+from mlscope.runtime.measure.load_run import check_rate, generator_capacity, run_under_load
+from mlscope.runtime.measure.search import Probe, find_max_qps
+
+QUICK = MeasureSettings(warmup_count=3, warmup_seconds=0.0, min_count=10, min_seconds=1.0, max_seconds=8.0)
+
+
+def sleeper(seconds: float):
+    def predict(batch: object) -> None:
+        time.sleep(seconds)
+
+    return predict
+
+
+def ks_exponential(gaps: np.ndarray) -> tuple[float, float]:
+    """Kolmogorov–Smirnov distance of `gaps` from the exponential with their mean, and the 1% critical
+    value (Lilliefors' for an estimated mean: 1.25/√n would be too lenient, so use the stricter
+    table value ≈ 1.31/√n for n > 50)."""
+    ordered = np.sort(gaps)
+    n = ordered.size
+    cdf = 1 - np.exp(-ordered / ordered.mean())
+    upper = np.arange(1, n + 1) / n - cdf
+    lower = cdf - np.arange(0, n) / n
+    return float(max(upper.max(), lower.max())), 1.31 / math.sqrt(n)
+
+
+def run(scenario: str, predict, load: LoadSettings, settings: MeasureSettings = QUICK, **kwargs):
+    return get_scenario(scenario).run(predict, [0, 1, 2, 3, 4, 5, 6, 7], 1, settings, load=load, **kwargs)
+
+
+def test_poisson_schedule_is_seeded_and_exponential() -> None:
+    first = Schedule("poisson", 50.0, seed=7).offsets_ns(4000)
+    assert np.array_equal(first, Schedule("poisson", 50.0, seed=7).offsets_ns(4000))
+    assert not np.array_equal(first, Schedule("poisson", 50.0, seed=8).offsets_ns(4000))
+    gaps = np.diff(first)
+    assert abs(gaps.mean() / 1e9 - 1 / 50) < 0.05 / 50
+    distance, critical = ks_exponential(gaps)
+    assert distance < critical
+    # A fixed-interval schedule is the opposite: every gap equal, so it fails the same test.
+    fixed = np.diff(Schedule("fixed", 50.0).offsets_ns(4000)).astype(float)
+    assert ks_exponential(fixed)[0] > 10 * critical
+
+
+def test_achieved_arrivals_pass_a_goodness_of_fit_check() -> None:
+    measurement = run("server", sleeper(0.0005), LoadSettings(qps=300, percentile=90))
+    load = measurement.load
+    assert load is not None and load["queries"] >= 250
+    # What the generator really sent, not what it planned: the sends' gaps are exponential too.
+    assert load["achieved_qps"] / load["scheduled_qps"] > 0.99
+    record_gaps = np.diff(np.sort(measurement.starts_ns if measurement.starts_ns is not None else []))
+    assert record_gaps.size == 0  # no MODEL tracing asked: no per-query times kept
+    measurement = run("server", sleeper(0.0005), LoadSettings(qps=300, percentile=90), record_starts=True)
+    assert measurement.starts_ns is not None
+    distance, critical = ks_exponential(np.diff(measurement.starts_ns).astype(float))
+    assert distance < critical, (distance, critical)
+
+
+def test_server_latency_counts_from_the_scheduled_arrival() -> None:
+    """A model that stalls once for 300 ms: queries due during the stall wait, and their wait counts
+    (no coordinated omission); the service times alone, what a sent-time tool reports, hide it."""
+    calls = []
+
+    def stalling(batch: object) -> None:
+        calls.append(None)
+        time.sleep(0.3 if len(calls) == 60 else 0.002)
+
+    measurement = run("server", stalling, LoadSettings(qps=100, percentile=90), settings=QUICK)
+    load = measurement.load
+    assert load is not None
+    # ~30 queries arrive during the stall and queue behind it: more than 1% of ~200.
+    assert measurement.latency_ms.p99 > 100
+    assert load["service_ms"]["p99"] < 50
+    assert load["queued"] >= 20
+    assert load["unfinished"] == 0
+    ratio = load["in_flight"]["ratio"]
+    assert ratio is not None and 0.7 < ratio < 1.3, load["in_flight"]
+
+
+def test_server_certifies_a_bound_and_says_what_it_needs() -> None:
+    met = run("server", sleeper(0.002), LoadSettings(qps=100, latency_bound_ms=50, percentile=90))
+    certified = met.load["certified"]
+    assert certified["ok"] and certified["bound_ms"] == 50 and certified["queries_needed"] == 0
+    assert met.stop_reason == "certified"
+    missed = run("server", sleeper(0.002), LoadSettings(qps=100, latency_bound_ms=1, percentile=90))
+    assert not missed.validity.valid
+    assert not missed.load["certified"]["ok"]
+    assert any("not certified" in reason for reason in missed.validity.reasons)
+    assert missed.stop_reason == "failed"
+
+
+def test_overloaded_model_is_invalid() -> None:
+    # 200 queries/s into a model serving 50/s, one at a time: the queue grows all run long.
+    measurement = run(
+        "server",
+        sleeper(0.02),
+        LoadSettings(qps=200, percentile=90),
+        settings=MeasureSettings(warmup_count=1, warmup_seconds=0, min_count=10, min_seconds=1, max_seconds=2),
+    )
+    assert not measurement.validity.valid
+    assert measurement.load["unfinished"] > 0
+    assert any(reason.startswith("overloaded") for reason in measurement.validity.reasons)
+
+
+def test_a_generator_that_cannot_keep_up_is_flagged_invalid() -> None:
+    """Asked for twice what this process can send, the generator falls behind its own schedule: the
+    run is invalid for that reason, whatever the model did."""
+    rate = 2 * generator_capacity()
+    load = LoadSettings(qps=min(rate, 100_000), percentile=50)
+    settings = MeasureSettings(warmup_count=1, warmup_seconds=0, min_count=10, min_seconds=0.5, max_seconds=0.5)
+    _, result = run_under_load(
+        lambda batch: None, [0], 1, settings, load, "server", Schedule("poisson", load.qps or 0.0), None
+    )
+    assert result.section["achieved_qps"] < 0.99 * result.section["scheduled_qps"]
+    assert any("load generator" in reason for reason in result.invalid)
+
+
+def test_a_rate_the_machine_cannot_issue_is_refused() -> None:
+    with pytest.raises(UserError, match="above what this machine can issue") as caught:
+        check_rate(min(10 * generator_capacity(), 99_000.0) if generator_capacity() < 9_900 else 99_000.0, 100)
+    assert caught.value.field == "qps"
+    check_rate(50.0)  # a rate any machine issues needs no check
+
+
+def test_multi_stream_query_latency_is_its_slowest_sample() -> None:
+    load = LoadSettings(samples_per_query=4, interval_ms=20, percentile=90, max_in_flight=4)
+    measurement = run("multi_stream", sleeper(0.002), load)
+    section = measurement.load
+    assert section["samples_per_query"] == 4 and section["overruns"] == 0
+    assert section["certified"]["ok"] and section["certified"]["bound_ms"] == 20
+    assert 2 <= measurement.latency_ms.median < 15
+    assert measurement.validity.valid or not any("load generator" in r for r in measurement.validity.reasons)
+    # One model thread: 4 samples × 3 ms = 12 ms > a 5 ms interval, every query overruns.
+    slow = run("multi_stream", sleeper(0.003), LoadSettings(samples_per_query=4, interval_ms=5, percentile=90))
+    assert slow.load["overruns"] > 0
+    assert slow.latency_ms.median >= 12
+    assert not slow.validity.valid
+
+
+def test_multi_stream_needs_as_many_inputs_as_samples() -> None:
+    with pytest.raises(UserError, match="distinct inputs") as caught:
+        get_scenario("multi_stream").run(sleeper(0), [0, 1], 1, QUICK, load=LoadSettings(samples_per_query=4))
+    assert caught.value.field == "samples_per_query"
+
+
+def test_back_to_back_points_need_enough_samples_for_their_percentile() -> None:
+    """`min_count=1 max_seconds=0` used to give a one-sample point marked valid."""
+    tiny = MeasureSettings(warmup_count=0, warmup_seconds=0, min_count=1, min_seconds=0, max_seconds=0)
+    for scenario in ("single_stream", "offline"):
+        measurement = get_scenario(scenario).run(sleeper(0.001), [0], 1, tiny)
+        assert not measurement.validity.valid
+        assert any("too few samples to certify" in r for r in measurement.validity.reasons)
+    enough = get_scenario("single_stream").run(sleeper(0.0005), [0], 1, QUICK)
+    certified = enough.load["certified"]
+    assert certified["ok"] and certified["percentile"] == 90
+    assert enough.latency_ms.count >= 64  # LoadGen's minimum for an early-stopping p90
+    assert certified["estimate_ms"] >= enough.latency_ms.p90
+
+
+def probe_at(capacity: float):
+    def probe(qps: float) -> Probe:
+        return Probe(qps, qps <= capacity, "", None, None, 0.0)  # type: ignore[arg-type]
+
+    return probe
+
+
+@pytest.mark.parametrize("start", [1.0, 137.0, 5000.0])
+def test_search_brackets_then_bisects_to_within_its_resolution(start: float) -> None:
+    best, probes = find_max_qps(probe_at(137.0), start, resolution=0.05, cap_qps=100_000)
+    assert best is not None
+    assert 137.0 / 1.05 <= best.qps <= 137.0
+    assert len(probes) < 24
+
+
+def test_search_reports_no_rate_when_none_passes() -> None:
+    best, probes = find_max_qps(probe_at(0.0), 10.0, resolution=0.05, cap_qps=1000)
+    assert best is None and probes[-1].qps < 0.2
+
+
+def test_search_finds_a_known_capacity() -> None:
+    """Eight model threads each sleeping 10 ms serve at most 800 queries/s; under a generous bound
+    (p90 ≤ 40 ms) latency holds until close to that and then explodes, so the search must end
+    within a bisection step or two of it, and never above it."""
+    threads, service = 8, 0.010
+    capacity = threads / service
+    load = LoadSettings(find_max_qps=True, latency_bound_ms=40, percentile=90, max_in_flight=threads, qps=100)
+    probes = []
+    measurement = run("server", sleeper(service), load, on_probe=probes.append)
+    search = measurement.load["search"]
+    assert search["probes"] == probes and len(probes) >= 3
+    assert search["max_qps"] is not None
+    # Above the capacity is impossible; far below it means the search stopped early. The machine's
+    # own noise (2 shared cores) can fail a probe before the model saturates: allow two steps.
+    assert search["max_target_qps"] <= capacity * 1.02
+    assert search["max_target_qps"] >= capacity * 0.5, probes
+    assert all({"target_qps", "achieved_qps", "p50_ms", "p90_ms", "p99_ms", "passed"} <= set(p) for p in probes)
