@@ -101,10 +101,7 @@ def _min_passing(t: int, p: float, d: float, c: float) -> int:
         hi = lo + step
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if _odds(mid, t, p, d) < target:
-            hi = mid
-        else:
-            lo = mid
+        lo, hi = (lo, mid) if _odds(mid, t, p, d) < target else (mid, hi)
     return hi
 
 
@@ -118,10 +115,8 @@ def min_passing(overlatency: int, percentile: float, confidence: float = 0.99, t
         tolerance: d, subtracted from the percentile; LoadGen uses 0.
 
     Returns:
-        The minimum h with ``P(Binomial(h + t, 1 - (p - d)) <= t) < 1 - c``.
-
-    Raises:
-        ValueError: an argument out of range (named in the message).
+        The minimum h with ``P(Binomial(h + t, 1 - (p - d)) <= t) < 1 - c``; ValueError (naming the
+        argument) when one is out of range.
     """
     _check_count("overlatency", overlatency)
     _check_open("percentile", percentile)
@@ -171,14 +166,20 @@ def _as_latencies(latencies_ns: npt.ArrayLike) -> npt.NDArray[np.int64]:
 
 
 def _estimate_overlatency(n: int, p: float, c: float) -> int:
-    """LoadGen's t for n queries: the largest t with n >= min_passing(t) + t (n >= min_queries assumed)."""
-    lo, hi = 1, n  # n >= h(lo) + lo holds; n < h(hi) + hi since h >= 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if n >= _min_passing(mid, p, 0.0, c) + mid:
-            lo = mid
-        else:
-            hi = mid
+    """LoadGen's t for n >= min_queries: the largest t with n >= h(t) + t, i.e. odds(n - t, t) < 1 - c.
+
+    Bisects on the odds (one sum, not a search per step); confirms with `_min_passing`, else bisects on it."""
+
+    def passes(t: int, quick: bool) -> bool:
+        return _odds(n - t, t, p, 0.0) < 1.0 - c if quick else n >= _min_passing(t, p, 0.0, c) + t
+
+    for quick in (True, False):
+        lo, hi = 1, n  # n >= h(lo) + lo holds; n < h(hi) + hi since h >= 1
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if passes(mid, quick) else (lo, mid)
+        if not quick or (passes(lo, False) and not passes(lo + 1, False)):
+            break
     return lo
 
 
