@@ -104,6 +104,12 @@ def test_estimate_percentile_picks_loadgens_t(p_pct: float, c: float) -> None:
         assert cert.bound_ms is None and cert.over_bound is None
 
 
+def test_estimate_percentile_large_run() -> None:
+    n = 20_000
+    lat = np.arange(n, 0, -1, dtype=np.int64) * MS
+    assert estimate_percentile(lat, 99.0).estimate_ms == float(n - loadgen_t(n, 0.99, 0.99) + 1)
+
+
 def test_estimate_percentile_too_few_queries() -> None:
     cert = estimate_percentile(np.arange(600, dtype=np.int64), 99.0)
     assert not cert.ok and cert.estimate_ms is None and cert.queries_needed == 62
