@@ -218,3 +218,52 @@ def test_a_probe_event_reads_as_one_line() -> None:
         "resnet18 on onnxruntime: server batch 1 probe 40 qps → 39.8 achieved, percentile 12.30 ms: failed "
         "(p99 12.3 ms > 10 ms)"
     )
+
+
+def _progress_view(show_probes: bool, load: dict[str, Any]) -> tuple[Any, Console]:
+    from types import SimpleNamespace
+
+    from rich.progress import Progress, TextColumn
+
+    from mlscope.cli.run import _ProgressView
+
+    recorder = Console(width=250, record=True, force_terminal=False)
+    progress = Progress(TextColumn("{task.fields[phase]}"), console=recorder)
+    request = SimpleNamespace(
+        model="resnet18", framework="onnxruntime", batch_sizes=(1,), scenarios=("server",), load=load
+    )
+    return _ProgressView(progress, SimpleNamespace(request=request), show_probes=show_probes), recorder
+
+
+def test_the_progress_shows_the_rate_and_prints_each_probe() -> None:
+    # Given a run's progress view of a server evaluation at 20 qps
+    view, recorder = _progress_view(True, {"qps": 20.0})
+    # When the measure phase starts, Then the phase names the rate
+    view({"event": "phase", "phase": "measure", "scenario": "server", "batch_size": 1})
+    assert view.progress.tasks[0].fields["phase"] == "server batch 1 @ 20 qps"
+    # When a search probe ends, Then one line says so and the phase follows the search
+    view({"event": "probe", "scenario": "server", "batch_size": 1, "target_qps": 40.0, "achieved_qps": 39.8,
+          "percentile_ms": 12.3, "passed": True, "reason": "p99 12.3 ms ≤ 50 ms"})  # fmt: skip
+    printed = recorder.export_text()
+    assert "resnet18 on onnxruntime: server batch 1 probe 40 qps → 39.8 achieved" in printed
+    assert view.progress.tasks[0].fields["phase"] == "server batch 1 search @ 40 qps"
+
+
+def test_under_json_the_probes_print_nothing() -> None:
+    view, recorder = _progress_view(False, {"find_max_qps": True, "latency_bound_ms": 50.0})
+    view({"event": "probe", "scenario": "server", "batch_size": 1, "target_qps": 40.0, "passed": False})
+    assert "probe" not in recorder.export_text()
+
+
+def test_a_comparison_shows_the_rates_of_loaded_rows() -> None:
+    from mlscope.cli.compare import compare_table
+    from mlscope.store.records import COMPARE_COLUMNS
+
+    row = dict.fromkeys(COMPARE_COLUMNS)
+    row.update(model="resnet18", framework="onnxruntime", scenario="server", batch_size=1, valid=True)
+    plain = {**row, "scenario": "single_stream"}
+    served = {**row, "target_qps": 20.0, "achieved_qps": 19.7}
+    searched = {**row, "target_qps": 183.0, "achieved_qps": 182.4, "max_qps": 183.0}
+    assert "qps" not in text(compare_table([plain]))
+    table = text(compare_table([plain, served, searched]))
+    assert "20.0 → 19.7" in table and "max 183.0" in table
