@@ -193,8 +193,8 @@ class Client:
     # ----- evaluations -----------------------------------------------------------------------------
 
     def submit(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """Submit one evaluation (the EvaluationRequest fields); returns {id, status, queue, target,
-        warnings, links}.
+        """Submit one evaluation (the EvaluationRequest fields, e.g. scenarios ["server"], load {"qps":
+        20}); returns {id, status, queue, target, warnings, links}.
 
         Raises:
             ApiError: the request is invalid (422, naming the field), no or a wrong token (401),

@@ -101,6 +101,7 @@ def evaluate(
     options: Mapping[str, Any] | None = None,
     timeout_s: float = 1800.0,
     memory_limit_mb: int | None = None,
+    load: Mapping[str, Any] | None = None,
     store_url: str | None = None,
     progress: bool | Progress = False,
     **fields: Any,
@@ -113,7 +114,9 @@ def evaluate(
         frameworks: framework names (a string may list several, comma-separated); None: every
             installed framework that has a manifest for the model, as `mlscope run` does.
         batch_sizes: batch sizes to measure (an int: one).
-        scenarios: `single_stream` (back-to-back latency), `offline` (throughput); a string: one.
+        scenarios: `single_stream` (back-to-back latency), `offline` (throughput), `server`
+            (Poisson arrivals at load["qps"]), `multi_stream` (load["samples_per_query"] samples
+            every load["interval_ms"]); a string: one.
         device: `cpu`, `cuda` or `cuda:N`.
         runner: `process` (a child process), `docker` (the framework's image) or `inline` (this
             process: the framework stays imported, so its cold start is a warm one).
@@ -123,6 +126,8 @@ def evaluate(
         options: predictor options, e.g. {"threads": 2}.
         timeout_s: each evaluation's time limit in seconds.
         memory_limit_mb: the predictor process's resident-memory limit.
+        load: load settings of the server and multi_stream scenarios, e.g. {"qps": 20} or
+            {"find_max_qps": True, "latency_bound_ms": 50} (docs/load.md lists them).
         store_url: where the results are stored; None: the settings' store (MLSCOPE_STORE_URL).
         progress: True prints a line on stderr per phase of each evaluation; a callable is told of
             every event (see `Progress`); False says nothing.
@@ -152,6 +157,7 @@ def evaluate(
         "options": dict(options or {}),
         "timeout_s": timeout_s,
         "memory_limit_mb": memory_limit_mb,
+        **({"load": dict(load)} if load else {}),
         **fields,
     }
     if isinstance(frameworks, str):
@@ -168,7 +174,8 @@ def _check_fields(fields: Mapping[str, Any]) -> None:
     (the request schema would refuse it too, but a notebook user wants the list)."""
     if "framework" in fields:
         raise UserError("framework: evaluate takes frameworks=[...], a list of names", field="framework")
-    known = set(EvaluationRequestSchema().load_fields) - {"model", "framework"}
+    named = EvaluationRequestSchema().load_fields.items()
+    known = {field.data_key or name for name, field in named} - {"model", "framework"}
     for name in fields:
         if name not in known:
             raise UserError(

@@ -18,6 +18,8 @@ from mlscope.contract.result import PARITY_VERDICTS
 from mlscope.store.base import MAX_LIST_LIMIT
 from mlscope.store.records import STATUSES
 
+from .schema_load import MEASUREMENT_PROPERTIES
+
 __all__ = [
     "MAX_BATCH_JOBS",
     "SHARED_REQUEST_FIELDS",
@@ -58,6 +60,7 @@ SHARED_REQUEST_FIELDS = (
     "check_parity",
     "parity_against",
     "tolerance",
+    "load",
 )
 _TIME_ERRORS: dict[str, str | list[Any] | dict[Any, Any]] = {
     "invalid": "must be an ISO 8601 time with a timezone, e.g. 2024-05-01T12:00:00Z",
@@ -92,7 +95,11 @@ class _StrictSchema(Schema):
         unknown = RAISE
 
 
-_shared = {name: EvaluationRequestSchema._declared_fields[name] for name in SHARED_REQUEST_FIELDS}
+# By the name a document gives each field (its data key: `load` is declared as `load_settings`).
+_request_fields = {
+    field.data_key or name: field for name, field in EvaluationRequestSchema._declared_fields.items()
+}
+_shared = {name: _request_fields[name] for name in SHARED_REQUEST_FIELDS}
 
 BatchRequestSchema: type[Schema] = _StrictSchema.from_dict(
     {
@@ -264,8 +271,8 @@ _PARITY = fields.Dict(
 
 
 class EvaluationSchema(Schema):
-    """The result shape (DESIGN.md, "Result shape"), with the request and manifest snapshots, and the
-    result sections `accuracy` and `parity` when it has them."""
+    """The result shape (DESIGN.md, "Result shape"), with the request and manifest snapshots, the
+    result sections `accuracy` and `parity` when it has them, and each measurement's `load`."""
 
     id = fields.String()
     status = fields.String(metadata={"description": " | ".join(STATUSES)})
@@ -278,10 +285,10 @@ class EvaluationSchema(Schema):
     trace_id = fields.String(allow_none=True)
     cold_start = _obj("{import_ms, load_ms, first_inference_ms}")
     measurements = fields.List(
-        fields.Dict(),
+        fields.Dict(metadata={"properties": MEASUREMENT_PROPERTIES}),
         metadata={
             "description": "one per (scenario, batch_size): {scenario, batch_size, latency_ms, throughput, "
-            "validity, ...}"
+            "validity, load (server, multi_stream, and a certificate for every scenario), ...}"
         },
     )
     accuracy = _ACCURACY

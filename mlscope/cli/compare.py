@@ -102,18 +102,22 @@ _SHOWN = (
     ("p90_ms", "p90 ms"),
     ("p99_ms", "p99 ms"),
     ("throughput", "samples/s"),
+    ("qps", "qps"),
     ("top1", "top-1"),
     ("valid", "valid"),
 )
-_RIGHT = ("batch_size", "throughput", "top1")
+_RIGHT = ("batch_size", "throughput", "qps", "top1")
 
 
 def compare_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
     """The comparison as a table: one row per model × framework × system × batch size; a top-1 column
-    when some row's evaluation measured accuracy. A row whose parity was different shows as invalid
+    when some row's evaluation measured accuracy, a qps column (target → achieved, or a search's
+    max) when some row is a server or multi_stream point. A row whose parity was different shows as invalid
     (the store made it so), its reason among the notes."""
     with_top1 = any(row.get("top1") is not None for row in rows)
-    shown = [(key, header) for key, header in _SHOWN if key != "top1" or with_top1]
+    with_qps = any(row.get("achieved_qps") is not None or row.get("max_qps") is not None for row in rows)
+    hidden = {name for name, shown in (("top1", with_top1), ("qps", with_qps)) if not shown}
+    shown = [(key, header) for key, header in _SHOWN if key not in hidden]
     table = new_table(
         title,
         (
@@ -129,10 +133,21 @@ def compare_table(rows: list[dict[str, Any]], title: str | None = None) -> Table
                 cells.append("-" if low is None else f"{_cell(low, '_ms')}–{_cell(high, '_ms')}")
             elif key == "system_id":
                 cells.append((row[key] or "-")[:8])
+            elif key == "qps":
+                cells.append(_qps_cell(row))
             else:
                 cells.append(_cell(row.get(key), key))
         table.add_row(*cells)
     return table
+
+
+def _qps_cell(row: dict[str, Any]) -> str:
+    if row.get("max_qps") is not None:
+        return f"max {row['max_qps']:,.1f}"
+    target, achieved = row.get("target_qps"), row.get("achieved_qps")
+    if achieved is None:
+        return "-"
+    return f"{achieved:,.1f}" if target is None else f"{target:,.1f} → {achieved:,.1f}"
 
 
 def compare_command(

@@ -13,6 +13,7 @@ import click
 __all__ = [
     "evaluation_options",
     "json_flag",
+    "load_document",
     "model_options",
     "model_options_document",
     "request_fields",
@@ -139,6 +140,76 @@ def model_options_document(
     return document
 
 
+# The load settings (mlscope.contract.load.LoadSettings) with options of their own: (parameter,
+# setting). The request's validation checks their values, so a bad one is named as `load.<setting>`.
+_LOAD_FLAGS = (
+    ("qps", "qps"),
+    ("find_max_qps", "find_max_qps"),
+    ("latency_bound_ms", "latency_bound_ms"),
+    ("percentile", "percentile"),
+    ("max_in_flight", "max_in_flight"),
+    ("samples_per_query", "samples_per_query"),
+    ("interval_ms", "interval_ms"),
+    ("load_seed", "seed"),
+)
+
+LOAD_OPTIONS = (
+    click.option("--qps", type=float, help="server: the target arrival rate, queries per second (Poisson)."),
+    click.option(
+        "--find-max-qps",
+        is_flag=True,
+        help="server: search for the highest QPS whose --percentile latency stays under --latency-bound-ms.",
+    ),
+    click.option(
+        "--latency-bound-ms",
+        type=float,
+        metavar="MS",
+        help="server: the latency the percentile must stay under (needed by --find-max-qps).",
+    ),
+    click.option(
+        "--percentile",
+        type=float,
+        help="The latency percentile a point certifies [default: 99 for server and multi_stream, 90 for "
+        "single_stream, 50 for offline].",
+    ),
+    click.option(
+        "--max-in-flight",
+        type=int,
+        metavar="N",
+        help="server, multi_stream: queries the model runs at once; the others queue [default: 1].",
+    ),
+    click.option(
+        "--samples-per-query",
+        type=int,
+        metavar="N",
+        help="multi_stream: samples in each query, issued together [default: 8].",
+    ),
+    click.option(
+        "--interval-ms", type=float, metavar="MS", help="multi_stream: a query every MS [default: 50]."
+    ),
+    click.option("--load-seed", type=int, metavar="N", help="Seeds the arrival times [default: 0]."),
+    click.option(
+        "--load",
+        "load",
+        multiple=True,
+        callback=_parse_key_values,
+        metavar="KEY=VALUE",
+        help="Any load setting, e.g. --load confidence=0.95 or --load resolution=0.1 (repeatable).",
+    ),
+)
+
+
+def load_document(load: dict[str, Any], **flags: Any) -> dict[str, Any]:
+    """The request's `load` from `--load KEY=VALUE` pairs and the load flags set (a flag wins; an
+    unset flag, None or a switch left off, says nothing)."""
+    document = dict(load)
+    for parameter, setting in _LOAD_FLAGS:
+        value = flags.get(parameter)
+        if value is not None and value is not False:  # not `in (None, False)`: 0 == False
+            document[setting] = flags[parameter]
+    return document
+
+
 _EVALUATION_OPTIONS = (
     click.option(
         "-b",
@@ -154,7 +225,8 @@ _EVALUATION_OPTIONS = (
         default="single_stream",
         show_default=True,
         metavar="NAMES",
-        help="Comma-separated scenarios: single_stream (back-to-back latency), offline (throughput).",
+        help="Comma-separated scenarios: single_stream (back-to-back latency), offline (throughput), "
+        "server (Poisson arrivals at --qps), multi_stream (--samples-per-query samples every --interval-ms).",
     ),
     click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N."),
     click.option(
@@ -207,6 +279,7 @@ _EVALUATION_OPTIONS = (
         "a labels file), or an uploaded sha256:<hex>. Its samples go through the manifest's input steps.",
     ),
     click.option("--limit", type=int, metavar="N", help="Evaluate only the dataset's first N samples."),
+    *LOAD_OPTIONS,
     click.option(
         "--check-parity",
         is_flag=True,
@@ -254,8 +327,15 @@ def request_fields(
     check_parity: bool = False,
     parity_against: str | None = None,
     tolerance: float | None = None,
+    load: dict[str, Any] | None = None,
+    **load_flags: Any,
 ) -> dict[str, Any]:
-    """The request document's fields from the shared options (accuracy and parity ones only when set)."""
+    """The request document's fields from the shared options (accuracy, parity and load ones only
+    when set; `load_flags` are the load settings' options, `--qps` and the others)."""
+    unknown = set(load_flags) - {parameter for parameter, _ in _LOAD_FLAGS}
+    if unknown:
+        raise TypeError(f"request_fields() got unexpected options {', '.join(sorted(unknown))}")
+    load = load_document(load or {}, **load_flags)
     measure = dict(measure)
     for name, value in (("min_seconds", min_seconds), ("max_seconds", max_seconds), ("min_count", min_count)):
         if value is not None:
@@ -279,6 +359,7 @@ def request_fields(
                 ("check_parity", check_parity or None),
                 ("parity_against", parity_against),
                 ("tolerance", tolerance),
+                ("load", load or None),
             )
             if value is not None
         },

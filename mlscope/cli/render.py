@@ -14,6 +14,7 @@ from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
+from mlscope.cli.render_load import has_load_column, load_cell, search_lines
 from mlscope.contract.result import result_validity
 
 __all__ = [
@@ -168,14 +169,19 @@ _MEASUREMENT_COLUMNS: tuple[Column, ...] = (
 
 
 def measurement_table(results: list[dict[str, Any]], title: str | None = None) -> Table:
-    """One row per (evaluation, scenario, batch size): latency percentiles in ms and throughput."""
-    table = new_table(title, _MEASUREMENT_COLUMNS)
+    """One row per (evaluation, scenario, batch size): latency percentiles in ms and throughput; with
+    a server or multi_stream point, a load column (target → achieved QPS, the certified percentile)."""
+    loaded = has_load_column(results)
+    columns = _MEASUREMENT_COLUMNS
+    if loaded:
+        columns = (*columns[:-2], "load", *columns[-2:])
+    table = new_table(title, columns)
     for result in results:
         name, framework = result["model"]["name"], result["framework"]["name"]
         if result["status"] != "succeeded":
             error = result.get("error") or {}
             status = f"[red]{result['status']}[/red]"
-            blanks = [""] * 6
+            blanks = [""] * (7 if loaded else 6)
             table.add_row(
                 name, framework, "-", "-", status, error.get("type", ""), *blanks, short_id(result["id"])
             )
@@ -195,6 +201,7 @@ def measurement_table(results: list[dict[str, Any]], title: str | None = None) -
                 f"{lat['cv']:.3f}",
                 f"{m['throughput']:,.1f}",
                 str(lat["count"]),
+                *([load_cell(m)] if loaded else []),
                 _validity(m["validity"]),
                 short_id(result["id"]),
             )
@@ -292,10 +299,12 @@ def section_lines(result: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def print_sections(result: dict[str, Any], indent: str = "") -> None:
-    """The result's accuracy and parity lines on stdout (`run`, `results show`), and, when the result
-    as a whole is not valid, a line saying why."""
+    """The result's accuracy and parity lines on stdout (`run`, `results show`), each latency
+    search's curve and answer, and, when the result as a whole is not valid, a line saying why."""
     for label, text in section_lines(result):
         console.print(f"{indent}[bold]{label:<10}[/bold] {text}")
+    for line in search_lines(result):
+        console.print(f"{indent}{line}")
     validity = result_validity(result)
     if result["status"] == "succeeded" and not validity["valid"]:
         console.print(f"{indent}[bold red]NOT VALID[/bold red]: {escape('; '.join(validity['reasons']))}")

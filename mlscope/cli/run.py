@@ -19,6 +19,7 @@ from mlscope.cli.render import (
     print_validity_notes,
     short_id,
 )
+from mlscope.cli.render_load import probe_line
 from mlscope.contract.settings import load_settings
 
 if TYPE_CHECKING:
@@ -48,9 +49,11 @@ def run(model: str, frameworks: str | None, as_json: bool, **fields: Any) -> Non
 class _ProgressView:
     """Turns a job's events into one progress bar per evaluation."""
 
-    def __init__(self, progress: Progress, admitted: Admission) -> None:
+    def __init__(self, progress: Progress, admitted: Admission, *, show_probes: bool = True) -> None:
         request = admitted.request
         self.progress = progress
+        self.show_probes = show_probes
+        self.qps = request.load.get("qps")
         self.label = f"{request.model} on {request.framework}"
         self.points = len(request.batch_sizes) * len(request.scenarios)
         self.done = 0
@@ -62,7 +65,21 @@ class _ProgressView:
             phase = event["phase"]
             if phase == "measure":
                 phase = f"{event['scenario']} batch {event['batch_size']}"
+                qps = event.get("target_qps", self.qps)
+                if event["scenario"] == "server" and qps is not None:
+                    phase += f" @ {qps:g} qps"
             self.progress.update(self.task, phase=phase)
+        elif kind == "probe":
+            # A latency search's step: one line above the bars, so the search is seen moving.
+            if self.show_probes:
+                self.progress.console.print(probe_line(self.label, event))
+            target = event.get("target_qps")
+            if target is not None:
+                self.progress.update(
+                    self.task,
+                    phase=f"{event.get('scenario', 'server')} batch {event.get('batch_size')} "
+                    f"search @ {target:g} qps",
+                )
         elif kind == "progress":
             self.progress.update(self.task, completed=self.done + min(event["fraction"], 0.99))
         elif kind == "measurement":
@@ -77,15 +94,16 @@ class _ProgressBars:
     """The run's watcher: a bar per evaluation, the display started when the first one starts (so a
     request refused at admission prints nothing but its error)."""
 
-    def __init__(self, progress: Progress) -> None:
+    def __init__(self, progress: Progress, *, show_probes: bool = True) -> None:
         self.progress = progress
+        self.show_probes = show_probes
         self.view: _ProgressView | None = None
 
     def __call__(self, admitted: Admission, event: dict[str, Any]) -> None:
         kind = event.get("event")
         if kind == "start":
             self.progress.start()
-            self.view = _ProgressView(self.progress, admitted)
+            self.view = _ProgressView(self.progress, admitted, show_probes=self.show_probes)
         elif self.view is not None and kind == "end":
             self.view.finish(event["status"])
         elif self.view is not None:
@@ -118,7 +136,7 @@ def run_command(model: str, frameworks: list[str], document: dict[str, Any], *, 
         console=err_console,
         transient=as_json,
     )
-    bars = _ProgressBars(progress)
+    bars = _ProgressBars(progress, show_probes=not as_json)
     try:
         results = evaluate_here(model, frameworks or None, document, settings=load_settings(), watch=bars)
     finally:

@@ -40,6 +40,8 @@ class Job:
         outputs_for: how many samples' raw outputs to return (for an output-parity check), on the
             dataset's first samples or, without a dataset, on seeded synthetic inputs; 0 for none.
             With no scenarios the job only loads the model and returns those outputs.
+        load: the request's load settings (the server and multi_stream scenarios, a latency
+            search): `LoadSettings.from_dict(job.load)`; empty for the defaults.
     """
 
     evaluation_id: str
@@ -56,6 +58,7 @@ class Job:
     traceparent: str = ""
     dataset: dict[str, Any] = field(default_factory=dict)
     outputs_for: int = 0
+    load: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_request(
@@ -71,9 +74,10 @@ class Job:
         outputs_for: int = 0,
     ) -> Job:
         """The job of an admitted request: every field the two share (framework, device, batch
-        sizes, scenarios, measure, options, trace level) is the request's, taken by name."""
+        sizes, scenarios, measure, options, trace level, load) is the request's, taken by name."""
         shared = {f.name: getattr(request, f.name) for f in fields(cls) if hasattr(request, f.name)}
         shared["measure"], shared["options"] = dict(request.measure), dict(request.options)
+        shared["load"] = dict(request.load)
         # The request names a dataset; the job carries it materialised (the worker's resolution).
         shared.pop("dataset", None)
         return cls(

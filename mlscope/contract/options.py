@@ -10,9 +10,18 @@ from typing import Any
 from marshmallow import RAISE, Schema, validate
 from marshmallow import fields as schema_fields
 
-__all__ = ["GRAPH_OPTIMIZATION_LEVELS", "REQUEST_OPTIONS", "PredictorOptions", "PredictorOptionsSchema"]
+__all__ = [
+    "GRAPH_OPTIMIZATION_LEVELS",
+    "MAX_INPUT_POOL",
+    "REQUEST_OPTIONS",
+    "PredictorOptions",
+    "PredictorOptionsSchema",
+]
 
 GRAPH_OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
+# The most distinct input batches a request may ask to cycle through (and so the most samples a
+# multi_stream query may hold).
+MAX_INPUT_POOL = 64
 
 
 @dataclass(frozen=True)
@@ -56,7 +65,7 @@ class PredictorOptionsSchema(Schema):
     inter_op_threads = schema_fields.Integer(validate=validate.Range(min=1, max=1024), allow_none=True)
     graph_optimization_level = schema_fields.String(validate=validate.OneOf(GRAPH_OPTIMIZATION_LEVELS))
     execution_providers = schema_fields.List(schema_fields.String(validate=validate.Length(min=1)))
-    input_pool = schema_fields.Integer(validate=validate.Range(min=1, max=64))
+    input_pool = schema_fields.Integer(validate=validate.Range(min=1, max=MAX_INPUT_POOL))
 
 
 # The options a request may set: every field of PredictorOptions but the seed. Checked at import, so

@@ -9,11 +9,13 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from marshmallow import RAISE, Schema, ValidationError, fields, post_load, validate, validates_schema
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.load import LoadSettings
 from mlscope.contract.names import RUNNERS, SCENARIOS, TRACE_LEVELS
 from mlscope.contract.options import PredictorOptionsSchema
 from mlscope.contract.queues import parse_target
@@ -33,7 +35,9 @@ class EvaluationRequest:
         model: a manifest name (`mlscope models` lists them).
         framework: a registered framework name.
         batch_sizes: batch sizes to measure, each ≥ 1.
-        scenarios: measurement scenarios (`single_stream`, `offline`).
+        scenarios: measurement scenarios: `single_stream` (back-to-back latency), `offline`
+            (throughput), `server` (Poisson arrivals at `load.qps`), `multi_stream` (a query of
+            `load.samples_per_query` samples every `load.interval_ms`).
         device: `cpu`, `cuda` or `cuda:N`.
         runner: `process` (a child process: a crash or hang ends only the evaluation), `docker` (the
             framework's predictor image, no network) or `inline`.
@@ -62,6 +66,9 @@ class EvaluationRequest:
         parity_against: the reference framework for `check_parity`; None picks the model's first
             other framework (PyTorch where it has one).
         tolerance: the parity check's relative tolerance; None for the outputs' dtype's default.
+        load: the load settings of the server and multi_stream scenarios and of a latency search
+            (`mlscope.contract.load.LoadSettings`): only the settings given, validated (numbers as
+            floats); empty for the defaults.
     """
 
     model: str
@@ -82,6 +89,7 @@ class EvaluationRequest:
     check_parity: bool = False
     parity_against: str | None = None
     tolerance: float | None = None
+    load: dict[str, Any] = field(default_factory=dict)
 
     @property
     def effective_target(self) -> str:
@@ -106,6 +114,22 @@ def _check_target(value: str) -> None:
         parse_target(value)
     except UserError as exc:
         raise ValidationError(exc.message.partition(": ")[2] or exc.message) from None
+
+
+class LoadField(fields.Dict):
+    """A request's `load`: the settings `LoadSettings.from_dict` accepts, loaded as the settings given
+    with their validated values (an integer qps becomes a float); a bad one is an error under
+    `load.<setting>`. Whether they suit the scenarios is the request schema's check."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> dict[str, Any]:
+        given: dict[str, Any] = super()._deserialize(value, attr, data, **kwargs)
+        try:
+            settings = LoadSettings.from_dict(given).to_dict()
+        except UserError as exc:
+            if exc.field in (None, "load"):
+                raise ValidationError(exc.message) from None
+            raise ValidationError({exc.field: [exc.message]}) from None
+        return {name: settings[name] for name in given}
 
 
 class ModelOptionsSchema(Schema):
@@ -185,6 +209,16 @@ class EvaluationRequestSchema(Schema):
         allow_none=True,
         validate=validate.Range(min=0, max=1, min_inclusive=False, error="must be in (0, 1]"),
     )
+    # Named `load` in documents; not as an attribute, which would hide Schema.load from type checkers.
+    load_settings = LoadField(
+        data_key="load",
+        keys=fields.String(),
+        load_default=dict,
+        metadata={
+            "description": "the load settings of the server and multi_stream scenarios (docs/load.md), "
+            f"some of: {', '.join(f.name for f in dataclass_fields(LoadSettings))}; only those given are kept"
+        },
+    )
 
     @validates_schema(skip_on_field_errors=True)
     def _check_dataset_options(self, data: dict[str, Any], **_: Any) -> None:
@@ -193,11 +227,18 @@ class EvaluationRequestSchema(Schema):
         for name in ("parity_against", "tolerance"):
             if data.get(name) is not None and not data.get("check_parity"):
                 raise ValidationError("applies only with check_parity: true", name)
+        try:
+            LoadSettings.from_dict(data.get("load_settings")).check_scenarios(
+                data.get("scenarios") or ["single_stream"]
+            )
+        except UserError as exc:
+            raise ValidationError(exc.message, f"load.{exc.field}") from None
 
     @post_load
     def _build(self, data: dict[str, Any], **_: Any) -> EvaluationRequest:
         data["batch_sizes"] = tuple(dict.fromkeys(data["batch_sizes"]))
         data["scenarios"] = tuple(dict.fromkeys(data["scenarios"]))
+        data["load"] = data.pop("load_settings")
         return EvaluationRequest(**data)
 
 

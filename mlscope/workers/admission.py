@@ -16,7 +16,9 @@ from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.job import Job
+from mlscope.contract.load import LoadSettings
 from mlscope.contract.manifest import Manifest
+from mlscope.contract.options import MAX_INPUT_POOL
 from mlscope.contract.request import EvaluationRequest, parse_request
 from mlscope.contract.settings import Settings
 from mlscope.registry.datasets import check_dataset_reference, resolve_dataset
@@ -149,6 +151,7 @@ def admit(
     manifest = models.get(request.model, request.framework, ModelOptions.from_dict(request.model_options))
     _check_fixed_batch(manifest, request.batch_sizes)
     check_measure(request.measure)
+    _check_multi_stream(request, None)
     if request.dataset is not None:
         check_dataset_reference(
             request.dataset, local_files=models.local_files, uploads=models.dataset_uploads
@@ -181,6 +184,7 @@ def admit(
             max_bytes=here.max_dataset_bytes,
         )
         check_takes_dataset(manifest, dataset)
+        _check_multi_stream(request, dataset)
     return Admission(request, manifest, version, dataset, parity_manifest)
 
 
@@ -217,6 +221,43 @@ def _parity_manifest(request: EvaluationRequest, models: ModelRegistry) -> Manif
             field="parity_against",
         )
     return models.get(request.model, against, options)
+
+
+def _check_multi_stream(request: EvaluationRequest, dataset: DatasetRef | None) -> None:
+    """A multi_stream query's samples are distinct inputs: the input pool (at most MAX_INPUT_POOL)
+    and the dataset (as limited) must hold that many. Without `dataset` (not resolved yet), only the
+    request's own limit is checked against it.
+
+    Raises:
+        UserError: naming `load.samples_per_query`.
+    """
+    if "multi_stream" not in request.scenarios:
+        return
+    wanted = LoadSettings.from_dict(request.load).samples_per_query
+    head = f"multi_stream's {wanted} samples per query need {wanted} distinct inputs"
+    if wanted > MAX_INPUT_POOL:
+        raise UserError(
+            f"{head}, but the input pool holds at most {MAX_INPUT_POOL}: lower samples_per_query to "
+            f"≤ {MAX_INPUT_POOL}",
+            field="load.samples_per_query",
+        )
+    pool = request.options.get("input_pool")
+    if pool is not None and pool < wanted:
+        raise UserError(
+            f"{head}, but options.input_pool is {pool}: raise input_pool to ≥ {wanted} (max "
+            f"{MAX_INPUT_POOL}) or lower samples_per_query",
+            field="load.samples_per_query",
+        )
+    if request.dataset is None:
+        return
+    used = request.limit if dataset is None else dataset.used
+    if used is not None and used < wanted:
+        held = f"limit {used} samples" if dataset is None or used != dataset.count else f"{used} samples"
+        raise UserError(
+            f"{head}, but that is larger than the dataset {request.dataset} ({held}): lower "
+            f"samples_per_query to ≤ {used} or evaluate more of the dataset",
+            field="load.samples_per_query",
+        )
 
 
 def _check_fixed_batch(manifest: Manifest, batch_sizes: tuple[int, ...]) -> None:

@@ -131,3 +131,76 @@ def run_to(store: Store, status: str, **submit_args: Any) -> str:
 
 def ids_of(evaluations: list[dict[str, Any]]) -> list[str]:
     return [evaluation["id"] for evaluation in evaluations]
+
+
+# A server point's `load` section with a latency search, every key DESIGN.md fixes and docs/load.md
+# describes, plus one a newer runtime might add: a store must give it back unchanged.
+SERVER_LOAD: dict[str, Any] = {
+    "certified": {
+        "percentile": 99.0,
+        "confidence": 0.99,
+        "ok": True,
+        "queries": 1200,
+        "queries_needed": 0,
+        "estimate_ms": 4.1,
+        "bound_ms": 50.0,
+        "over_bound": 3,
+    },
+    "target_qps": 20.0,
+    "scheduled_qps": 19.7,
+    "achieved_qps": 19.7,
+    "completed_qps": 19.6,
+    "issue_lateness_ms": {"mean": 0.12, "p50": 0.05, "p99": 0.9, "max": 2.5},
+    "queries": 1200,
+    "late": 0,
+    "queued": 14,
+    "unfinished": 0,
+    "max_in_flight": 1,
+    "seed": 0,
+    "in_flight": {"observed": 0.21, "littles_law": 0.2, "ratio": 1.03},
+    "service_ms": {"median": 3.9, "p90": 4.2, "p99": 4.6},
+    "search": {
+        "latency_bound_ms": 50.0,
+        "percentile": 99.0,
+        "max_qps": 183.0,
+        "probes": [
+            {
+                "target_qps": 183.0,
+                "achieved_qps": 182.4,
+                "queries": 5490,
+                "duration_s": 30.0,
+                "p50_ms": 9.0,
+                "p90_ms": 20.0,
+                "p99_ms": 44.0,
+                "percentile_ms": 44.0,
+                "certified": True,
+                "passed": True,
+                "reason": "p99 44.0 ms ≤ 50 ms",
+            },
+            {
+                "target_qps": 400.0,
+                "achieved_qps": 350.2,
+                "queries": 10506,
+                "duration_s": 30.0,
+                "p50_ms": None,
+                "p90_ms": None,
+                "p99_ms": None,
+                "percentile_ms": None,
+                "certified": False,
+                "passed": False,
+                "reason": "could not issue at 400 qps",
+            },
+        ],
+    },
+    "a_newer_key": {"nested": [1, 2.5, None]},
+}
+
+
+def make_loaded_measurement(scenario: str = "server", batch_size: int = 1) -> dict[str, Any]:
+    """A measurement with SERVER_LOAD as its `load` section (multi_stream's keys added for that
+    scenario)."""
+    load = dict(SERVER_LOAD)
+    if scenario == "multi_stream":
+        load = {**load, "samples_per_query": 8, "interval_ms": 50.0, "overruns": 2}
+        del load["search"]
+    return {**make_measurement(scenario, batch_size), "load": load}

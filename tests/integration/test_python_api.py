@@ -219,6 +219,13 @@ def test_to_pandas_without_pandas_says_what_to_install(
         ("resnet18", {"frameworks": ["pytorch", "tensorflw"]}, "framework", "unknown framework 'tensorflw'"),
         ("resnet18", {"frameworks": ["pytorch"], "measure": {"speed": 9}}, "measure.speed", "speed"),
         ("resnet18", {"framework": "pytorch"}, "framework", "frameworks=[...]"),
+        (
+            "resnet18",
+            {"frameworks": ["pytorch"], "scenarios": "server", "load": {"qps": 0}},
+            "load.qps",
+            "(0, 100000]",
+        ),
+        ("resnet18", {"frameworks": ["pytorch"], "scenarios": "server"}, "load.qps", "needs a target rate"),
     ],
 )
 def test_bad_input_raises_a_user_error_naming_the_field_and_stores_nothing(

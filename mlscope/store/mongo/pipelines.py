@@ -62,6 +62,7 @@ def compare_pipeline(where: CompareFilter) -> list[dict[str, Any]]:
         "framework_version": "$framework_version",
         **{name: f"${name}" for name in _COMPARED},
         **{name: f"${name}" for name in _SECTION_FIGURES},
+        **{name: f"${name}" for name in _LOAD_FIGURES},
     }
     median = "$latest.median_ms"
     pipeline: list[dict[str, Any]] = [
@@ -74,6 +75,8 @@ def compare_pipeline(where: CompareFilter) -> list[dict[str, Any]]:
                 **dict.fromkeys(_EVALUATION_FIELDS, 1),
                 **measurement_figures("$measurements"),
                 **_SECTION_FIGURES,
+                # Null, not missing, as _SECTION_FIGURES (mongomock builds `latest` of them).
+                **{name: {"$ifNull": [path, None]} for name, path in _LOAD_FIGURES.items()},
             }
         },
         # Latest first: compare_rows keeps the greatest (finished_at, evaluation id) of each key.
@@ -123,8 +126,18 @@ _EVALUATION_FIELDS = (
     "device",
     "finished_at",
 )
-# The comparison table's columns a measurement gives (scenario … reasons), read from the table itself.
-_COMPARED = COMPARE_COLUMNS[COMPARE_COLUMNS.index("scenario") : COMPARE_COLUMNS.index("reasons") + 1]
+# The comparison table's columns a measurement gives (scenario … reasons), read from the table itself,
+# but for the load section's rates (_LOAD_FIGURES).
+_LOAD_FIGURES = {
+    "target_qps": "$measurements.extra.load.target_qps",
+    "achieved_qps": "$measurements.extra.load.achieved_qps",
+    "max_qps": "$measurements.extra.load.search.max_qps",
+}
+_COMPARED = tuple(
+    name
+    for name in COMPARE_COLUMNS[COMPARE_COLUMNS.index("scenario") : COMPARE_COLUMNS.index("reasons") + 1]
+    if name not in _LOAD_FIGURES
+)
 # What a row shows of the evaluation's result sections (records.sections), read by the server with the
 # rest of the row; compare_row turns a different parity into an invalid row. Null, not missing, when
 # an evaluation has no such section: the row's `latest` object is built of them, and mongomock cannot
@@ -194,6 +207,11 @@ def pipeline_row(found: Mapping[str, Any]) -> dict[str, Any]:
             },
             "throughput": latest.get("throughput"),
             "validity": {"valid": latest.get("valid"), "reasons": decode(latest.get("reasons"))},
+            "load": {
+                "target_qps": latest.get("target_qps"),
+                "achieved_qps": latest.get("achieved_qps"),
+                "search": {"max_qps": latest.get("max_qps")},
+            },
         },
         runs=found["runs"],
         evaluation_id=latest["evaluation_id"],

@@ -49,6 +49,9 @@ COMPARE_COLUMNS: tuple[str, ...] = (
     "ci_high_ms",
     "throughput",
     "count",
+    "target_qps",
+    "achieved_qps",
+    "max_qps",
     "valid",
     "reasons",
     "top1",
@@ -98,7 +101,9 @@ def compare_row(
         model, framework, framework_version, device: the evaluation's.
         system_id, system: the id and the description of the system it ran on ({} when unknown).
         measurement: {"scenario", "batch_size", "latency_ms", "throughput", "validity"} in the public
-            shape.
+            shape, and its `load` section where it has one (or as much as a row shows of it:
+            {"target_qps", "achieved_qps", "search": {"max_qps"}}); a row's target_qps, achieved_qps
+            and max_qps are None without one.
         runs: how many succeeded evaluations share the row's key.
         evaluation_id, finished_at: the evaluation the figures are from, and when it finished (ISO 8601).
         accuracy: the evaluation's accuracy section, or as much of it as a row shows ({"top1",
@@ -110,6 +115,7 @@ def compare_row(
     validity = measurement.get("validity") or {}
     ci = latency.get("median_ci") or [None, None]
     accuracy, parity = accuracy or {}, parity or {}
+    load = measurement.get("load") or {}
     valid, reasons = validity.get("valid"), list(validity.get("reasons") or [])
     failure = parity_failure(parity)
     if failure is not None:
@@ -133,6 +139,9 @@ def compare_row(
         "ci_high_ms": ci[1],
         "throughput": measurement.get("throughput"),
         "count": latency.get("count"),
+        "target_qps": load.get("target_qps"),
+        "achieved_qps": load.get("achieved_qps"),
+        "max_qps": (load.get("search") or {}).get("max_qps"),
         "valid": valid,
         "reasons": reasons,
         "top1": accuracy.get("top1"),

@@ -230,6 +230,10 @@ def compare_query(where: CompareFilter, dialect: str) -> Select[Unpack[tuple[Any
             _json_text(e.accuracy["top5"]),
             _json_text(e.parity["verdict"]),
             _json_text(e.parity["against"]),
+            # The server scenario's rates, from the measurement's load section (None without one).
+            _json_text(m.extra[("load", "target_qps")]),
+            _json_text(m.extra[("load", "achieved_qps")]),
+            _json_text(m.extra[("load", "search", "max_qps")]),
         )
         .select_from(keys)
         .join(e, e.id == keys.c.evaluation_id)
@@ -278,7 +282,8 @@ def compare_result(row: Row[Unpack[tuple[Any, ...]]], texts: JSONTexts) -> dict[
     (model, framework, framework_version, system_id, hostname, agent_id, cpu, device, scenario) = values[:9]
     (batch_size, median, p90, p99, ci_low, ci_high, throughput, count, valid, reasons) = values[9:19]
     runs, evaluation_id, finished_at = values[19:22]
-    top1, top5, verdict, against = (texts[text] for text in values[22:])
+    top1, top5, verdict, against = (texts[text] for text in values[22:26])
+    target_qps, achieved_qps, max_qps = (texts[text] for text in values[26:29])
     return compare_row(
         model=model,
         framework=framework,
@@ -298,6 +303,7 @@ def compare_result(row: Row[Unpack[tuple[Any, ...]]], texts: JSONTexts) -> dict[
             },
             "throughput": throughput,
             "validity": {"valid": valid, "reasons": texts[reasons]},
+            "load": {"target_qps": target_qps, "achieved_qps": achieved_qps, "search": {"max_qps": max_qps}},
         },
         runs=runs,
         evaluation_id=evaluation_id,
