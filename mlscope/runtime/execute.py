@@ -85,7 +85,9 @@ def _measure_all(
                     }
                 )
 
-            def probe(point: dict[str, Any], scenario_name: str = scenario.NAME, size: int = batch_size) -> None:
+            def probe(
+                point: dict[str, Any], scenario_name: str = scenario.NAME, size: int = batch_size
+            ) -> None:
                 phases.emit({"event": "probe", "scenario": scenario_name, "batch_size": size, **point})
 
             with tracer.span("predict", scenario=scenario.NAME, batch_size=batch_size) as attributes:

@@ -109,7 +109,9 @@ def test_overloaded_model_is_invalid() -> None:
         "server",
         sleeper(0.02),
         LoadSettings(qps=200, percentile=90),
-        settings=MeasureSettings(warmup_count=1, warmup_seconds=0, min_count=10, min_seconds=1, max_seconds=2),
+        settings=MeasureSettings(
+            warmup_count=1, warmup_seconds=0, min_count=10, min_seconds=1, max_seconds=2
+        ),
     )
     assert not measurement.validity.valid
     assert measurement.load["unfinished"] > 0
@@ -119,19 +121,22 @@ def test_overloaded_model_is_invalid() -> None:
 def test_a_generator_that_cannot_keep_up_is_flagged_invalid() -> None:
     """Asked for twice what this process can send, the generator falls behind its own schedule: the
     run is invalid for that reason, whatever the model did."""
-    rate = 2 * generator_capacity()
-    load = LoadSettings(qps=min(rate, 100_000), percentile=50)
-    settings = MeasureSettings(warmup_count=1, warmup_seconds=0, min_count=10, min_seconds=0.5, max_seconds=0.5)
-    _, result = run_under_load(
-        lambda batch: None, [0], 1, settings, load, "server", Schedule("poisson", load.qps or 0.0), None
+    # Beyond what a request may ask (MAX_QPS), so straight to the generator.
+    schedule = Schedule("poisson", 4 * generator_capacity())
+    load = LoadSettings(percentile=50)
+    settings = MeasureSettings(
+        warmup_count=1, warmup_seconds=0, min_count=10, min_seconds=0.5, max_seconds=0.5
     )
+    _, result = run_under_load(lambda batch: None, [0], 1, settings, load, "server", schedule, None)
     assert result.section["achieved_qps"] < 0.99 * result.section["scheduled_qps"]
     assert any("load generator" in reason for reason in result.invalid)
 
 
 def test_a_rate_the_machine_cannot_issue_is_refused() -> None:
     with pytest.raises(UserError, match="above what this machine can issue") as caught:
-        check_rate(min(10 * generator_capacity(), 99_000.0) if generator_capacity() < 9_900 else 99_000.0, 100)
+        check_rate(
+            min(10 * generator_capacity(), 99_000.0) if generator_capacity() < 9_900 else 99_000.0, 100
+        )
     assert caught.value.field == "qps"
     check_rate(50.0)  # a rate any machine issues needs no check
 
@@ -145,7 +150,9 @@ def test_multi_stream_query_latency_is_its_slowest_sample() -> None:
     assert 2 <= measurement.latency_ms.median < 15
     assert measurement.validity.valid or not any("load generator" in r for r in measurement.validity.reasons)
     # One model thread: 4 samples × 3 ms = 12 ms > a 5 ms interval, every query overruns.
-    slow = run("multi_stream", sleeper(0.003), LoadSettings(samples_per_query=4, interval_ms=5, percentile=90))
+    slow = run(
+        "multi_stream", sleeper(0.003), LoadSettings(samples_per_query=4, interval_ms=5, percentile=90)
+    )
     assert slow.load["overruns"] > 0
     assert slow.latency_ms.median >= 12
     assert not slow.validity.valid
@@ -207,4 +214,6 @@ def test_search_finds_a_known_capacity() -> None:
     # own noise (2 shared cores) can fail a probe before the model saturates: allow two steps.
     assert search["max_target_qps"] <= capacity * 1.02
     assert search["max_target_qps"] >= capacity * 0.5, probes
-    assert all({"target_qps", "achieved_qps", "p50_ms", "p90_ms", "p99_ms", "passed"} <= set(p) for p in probes)
+    assert all(
+        {"target_qps", "achieved_qps", "p50_ms", "p90_ms", "p99_ms", "passed"} <= set(p) for p in probes
+    )

@@ -22,6 +22,7 @@ from mlscope.runtime.measure import (
 )
 
 MEASUREMENT_KEYS = {
+    "load",
     "scenario",
     "batch_size",
     "latency_ms",
@@ -73,7 +74,7 @@ def fast(**overrides: Any) -> MeasureSettings:
 
 
 def test_registry_names_match_the_scenarios() -> None:
-    assert set(SCENARIOS) == {"single_stream", "offline"}
+    assert set(SCENARIOS) == {"single_stream", "offline", "server", "multi_stream"}
     assert all(name == cls.NAME for name, cls in SCENARIOS.items())
 
 
@@ -84,8 +85,8 @@ def test_get_scenario_returns_an_instance() -> None:
 
 def test_unknown_scenario_names_itself_and_the_known_ones() -> None:
     with pytest.raises(UserError) as caught:
-        get_scenario("server")
-    assert "'server'" in caught.value.message
+        get_scenario("serve")
+    assert "'serve'" in caught.value.message
     assert "offline" in caught.value.message
     assert "single_stream" in caught.value.message
     assert caught.value.field == "scenario"
@@ -100,8 +101,9 @@ def test_scenario_is_abstract() -> None:
 
     with pytest.raises(TypeError):
         Scenario()
-    with pytest.raises(TypeError):
-        Incomplete()
+    # A scenario that names its throughput is whole; one without a loop says so when run.
+    with pytest.raises(NotImplementedError, match="Incomplete"):
+        Incomplete().run(lambda b: None, [0], 1, fast())
 
 
 def test_single_stream_throughput_is_batch_size_over_mean_latency() -> None:

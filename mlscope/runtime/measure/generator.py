@@ -267,7 +267,11 @@ def _send(
         if now - start >= next_check:
             record.issued = index + 1
             next_check = now - start + check_ns
-            reason = "error" if errors else decide(record, now - start - _LEAD_NS)
+            # A generator behind its schedule still stops on the wall clock.
+            wall_over = now - start > max_ns
+            reason = (
+                "error" if errors else "max_seconds" if wall_over else decide(record, now - start - _LEAD_NS)
+            )
             if reason is not None:
                 record.stop_reason = reason
                 index += 1

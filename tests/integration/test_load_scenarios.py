@@ -1,0 +1,85 @@
+"""The server and multi_stream scenarios end to end: `mlscope run` on real ONNX Runtime and PyTorch
+predictors in child processes, into a real SQLite store (figures asserted as relations, never as
+fixed numbers: the machine is shared)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration.test_run_cli import FAST, json_lines, mlscope
+
+pytestmark = pytest.mark.slow
+
+
+def test_server_run_on_both_frameworks_records_its_load(mlscope_env: dict[str, str]) -> None:
+    # Given a small real model, When it runs under Poisson arrivals at 50 queries/s
+    done = mlscope(
+        mlscope_env, "run", "test_tiny_mlp", "-f", "pytorch,onnxruntime", "--scenario", "server",
+        "--qps", "50", "--percentile", "90", "--json", *FAST,
+    )  # fmt: skip
+    assert done.returncode in (0, 3), done.stderr
+    results = json_lines(done.stdout)
+    assert {r["framework"]["name"] for r in results} == {"pytorch", "onnxruntime"}
+    for result in results:
+        assert result["status"] == "succeeded", result.get("error")
+        (point,) = result["measurements"]
+        load = point["load"]
+        # Then the load section says what was asked, what was issued and what it certifies
+        assert point["scenario"] == "server" and load["target_qps"] == 50
+        assert load["queries"] == point["latency_ms"]["count"] + load["unfinished"]
+        assert 0.5 < load["achieved_qps"] / 50 < 1.5
+        assert load["certified"]["percentile"] == 90
+        assert set(load["issue_lateness_ms"]) == {"mean", "p50", "p99", "max"}
+        # latency from the scheduled arrival is never below the model's own service time
+        assert point["latency_ms"]["median"] >= load["service_ms"]["median"] * 0.99
+    # And the stored result keeps it
+    shown = mlscope(mlscope_env, "results", "show", results[0]["id"], "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["measurements"][0]["load"] == results[0]["measurements"][0]["load"]
+
+
+def test_find_max_qps_prints_probes_and_stores_the_curve(mlscope_env: dict[str, str]) -> None:
+    done = mlscope(
+        mlscope_env, "run", "test_tiny_mlp", "-f", "onnxruntime", "--scenario", "server", "--find-max-qps",
+        "--latency-bound-ms", "20", "--percentile", "90", "--qps", "50", "--json", *FAST,
+    )  # fmt: skip
+    assert done.returncode in (0, 3), done.stderr
+    (result,) = json_lines(done.stdout)
+    search = result["measurements"][0]["load"]["search"]
+    assert search["latency_bound_ms"] == 20 and search["percentile"] == 90
+    assert len(search["probes"]) >= 2
+    passed = [p["target_qps"] for p in search["probes"] if p["passed"]]
+    if passed:
+        assert search["max_target_qps"] == max(passed)
+
+
+def test_multi_stream_on_a_real_model(mlscope_env: dict[str, str]) -> None:
+    done = mlscope(
+        mlscope_env, "run", "test_tiny_mlp", "-f", "onnxruntime", "--scenario", "multi_stream",
+        "--samples-per-query", "4", "--interval-ms", "20", "--percentile", "90", "--json", *FAST,
+    )  # fmt: skip
+    assert done.returncode in (0, 3), done.stderr
+    (result,) = json_lines(done.stdout)
+    load = result["measurements"][0]["load"]
+    assert load["samples_per_query"] == 4 and load["interval_ms"] == 20
+    assert load["certified"]["bound_ms"] == 20
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        (["--scenario", "server", "--qps", "0"], "load.qps"),
+        (["--scenario", "server", "--qps", "1e9"], "load.qps"),
+        (["--scenario", "server", "--find-max-qps", "--latency-bound-ms", "0"], "latency_bound_ms"),
+        (["--scenario", "server", "--qps", "5", "--percentile", "100"], "percentile"),
+        (["--scenario", "server"], "qps"),
+    ],
+)
+def test_bad_load_is_one_line_and_exit_2(
+    mlscope_env: dict[str, str], arguments: list[str], named: str
+) -> None:
+    done = mlscope(mlscope_env, "run", "test_tiny_mlp", "-f", "onnxruntime", *arguments)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert named in done.stderr and "Traceback" not in done.stderr
