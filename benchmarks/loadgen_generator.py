@@ -1,0 +1,117 @@
+"""How accurately the server scenario's load generator issues its Poisson schedule, on a no-op model.
+
+For each target rate (default 100, 1,000, 5,000, 10,000 and 20,000 queries/s) one run of the
+generator (`run_under_load`, which skips the MAX_QPS cap and the rate check, so rates past what this
+machine can issue are measured too) to a model that does nothing, each at least `--seconds` long,
+printing: achieved / target QPS (the Poisson schedule's own rate differs from the target by
+sampling noise, ~1/√n), achieved / scheduled QPS (what the generator did against what its schedule
+asked), the p99 and max issue lateness, and the Little's-law ratio (in flight seen by arrivals /
+rate × mean latency). Targets: achieved / scheduled ≥ 0.99 and p99 lateness ≤ 1 ms; the table says
+at which rate they stop holding on this machine.
+
+    python benchmarks/loadgen_generator.py [--rates 100,1000,5000,10000,20000] [--seconds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from mlscope.contract.load import LoadSettings
+from mlscope.runtime.measure import MeasureSettings
+from mlscope.runtime.measure.generator import Schedule
+from mlscope.runtime.measure.load_run import generator_capacity, run_under_load
+
+__all__ = ["TARGET_LATENESS_MS", "TARGET_RATIO", "measure_generator"]
+
+TARGET_RATIO = 0.99
+TARGET_LATENESS_MS = 1.0
+
+
+def _noop(batch: Any) -> None:
+    return None
+
+
+def measure_generator(qps: float, seconds: float, seed: int = 0) -> dict[str, Any]:
+    """One server-scenario run of the generator at `qps` to a no-op model.
+
+    Returns:
+        target, scheduled and achieved QPS, their ratios, p99 and max issue lateness (ms), the
+        Little's-law ratio, queries issued, stop reason, whether both targets hold, and the
+        report's invalid findings.
+    """
+    settings = MeasureSettings(min_seconds=seconds, max_seconds=seconds * 2 + 5, warmup_count=0)
+    load = LoadSettings(qps=min(qps, 100_000.0), percentile=90, max_in_flight=1, seed=seed)
+    record, result = run_under_load(
+        _noop, [None], 1, settings, load, "server", Schedule("poisson", qps, seed=seed), None
+    )
+    section = result.section
+    achieved, scheduled = section["achieved_qps"] or 0.0, section["scheduled_qps"] or 0.0
+    late = section["issue_lateness_ms"]
+    ratio_scheduled = achieved / scheduled if scheduled else 0.0
+    return {
+        "target_qps": qps,
+        "scheduled_qps": scheduled,
+        "achieved_qps": achieved,
+        "achieved_over_target": achieved / qps,
+        "achieved_over_scheduled": ratio_scheduled,
+        "lateness_p99_ms": late["p99"],
+        "lateness_max_ms": late["max"],
+        "little_ratio": section["in_flight"]["ratio"],
+        "queries": section["queries"],
+        "stop_reason": record.stop_reason,
+        "holds": ratio_scheduled >= TARGET_RATIO and (late["p99"] or 0.0) <= TARGET_LATENESS_MS,
+        "invalid": list(result.invalid),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rates", default="100,1000,5000,10000,20000", help="target QPS, comma separated")
+    parser.add_argument("--seconds", type=float, default=5.0, help="minimum length of each run")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the Poisson schedule")
+    args = parser.parse_args()
+    rates = [float(rate) for rate in args.rates.split(",") if rate.strip()]
+
+    capacity = generator_capacity()
+    print(f"load generator accuracy, server scenario, no-op model ({args.seconds:g} s per rate)")
+    print(
+        f"  cores: {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}; generator capacity "
+        f"(all queries due at once): {capacity:,.0f} queries/s"
+    )
+    header = (
+        f"  {'target':>8} {'achieved':>10} {'ach/target':>10} {'ach/sched':>9} "
+        f"{'late p99':>9} {'late max':>9} {'Little':>7} {'queries':>8}  holds"
+    )
+    print(header)
+    first_failure: float | None = None
+    rows = []
+    for qps in rates:
+        row = measure_generator(qps, args.seconds, args.seed)
+        rows.append(row)
+        little = row["little_ratio"]
+        print(
+            f"  {qps:>8,.0f} {row['achieved_qps']:>10,.1f} {row['achieved_over_target']:>10.4f} "
+            f"{row['achieved_over_scheduled']:>9.4f} {row['lateness_p99_ms']:>7.3f}ms "
+            f"{row['lateness_max_ms']:>7.2f}ms {little if little is not None else float('nan'):>7.3f} "
+            f"{row['queries']:>8,}  {'yes' if row['holds'] else 'NO'}",
+            flush=True,
+        )
+        if not row["holds"] and first_failure is None:
+            first_failure = qps
+    print(f"  targets: achieved/scheduled ≥ {TARGET_RATIO}, p99 issue lateness ≤ {TARGET_LATENESS_MS:g} ms")
+    held = [row["target_qps"] for row in rows if row["holds"]]
+    if first_failure is None:
+        print(f"  holds at every rate measured (up to {max(rates):,.0f} queries/s)")
+    else:
+        below = max((rate for rate in held if rate < first_failure), default=None)
+        where = f"holds up to {below:,.0f}, " if below is not None else ""
+        print(f"  {where}stops holding at {first_failure:,.0f} queries/s on this machine")
+    for row in rows:
+        for reason in row["invalid"]:
+            print(f"  [{row['target_qps']:,.0f} qps] invalid: {reason}")
+
+
+if __name__ == "__main__":
+    main()
