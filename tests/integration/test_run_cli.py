@@ -188,7 +188,7 @@ def test_inline_runner_gives_the_same_shape_and_reports_a_warm_process(mlscope_e
         (["run", "resnet18", "-f", "pytorch", "--runner", "ssh"], "runner"),
         (["run", "resnet18", "-f", "pytorch", "--measure", "min_count=-3"], "min_count"),
         (["run", "resnet18", "-f", "pytorch", "--measure", "speed=9"], "speed"),
-        (["run", "resnet18", "-f", "pytorch", "-s", "server"], "scenarios.0"),
+        (["run", "resnet18", "-f", "pytorch", "-s", "serve"], "scenarios.0"),
         (
             ["run", "resnet18", "-f", "onnxruntime", "--option", "graph_optimization_level=fast"],
             "options.graph_optimization_level",

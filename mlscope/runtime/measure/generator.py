@@ -37,7 +37,7 @@ _SPIN_NS = 200_000
 # The first query is due this long after the generator starts, so the model threads are waiting.
 _LEAD_NS = 2_000_000
 
-Decide = Callable[["IssueRecord", int], str | None]
+Decide = Callable[["IssueRecord", int], "str | None"]
 
 
 @dataclass(frozen=True)

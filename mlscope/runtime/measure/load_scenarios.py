@@ -1,12 +1,14 @@
 """The scenarios a load generator drives, after MLPerf LoadGen: server (Poisson arrivals at a target
 QPS) and multi_stream (N samples every interval).
 
-Owns `Server` and `MultiStream`; one run of the generator is `load_run`'s, the max-QPS search
-`search`'s.
+Owns `LoadScenario` (what both share: check the rate, warm up, one run of the generator, its
+outcome), `Server` and `MultiStream`, which say only when queries are due and what bound their
+percentile is held to. One run of the generator is `load_run`'s, the max-QPS search `search`'s.
 """
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -20,16 +22,64 @@ from mlscope.runtime.measure.search import search_max_qps
 from mlscope.runtime.measure.settings import MeasureSettings
 from mlscope.runtime.measure.stats import LatencySummary
 
-__all__ = ["MultiStream", "Server"]
+__all__ = ["LoadScenario", "MultiStream", "Server"]
 
 
-class Server(Scenario):
+class LoadScenario(Scenario):
+    """A scenario whose queries a load generator issues on a schedule; throughput is the samples
+    completed per second."""
+
+    def _outcome(
+        self,
+        predict: Callable[[Any], Any],
+        batches: Sequence[Any],
+        batch_size: int,
+        settings: MeasureSettings,
+        load: LoadSettings,
+        *,
+        timer: Timer | None,
+        on_progress: Callable[[float], None] | None,
+        record_starts: bool,
+        on_probe: OnProbe | None,
+    ) -> Outcome:
+        schedule = self._schedule(load, len(batches))
+        check_rate(schedule.rate, schedule.samples_per_query)
+        warmup_count = _warm_up(predict, batches, settings, timer)
+        record, result = run_under_load(
+            predict,
+            batches,
+            batch_size,
+            settings,
+            load,
+            self.NAME,
+            schedule,
+            self._bound_ms(load),
+            timer=timer,
+            on_progress=on_progress,
+        )
+        return outcome_of(record, result, warmup_count, record_starts)
+
+    @abstractmethod
+    def _schedule(self, load: LoadSettings, inputs: int) -> Schedule:
+        """When queries are due.
+
+        Raises:
+            UserError: the settings cannot make a schedule with `inputs` distinct inputs.
+        """
+
+    @abstractmethod
+    def _bound_ms(self, load: LoadSettings) -> float | None:
+        """The latency the percentile is certified against; None to estimate it instead."""
+
+    def _throughput(self, loop: LoopResult, summary: LatencySummary, batch_size: int) -> float:
+        return loop.latencies_ns.size * batch_size / (max(loop.wall_ns, 1) / NS_PER_S)
+
+
+class Server(LoadScenario):
     """Queries arrive as a Poisson process at `load.qps` (seeded), issued by a generator thread to
     `load.max_in_flight` model threads; each latency runs from the query's scheduled arrival, so
     queueing counts. With `load.find_max_qps`, a search for the highest rate whose certified
     percentile meets `load.latency_bound_ms` (see search).
-
-    Throughput is the samples completed per second.
     """
 
     NAME: ClassVar[str] = "server"
@@ -47,84 +97,54 @@ class Server(Scenario):
         record_starts: bool,
         on_probe: OnProbe | None,
     ) -> Outcome:
-        if load.find_max_qps:
-            return search_max_qps(
+        if not load.find_max_qps:
+            return super()._outcome(
                 predict,
                 batches,
                 batch_size,
                 settings,
                 load,
                 timer=timer,
-                on_probe=on_probe,
+                on_progress=on_progress,
                 record_starts=record_starts,
+                on_probe=on_probe,
             )
-        if load.qps is None:
-            raise UserError("the server scenario needs a target rate: qps (e.g. --qps 20)", field="qps")
-        check_rate(load.qps)
-        warmup_count = _warm_up(predict, batches, settings, timer)
-        record, result = run_under_load(
+        return search_max_qps(
             predict,
             batches,
             batch_size,
             settings,
             load,
-            self.NAME,
-            Schedule("poisson", load.qps, seed=load.seed),
-            load.latency_bound_ms,
             timer=timer,
-            on_progress=on_progress,
+            on_probe=on_probe,
+            record_starts=record_starts,
         )
-        return outcome_of(record, result, warmup_count, record_starts)
 
-    def _throughput(self, loop: LoopResult, summary: LatencySummary, batch_size: int) -> float:
-        return loop.latencies_ns.size * batch_size / (max(loop.wall_ns, 1) / NS_PER_S)
+    def _schedule(self, load: LoadSettings, inputs: int) -> Schedule:
+        if load.qps is None:
+            raise UserError("the server scenario needs a target rate: qps (e.g. --qps 20)", field="qps")
+        return Schedule("poisson", load.qps, seed=load.seed)
+
+    def _bound_ms(self, load: LoadSettings) -> float | None:
+        return load.latency_bound_ms
 
 
-class MultiStream(Scenario):
+class MultiStream(LoadScenario):
     """Every `load.interval_ms` a query of `load.samples_per_query` samples is issued at once; the
     query's latency is its slowest sample's, and a query slower than the interval overran it. The
     percentile (LoadGen's 99th) is certified against `load.latency_bound_ms`, or else the interval.
-
-    Throughput is the samples completed per second.
     """
 
     NAME: ClassVar[str] = "multi_stream"
 
-    def _outcome(
-        self,
-        predict: Callable[[Any], Any],
-        batches: Sequence[Any],
-        batch_size: int,
-        settings: MeasureSettings,
-        load: LoadSettings,
-        *,
-        timer: Timer | None,
-        on_progress: Callable[[float], None] | None,
-        record_starts: bool,
-        on_probe: OnProbe | None,
-    ) -> Outcome:
-        if len(batches) < load.samples_per_query:
+    def _schedule(self, load: LoadSettings, inputs: int) -> Schedule:
+        if inputs < load.samples_per_query:
             raise UserError(
                 f"multi_stream's {load.samples_per_query} samples per query need as many distinct inputs, "
-                f"but only {len(batches)} were prepared: raise options.input_pool or lower samples_per_query",
+                f"but only {inputs} were prepared: raise options.input_pool or lower samples_per_query",
                 field="samples_per_query",
             )
-        rate = 1000.0 / load.interval_ms
-        check_rate(rate, load.samples_per_query)
-        warmup_count = _warm_up(predict, batches, settings, timer)
-        record, result = run_under_load(
-            predict,
-            batches,
-            batch_size,
-            settings,
-            load,
-            self.NAME,
-            Schedule("fixed", rate, samples_per_query=load.samples_per_query),
-            load.latency_bound_ms or load.interval_ms,
-            timer=timer,
-            on_progress=on_progress,
-        )
-        return outcome_of(record, result, warmup_count, record_starts)
+        return Schedule("fixed", 1000.0 / load.interval_ms, samples_per_query=load.samples_per_query)
 
-    def _throughput(self, loop: LoopResult, summary: LatencySummary, batch_size: int) -> float:
-        return loop.latencies_ns.size * batch_size / (max(loop.wall_ns, 1) / NS_PER_S)
+    def _bound_ms(self, load: LoadSettings) -> float | None:
+        return load.latency_bound_ms or load.interval_ms
