@@ -34,13 +34,17 @@ NS_PER_MS = 1_000_000.0
 # A query sent more than this after it was due is counted as late.
 LATE_MS = 1.0
 # The generator was the bottleneck when its p99 lateness exceeds this (or LATENESS_SHARE of the
-# median latency, whichever is larger: a lateness far below the latencies measured changes nothing)...
-LATENESS_LIMIT_MS = 1.0
+# median latency, whichever is larger: a lateness far below the latencies measured changes nothing);
+# above LATE_MS (its accuracy target) it is a warning...
+LATENESS_LIMIT_MS = 2.0
 LATENESS_SHARE = 0.10
 # ...or when it sent fewer queries per second than its own schedule asked, by more than this.
 ACHIEVED_RATE_LIMIT = 0.99
 # Mean in-flight seen by Poisson arrivals vs arrival rate × mean latency: a warning beyond this.
-LITTLE_TOLERANCE = 0.15
+# Measured here, arrivals see 14-18% fewer in flight than rate × latency on quiet runs (a generator
+# thread that needs the GIL sends less often while the model's Python part holds it): the check
+# warns beyond that systematic gap, and docs/load.md says so.
+LITTLE_TOLERANCE = 0.25
 _LITTLE_MIN_QUERIES = 200
 
 
@@ -242,6 +246,11 @@ def _judge(
         result.warnings.append(
             f"Little's law off by {ratio - 1:+.0%}: arrivals saw {section['in_flight']['observed']:.3g} "
             f"in flight, rate × mean latency gives {section['in_flight']['littles_law']:.3g}"
+        )
+    if p99_late is not None and LATE_MS < p99_late <= late_limit:
+        result.warnings.append(
+            f"p99 issue lateness {p99_late:.3g} ms is above the generator's {LATE_MS:g} ms target "
+            "(counted in the latencies, which run from each query's due time)"
         )
     late = section["late"]
     if late and not result.invalid:
