@@ -3,7 +3,9 @@ and exits with code 2, the API answers it with a 4xx; anything else is ours."""
 
 from __future__ import annotations
 
-__all__ = ["MARSHMALLOW_WORDING", "StoreUnavailable", "UserError"]
+from typing import Any
+
+__all__ = ["MARSHMALLOW_WORDING", "StoreUnavailable", "UserError", "check_known_keys"]
 
 
 class UserError(Exception):
@@ -48,3 +50,20 @@ MARSHMALLOW_WORDING: dict[str, str] = {
     "Not a valid boolean.": "must be true or false",
     "Unknown field.": "unknown field",
 }
+
+
+def check_known_keys(data: Any, known: list[str], what: str, field: str | None = None) -> None:
+    """Refuse a settings mapping that is not a mapping or names a key outside `known`.
+
+    Raises:
+        UserError: "<what> settings must be a mapping, got ..." (field `field`), or "unknown <what>
+            setting(s) a, b: expected some of ..." naming every unknown key (field: the first).
+    """
+    if not isinstance(data, dict):
+        raise UserError(f"{what} settings must be a mapping, got {type(data).__name__}", field=field)
+    unknown = sorted(str(key) for key in data if key not in known)
+    if unknown:
+        raise UserError(
+            f"unknown {what} setting(s) {', '.join(unknown)}: expected some of {', '.join(known)}",
+            field=unknown[0],
+        )

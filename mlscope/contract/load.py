@@ -13,7 +13,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from mlscope.contract.errors import UserError
+from mlscope.contract.errors import UserError, check_known_keys
 
 __all__ = ["DEFAULT_PERCENTILES", "LOAD_SCENARIOS", "MAX_QPS", "LoadSettings"]
 
@@ -100,15 +100,7 @@ class LoadSettings:
         """
         if data is None:
             return cls()
-        if not isinstance(data, dict):
-            raise UserError(f"load settings must be a mapping, got {type(data).__name__}", field="load")
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(str(key) for key in data if key not in known)
-        if unknown:
-            raise UserError(
-                f"unknown load setting(s) {', '.join(unknown)}: expected some of {', '.join(known)}",
-                field=unknown[0],
-            )
+        check_known_keys(data, [f.name for f in fields(cls)], "load", field="load")
         return cls(**data)
 
     def to_dict(self) -> dict[str, Any]:

@@ -135,7 +135,8 @@ def report(
     sent = record.sent.reshape(shape)[:, 0]
     ended = record.ended.reshape(shape)
     complete = (ended > 0).all(axis=1)
-    latencies = ended.max(axis=1)[complete] - scheduled[complete]
+    done_at = ended.max(axis=1)[complete]
+    latencies = done_at - scheduled[complete]
     unfinished = int(queries - complete.sum())
     percentile = load.percentile_for(scenario)
     if bound_ms is None:
@@ -147,7 +148,7 @@ def report(
     finished = record.ended > 0
     service = record.ended[finished] - record.started[finished]
     scheduled_qps, achieved_qps = _rate(queries, scheduled), _rate(queries, sent)
-    done_times = np.sort(ended.max(axis=1)[complete])
+    done_times = np.sort(done_at)
     completed_qps = (
         float(complete.sum()) * NS_PER_S / int(done_times[-1] - scheduled[0])
         if done_times.size and done_times[-1] > scheduled[0]

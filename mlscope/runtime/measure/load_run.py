@@ -103,10 +103,10 @@ def run_under_load(
         else:
             latency = ended.max(axis=1) - scheduled
             now = elapsed_ns + int(scheduled[0]) if queries else elapsed_ns
-            over = int(
-                (complete & (latency > bound_ns)).sum() + (~complete & (now - scheduled > bound_ns)).sum()
-            )
-            known = int(complete.sum()) + int((~complete & (now - scheduled > bound_ns)).sum())
+            # A query not yet complete but already older than the bound is certainly over it.
+            overdue = int((~complete & (now - scheduled > bound_ns)).sum())
+            over = int((complete & (latency > bound_ns)).sum()) + overdue
+            known = int(complete.sum()) + overdue
             needed = min_passing(over, p, confidence) + over
         if on_progress is not None:
             by_time = elapsed_ns / min_ns if min_ns > 0 else 1.0

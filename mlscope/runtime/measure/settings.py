@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from mlscope.contract.errors import UserError
+from mlscope.contract.errors import UserError, check_known_keys
 
 __all__ = ["MeasureSettings"]
 
@@ -118,15 +118,7 @@ class MeasureSettings:
         Raises:
             UserError: a key is not a field (all unknown keys are named), or a value is invalid.
         """
-        if not isinstance(data, dict):
-            raise UserError(f"measure settings must be a mapping, got {type(data).__name__}")
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(str(key) for key in data if key not in known)
-        if unknown:
-            raise UserError(
-                f"unknown measure setting(s) {', '.join(unknown)}: expected some of {', '.join(known)}",
-                field=unknown[0],
-            )
+        check_known_keys(data, [f.name for f in fields(cls)], "measure")
         return cls(**data)
 
     def to_dict(self) -> dict[str, Any]:
