@@ -25,6 +25,7 @@ from mlscope.cli.image import image
 from mlscope.cli.models import models
 from mlscope.cli.parity import parity
 from mlscope.cli.render import fail, internal_error, interrupted, unavailable
+from mlscope.cli.rerun import rerun
 from mlscope.cli.results import results
 from mlscope.cli.run import run
 from mlscope.cli.store import store
@@ -60,6 +61,7 @@ for _verb in (
     env,
     store,
     parity,
+    rerun,
 ):
     cli.add_command(_verb)
 
