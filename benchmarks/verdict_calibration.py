@@ -1,0 +1,175 @@
+"""Whether `mlscope diff`'s verdict is calibrated: how often it calls a difference where there is
+none, and how often it finds one that is there.
+
+Synthetic part: latency samples (`--samples` per side) drawn from a skewed (lognormal), a
+heavy-tailed (1 + Pareto tail) and a bimodal (two normal modes, 70/30) distribution; B is A's
+distribution scaled by 1 + d. For d = 0 it prints the share of `--pairs` pairs called "faster" or
+"slower" (the false-positive rate; target ≤ the nominal 5%) beside a Welch t-test's (p < 0.05) and a
+fixed 10% rule's (|median ratio − 1| ≥ 10%) on the same pairs; for d = 2%, 5%, 10% the share called
+"slower" (the power) by each, and the power the diff's own statement predicted (mean over pairs).
+
+Real part: `--runs` separate evaluations of one small model (`--model`, onnxruntime, each in its own
+predictor process, `--seconds` per run) into a temporary SQLite store, then `diff` of every pair
+(A vs A: no true difference). Prints the share judged "no detectable difference" (target ≥ 95%),
+over every pair and over the pairs whose measurements are both valid (the ones `mlscope diff`
+compares), beside what two simpler rules would have said: the plain resampling interval excluding
+1, and that interval widened by batch medians but without the floor.
+
+    python benchmarks/verdict_calibration.py [--pairs 200] [--samples 2000] [--runs 8] [--seconds 3]
+        [--model mobilenet_v2] [--skip-real] [--skip-synthetic]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from mlscope.analysis.diff import NO_DIFFERENCE, SLOWER, compare_samples, detection_probability
+
+Sampler = Callable[[np.random.Generator, int], np.ndarray]
+
+DISTRIBUTIONS: dict[str, Sampler] = {
+    "skewed (lognormal σ=0.25)": lambda rng, n: rng.lognormal(0.0, 0.25, n),
+    "heavy-tailed (1 + 0.1·Pareto α=1.5)": lambda rng, n: 1.0 + 0.1 * rng.pareto(1.5, n),
+    "bimodal (70% N(1, .03), 30% N(1.3, .03))": lambda rng, n: np.where(
+        rng.random(n) < 0.7, rng.normal(1.0, 0.03, n), rng.normal(1.3, 0.03, n)
+    ),
+}
+EFFECTS = (0.0, 0.02, 0.05, 0.10)
+FIXED_RULE = 0.10
+RESAMPLES = 1000
+
+
+def _judgements(a: np.ndarray, b: np.ndarray, seed: int) -> dict[str, Any]:
+    compared = compare_samples(a, b, resamples=RESAMPLES, seed=seed)
+    welch = scipy_stats.ttest_ind(b, a, equal_var=False)
+    change = float(np.median(b) / np.median(a)) - 1.0
+    return {
+        "diff": compared.verdict,
+        "welch": "no" if welch.pvalue >= 0.05 else (SLOWER if welch.statistic > 0 else "faster"),
+        "fixed": "no" if abs(change) < FIXED_RULE else (SLOWER if change > 0 else "faster"),
+        "se": compared.se_log_ratio,
+    }
+
+
+def synthetic(pairs: int, samples: int) -> None:
+    print(f"synthetic: {pairs} pairs of {samples} samples per side per cell; B = A's distribution × (1 + d)")
+    print(f"{'distribution':44} {'d':>4}  {'diff':>6} {'stated':>6} {'Welch t':>8} {'fixed 10%':>9}")
+    for name, draw in DISTRIBUTIONS.items():
+        for effect in EFFECTS:
+            rng = np.random.default_rng(17)
+            hits = {"diff": 0, "welch": 0, "fixed": 0}
+            stated = 0.0
+            for pair in range(pairs):
+                a, b = draw(rng, samples), draw(rng, samples) * (1.0 + effect)
+                judged = _judgements(a, b, seed=pair)
+                for rule in hits:
+                    called = judged[rule] not in ("no", NO_DIFFERENCE)
+                    hits[rule] += called if effect == 0 else judged[rule] == SLOWER
+                stated += detection_probability(effect, judged["se"], 0.02, 0.95)
+            shares = {rule: count / pairs for rule, count in hits.items()}
+            label = "FPR" if effect == 0 else "power"
+            print(
+                f"{name:44} {effect:4.0%}  {shares['diff']:6.1%} {stated / pairs:6.1%} "
+                f"{shares['welch']:8.1%} {shares['fixed']:9.1%}   ({label})"
+            )
+
+
+def _evaluate_runs(model: str, runs: int, seconds: float, threads: int, store_url: str) -> list[str]:
+    from mlscope.library import evaluate
+
+    ids = []
+    for run in range(runs):
+        started = time.monotonic()
+        result = evaluate(
+            model,
+            frameworks=["onnxruntime"],
+            measure={"min_seconds": seconds, "max_seconds": seconds, "min_count": 30},
+            options={"threads": threads},
+            store_url=store_url,
+        )[0]
+        point = result["measurements"][0] if result["measurements"] else {}
+        median = (point.get("latency_ms") or {}).get("median", math.nan)
+        valid = (point.get("validity") or {}).get("valid")
+        print(
+            f"  run {run + 1}/{runs}: {result['status']}, median {median:.3f} ms, "
+            f"{(point.get('latency_ms') or {}).get('count', 0)} samples, valid {valid} "
+            f"({time.monotonic() - started:.0f} s)"
+        )
+        if result["status"] == "succeeded":
+            ids.append(result["id"])
+    return ids
+
+
+def real(model: str, runs: int, seconds: float, threads: int) -> None:
+    from mlscope.store import open_store
+
+    print(f"\nreal: {runs} separate runs of {model} on onnxruntime ({threads} thread(s), {seconds:g} s each)")
+    with tempfile.TemporaryDirectory() as folder:
+        store_url = f"sqlite:///{Path(folder) / 'calibration.db'}"
+        ids = _evaluate_runs(model, runs, seconds, threads, store_url)
+        with open_store(store_url) as store:
+            points = [store.get_evaluation(i, include_raw=True)["measurements"][0] for i in ids]
+    tallies = {"all": [0, 0], "valid": [0, 0], "plain CI": [0, 0], "CI + batch medians": [0, 0]}
+    changes = []
+    for (i, a), (j, b) in itertools.combinations(enumerate(points), 2):
+        full = compare_samples(a["latencies_ns"], b["latencies_ns"], seed=i * runs + j)
+        plain = compare_samples(a["latencies_ns"], b["latencies_ns"], seed=i * runs + j, between_runs=False)
+        changes.append(abs(full.change))
+        both_valid = a["validity"]["valid"] and b["validity"]["valid"]
+        for name, counted, no_difference in (
+            ("all", True, full.verdict == NO_DIFFERENCE),
+            ("valid", both_valid, full.verdict == NO_DIFFERENCE),
+            ("plain CI", True, plain.ci[0] <= 1.0 <= plain.ci[1]),
+            ("CI + batch medians", True, full.ci[0] <= 1.0 <= full.ci[1]),
+        ):
+            if counted:
+                tallies[name][0] += no_difference
+                tallies[name][1] += 1
+    print(
+        f"pairs: {len(changes)}; |median change| between runs: median {np.median(changes):.2%}, "
+        f"max {max(changes, default=0):.2%}"
+    )
+    for name, (quiet, total) in tallies.items():
+        share = f"{quiet / total:.1%}" if total else "-"
+        rule = {
+            "all": "diff's verdict, every pair",
+            "valid": "diff's verdict, pairs both valid (what mlscope diff compares)",
+            "plain CI": "resampling interval contains 1 (no widening, no floor)",
+            "CI + batch medians": "widened interval contains 1 (no floor)",
+        }[name]
+        print(f"  no detectable difference: {share:>6} of {total:3} pairs  {rule}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--pairs", type=int, default=200, help="synthetic pairs per distribution and d")
+    parser.add_argument("--samples", type=int, default=2000, help="synthetic samples per side")
+    parser.add_argument("--runs", type=int, default=8, help="real runs (every pair is diffed)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per real run")
+    parser.add_argument("--threads", type=int, default=1, help="onnxruntime threads in the real runs")
+    parser.add_argument("--model", default="mobilenet_v2", help="the model of the real runs")
+    parser.add_argument("--skip-synthetic", action="store_true")
+    parser.add_argument("--skip-real", action="store_true")
+    args = parser.parse_args()
+    started = time.monotonic()
+    if not args.skip_synthetic:
+        synthetic(args.pairs, args.samples)
+    if not args.skip_real:
+        real(args.model, args.runs, args.seconds, args.threads)
+    print(f"\n({time.monotonic() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
