@@ -153,10 +153,13 @@ def _newest_succeeded(store: Store, wanted: Mapping[str, str]) -> Iterator[dict[
 
 def _pick_by_filter(store: Store, wanted: dict[str, str], side: str) -> Picked:
     described = ",".join(f"{key}={value}" for key, value in wanted.items())
-    for evaluation in _newest_succeeded(store, wanted):
-        if _matches(evaluation, wanted):
-            full = store.get_evaluation(evaluation["id"], include_raw=True)
-            return Picked(full, f"the latest succeeded evaluation matching {described}: {full['id']}")
+    try:
+        for evaluation in _newest_succeeded(store, wanted):
+            if _matches(evaluation, wanted):
+                full = store.get_evaluation(evaluation["id"], include_raw=True)
+                return Picked(full, f"the latest succeeded evaluation matching {described}: {full['id']}")
+    except UserError as exc:
+        raise UserError(f"{side}: {exc.message}", field=side) from None
     raise UserError(f"{side}: no succeeded evaluation matches {described}", field=side)
 
 
