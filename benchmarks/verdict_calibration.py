@@ -99,11 +99,12 @@ def _evaluate_runs(model: str, runs: int, seconds: float, threads: int, store_ur
         )[0]
         point = result["measurements"][0] if result["measurements"] else {}
         median = (point.get("latency_ms") or {}).get("median", math.nan)
-        valid = (point.get("validity") or {}).get("valid")
+        validity = point.get("validity") or {}
+        why = "valid" if validity.get("valid") else f"NOT VALID: {'; '.join(validity.get('reasons') or [])}"
         print(
             f"  run {run + 1}/{runs}: {result['status']}, median {median:.3f} ms, "
-            f"{(point.get('latency_ms') or {}).get('count', 0)} samples, valid {valid} "
-            f"({time.monotonic() - started:.0f} s)"
+            f"{(point.get('latency_ms') or {}).get('count', 0)} samples, {time.monotonic() - started:.0f} s, "
+            f"{why[:110]}"
         )
         if result["status"] == "succeeded":
             ids.append(result["id"])
@@ -143,7 +144,7 @@ def real(model: str, runs: int, seconds: float, threads: int) -> None:
         share = f"{quiet / total:.1%}" if total else "-"
         rule = {
             "all": "diff's verdict, every pair",
-            "valid": "diff's verdict, pairs both valid (what mlscope diff compares)",
+            "valid": "diff's verdict, pairs both valid (the others mlscope diff refuses)",
             "plain CI": "resampling interval contains 1 (no widening, no floor)",
             "CI + batch medians": "widened interval contains 1 (no floor)",
         }[name]
