@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mlscope.contract.errors import UserError
@@ -36,6 +36,12 @@ class Picked:
 
     evaluation: dict[str, Any]
     how: str
+    # The filter's scenario and batch_size, which narrow the side to those points.
+    only: Mapping[str, str] = field(default_factory=dict)
+
+    def measurements(self) -> list[dict[str, Any]]:
+        """The side's measurements, narrowed to the filter's scenario and batch size where it named them."""
+        return [m for m in self.evaluation["measurements"] if _measures(m, self.only)]
 
     @property
     def system_id(self) -> str | None:
@@ -130,11 +136,14 @@ def _matches(evaluation: Mapping[str, Any], wanted: Mapping[str, str]) -> bool:
         return False
     if "device" in wanted and evaluation["device"] != wanted["device"]:
         return False
-    return any(
-        measurement["scenario"] == wanted.get("scenario", measurement["scenario"])
-        and str(measurement["batch_size"]) == wanted.get("batch_size", str(measurement["batch_size"]))
-        for measurement in evaluation["measurements"]
-    )
+    return any(_measures(measurement, wanted) for measurement in evaluation["measurements"])
+
+
+def _measures(measurement: Mapping[str, Any], wanted: Mapping[str, str]) -> bool:
+    """Whether the measurement is at the scenario and batch size `wanted` names (any, where it names none)."""
+    return measurement["scenario"] == wanted.get("scenario", measurement["scenario"]) and str(
+        measurement["batch_size"]
+    ) == wanted.get("batch_size", str(measurement["batch_size"]))
 
 
 def _newest_succeeded(store: Store, wanted: Mapping[str, str]) -> Iterator[dict[str, Any]]:
@@ -157,7 +166,9 @@ def _pick_by_filter(store: Store, wanted: dict[str, str], side: str) -> Picked:
         for evaluation in _newest_succeeded(store, wanted):
             if _matches(evaluation, wanted):
                 full = store.get_evaluation(evaluation["id"], include_raw=True)
-                return Picked(full, f"the latest succeeded evaluation matching {described}: {full['id']}")
+                how = f"the latest succeeded evaluation matching {described}: {full['id']}"
+                point: dict[str, str] = {k: wanted[k] for k in ("scenario", "batch_size") if k in wanted}
+                return Picked(full, how, point)
     except UserError as exc:
         raise UserError(f"{side}: {exc.message}", field=side) from None
     raise UserError(f"{side}: no succeeded evaluation matches {described}", field=side)
@@ -178,8 +189,11 @@ def _refusal(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
         if validity.get("valid") is False:
             reasons = "; ".join(validity.get("reasons") or []) or "no reason recorded"
             return f"{side}'s measurement is not valid: {reasons}"
-        if len(measurement.get("latencies_ns") or []) < 2:
+        latencies = measurement.get("latencies_ns") or []
+        if len(latencies) < 2:
             return f"{side}'s raw latencies are not stored (pruned, or fewer than 2)"
+        if min(latencies) <= 0:
+            return f"{side}'s raw latencies include {min(latencies)} ns: a latency must be positive"
     return None
 
 
@@ -230,7 +244,7 @@ def diff_evaluations(
     }
     if same_system:
         _check_same_system(picked["a"], picked["b"])
-    points = {side: {_point_key(m): m for m in picked[side].evaluation["measurements"]} for side in SIDES}
+    points = {side: {_point_key(m): m for m in picked[side].measurements()} for side in SIDES}
     common = sorted(points["a"].keys() & points["b"].keys())
     if not common:
         have = {side: ", ".join(_point_name(k) for k in sorted(points[side])) or "none" for side in SIDES}

@@ -121,6 +121,20 @@ def test_a_filter_picks_the_latest_succeeded_evaluation_and_says_which(
     assert report["points"][0]["verdict"] == "faster"
 
 
+def test_a_filter_naming_a_batch_size_compares_that_point_only(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given two evaluations at batch sizes 1 and 8
+    a = _stored(store, [_point(_latencies(22), 1), _point(_latencies(23), 8)])
+    _stored(store, [_point(_latencies(24), 1), _point(_latencies(25), 8)])
+    # When B is a filter naming batch size 8
+    _diff(a, "model=resnet18,framework=onnxruntime,batch_size=8", "--json")
+    report = json.loads(capsys.readouterr().out)
+    # Then only batch 8 is compared, and A's batch 1 is listed as A's only
+    assert [p["batch_size"] for p in report["points"]] == [8]
+    assert report["unmatched"] == [{"side": "A", "scenario": "single_stream", "batch_size": 1}]
+
+
 def test_points_on_one_side_only_are_listed_and_invalid_ones_refused(
     store: Store, capsys: pytest.CaptureFixture[str]
 ) -> None:
