@@ -88,7 +88,10 @@ def power_text(point: dict[str, Any]) -> str:
                 f"no detectable difference; {power['more_samples']:,} more samples each would detect "
                 f"{threshold} (smallest detectable now {_percent(power['detectable'])})"
             )
-        return f"no difference of {threshold} or more (it would be detected with {power['power']:.0%} power)"
+        return (
+            f"no difference of {threshold} or more; this pair resolves {threshold} "
+            f"(smallest change it calls: {_percent(power['detectable'])})"
+        )
     return f"detects {_percent(power['detectable'])} or more ({power['power']:.0%} power)"
 
 
