@@ -10,10 +10,11 @@ fixed 10% rule's (|median ratio − 1| ≥ 10%) on the same pairs; for d = 2%, 5
 
 Real part: `--runs` separate evaluations of one small model (`--model`, onnxruntime, each in its own
 predictor process, at least `--seconds` per run, at most three times that) into a temporary SQLite
-store, then `diff` of every pair (A vs A: no true difference). Prints the share judged "no detectable
-difference" (target ≥ 95%), over every pair and over the pairs whose measurements are both valid
-(the ones `mlscope diff` compares), beside what two simpler rules would have said: the plain
-resampling interval excluding 1, and that interval widened by batch medians but with no threshold.
+store, then `diff` of every pair of valid runs (A vs A: no true difference; `mlscope diff` refuses
+the pairs with an invalid side). Prints the share judged "no detectable difference" (target ≥ 95%)
+by `mlscope diff`'s rule (each pair's between-run spread read from the other runs in the store)
+beside simpler rules on the same pairs: the plain resampling interval, the interval widened by batch
+medians, and that with the threshold but without the between-run spread.
 
     python benchmarks/verdict_calibration.py [--pairs 200] [--samples 2000] [--runs 8] [--seconds 3]
         [--threads 1] [--model mobilenet_v2] [--skip-real] [--skip-synthetic]
@@ -112,6 +113,33 @@ def _evaluate_runs(model: str, runs: int, seconds: float, threads: int, store_ur
     return ids
 
 
+# The rules the real part compares, from the plainest to mlscope diff's own.
+_RULES = {
+    "plain": "resampling interval contains 1 (no batch medians, no series, no threshold)",
+    "batch": "interval widened by batch medians contains 1 (no series, no threshold)",
+    "within": "interval widened by batch medians, and the threshold (no series spread)",
+    "diff": "mlscope diff: batch medians, the series' between-run spread, the threshold",
+}
+
+
+def _no_difference(
+    store: Any, ids: tuple[str, str], points: tuple[dict[str, Any], ...], seed: int
+) -> dict[str, bool]:
+    """Per rule: did it judge the pair of runs "no detectable difference"?"""
+    from mlscope.analysis.diff_report import diff_evaluations
+
+    a, b = (point["latencies_ns"] for point in points)
+    plain = compare_samples(a, b, seed=seed, batch_medians=False)
+    within = compare_samples(a, b, seed=seed)
+    report = diff_evaluations(store, *ids, seed=seed)
+    return {
+        "plain": plain.ci[0] <= 1.0 <= plain.ci[1],
+        "batch": within.ci[0] <= 1.0 <= within.ci[1],
+        "within": within.verdict == NO_DIFFERENCE,
+        "diff": report["points"][0]["verdict"] == NO_DIFFERENCE,
+    }
+
+
 def real(model: str, runs: int, seconds: float, threads: int) -> None:
     from mlscope.store import open_store
 
@@ -121,35 +149,27 @@ def real(model: str, runs: int, seconds: float, threads: int) -> None:
         ids = _evaluate_runs(model, runs, seconds, threads, store_url)
         with open_store(store_url) as store:
             points = [store.get_evaluation(i, include_raw=True)["measurements"][0] for i in ids]
-    tallies = {"all": [0, 0], "valid": [0, 0], "plain CI": [0, 0], "CI + batch medians": [0, 0]}
-    changes = []
-    for (i, a), (j, b) in itertools.combinations(enumerate(points), 2):
-        full = compare_samples(a["latencies_ns"], b["latencies_ns"], seed=i * runs + j)
-        plain = compare_samples(a["latencies_ns"], b["latencies_ns"], seed=i * runs + j, between_runs=False)
-        changes.append(abs(full.change))
-        both_valid = a["validity"]["valid"] and b["validity"]["valid"]
-        for name, counted, no_difference in (
-            ("all", True, full.verdict == NO_DIFFERENCE),
-            ("valid", both_valid, full.verdict == NO_DIFFERENCE),
-            ("plain CI", True, plain.ci[0] <= 1.0 <= plain.ci[1]),
-            ("CI + batch medians", True, full.ci[0] <= 1.0 <= full.ci[1]),
-        ):
-            if counted:
-                tallies[name][0] += no_difference
-                tallies[name][1] += 1
+            valid = [i for i, point in enumerate(points) if point["validity"]["valid"]]
+            judged = [
+                _no_difference(store, (ids[i], ids[j]), (points[i], points[j]), seed=i * runs + j)
+                for i, j in itertools.combinations(valid, 2)
+            ]
+    medians = [points[i]["latency_ms"]["median"] for i in valid]
+    changes = [abs(x / y - 1) for x, y in itertools.combinations(medians, 2)]
+    refused = len(ids) * (len(ids) - 1) // 2 - len(judged)
     print(
-        f"pairs: {len(changes)}; |median change| between runs: median {np.median(changes):.2%}, "
-        f"max {max(changes, default=0):.2%}"
+        f"{len(valid)} of {len(ids)} runs valid: {len(judged)} pairs compared, "
+        f"{refused} refused (a side not valid)"
     )
-    for name, (quiet, total) in tallies.items():
-        share = f"{quiet / total:.1%}" if total else "-"
-        rule = {
-            "all": "diff's verdict, every pair",
-            "valid": "diff's verdict, pairs both valid (the others mlscope diff refuses)",
-            "plain CI": "resampling interval contains 1 (no widening, no threshold)",
-            "CI + batch medians": "widened interval contains 1 (no threshold)",
-        }[name]
-        print(f"  no detectable difference: {share:>6} of {total:3} pairs  {rule}")
+    if not judged:
+        return
+    print(
+        f"|median change| between valid runs: median {np.median(changes):.2%}, max {max(changes):.2%}; "
+        f"sd of log(median) over valid runs {np.std(np.log(medians), ddof=1):.2%}"
+    )
+    for rule, meaning in _RULES.items():
+        share = sum(pair[rule] for pair in judged) / len(judged)
+        print(f"  no detectable difference: {share:6.1%} of {len(judged)} pairs  {meaning}")
 
 
 def main() -> None:

@@ -8,19 +8,23 @@ verdict; and a power statement.
 
 The verdict rule (docs/verdicts.md gives the calibration as measured). B is "slower" (or "faster")
 when both hold:
-  1. the median ratio's interval excludes 1, the interval being widened beyond the resampling one
-     when a side's own time series says its median moved during the run (batch medians: the
-     iid bootstrap assumes independent samples, and a run whose median drifts is less sure of itself
-     than its sample count says);
+  1. the median ratio's interval excludes 1. Its standard error (on the log scale) adds, per side:
+     within the run, the larger of the resampling one and the batch medians' (the iid bootstrap
+     assumes independent samples; a run whose median drifts is less sure of itself than its sample
+     count says); and between runs, the spread of the medians of the side's other runs of the same
+     series, when the caller knows at least MIN_OTHER_RUNS of them (`diff_report` reads them from the
+     store): separate runs on a shared machine differ by more than any within-run interval says;
   2. the estimated difference reaches the threshold.
 Rule 1 alone keeps the false-positive rate at most 1 − confidence on any distribution; rule 2 keeps
-separate runs of one model from being called different for the sub-threshold shifts a shared machine
-makes between runs (1–1.5% on this project's machine), which no within-run interval can see.
+separate runs from being called different for sub-threshold shifts when no between-run spread is
+known.
 
 The power statement follows the rule: `detectable` is the smallest true difference the rule calls
-with probability POWER; `samples_needed` is the textbook count at which the interval tells a change
-of the threshold from none with that probability, (z₁₋α/₂ + z_power)·se ≤ log(1 + t) (the rule then
-calls a true change of exactly the threshold about half the time, as any rule with a cut-off there).
+with probability POWER; `samples_needed` is the count at which the interval tells a change of the
+threshold from none with that probability, (z₁₋α/₂ + z_power)·se ≤ log(1 + t), the within-run part of
+se shrinking as 1/√n and the between-run part not at all (None when that part alone is too wide: more
+runs would help, longer ones cannot). The rule then calls a true change of exactly the threshold
+about half the time, as any rule with a cut-off there.
 """
 
 from __future__ import annotations
@@ -63,6 +67,8 @@ DEFAULT_RESAMPLES = 2000
 BLOCKS = 10
 MIN_BLOCK_SAMPLES = 5
 QUANTILES = {"median": 0.5, "p90": 0.9, "p99": 0.99}
+# A between-run spread is estimated from at least this many other runs of a side's series.
+MIN_OTHER_RUNS = 3
 
 
 @dataclass(frozen=True)
@@ -84,14 +90,16 @@ class PowerStatement:
         detectable: the smallest true relative difference of medians the verdict rule would detect
             with probability `power` (0.034 = 3.4%).
         samples_needed: samples each side would need (at this pair's spread) for the interval to
-            exclude 1 with probability `power` when the true difference is the threshold.
-        more_samples: samples_needed minus the smaller side's count, 0 when already enough.
+            exclude 1 with probability `power` when the true difference is the threshold; None when
+            the between-run spread alone is too wide for that.
+        more_samples: samples_needed minus the smaller side's count, 0 when already enough (None
+            with samples_needed).
         power: the power both figures are stated at.
     """
 
     detectable: float
-    samples_needed: int
-    more_samples: int
+    samples_needed: int | None
+    more_samples: int | None
     power: float = POWER
 
     def to_dict(self) -> dict[str, Any]:
@@ -160,7 +168,8 @@ def compare_samples(
     confidence: float = DEFAULT_CONFIDENCE,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
-    between_runs: bool = True,
+    batch_medians: bool = True,
+    between_runs: tuple[float, float] = (0.0, 0.0),
 ) -> PointDiff:
     """Compare B's latencies with A's at one point.
 
@@ -171,8 +180,10 @@ def compare_samples(
         confidence: the level of every interval, in (0, 1).
         resamples: bootstrap resamples per side.
         seed: seeds the bootstrap, so the same inputs always give the same answer.
-        between_runs: widen the interval by the batch medians (see the module docstring); False
+        batch_medians: widen the interval by the batch medians (see the module docstring); False
             keeps the plain resampling interval.
+        between_runs: per side, the standard deviation of log(median) between separate runs of its
+            series (0.0: unknown); it widens the interval and does not shrink with more samples.
 
     Raises:
         ValueError: a side has fewer than 2 samples, or a non-positive latency.
@@ -190,11 +201,15 @@ def compare_samples(
         widen = 1.0
         if name == "median":
             spread = {
-                "A": _side_spread(np.asarray(a_ns, dtype=np.float64), log_a, between_runs),
-                "B": _side_spread(np.asarray(b_ns, dtype=np.float64), log_b, between_runs),
+                side: _side_spread(np.asarray(raw, dtype=np.float64).ravel(), logs, batch_medians, between)
+                for side, raw, logs, between in (
+                    ("A", a_ns, log_a, between_runs[0]),
+                    ("B", b_ns, log_b, between_runs[1]),
+                )
             }
             resampling_se = math.hypot(spread["A"]["resampling"], spread["B"]["resampling"])
-            se = math.hypot(spread["A"]["used"], spread["B"]["used"])
+            within_se = math.hypot(spread["A"]["within"], spread["B"]["within"])
+            se = math.hypot(within_se, between_runs[0], between_runs[1])
             widen = se / resampling_se if resampling_se > 0 else 1.0
         quantiles[name] = _ratio_interval(estimate, log_b - log_a, confidence, widen)
     median = quantiles["median"]
@@ -204,7 +219,7 @@ def compare_samples(
         quantiles=quantiles,
         superiority=probability_of_superiority(a, b),
         verdict=_verdict(median, threshold),
-        power=_power(se, z, threshold, min(a.size, b.size)),
+        power=_power(within_se, se, z, threshold, min(a.size, b.size)),
         se_log_ratio=se,
         counts=(int(a.size), int(b.size)),
         threshold=threshold,
@@ -254,13 +269,21 @@ def _ordered(samples: npt.ArrayLike, side: str) -> npt.NDArray[np.float64]:
 
 
 def _side_spread(
-    in_order: npt.NDArray[np.float64], resampled_logs: npt.NDArray[np.float64], between_runs: bool
+    in_order: npt.NDArray[np.float64],
+    resampled_logs: npt.NDArray[np.float64],
+    batch_medians: bool,
+    between_runs: float,
 ) -> dict[str, float]:
-    """One side's standard errors of log(median): by resampling, by batch medians, and the one used
-    (the larger)."""
+    """One side's standard errors of log(median): by resampling, by batch medians, within the run (the
+    larger of the two), and between runs (as given)."""
     resampling = float(np.std(resampled_logs, ddof=1))
-    batch = _batch_median_se(in_order) if between_runs else 0.0
-    return {"resampling": resampling, "batch_medians": batch, "used": max(resampling, batch)}
+    batch = _batch_median_se(in_order) if batch_medians else 0.0
+    return {
+        "resampling": resampling,
+        "batch_medians": batch,
+        "within": max(resampling, batch),
+        "between_runs": between_runs,
+    }
 
 
 def _batch_median_se(in_order: npt.NDArray[np.float64]) -> float:
@@ -297,14 +320,18 @@ def _verdict(median: RatioInterval, threshold: float) -> str:
     return NO_DIFFERENCE
 
 
-def _power(se: float, z: float, threshold: float, smaller_count: int) -> PowerStatement:
+def _power(within_se: float, se: float, z: float, threshold: float, smaller_count: int) -> PowerStatement:
     """The smallest difference the rule calls with probability POWER, and the samples each side would
-    need for the interval to tell the threshold from no change; se is taken to shrink as 1/√n."""
+    need for the interval to tell the threshold from no change; the within-run part of se is taken to
+    shrink as 1/√n, the between-run part not at all."""
     z_power = NormalDist().inv_cdf(POWER)
     floor = math.log1p(threshold)
     detectable = math.expm1(max(z * se, floor) + z_power * se)
     wanted_se = math.log1p(threshold) / (z + z_power)
-    needed = max(math.ceil(smaller_count * (se / wanted_se) ** 2), 2)
+    between_var = se**2 - within_se**2
+    if between_var >= wanted_se**2:
+        return PowerStatement(detectable=detectable, samples_needed=None, more_samples=None)
+    needed = max(math.ceil(smaller_count * within_se**2 / (wanted_se**2 - between_var)), 2)
     return PowerStatement(
         detectable=detectable, samples_needed=needed, more_samples=max(needed - smaller_count, 0)
     )

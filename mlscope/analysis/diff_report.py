@@ -15,11 +15,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from mlscope.contract.errors import UserError
 from mlscope.store import Store
 from mlscope.store.paging import MAX_LIST_LIMIT
 
-from .diff import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, compare_samples
+from .diff import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, MIN_OTHER_RUNS, compare_samples
 
 __all__ = ["FILTER_KEYS", "MAX_SCANNED", "Picked", "check_levels", "diff_evaluations", "pick_evaluation"]
 
@@ -28,6 +30,8 @@ FILTER_KEYS = ("model", "framework", "system", "device", "scenario", "batch_size
 # A filter looks through at most this many of the newest succeeded evaluations.
 MAX_SCANNED = 5 * MAX_LIST_LIMIT
 SIDES = ("a", "b")
+# A side's between-run spread is read from at most this many of its series' latest runs.
+SERIES_RUNS = 50
 
 
 @dataclass(frozen=True)
@@ -197,6 +201,30 @@ def _refusal(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _between_runs(store: Store, side: Picked, key: tuple[str, int], pair: set[str]) -> dict[str, Any]:
+    """The spread of log(median) over the side's other valid runs of the same series (model,
+    framework, system, device, scenario, batch size), the pair's own two runs left out; sd 0.0 when
+    fewer than MIN_OTHER_RUNS are stored."""
+    evaluation = side.evaluation
+    points = store.history(
+        model=evaluation["model"]["name"],
+        framework=evaluation["framework"]["name"],
+        system_id=side.system_id,
+        device=evaluation["device"],
+        scenario=key[0],
+        batch_size=key[1],
+        limit=SERIES_RUNS,
+    )
+    medians = [
+        p["median_ms"]
+        for p in points
+        if p["evaluation_id"] not in pair and p.get("valid") and (p.get("median_ms") or 0) > 0
+    ]
+    if len(medians) < MIN_OTHER_RUNS:
+        return {"runs": len(medians), "sd": 0.0}
+    return {"runs": len(medians), "sd": float(np.std(np.log(medians), ddof=1))}
+
+
 def _check_same_system(a: Picked, b: Picked) -> None:
     if a.system_id != b.system_id:
         host_a = (a.evaluation.get("system") or {}).get("hostname") or "?"
@@ -269,14 +297,18 @@ def diff_evaluations(
         if reason is not None:
             report["refused"].append({**where, "reason": reason})
             continue
+        pair = {picked["a"].evaluation["id"], picked["b"].evaluation["id"]}
+        series = {side: _between_runs(store, picked[side], key, pair) for side in SIDES}
         compared = compare_samples(
             point_a["latencies_ns"],
             point_b["latencies_ns"],
             threshold=threshold,
             confidence=confidence,
             seed=seed,
+            between_runs=(series["a"]["sd"], series["b"]["sd"]),
         )
-        report["points"].append({**where, **compared.to_dict()})
+        other_runs = {side.upper(): series[side]["runs"] for side in SIDES}
+        report["points"].append({**where, **compared.to_dict(), "other_runs": other_runs})
     if not report["points"]:
         reasons = "; ".join(
             f"{_point_name((r['scenario'], r['batch_size']))}: {r['reason']}" for r in report["refused"]

@@ -82,6 +82,13 @@ def power_text(point: dict[str, Any]) -> str:
     detect 2%` or `detects 1.1% or more (80% power)`."""
     power = point["power"]
     threshold = f"{point['threshold'] * 100:g}%"
+    if power["samples_needed"] is None:
+        spread = max(point["spread"][side]["between_runs"] for side in ("A", "B"))
+        verdict = "no detectable difference; " if point["verdict"] == NO_DIFFERENCE else ""
+        return (
+            f"{verdict}smallest detectable {_percent(power['detectable'])}; no run length would detect "
+            f"{threshold}: separate runs of this series differ by {_percent(spread)} (sd)"
+        )
     if point["verdict"] == NO_DIFFERENCE:
         if power["more_samples"] > 0:
             return (

@@ -135,6 +135,30 @@ def test_a_filter_naming_a_batch_size_compares_that_point_only(
     assert report["unmatched"] == [{"side": "A", "scenario": "single_stream", "batch_size": 1}]
 
 
+def test_the_series_between_run_spread_keeps_run_to_run_shifts_from_being_called(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given A, and B 3% slower, each measured precisely
+    latencies = 5e6 * np.random.default_rng(26).lognormal(0.0, 0.03, 20_000)
+    a = _stored(store, [_point(latencies)])
+    b = _stored(store, [_point(latencies * 1.03)])
+    _diff(a, b, "--json")
+    alone = json.loads(capsys.readouterr().out)["points"][0]
+    assert alone["verdict"] == "slower" and alone["other_runs"] == {"A": 0, "B": 0}
+    # When the store holds other valid runs of the series whose medians vary by ±3% (one invalid run
+    # among them, which does not count)
+    for scale in (0.97, 1.0, 1.03, 0.98, 1.02):
+        _stored(store, [_point(latencies[:2000] * scale)])
+    _stored(store, [_point(latencies[:2000] * 1.5, valid=False)])
+    _diff(a, b, "--json")
+    (point,) = json.loads(capsys.readouterr().out)["points"]
+    # Then the pair is no detectable difference, the spread says where that came from
+    assert point["other_runs"] == {"A": 5, "B": 5}
+    assert point["spread"]["A"]["between_runs"] == pytest.approx(0.025, abs=0.005)
+    assert point["verdict"] == "no detectable difference"
+    assert point["power"]["samples_needed"] is None
+
+
 def test_points_on_one_side_only_are_listed_and_invalid_ones_refused(
     store: Store, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -163,7 +163,7 @@ def test_a_run_whose_median_moved_gets_a_wider_interval() -> None:
     # When it is compared with a fresh draw, with and without the batch medians
     other = _latencies(rng, 4000, sigma=0.05)
     widened = compare_samples(other, moved)
-    plain = compare_samples(other, moved, between_runs=False)
+    plain = compare_samples(other, moved, batch_medians=False)
     # Then the batch medians say the run is less sure of its median than resampling does
     assert widened.spread["B"]["batch_medians"] > widened.spread["B"]["resampling"]
     assert widened.ci[1] - widened.ci[0] > 1.5 * (plain.ci[1] - plain.ci[0])
@@ -173,3 +173,27 @@ def test_a_run_whose_median_moved_gets_a_wider_interval() -> None:
 def test_too_few_or_non_positive_latencies_are_refused(bad: list[float]) -> None:
     with pytest.raises(ValueError, match="side A"):
         compare_samples(bad, [1.0, 2.0])
+
+
+def test_a_between_run_spread_widens_the_interval_and_no_run_length_beats_it() -> None:
+    # Given a pair 3% apart, each side measured precisely
+    rng = np.random.default_rng(16)
+    a, b = _latencies(rng, 20_000, sigma=0.05), _latencies(rng, 20_000, sigma=0.05) * 1.03
+    # When separate runs of the series are known to differ by 2% (sd of log median)
+    alone = compare_samples(a, b)
+    with_series = compare_samples(a, b, between_runs=(0.02, 0.02))
+    # Then without the series it is slower; with it, no detectable difference, and no sample count
+    # would detect 2%
+    assert alone.verdict == SLOWER
+    assert with_series.verdict == NO_DIFFERENCE and with_series.ci[0] < 1.0
+    assert with_series.se_log_ratio == pytest.approx(np.hypot(0.02, 0.02), rel=0.1)
+    assert with_series.power.samples_needed is None and with_series.power.more_samples is None
+    assert "no run length would detect 2%" in power_text(with_series.to_dict())
+
+
+def test_a_small_between_run_spread_raises_the_samples_needed() -> None:
+    rng = np.random.default_rng(17)
+    a, b = _latencies(rng, 1000), _latencies(rng, 1000)
+    alone, with_series = compare_samples(a, b), compare_samples(a, b, between_runs=(0.003, 0.003))
+    assert alone.power.samples_needed is not None and with_series.power.samples_needed is not None
+    assert with_series.power.samples_needed > alone.power.samples_needed
