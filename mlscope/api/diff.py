@@ -68,8 +68,15 @@ class PowerSchema(Schema):
     detectable = fields.Float(
         metadata={"description": "the smallest true relative difference detected with `power` probability"}
     )
-    samples_needed = fields.Integer(metadata={"description": "samples per side to detect the threshold"})
-    more_samples = fields.Integer(metadata={"description": "samples_needed minus the smaller side's count"})
+    samples_needed = fields.Integer(
+        allow_none=True,
+        metadata={
+            "description": "samples per side to detect the threshold; null: the between-run spread forbids"
+        },
+    )
+    more_samples = fields.Integer(
+        allow_none=True, metadata={"description": "samples_needed minus the smaller side's count"}
+    )
     power = fields.Float()
 
 
@@ -86,8 +93,19 @@ class DiffPointSchema(Schema):
     )
     superiority = fields.Float(metadata={"description": "P(a B latency < an A latency), ties counted half"})
     se_log_ratio = fields.Float(metadata={"description": "standard error of log(median ratio) used"})
-    spread = fields.Dict(metadata={"description": "per side: the resampling and batch-median errors"})
+    spread = fields.Dict(
+        metadata={
+            "description": "per side: standard errors of log(median): resampling, batch medians, between runs"
+        }
+    )
     counts = fields.List(fields.Integer(), metadata={"description": "[samples of A, samples of B]"})
+    other_runs = fields.Dict(
+        keys=fields.String(),
+        values=fields.Integer(),
+        metadata={
+            "description": "per side (A, B): other valid runs of its series behind the between-run spread"
+        },
+    )
     threshold = fields.Float()
     confidence = fields.Float()
 

@@ -251,6 +251,7 @@ def test_the_api_answers_the_same_report(store: Store, http: FlaskClient) -> Non
     assert answer.status_code == 200, answer.json
     (point,) = answer.json["points"]
     assert point["verdict"] == "slower" and point["ci"][0] <= 1.10 <= point["ci"][1]
+    assert point["other_runs"] == {"A": 0, "B": 0} and point["spread"]["B"]["between_runs"] == 0.0
     assert answer.json["a"]["id"] == a
     # And the OpenAPI document describes the resource
     paths = http.get("/api/openapi.json").json["paths"]
