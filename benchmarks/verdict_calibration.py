@@ -34,7 +34,14 @@ from typing import Any
 import numpy as np
 from scipy import stats as scipy_stats
 
-from mlscope.analysis.diff import NO_DIFFERENCE, SLOWER, compare_samples, detection_probability
+from mlscope.analysis.diff import (
+    MIN_OTHER_RUNS,
+    NO_DIFFERENCE,
+    SLOWER,
+    compare_samples,
+    detection_probability,
+)
+from mlscope.analysis.diff_report import diff_evaluations
 
 Sampler = Callable[[np.random.Generator, int], np.ndarray]
 
@@ -122,22 +129,45 @@ _RULES = {
 }
 
 
-def _no_difference(
-    store: Any, ids: tuple[str, str], points: tuple[dict[str, Any], ...], seed: int
-) -> dict[str, bool]:
-    """Per rule: did it judge the pair of runs "no detectable difference"?"""
-    from mlscope.analysis.diff_report import diff_evaluations
-
-    a, b = (point["latencies_ns"] for point in points)
+def _judge(a: list[int], b: list[int], between: float, seed: int) -> dict[str, bool]:
+    """Per rule: did it judge the pair of runs "no detectable difference"? `between` is the series'
+    between-run spread (sd of log median over the other runs)."""
     plain = compare_samples(a, b, seed=seed, batch_medians=False)
     within = compare_samples(a, b, seed=seed)
-    report = diff_evaluations(store, *ids, seed=seed)
+    full = compare_samples(a, b, seed=seed, between_runs=(between, between))
     return {
         "plain": plain.ci[0] <= 1.0 <= plain.ci[1],
         "batch": within.ci[0] <= 1.0 <= within.ci[1],
         "within": within.verdict == NO_DIFFERENCE,
-        "diff": report["points"][0]["verdict"] == NO_DIFFERENCE,
+        "diff": full.verdict == NO_DIFFERENCE,
     }
+
+
+def _pairs(points: list[dict[str, Any]], runs: list[int], total: int) -> list[dict[str, bool]]:
+    """Every pair among `runs` judged by each rule, the between-run spread from the others of `runs`."""
+    medians = {i: points[i]["latency_ms"]["median"] for i in runs}
+    judged = []
+    for i, j in itertools.combinations(runs, 2):
+        others = [math.log(medians[k]) for k in runs if k not in (i, j)]
+        between = float(np.std(others, ddof=1)) if len(others) >= MIN_OTHER_RUNS else 0.0
+        judged.append(_judge(points[i]["latencies_ns"], points[j]["latencies_ns"], between, i * total + j))
+    return judged
+
+
+def _print_shares(title: str, points: list[dict[str, Any]], runs: list[int], total: int) -> None:
+    judged = _pairs(points, runs, total)
+    if not judged:
+        print(f"{title}: no pairs")
+        return
+    medians = [points[i]["latency_ms"]["median"] for i in runs]
+    changes = [abs(x / y - 1) for x, y in itertools.combinations(medians, 2)]
+    print(
+        f"{title}: {len(judged)} pairs; |median change| median {np.median(changes):.2%}, "
+        f"max {max(changes):.2%}; sd of log(median) {np.std(np.log(medians), ddof=1):.2%}"
+    )
+    for rule, meaning in _RULES.items():
+        share = sum(pair[rule] for pair in judged) / len(judged)
+        print(f"  no detectable difference: {share:6.1%}  {meaning}")
 
 
 def real(model: str, runs: int, seconds: float, threads: int) -> None:
@@ -150,26 +180,17 @@ def real(model: str, runs: int, seconds: float, threads: int) -> None:
         with open_store(store_url) as store:
             points = [store.get_evaluation(i, include_raw=True)["measurements"][0] for i in ids]
             valid = [i for i, point in enumerate(points) if point["validity"]["valid"]]
-            judged = [
-                _no_difference(store, (ids[i], ids[j]), (points[i], points[j]), seed=i * runs + j)
+            # mlscope diff itself over the store, on the pairs it compares.
+            verdicts = [
+                diff_evaluations(store, ids[i], ids[j], seed=i * len(ids) + j)["points"][0]["verdict"]
                 for i, j in itertools.combinations(valid, 2)
             ]
-    medians = [points[i]["latency_ms"]["median"] for i in valid]
-    changes = [abs(x / y - 1) for x, y in itertools.combinations(medians, 2)]
-    refused = len(ids) * (len(ids) - 1) // 2 - len(judged)
-    print(
-        f"{len(valid)} of {len(ids)} runs valid: {len(judged)} pairs compared, "
-        f"{refused} refused (a side not valid)"
-    )
-    if not judged:
-        return
-    print(
-        f"|median change| between valid runs: median {np.median(changes):.2%}, max {max(changes):.2%}; "
-        f"sd of log(median) over valid runs {np.std(np.log(medians), ddof=1):.2%}"
-    )
-    for rule, meaning in _RULES.items():
-        share = sum(pair[rule] for pair in judged) / len(judged)
-        print(f"  no detectable difference: {share:6.1%} of {len(judged)} pairs  {meaning}")
+    print(f"{len(valid)} of {len(ids)} runs valid (mlscope diff refuses a pair with an invalid side)")
+    if verdicts:
+        quiet = verdicts.count(NO_DIFFERENCE)
+        print(f"mlscope diff over the store: {quiet} of {len(verdicts)} valid pairs no detectable difference")
+    _print_shares("valid pairs (what mlscope diff compares)", points, valid, len(ids))
+    _print_shares("every pair, validity ignored", points, list(range(len(ids))), len(ids))
 
 
 def main() -> None:
