@@ -256,7 +256,9 @@ def diff_evaluations(
 
     Returns:
         {"a", "b": each side's `Picked.describe()`, "threshold", "confidence", "points": per compared
-        point its "scenario", "batch_size" and `PointDiff.to_dict()` (ratio, ci, verdict, power, ...),
+        point its "scenario", "batch_size", `PointDiff.to_dict()` (ratio, ci, verdict, power, ...) and
+        "other_runs" (per side "A"/"B": the other valid runs of its series behind the between-run
+        spread; a series that shifted widens it, which errs towards "no detectable difference"),
         "refused": per point not compared its "scenario", "batch_size", "reason", "unmatched": per
         point measured by one side only its "side", "scenario", "batch_size"}.
 
