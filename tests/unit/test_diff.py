@@ -5,6 +5,8 @@ batch-median widening of a run whose median moved. Given / When / Then in each t
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 
@@ -197,3 +199,18 @@ def test_a_small_between_run_spread_raises_the_samples_needed() -> None:
     alone, with_series = compare_samples(a, b), compare_samples(a, b, between_runs=(0.003, 0.003))
     assert alone.power.samples_needed is not None and with_series.power.samples_needed is not None
     assert with_series.power.samples_needed > alone.power.samples_needed
+
+
+def test_100k_samples_per_side_take_megabytes_not_gigabytes() -> None:
+    # Given 100,000 latencies per side (a naive 2000-resample bootstrap would hold 1.6 GB per side)
+    rng = np.random.default_rng(18)
+    a, b = _latencies(rng, 100_000), _latencies(rng, 100_000)
+    # When they are compared
+    tracemalloc.start()
+    try:
+        compare_samples(a, b)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # Then the peak is a few copies of the samples
+    assert peak < 30 * 2**20, peak
