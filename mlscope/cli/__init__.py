@@ -19,6 +19,7 @@ from mlscope import __version__
 from mlscope.cli.agents import agents
 from mlscope.cli.api import api
 from mlscope.cli.compare import compare
+from mlscope.cli.diff import diff
 from mlscope.cli.env import env
 from mlscope.cli.frameworks import frameworks
 from mlscope.cli.image import image
@@ -57,6 +58,7 @@ for _verb in (
     submit,
     agents,
     compare,
+    diff,
     image,
     env,
     store,
