@@ -18,7 +18,7 @@ from mlscope.cli.options import json_flag
 from mlscope.cli.render import console, new_table, note, short_id
 from mlscope.contract.settings import load_settings
 
-__all__ = ["change_text", "diff", "power_text"]
+__all__ = ["change_text", "diff", "power_text", "print_report"]
 
 
 @click.command()
@@ -54,7 +54,7 @@ def diff(a: str, b: str, threshold: float, confidence: float, same_system: bool,
     if as_json:
         print(json.dumps(report, indent=2))
         return
-    _print_report(report)
+    print_report(report)
 
 
 def _percent(fraction: float) -> str:
@@ -111,7 +111,7 @@ def _side_line(label: str, side: dict[str, Any]) -> str:
     )
 
 
-def _print_report(report: dict[str, Any]) -> None:
+def print_report(report: dict[str, Any]) -> None:
     console.print(_side_line("A", report["a"]))
     console.print(_side_line("B", report["b"]))
     table = new_table(

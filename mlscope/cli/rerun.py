@@ -112,8 +112,20 @@ def _check_manifest(recorded: dict[str, Any], sha256_now: str, allow_changes: bo
         )
 
 
-def _diff_stored(store: Any, recorded: dict[str, Any], result: dict[str, Any], threshold: float) -> Any:
-    raise NotImplementedError  # wired to mlscope.analysis.diff at merge
+def _diff_stored(
+    store: Any, recorded: dict[str, Any], result: dict[str, Any], threshold: float
+) -> dict[str, Any] | None:
+    """The diff of the rerun against the recorded result; None when either did not succeed. A diff
+    with no point to compare (every point invalid on one side) is reported as such, not an error:
+    the rerun itself ran."""
+    from mlscope.analysis.diff_report import diff_evaluations
+
+    if not recorded["status"] == result["status"] == "succeeded":
+        return None
+    try:
+        return diff_evaluations(store, recorded["id"], result["id"], threshold=threshold)
+    except UserError as exc:
+        return {"points": [], "refused": [], "unmatched": [], "error": str(exc)}
 
 
 def _report(
@@ -140,5 +152,10 @@ def _report(
     return exit_code([result])
 
 
-def _print_diff(diff: Any) -> None:
-    raise NotImplementedError  # wired to mlscope.cli.diff at merge
+def _print_diff(diff: dict[str, Any]) -> None:
+    from mlscope.cli.diff import print_report
+
+    if diff.get("error"):
+        note(f"no diff: {diff['error']}")
+    else:
+        print_report(diff)

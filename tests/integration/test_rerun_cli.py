@@ -3,6 +3,7 @@ rerun from its recorded request, diffed, its pins checked."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def test_a_rerun_repeats_the_recorded_request_and_diffs_the_two(mlscope_env: dic
     assert answer["changes"] == []
     shown = mlscope(mlscope_env, "results", "show", answer["rerun"], "--json")
     assert shown.returncode == 0, shown.stderr
-    (rerun,) = json_lines(shown.stdout)
+    rerun = json.loads(shown.stdout)
     assert rerun["request"] == recorded["request"]
     assert rerun["model"]["manifest_sha256"] == recorded["model"]["manifest_sha256"]
     (point,) = answer["diff"]["points"]
