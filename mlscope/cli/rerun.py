@@ -5,6 +5,7 @@ verdict, and every pin (model manifest, framework version, image, runner, system
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -59,6 +60,7 @@ def rerun(
 def _rerun_here(
     evaluation_id: str, threshold: float, allow_changes: bool, as_json: bool
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
+    from mlscope.analysis.diff_report import diff_evaluations
     from mlscope.analysis.rerun import rerun_request
     from mlscope.cli.run import evaluate_with_bars
     from mlscope.contract.settings import load_settings
@@ -75,7 +77,11 @@ def _rerun_here(
     _check_manifest(recorded, admitted.manifest.sha256, allow_changes)
     (result,) = evaluate_with_bars(model, [framework], document, as_json=as_json)
     with open_store(settings.store_url) as store:
-        diff = _diff_stored(store, recorded, result, threshold)
+        diff = _diff_if_both_succeeded(
+            recorded,
+            result,
+            lambda: diff_evaluations(store, recorded["id"], result["id"], threshold=threshold),
+        )
     return recorded, result, diff
 
 
@@ -94,9 +100,9 @@ def _rerun_on(
         f"rerun of {short_id(recorded['id'])} queued as {short_id(answer['id'])} on {answer['queue']}"
     )
     (result,) = follow(client, [answer["id"]], wait_timeout)
-    diff = None
-    if recorded["status"] == result["status"] == "succeeded":
-        diff = client.diff(recorded["id"], result["id"], threshold=threshold)
+    diff = _diff_if_both_succeeded(
+        recorded, result, lambda: client.diff(recorded["id"], result["id"], threshold=threshold)
+    )
     return recorded, result, diff
 
 
@@ -112,18 +118,16 @@ def _check_manifest(recorded: dict[str, Any], sha256_now: str, allow_changes: bo
         )
 
 
-def _diff_stored(
-    store: Any, recorded: dict[str, Any], result: dict[str, Any], threshold: float
+def _diff_if_both_succeeded(
+    recorded: dict[str, Any], result: dict[str, Any], compute: Callable[[], dict[str, Any]]
 ) -> dict[str, Any] | None:
     """The diff of the rerun against the recorded result; None when either did not succeed. A diff
     with no point to compare (every point invalid on one side) is reported as such, not an error:
     the rerun itself ran."""
-    from mlscope.analysis.diff_report import diff_evaluations
-
     if not recorded["status"] == result["status"] == "succeeded":
         return None
     try:
-        return diff_evaluations(store, recorded["id"], result["id"], threshold=threshold)
+        return compute()
     except UserError as exc:
         return {"points": [], "refused": [], "unmatched": [], "error": str(exc)}
 
