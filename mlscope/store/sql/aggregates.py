@@ -235,10 +235,9 @@ def compare_query(where: CompareFilter, dialect: str) -> Select[Unpack[tuple[Any
             _json_text(m.extra[("load", "target_qps")]),
             _json_text(m.extra[("load", "achieved_qps")]),
             _json_text(m.extra[("load", "search", "max_qps")]),
-            # The cost section's figures (None without one).
-            _json_text(m.extra[("cost", "price_per_hour")]),
-            _json_text(m.extra[("cost", "per_1k_inferences")]),
-            _json_text(m.extra[("cost", "ci")]),
+            # The cost section whole (None without one): as an object its numbers come back as
+            # written, where SQLite would give a scalar path's float to 15 digits only.
+            _json_text(m.extra["cost"]),
         )
         .select_from(keys)
         .join(e, e.id == keys.c.evaluation_id)
@@ -290,7 +289,7 @@ def compare_result(row: Row[Unpack[tuple[Any, ...]]], texts: JSONTexts) -> dict[
     runs, evaluation_id, finished_at = values[20:23]
     top1, top5, verdict, against = (texts[text] for text in values[23:27])
     target_qps, achieved_qps, max_qps = (texts[text] for text in values[27:30])
-    price_per_hour, cost_per_1k, cost_ci = (texts[text] for text in values[30:33])
+    cost = texts[values[30]]
     return compare_row(
         model=model,
         framework=framework,
@@ -316,7 +315,7 @@ def compare_result(row: Row[Unpack[tuple[Any, ...]]], texts: JSONTexts) -> dict[
             "throughput": throughput,
             "validity": {"valid": valid, "reasons": texts[reasons]},
             "load": {"target_qps": target_qps, "achieved_qps": achieved_qps, "search": {"max_qps": max_qps}},
-            "cost": {"price_per_hour": price_per_hour, "per_1k_inferences": cost_per_1k, "ci": cost_ci},
+            "cost": cost,
         },
         runs=runs,
         evaluation_id=evaluation_id,
