@@ -153,7 +153,8 @@ def results_show(evaluation_id: str, as_json: bool, raw: bool, prices: tuple[str
         "framework": f"{result['framework']['name']} {result['framework'].get('version')} "
         + _settings_of(result["framework"]),
         "runner / device": f"{result['runner']} / {result['device']}",
-        "system": f"{system.get('id', '-')} {system.get('hostname', '')}: {cpu.get('model', '?')}, "
+        "system": f"{system.get('id', '-')} {system.get('hostname', '')}{_instance(system)}: "
+        f"{cpu.get('model', '?')}, "
         f"{cpu.get('logical_cores', '?')} logical cores, {memory_gib:.1f} GiB",
         "cold start": ", ".join(f"{k} {v}" for k, v in (result.get("cold_start") or {}).items()),
         "created / started / finished": " / ".join(
@@ -165,6 +166,11 @@ def results_show(evaluation_id: str, as_json: bool, raw: bool, prices: tuple[str
         facts["error"] = f"{e['type']} in {e['phase']}: {e['message']}"
     for key, value in facts.items():
         console.print(f"[bold]{key}[/bold]: {value}")
+
+
+def _instance(system: dict[str, Any]) -> str:
+    """ " (c7i.large)": the user's name for the machine (MLSCOPE_INSTANCE_TYPE), when it has one."""
+    return f" ({system['instance_type']})" if system.get("instance_type") else ""
 
 
 _AGE = re.compile(r"^(\d+)\s*([dhw])$")
