@@ -81,5 +81,6 @@ def test_a_result_recorded_without_a_price_is_priced_at_read_time(mlscope_env: d
     refused = mlscope(mlscope_env, "results", "show", result["id"], "--price-per-hour", "gratis")
     assert refused.returncode == 2
     assert refused.stderr.strip() == (
-        "mlscope: error: --price-per-hour='gratis' is not a price: expected a positive number per hour (e.g. 0.17)"
+        "mlscope: error: --price-per-hour='gratis' is not a price: "
+        "expected a positive number per hour (e.g. 0.17)"
     )
