@@ -391,6 +391,11 @@ class CompareQuerySchema(Schema):
     scenarios = _listed(fields.String(validate=validate.Length(min=1)), "scenarios")
     since = _aware_time("created at or after this time")
     until = _aware_time("created before this time")
+    price_per_hour = _listed(
+        fields.String(validate=validate.Length(min=1)),
+        "prices per hour for rows recorded without one (docs/cost.md): PRICE for every system, or "
+        "SYSTEM=PRICE for one (an agent id, instance type, hostname or system id prefix)",
+    )
     format = fields.String(
         validate=validate.OneOf(("json", "csv"), error="must be one of: {choices}"),
         metadata={"description": "json (default) or csv; Accept: text/csv also selects csv"},

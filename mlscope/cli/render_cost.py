@@ -5,24 +5,14 @@ read time (`--price-per-hour`) for results recorded without one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from rich.markup import escape
 
-from mlscope.contract.cost import check_price, cost_section
-from mlscope.contract.errors import UserError
+from mlscope.contract.cost import PRICE_OPTION, ReadTimePrices, parse_prices
 
-__all__ = [
-    "PRICE_OPTION",
-    "ReadTimePrices",
-    "cost_cell",
-    "memory_text",
-    "parse_prices",
-    "resource_lines",
-]
-
-PRICE_OPTION = "--price-per-hour"
+__all__ = ["PRICE_OPTION", "ReadTimePrices", "cost_cell", "memory_text", "parse_prices", "resource_lines"]
 
 
 def _money(value: float) -> str:
@@ -94,96 +84,3 @@ def cost_cell(row: Mapping[str, Any]) -> str:
     if low is None or high is None:
         return _money(point)
     return f"{_money(point)} [{_money(low)}–{_money(high)}]"
-
-
-class ReadTimePrices:
-    """Prices given at read time: one for every system ("0.17"), or per system ("SYSTEM=0.17", where
-    SYSTEM is an agent id, an instance type, a hostname or a system id prefix). They price only what
-    was recorded without a price: a recorded price is the one the result was measured under."""
-
-    def __init__(self, default: float | None, by_system: Mapping[str, float]) -> None:
-        self.default = default
-        self.by_system = dict(by_system)
-
-    def __bool__(self) -> bool:
-        return self.default is not None or bool(self.by_system)
-
-    def price_for(self, system: Mapping[str, Any]) -> float | None:
-        """The price that applies to a system (or a comparison row's system columns)."""
-        names = (
-            system.get("agent_id") or (system.get("agent") or {}).get("id"),
-            system.get("instance_type"),
-            system.get("hostname"),
-        )
-        system_id = system.get("system_id") or system.get("id") or ""
-        for key, price in self.by_system.items():
-            if key in names or (system_id and system_id.startswith(key)):
-                return price
-        return self.default
-
-    def price_result(self, result: dict[str, Any]) -> dict[str, Any]:
-        """The result with a cost section on each measurement that has none and can be priced."""
-        price = self.price_for(result.get("system") or {})
-        if price is None:
-            return result
-        measurements = [
-            _priced(m, price) if not m.get("cost") else m for m in result.get("measurements") or []
-        ]
-        return {**result, "measurements": measurements}
-
-    def price_rows(self, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Comparison rows, those without a cost priced from their throughput and latency interval."""
-        priced = []
-        for row in rows:
-            price = self.price_for(row) if row.get("cost_per_1k") is None else None
-            if price is not None:
-                measurement = {
-                    "scenario": row["scenario"],
-                    "throughput": row.get("throughput"),
-                    "latency_ms": {
-                        "median": row.get("median_ms"),
-                        "median_ci": [row.get("ci_low_ms"), row.get("ci_high_ms")],
-                    },
-                }
-                section = cost_section(measurement, price)
-                if section is not None:
-                    ci = section["ci"] or [None, None]
-                    row = {
-                        **row,
-                        "price_per_hour": price,
-                        "cost_per_1k": section["per_1k_inferences"],
-                        "cost_ci_low": ci[0],
-                        "cost_ci_high": ci[1],
-                    }
-            priced.append(row)
-        return priced
-
-
-def _priced(measurement: dict[str, Any], price: float) -> dict[str, Any]:
-    section = cost_section(measurement, price)
-    return measurement if section is None else {**measurement, "cost": {**section, "read_time": True}}
-
-
-def parse_prices(values: Sequence[str]) -> ReadTimePrices:
-    """`--price-per-hour` values: "PRICE" for every system, "SYSTEM=PRICE" for one.
-
-    Raises:
-        UserError: naming --price-per-hour when a price is not a positive number or is given twice.
-    """
-    default: float | None = None
-    by_system: dict[str, float] = {}
-    for value in values:
-        system, sep, price = value.rpartition("=")
-        label = f"{PRICE_OPTION} {system}" if sep else PRICE_OPTION
-        checked = check_price(price, "price_per_hour", label)
-        if not sep:
-            if default is not None:
-                raise UserError(
-                    f"{PRICE_OPTION} gives a price for every system twice", field="price_per_hour"
-                )
-            default = checked
-        elif not system.strip():
-            raise UserError(f"{PRICE_OPTION} {value!r}: expected SYSTEM=PRICE", field="price_per_hour")
-        else:
-            by_system[system.strip()] = checked
-    return ReadTimePrices(default, by_system)
