@@ -125,7 +125,7 @@ def compare_table(rows: list[dict[str, Any]], title: str | None = None) -> Table
     """The comparison as a table: one row per model × framework × system × batch size; a top-1 column
     when some row's evaluation measured accuracy, a qps column (target → achieved, or a search's
     max) when some row is a server or multi_stream point, a cost column (per 1,000 inferences, its
-    interval in brackets, "-" where no price is known) when some row has a price. A row whose parity
+    interval as ±%, "-" where no price is known) when some row has a price. A row whose parity
     was different shows as invalid (the store made it so), its reason among the notes."""
     with_top1 = any(row.get("top1") is not None for row in rows)
     with_qps = any(row.get("achieved_qps") is not None or row.get("max_qps") is not None for row in rows)
@@ -224,7 +224,7 @@ def compare_command(
     if as_json:
         print_json_lines(rows)
     else:
-        console.print(compare_table(rows, title=f"comparison of {len(ids)} evaluation(s)"))
+        _print_whole(compare_table(rows, title=f"comparison of {len(ids)} evaluation(s)"))
         for row in rows:
             for reason in row["reasons"]:
                 where = (
@@ -236,6 +236,20 @@ def compare_command(
     if failed:
         err_console.print(f"[red]{failed} of {len(ids)} evaluation(s) did not succeed[/red]")
     return 1 if failed else 0
+
+
+def _print_whole(table: Table) -> None:
+    """Print the table; piped (a file, a log), as wide as its cells need: with a cost column its
+    columns outgrow the 160 of other piped output, and a cut cell is a lost figure."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    piped = console.width
+    console.width = max(piped, console.measure(table, options=console.options.update_width(1000)).maximum)
+    try:
+        console.print(table)
+    finally:
+        console.width = piped
 
 
 def _csv(columns: list[str], rows: list[dict[str, Any]]) -> str:

@@ -76,11 +76,13 @@ def resource_lines(result: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def cost_cell(row: Mapping[str, Any]) -> str:
-    """A comparison row's cost per 1k inferences with its interval, "-" without a price."""
+    """A comparison row's cost per 1k inferences, e.g. "0.000279 ±2%" (the interval's farther bound
+    from the point, so the column stays narrow; CSV and JSON carry both bounds), "-" without a price."""
     point = row.get("cost_per_1k")
     if point is None:
         return "-"
     low, high = row.get("cost_ci_low"), row.get("cost_ci_high")
-    if low is None or high is None:
-        return _money(point)
-    return f"{_money(point)} [{_money(low)}–{_money(high)}]"
+    if low is None or high is None or point <= 0:
+        return f"{point:.3g}"
+    spread = max(point - low, high - point) / point * 100
+    return f"{point:.3g} ±{spread:.2g}%"

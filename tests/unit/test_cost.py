@@ -92,8 +92,8 @@ def test_read_time_prices_apply_per_system_then_to_every_other() -> None:
     assert priced[0]["cost_ci_low"] == pytest.approx(priced[0]["cost_per_1k"] * 7.6 / 8.0)
     assert (priced[1]["price_per_hour"], priced[1]["cost_ci_low"]) == (0.5, None)
     assert priced[2] == rows[2]
-    assert cost_cell(priced[1]) == "0.0002778"
-    assert cost_cell(priced[0]).startswith("0.0005556 [")
+    assert cost_cell(priced[1]) == "0.000278"
+    assert cost_cell(priced[0]) == "0.000556 ±10%"
     assert cost_cell({"cost_per_1k": None}) == "-"
 
 
