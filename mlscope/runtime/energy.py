@@ -57,6 +57,9 @@ class EnergyMeter(ABC):
     def joules_between(self, before: tuple[int, ...], after: tuple[int, ...]) -> float:
         """The energy spent between two readings, in joules."""
 
+    def close(self) -> None:  # noqa: B027 - most counters hold nothing open
+        """Release what reading needed (NVML's initialisation)."""
+
 
 @dataclass(frozen=True)
 class RaplDomain:
@@ -154,6 +157,10 @@ class NvmlMeter(EnergyMeter):
 
     def joules_between(self, before: tuple[int, ...], after: tuple[int, ...]) -> float:
         return (after[0] - before[0]) * _MILLI
+
+    def close(self) -> None:
+        # NVML counts its initialisations: an inline runner's jobs each open and close one.
+        self._pynvml.nvmlShutdown()
 
 
 def open_energy_meter(device: str, powercap_root: Path = POWERCAP_ROOT) -> EnergyMeter:

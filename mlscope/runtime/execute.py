@@ -141,6 +141,8 @@ def _measure_all(
         with tracer.span("postprocess", batch_size=batch_size):
             postprocess(predictor.manifest, predictor.outputs_to_numpy(raw_outputs))
         del batches, arrays
+    if meter is not None:
+        meter.close()
     return measurements
 
 
