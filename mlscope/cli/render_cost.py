@@ -85,4 +85,4 @@ def cost_cell(row: Mapping[str, Any]) -> str:
     if low is None or high is None or point <= 0:
         return f"{point:.3g}"
     spread = max(point - low, high - point) / point * 100
-    return f"{point:.3g} ±{spread:.2g}%"
+    return f"{point:.3g} ±{spread:.0f}%" if spread >= 10 else f"{point:.3g} ±{spread:.2g}%"

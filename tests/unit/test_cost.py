@@ -95,6 +95,7 @@ def test_read_time_prices_apply_per_system_then_to_every_other() -> None:
     assert cost_cell(priced[1]) == "0.000278"
     assert cost_cell(priced[0]) == "0.000556 ±10%"
     assert cost_cell({"cost_per_1k": None}) == "-"
+    assert cost_cell({"cost_per_1k": 1e-3, "cost_ci_low": 6e-4, "cost_ci_high": 2.02e-3}) == "0.001 ±102%"
 
 
 @pytest.mark.parametrize(
