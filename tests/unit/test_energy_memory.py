@@ -1,6 +1,7 @@
 """The runtime's resource readings: RAPL energy arithmetic (several packages, a counter that wraps)
 against a fake powercap tree, the unavailable path against this machine's real /sys, a scenario's
-energy section, and the predictor process's peak RSS.
+energy section (the samples it divides by; none for a max-QPS search), and the predictor process's
+peak RSS.
 
 The fake tree stands in for hardware this machine does not expose: /sys/class/powercap is absent
 here (a VM), so RAPL cannot be read for real; its files have the kernel's names and formats.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mlscope.runtime.energy import (
@@ -21,6 +23,8 @@ from mlscope.runtime.energy import (
     rapl_package_domains,
 )
 from mlscope.runtime.measure import MeasureSettings, get_scenario
+from mlscope.runtime.measure.loop import LoopResult
+from mlscope.runtime.measure.scenario_base import Outcome, _energy
 from mlscope.runtime.memory import PeakMemory
 
 QUICK = MeasureSettings(
@@ -178,3 +182,21 @@ def test_without_procfs_the_peak_is_the_process_lifetimes(tmp_path: Path) -> Non
     # Then the section still has the process's peak, and says whose it is
     section = memory.section(None)
     assert section is not None and section["peak_rss_mb"] > 0 and section["rss_scope"] == "process"
+
+
+def test_a_multi_stream_query_counts_its_samples_and_a_search_claims_no_figure() -> None:
+    # Given a window of 10 queries after 2 warm-up ones, and a meter that read 0.5 J over it
+    loop = LoopResult(
+        latencies_ns=np.full(10, 1_000_000, dtype=np.int64), wall_ns=1, stop_reason="x", warmup_count=2
+    )
+    meter = CountingMeter()
+    before, after = meter.read(), meter.read()
+
+    # When the queries were multi_stream's, 4 samples each at batch size 2
+    section = _energy(meter, before, after, Outcome(loop, {"samples_per_query": 4}), batch_size=2)
+
+    # Then every sample counts: (10 + 2) × 4 × 2
+    assert section["samples"] == 96 and section["joules_per_inference"] == pytest.approx(0.5 / 96)
+    # ... and a max-QPS search (probes at many rates in one window) claims no figure, saying why
+    searched = _energy(meter, before, after, Outcome(loop, {"search": {"probes": []}}), batch_size=1)
+    assert set(searched) == {"unavailable"} and "max-QPS search" in searched["unavailable"]
