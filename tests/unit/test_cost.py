@@ -128,3 +128,38 @@ def test_the_resource_lines_say_memory_energy_and_cost() -> None:
         "cost: single_stream batch 1: 0.002 per 1k inferences [0.00195–0.0021] at 1.8/hour, "
         "priced at read time",
     ]
+
+
+def test_the_python_apis_table_gains_cost_and_energy_columns_only_when_measured() -> None:
+    from mlscope.library import ResultSet
+
+    # Given two results: one with a price and an energy figure on its one point, one with neither
+    def result(id: str, **sections: Any) -> dict[str, Any]:
+        latency = {"mean": 4.0, "median": 4.0, "p90": 4.4, "p99": 5.0, "count": 30, "median_ci": [3.9, 4.2]}
+        measurement = {**single_stream(), "latency_ms": latency, "validity": {"valid": True}, **sections}
+        return {
+            "id": id,
+            "model": {"name": "m"},
+            "framework": {"name": "onnxruntime", "version": "1"},
+            "device": "cpu",
+            "status": "succeeded",
+            "error": None,
+            "measurements": [measurement],
+        }
+
+    priced = result(
+        "a", cost=cost_section(single_stream(), PRICE), energy={"joules_per_inference": 0.5, "source": "rapl"}
+    )
+    plain = result("b", energy={"unavailable": "no RAPL here"})
+
+    # When tabled, Then the columns follow throughput, NaN where not measured
+    frame = ResultSet([priced, plain]).to_pandas()
+    columns = list(frame.columns)
+    assert columns[columns.index("throughput") + 1 : columns.index("throughput") + 3] == [
+        "cost_per_1k",
+        "joules_per_inference",
+    ]
+    assert frame["cost_per_1k"][0] == pytest.approx(PRICE / 3.6 / 250.0)
+    assert frame["joules_per_inference"].isna().tolist() == [False, True]
+    # ... and without any, no such columns at all
+    assert "cost_per_1k" not in ResultSet([plain]).to_pandas().columns
