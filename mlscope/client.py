@@ -325,7 +325,8 @@ class Client(UploadMethods):
 
     def compare(self, **filters: Any) -> dict[str, Any]:
         """The comparison table {columns, rows}: filters ids, models, frameworks, systems,
-        batch_sizes, scenarios (lists or comma-separated text), since, until."""
+        batch_sizes, scenarios (lists or comma-separated text), since, until; price_per_hour
+        ("PRICE" or "SYSTEM=PRICE" items) prices the rows recorded without a price."""
         table: dict[str, Any] = self._json(
             "GET", f"{_V1}/compare", params={**_params(filters), "format": "json"}
         )

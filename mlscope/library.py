@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from mlscope.workers.admission import Admission
 
-__all__ = ["ACCURACY_COLUMNS", "ROW_COLUMNS", "Progress", "ResultSet", "evaluate"]
+__all__ = ["ACCURACY_COLUMNS", "RESOURCE_COLUMNS", "ROW_COLUMNS", "Progress", "ResultSet", "evaluate"]
 
 # Told of every event of every evaluation, each with the evaluation's "model" and "framework" added:
 # {"event": "start"}, "created" (its "id"), "phase" ("phase": import, fetch, load, first_inference,
@@ -64,6 +64,9 @@ ROW_COLUMNS = (
 # (per evaluation, so the same on each of its measurement rows), and "parity" (its verdict) when some
 # result has a parity section: absent, not empty, when none was measured.
 ACCURACY_COLUMNS = ("top1", "top5")
+# The columns `ResultSet.to_pandas()` adds after those when some measurement has a cost section, or an
+# energy figure (docs/cost.md): per measurement, absent when none has one.
+RESOURCE_COLUMNS = ("cost_per_1k", "joules_per_inference")
 
 
 P = ParamSpec("P")
@@ -296,7 +299,8 @@ class ResultSet(list[dict[str, Any]]):
 
         When some result measured accuracy, the columns "top1" and "top5" (fractions; NaN for a result
         without) follow "throughput", and "parity" (the verdict, "same" or "different") when some
-        result has a parity check.
+        result has a parity check; then "cost_per_1k" when some measurement has a price, and
+        "joules_per_inference" when some has an energy figure (NaN for a measurement without).
 
         Raises:
             ImportError: pandas is not installed.
@@ -309,16 +313,25 @@ class ResultSet(list[dict[str, Any]]):
         added = [*(ACCURACY_COLUMNS if any(r.get("accuracy") for r in self) else ())]
         if any(r.get("parity") for r in self):
             added.append("parity")
+        resources = {
+            (r["id"], m["scenario"], m["batch_size"]): _resource_cells(m)
+            for r in self
+            for m in r.get("measurements") or []
+        }
+        added += [c for c in RESOURCE_COLUMNS if any(cells[c] is not None for cells in resources.values())]
         if added:
             at = columns.index("throughput") + 1
             columns[at:at] = added
             sections = {r["id"]: _section_cells(r) for r in self}
             for row in rows:
-                cells = sections[row["id"]]
-                row.update({column: cells[column] for column in added})
+                cells = {
+                    **sections[row["id"]],
+                    **resources.get((row["id"], row["scenario"], row["batch_size"]), {}),
+                }
+                row.update({column: cells.get(column) for column in added})
         frame = pandas.DataFrame(rows, columns=columns)
         types: dict[str, Any] = {"batch_size": "Int64", "count": "Int64", "valid": bool}
-        types.update({column: "Float64" for column in added if column in ACCURACY_COLUMNS})
+        types.update({c: "Float64" for c in added if c in ACCURACY_COLUMNS or c in RESOURCE_COLUMNS})
         return frame.astype(types)
 
     def __repr__(self) -> str:
@@ -345,6 +358,15 @@ def _section_cells(result: Mapping[str, Any]) -> dict[str, Any]:
     """A result's top1, top5 and parity verdict for its table rows; None where it has none."""
     accuracy, parity = result.get("accuracy") or {}, result.get("parity") or {}
     return {"top1": accuracy.get("top1"), "top5": accuracy.get("top5"), "parity": parity.get("verdict")}
+
+
+def _resource_cells(measurement: Mapping[str, Any]) -> dict[str, Any]:
+    """A measurement's cost per 1k inferences and joules per inference; None where it has none."""
+    cost, energy = measurement.get("cost") or {}, measurement.get("energy") or {}
+    return {
+        "cost_per_1k": cost.get("per_1k_inferences"),
+        "joules_per_inference": energy.get("joules_per_inference"),
+    }
 
 
 def _problem(result: Mapping[str, Any]) -> str | None:

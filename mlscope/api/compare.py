@@ -8,6 +8,7 @@ from typing import Any
 from flask import Response, request
 from flask.views import MethodView
 
+from mlscope.contract.cost import parse_prices
 from mlscope.store.errors import AmbiguousEvaluationId, EvaluationNotFound
 from mlscope.store.records import COMPARE_COLUMNS
 
@@ -68,8 +69,10 @@ class Compare(MethodView):
         """Compare succeeded evaluations side by side
 
         One row per (model, framework, system, device, scenario, batch size), from the latest
-        evaluation of each; every filter narrows the evaluations drawn on.
+        evaluation of each; every filter narrows the evaluations drawn on. `price_per_hour` prices
+        the rows recorded without a price (their cost columns are null otherwise).
         """
+        prices = parse_prices(query.get("price_per_hour") or (), "price_per_hour")
         rows = context().store.compare(
             ids=_resolve(query.get("ids") or ()),
             models=query.get("models") or (),
@@ -80,6 +83,7 @@ class Compare(MethodView):
             since=query.get("since"),
             until=query.get("until"),
         )
+        rows = prices.price_rows(rows)
         if _wants_csv(query):
             return Response(csv_lines(COMPARE_COLUMNS, _cells(rows)), mimetype=CSV_MIMETYPE)
         return {"columns": list(COMPARE_COLUMNS), "rows": rows}

@@ -18,6 +18,7 @@ from mlscope.contract.result import PARITY_VERDICTS
 from mlscope.store.base import MAX_LIST_LIMIT
 from mlscope.store.records import STATUSES
 
+from .schema_cost import MEMORY, RESOURCE_MEASUREMENT_PROPERTIES
 from .schema_load import MEASUREMENT_PROPERTIES
 
 __all__ = [
@@ -272,7 +273,8 @@ _PARITY = fields.Dict(
 
 class EvaluationSchema(Schema):
     """The result shape (DESIGN.md, "Result shape"), with the request and manifest snapshots, the
-    result sections `accuracy` and `parity` when it has them, and each measurement's `load`."""
+    result sections `accuracy`, `parity` and `memory` when it has them, and each measurement's
+    `load`, `energy` and `cost`."""
 
     id = fields.String()
     status = fields.String(metadata={"description": " | ".join(STATUSES)})
@@ -285,14 +287,15 @@ class EvaluationSchema(Schema):
     trace_id = fields.String(allow_none=True)
     cold_start = _obj("{import_ms, load_ms, first_inference_ms}")
     measurements = fields.List(
-        fields.Dict(metadata={"properties": MEASUREMENT_PROPERTIES}),
+        fields.Dict(metadata={"properties": {**MEASUREMENT_PROPERTIES, **RESOURCE_MEASUREMENT_PROPERTIES}}),
         metadata={
             "description": "one per (scenario, batch_size): {scenario, batch_size, latency_ms, throughput, "
-            "validity, load (server, multi_stream, and a certificate for every scenario), ...}"
+            "validity, load (server, multi_stream, and a certificate for every scenario), energy, cost, ...}"
         },
     )
     accuracy = _ACCURACY
     parity = _PARITY
+    memory = MEMORY
     error = _obj("{type, message, phase} when it failed")
     created_at = fields.String(allow_none=True)
     started_at = fields.String(allow_none=True)
@@ -388,6 +391,11 @@ class CompareQuerySchema(Schema):
     scenarios = _listed(fields.String(validate=validate.Length(min=1)), "scenarios")
     since = _aware_time("created at or after this time")
     until = _aware_time("created before this time")
+    price_per_hour = _listed(
+        fields.String(validate=validate.Length(min=1)),
+        "prices per hour for rows recorded without one (docs/cost.md): PRICE for every system, or "
+        "SYSTEM=PRICE for one (an agent id, instance type, hostname or system id prefix)",
+    )
     format = fields.String(
         validate=validate.OneOf(("json", "csv"), error="must be one of: {choices}"),
         metadata={"description": "json (default) or csv; Accept: text/csv also selects csv"},

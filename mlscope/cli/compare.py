@@ -17,6 +17,7 @@ import click
 from mlscope.cli.options import evaluation_options, json_flag, request_fields, split_csv
 from mlscope.cli.remote import api_client, follow, upload_local_dataset, upload_local_models
 from mlscope.cli.render import console, err_console, new_table, note, print_json_lines, short_id, warn
+from mlscope.cli.render_cost import PRICE_OPTION, ReadTimePrices, cost_cell, parse_prices
 from mlscope.contract.errors import UserError
 
 if TYPE_CHECKING:
@@ -51,6 +52,14 @@ __all__ = ["compare", "compare_command", "compare_table"]
     help="Write PREFIX.csv and PREFIX.json [default: mlscope-compare-<UTC time>].",
 )
 @click.option("--wait-timeout", type=float, help="Give up waiting after this many seconds.")
+@click.option(
+    PRICE_OPTION,
+    "prices",
+    multiple=True,
+    metavar="[SYSTEM=]PRICE",
+    help="Price rows recorded without a price: PRICE per hour for every system, or SYSTEM=PRICE for "
+    "one (an agent id, instance type, hostname or system id prefix); repeatable.",
+)
 @json_flag("Print the comparison rows as JSON lines.")
 def compare(
     models: str,
@@ -59,6 +68,7 @@ def compare(
     fan_out: bool,
     output: str | None,
     wait_timeout: float | None,
+    prices: tuple[str, ...],
     as_json: bool,
     **fields: Any,
 ) -> None:
@@ -71,7 +81,8 @@ def compare(
         "fan_out": fan_out,
         **request_fields(**fields),
     }
-    sys.exit(compare_command(body, output=output, timeout_s=wait_timeout, as_json=as_json))
+    read_time = parse_prices(prices)  # checked before anything is submitted
+    sys.exit(compare_command(body, output=output, timeout_s=wait_timeout, as_json=as_json, prices=read_time))
 
 
 def _cell(value: Any, column: str) -> str:
@@ -102,21 +113,26 @@ _SHOWN = (
     ("p90_ms", "p90 ms"),
     ("p99_ms", "p99 ms"),
     ("throughput", "samples/s"),
+    ("cost", "cost / 1k"),
     ("qps", "qps"),
     ("top1", "top-1"),
     ("valid", "valid"),
 )
-_RIGHT = ("batch_size", "throughput", "qps", "top1")
+_RIGHT = ("batch_size", "throughput", "cost", "qps", "top1")
 
 
 def compare_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
     """The comparison as a table: one row per model × framework × system × batch size; a top-1 column
     when some row's evaluation measured accuracy, a qps column (target → achieved, or a search's
-    max) when some row is a server or multi_stream point. A row whose parity was different shows as invalid
-    (the store made it so), its reason among the notes."""
+    max) when some row is a server or multi_stream point, a cost column (per 1,000 inferences, its
+    interval as ±%, "-" where no price is known) when some row has a price. A row whose parity
+    was different shows as invalid (the store made it so), its reason among the notes."""
     with_top1 = any(row.get("top1") is not None for row in rows)
     with_qps = any(row.get("achieved_qps") is not None or row.get("max_qps") is not None for row in rows)
-    hidden = {name for name, shown in (("top1", with_top1), ("qps", with_qps)) if not shown}
+    with_cost = any(row.get("cost_per_1k") is not None for row in rows)
+    hidden = {
+        name for name, shown in (("top1", with_top1), ("qps", with_qps), ("cost", with_cost)) if not shown
+    }
     shown = [(key, header) for key, header in _SHOWN if key not in hidden]
     table = new_table(
         title,
@@ -135,6 +151,8 @@ def compare_table(rows: list[dict[str, Any]], title: str | None = None) -> Table
                 cells.append((row[key] or "-")[:8])
             elif key == "qps":
                 cells.append(_qps_cell(row))
+            elif key == "cost":
+                cells.append(cost_cell(row))
             else:
                 cells.append(_cell(row.get(key), key))
         table.add_row(*cells)
@@ -157,8 +175,12 @@ def compare_command(
     timeout_s: float | None,
     as_json: bool,
     now: Callable[[], float] = time.time,
+    prices: ReadTimePrices | None = None,
 ) -> int:
     """Submit the comparison, follow it, write PREFIX.csv and PREFIX.json and show the rows.
+
+    Args:
+        prices: prices given at read time, for rows recorded without one.
 
     Returns: the exit code (0 every evaluation succeeded, 1 some did not).
     """
@@ -195,14 +217,14 @@ def compare_command(
                 f"{error.get('message', '')}"
             )
     comparison = client.compare(ids=ids)
-    rows = comparison["rows"]
+    rows = comparison["rows"] = (prices or ReadTimePrices(None, {})).price_rows(comparison["rows"])
     csv_path, json_path = prefix.with_suffix(".csv"), prefix.with_suffix(".json")
     csv_path.write_text(_csv(comparison["columns"], rows))
     json_path.write_text(json.dumps({"evaluations": ids, **comparison}, indent=2) + "\n")
     if as_json:
         print_json_lines(rows)
     else:
-        console.print(compare_table(rows, title=f"comparison of {len(ids)} evaluation(s)"))
+        _print_whole(compare_table(rows, title=f"comparison of {len(ids)} evaluation(s)"))
         for row in rows:
             for reason in row["reasons"]:
                 where = (
@@ -214,6 +236,20 @@ def compare_command(
     if failed:
         err_console.print(f"[red]{failed} of {len(ids)} evaluation(s) did not succeed[/red]")
     return 1 if failed else 0
+
+
+def _print_whole(table: Table) -> None:
+    """Print the table; piped (a file, a log), as wide as its cells need: with a cost column its
+    columns outgrow the 160 of other piped output, and a cut cell is a lost figure."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    piped = console.width
+    console.width = max(piped, console.measure(table, options=console.options.update_width(1000)).maximum)
+    try:
+        console.print(table)
+    finally:
+        console.width = piped
 
 
 def _csv(columns: list[str], rows: list[dict[str, Any]]) -> str:

@@ -14,6 +14,7 @@ from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
+from mlscope.cli.render_cost import resource_lines
 from mlscope.cli.render_load import has_load_column, load_cell, search_lines
 from mlscope.contract.result import result_validity
 
@@ -299,9 +300,10 @@ def section_lines(result: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def print_sections(result: dict[str, Any], indent: str = "") -> None:
-    """The result's accuracy and parity lines on stdout (`run`, `results show`), each latency
-    search's curve and answer, and, when the result as a whole is not valid, a line saying why."""
-    for label, text in section_lines(result):
+    """The result's accuracy and parity lines on stdout (`run`, `results show`), its memory, energy
+    and cost lines, each latency search's curve and answer, and, when the result as a whole is not
+    valid, a line saying why."""
+    for label, text in [*section_lines(result), *resource_lines(result)]:
         console.print(f"{indent}[bold]{label:<10}[/bold] {text}")
     for line in search_lines(result):
         console.print(f"{indent}{line}")

@@ -22,6 +22,7 @@ from mlscope.cli.render import (
     status_cell,
     top1_cell,
 )
+from mlscope.cli.render_cost import PRICE_OPTION, parse_prices
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
 
@@ -120,13 +121,23 @@ def results_list(
 @click.argument("evaluation_id", metavar="ID")
 @json_flag("Print the result as JSON.")
 @click.option("--raw", is_flag=True, help="With --json: include every raw latency (ns).")
-def results_show(evaluation_id: str, as_json: bool, raw: bool) -> None:
+@click.option(
+    PRICE_OPTION,
+    "prices",
+    multiple=True,
+    metavar="[SYSTEM=]PRICE",
+    help="Price measurements recorded without a price at this price per hour (any currency).",
+)
+def results_show(evaluation_id: str, as_json: bool, raw: bool, prices: tuple[str, ...]) -> None:
     """Show one evaluation (ID or a unique prefix of it)."""
     from mlscope.store import open_store
 
+    read_time = parse_prices(prices)
     settings = load_settings()
     with open_store(settings.store_url) as store:
-        result = store.get_evaluation(store.resolve_id(evaluation_id), include_raw=raw)
+        result = read_time.price_result(
+            store.get_evaluation(store.resolve_id(evaluation_id), include_raw=raw)
+        )
     if as_json:
         print(json.dumps(result, indent=2, default=str))
         return
@@ -142,7 +153,8 @@ def results_show(evaluation_id: str, as_json: bool, raw: bool) -> None:
         "framework": f"{result['framework']['name']} {result['framework'].get('version')} "
         + _settings_of(result["framework"]),
         "runner / device": f"{result['runner']} / {result['device']}",
-        "system": f"{system.get('id', '-')} {system.get('hostname', '')}: {cpu.get('model', '?')}, "
+        "system": f"{system.get('id', '-')} {system.get('hostname', '')}{_instance(system)}: "
+        f"{cpu.get('model', '?')}, "
         f"{cpu.get('logical_cores', '?')} logical cores, {memory_gib:.1f} GiB",
         "cold start": ", ".join(f"{k} {v}" for k, v in (result.get("cold_start") or {}).items()),
         "created / started / finished": " / ".join(
@@ -154,6 +166,11 @@ def results_show(evaluation_id: str, as_json: bool, raw: bool) -> None:
         facts["error"] = f"{e['type']} in {e['phase']}: {e['message']}"
     for key, value in facts.items():
         console.print(f"[bold]{key}[/bold]: {value}")
+
+
+def _instance(system: dict[str, Any]) -> str:
+    """ " (c7i.large)": the user's name for the machine (MLSCOPE_INSTANCE_TYPE), when it has one."""
+    return f" ({system['instance_type']})" if system.get("instance_type") else ""
 
 
 _AGE = re.compile(r"^(\d+)\s*([dhw])$")

@@ -17,6 +17,7 @@ from typing import Any
 
 import platformdirs
 
+from mlscope.contract.cost import check_price
 from mlscope.contract.errors import UserError
 
 __all__ = [
@@ -74,6 +75,11 @@ class Settings:
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     # The largest dataset (its images' bytes; an uploaded zip's too) mlscope materialises or accepts.
     max_dataset_bytes: int = DEFAULT_MAX_DATASET_BYTES
+    # What an hour of this machine costs (a positive number, in any currency), recorded in every
+    # measurement's cost section; and the user's name for the machine (a cloud instance type),
+    # recorded with the system. Unset: results carry no cost (one can be priced at read time).
+    price_per_hour: float | None = None
+    instance_type: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("store_url", "broker_url", "api_url"):
@@ -120,6 +126,13 @@ class Settings:
                 f"setting max_raw_latencies={self.max_raw_latencies!r}: expected a whole number >= 0 "
                 "(0 keeps no raw latencies)",
                 field="max_raw_latencies",
+            )
+
+        if self.price_per_hour is not None:
+            check_price(self.price_per_hour, "price_per_hour", "setting price_per_hour")
+        if self.instance_type is not None and not self.instance_type.strip():
+            raise UserError(
+                "setting instance_type is empty: expected a name such as c7i.large", field="instance_type"
             )
 
         for name, default in (
@@ -189,6 +202,8 @@ def _coerce(name: str, raw: Any) -> Any:
             raise UserError(
                 f"setting visibility_timeout_s={raw!r}: expected a number of seconds", field=name
             ) from None
+    if name == "price_per_hour":
+        return check_price(raw, name, "setting price_per_hour")
     if name == "docker_cpus":
         try:
             return float(raw)

@@ -25,9 +25,11 @@ from mlscope.contract.load import LoadSettings
 from mlscope.contract.manifest import Manifest, parse_manifest
 from mlscope.runtime.data import DatasetRef
 from mlscope.runtime.dataset_pass import collect_outputs, postprocess, run_dataset_pass
+from mlscope.runtime.energy import EnergyMeter, EnergyUnavailable, open_energy_meter
 from mlscope.runtime.frameworks import get_framework, load_predictor_class
 from mlscope.runtime.measure import MeasureSettings, get_scenario
 from mlscope.runtime.measure.parity import encode_outputs
+from mlscope.runtime.memory import PeakMemory
 from mlscope.runtime.predictors import Predictor, PredictorError, PredictorOptions
 from mlscope.runtime.predictors.inputs import synthetic_batches
 from mlscope.runtime.system import capture_system
@@ -55,10 +57,20 @@ class _Phases:
         self.emit({"event": "phase", "phase": phase, **detail})
 
 
+def _energy_meter(device: str) -> tuple[EnergyMeter | None, dict[str, Any] | None]:
+    """The energy counter for the evaluation's device, or None and the `energy` section that says
+    why none is readable (every measurement then carries it: unavailable, never estimated)."""
+    try:
+        return open_energy_meter(device), None
+    except EnergyUnavailable as exc:
+        return None, {"unavailable": str(exc)}
+
+
 def _measure_all(
     predictor: Predictor, job: Job, settings: MeasureSettings, phases: _Phases, tracer: Tracer
 ) -> list[dict]:
     measurements = []
+    meter, unavailable = _energy_meter(job.device)
     timer = predictor.timer()
     scenarios = [get_scenario(name) for name in job.scenarios]
     load = LoadSettings.from_dict(job.load)
@@ -101,6 +113,7 @@ def _measure_all(
                     record_starts=tracer.enabled("MODEL"),
                     load=load,
                     on_probe=probe,
+                    energy=meter,
                 )
                 if attributes is not None:
                     attributes.update(
@@ -109,6 +122,8 @@ def _measure_all(
                         )
                     )
             measurement = run.to_dict()
+            if unavailable is not None:
+                measurement["energy"] = unavailable
             phases.emit(
                 {
                     "event": "measurement",
@@ -118,6 +133,7 @@ def _measure_all(
                     "throughput": measurement["throughput"],
                     "validity": measurement["validity"],
                     "load": measurement.get("load"),
+                    "energy": measurement.get("energy"),
                 }
             )
             measurements.append(measurement)
@@ -125,6 +141,8 @@ def _measure_all(
         with tracer.span("postprocess", batch_size=batch_size):
             postprocess(predictor.manifest, predictor.outputs_to_numpy(raw_outputs))
         del batches, arrays
+    if meter is not None:
+        meter.close()
     return measurements
 
 
@@ -167,6 +185,8 @@ def execute(job: Job, emit: Emit) -> dict[str, Any]:
     """
     phases = _Phases(emit)
     predictor: Predictor | None = None
+    memory = PeakMemory()
+    memory.start()
     tracer = Tracer(job.trace_level, TraceContext.parse(job.traceparent))
     process: dict[str, Any] = {"mlscope.process": "predictor", "pid": os.getpid()}
     root = tracer.span(
@@ -230,6 +250,7 @@ def execute(job: Job, emit: Emit) -> dict[str, Any]:
 
         phases.enter("report")
         framework = predictor.describe()
+        memory_section = memory.section(predictor.device_memory_peak_bytes())
         result = {
             # The framework's build facts stay with the framework: the system is the machine and
             # its installed stack, the same for every framework evaluated on it.
@@ -244,6 +265,7 @@ def execute(job: Job, emit: Emit) -> dict[str, Any]:
                 "warm_process": warm_process,
             },
             "measurements": measurements,
+            **({"memory": memory_section} if memory_section is not None else {}),
             **answers,
             "trace": {"trace_id": tracer.trace_id, "spans": tracer.spans},
         }

@@ -130,6 +130,9 @@ def system_id(system: dict[str, Any]) -> str:
     # leaving the key out keeps the ids of systems stored before agents existed.
     if system.get("agent"):
         identity["agent"] = system["agent"]
+    # Likewise the user's name for the machine (MLSCOPE_INSTANCE_TYPE), when one is given.
+    if system.get("instance_type"):
+        identity["instance_type"] = system["instance_type"]
     canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

@@ -46,6 +46,7 @@ from .records import (
     check_framework,
     check_int,
     check_measurements,
+    check_memory,
     check_model,
     check_object,
     check_parity,
@@ -200,6 +201,7 @@ class Store(StoreAggregates, StoreMaintenance, StoreSchema, StorePrimitives):
         measurements: Sequence[Mapping[str, Any]],
         accuracy: Mapping[str, Any] | None = None,
         parity: Mapping[str, Any] | None = None,
+        memory: Mapping[str, Any] | None = None,
         finished_at: datetime | None = None,
     ) -> None:
         """Stores the results and marks the evaluation succeeded, atomically.
@@ -219,6 +221,8 @@ class Store(StoreAggregates, StoreMaintenance, StoreSchema, StorePrimitives):
                 (records.check_accuracy); None leaves the result without the section.
             parity: {"against", "count", "verdict", "max_abs", ...} when outputs were compared with
                 another framework's (records.check_parity); None leaves the result without it.
+            memory: {"peak_rss_mb", "peak_device_mb", ...}, the predictor process's peaks
+                (records.check_memory); None leaves the result without it.
             finished_at: aware datetime; now when None.
 
         Raises:
@@ -240,6 +244,8 @@ class Store(StoreAggregates, StoreMaintenance, StoreSchema, StorePrimitives):
             changes["accuracy"] = check_accuracy(accuracy)
         if parity is not None:
             changes["parity"] = check_parity(parity)
+        if memory is not None:
+            changes["memory"] = check_memory(memory)
         records = check_measurements(measurements)
         # Saved outside the transaction: systems are content-addressed and shared, so one saved for a
         # finish that then changes nothing is still a true description of a machine.

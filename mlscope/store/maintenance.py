@@ -27,6 +27,7 @@ from .records import (
     check_framework,
     check_int,
     check_measurements,
+    check_memory,
     check_model,
     check_object,
     check_parity,
@@ -205,6 +206,7 @@ def _record_of(result: Mapping[str, Any]) -> tuple[EvaluationRecord, dict[str, A
         error=None if result.get("error") is None else check_error(result["error"]),
         accuracy=None if result.get("accuracy") is None else check_accuracy(result["accuracy"]),
         parity=None if result.get("parity") is None else check_parity(result["parity"]),
+        memory=None if result.get("memory") is None else check_memory(result["memory"]),
         measurements=check_measurements(result.get("measurements") or [])
         if status in TERMINAL_STATUSES
         else [],

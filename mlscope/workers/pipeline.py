@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mlscope.broker.tracing import export_spans
+from mlscope.contract.cost import cost_section
 from mlscope.contract.errors import StoreUnavailable
 from mlscope.contract.settings import Settings
 from mlscope.runtime.system import system_id
@@ -139,12 +140,10 @@ def _evaluate(
         if outcome.result is not None:
             result = outcome.result
             predictor_spans = result.get("trace", {}).get("spans", [])
-            system = dict(result["system"])
-            if system_extra:
-                system.update(system_extra)
-                system["id"] = system_id(system)
+            system = _described_system(result["system"], settings, system_extra)
             measurements = [
-                subsample_latencies(m, settings.max_raw_latencies) for m in result["measurements"]
+                _with_cost(subsample_latencies(m, settings.max_raw_latencies), settings.price_per_hour)
+                for m in result["measurements"]
             ]
             write_result(
                 lambda: store.finish_evaluation(
@@ -155,6 +154,7 @@ def _evaluate(
                     measurements=measurements,
                     accuracy=result.get("accuracy"),
                     parity=result.get("parity"),
+                    memory=result.get("memory"),
                 ),
                 f"storing the result of {evaluation_id}",
             )
@@ -171,3 +171,32 @@ def _evaluate(
         lambda: keep_spans(store, settings, evaluation_id, spans), f"storing the spans of {evaluation_id}"
     )
     return store.get_evaluation(evaluation_id)
+
+
+def _described_system(
+    captured: Mapping[str, Any], settings: Settings, system_extra: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The system as stored: what the predictor process captured, the user's name for the machine
+    (MLSCOPE_INSTANCE_TYPE, a fact of the machine, so part of its id) and the caller's facts."""
+    extra = dict(system_extra or {})
+    if settings.instance_type:
+        extra["instance_type"] = settings.instance_type
+    system = dict(captured)
+    if extra:
+        system.update(extra)
+        system["id"] = system_id(system)
+    return system
+
+
+def _with_cost(measurement: dict[str, Any], price_per_hour: float | None) -> dict[str, Any]:
+    """The measurement with its `cost` section when this machine has a price (MLSCOPE_PRICE_PER_HOUR).
+
+    The price is read here, where the worker (or `mlscope run`) stands, not in the predictor
+    process: a container predictor does not inherit the worker's environment, and a price is the
+    machine's, whatever runner isolates the predictor. It is recorded per measurement, not in the
+    system: systems are content-addressed and kept as first saved, and a price changes over time.
+    """
+    if price_per_hour is None:
+        return measurement
+    section = cost_section(measurement, price_per_hour)
+    return measurement if section is None else {**measurement, "cost": section}

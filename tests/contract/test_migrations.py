@@ -160,8 +160,8 @@ def test_upgrading_a_0_1_0_store_keeps_everything_and_backfills_the_summary_colu
         assert len(spans) == store.count_spans("fixture00") == FIXTURE_SPANS
         assert (spans[0]["name"], spans[0]["level"]) == ("run", "APPLICATION")
         assert store.layer_breakdown("fixture00", level="MODEL")[0]["calls"] == FIXTURE_SPANS - 1
-        # ... none with a result section (schema 5 adds them empty)
-        assert not any("accuracy" in e or "parity" in e for e in listed)
+        # ... none with a result section (schemas 5 and 6 add them empty)
+        assert not any("accuracy" in e or "parity" in e or "memory" in e for e in listed)
         # and new results are written with the new columns, sections included
         id = run_to(store, "running")
         finish(store, id, measurements=[make_measurement()])
@@ -174,8 +174,10 @@ def test_upgrading_a_0_1_0_store_keeps_everything_and_backfills_the_summary_colu
             cold_start=COLD_START,
             measurements=[make_measurement()],
             accuracy=accuracy,
+            memory={"peak_rss_mb": 412.3, "peak_device_mb": None},
         )
         assert store.get_evaluation(with_accuracy)["accuracy"] == accuracy
+        assert store.get_evaluation(with_accuracy)["memory"] == {"peak_rss_mb": 412.3, "peak_device_mb": None}
 
     # and the new columns hold each row's summary, from its own JSON
     rows = _measurement_rows(old_url)

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.load import LoadSettings
+from mlscope.runtime.energy import EnergyMeter, energy_section
 from mlscope.runtime.measure.certify import estimate_percentile, min_queries
 from mlscope.runtime.measure.load_report import certificate_reason
 from mlscope.runtime.measure.loop import NS_PER_S, LoopResult, Timer
@@ -50,6 +51,7 @@ class Measurement:
             due), when recorded.
         load: the `load` section: the certified percentile, and for a load generator's runs what
             it issued and how well (see load_report).
+        energy: the `energy` section (runtime.energy), None when no meter was given.
     """
 
     scenario: str
@@ -65,6 +67,7 @@ class Measurement:
     settings: MeasureSettings
     starts_ns: npt.NDArray[np.int64] | None = None
     load: dict[str, Any] | None = None
+    energy: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Returns:
@@ -86,6 +89,8 @@ class Measurement:
         }
         if self.load is not None:
             data["load"] = self.load
+        if self.energy is not None:
+            data["energy"] = self.energy
         return data
 
 
@@ -132,6 +137,7 @@ class Scenario(ABC):
         record_starts: bool = False,
         load: LoadSettings | None = None,
         on_probe: OnProbe | None = None,
+        energy: EnergyMeter | None = None,
     ) -> Measurement:
         """Measure `predict` on `batches` under this scenario.
 
@@ -145,6 +151,8 @@ class Scenario(ABC):
             record_starts: also record when each inference started (for MODEL-level spans).
             load: how a load generator issues queries, and the percentile to certify.
             on_probe: called with each probe of a max-QPS search.
+            energy: the counter read before and after the queries (warm-up included: the window the
+                environment monitor samples), for the measurement's `energy` section.
 
         Returns:
             The measurement, with statistics, throughput, load section and validity verdict.
@@ -161,6 +169,7 @@ class Scenario(ABC):
         load = load or LoadSettings()
         monitor = EnvironmentMonitor()
         monitor.start()
+        energy_before = energy.read() if energy is not None else ()
         outcome = self._outcome(
             predict,
             batches,
@@ -172,6 +181,7 @@ class Scenario(ABC):
             record_starts=record_starts,
             on_probe=on_probe,
         )
+        energy_after = energy.read() if energy is not None else ()
         environment = monitor.stop()
         loop = outcome.loop
         summary = summarize(loop.latencies_ns, settings)
@@ -199,6 +209,9 @@ class Scenario(ABC):
             settings=settings,
             starts_ns=loop.starts_ns,
             load=outcome.load,
+            energy=None
+            if energy is None
+            else _energy(energy, energy_before, energy_after, outcome, batch_size),
         )
 
     def _outcome(
@@ -262,3 +275,18 @@ class Scenario(ABC):
         Returns:
             Throughput in samples per second, finite.
         """
+
+
+def _energy(
+    meter: EnergyMeter, before: tuple[int, ...], after: tuple[int, ...], outcome: Outcome, batch_size: int
+) -> dict[str, Any]:
+    """The measurement's energy section: the counters' difference over every sample issued in the
+    window, warm-up included (an inference is one sample)."""
+    if "search" in outcome.load:
+        # Its window holds every probe of the search, each at another rate: no one rate's figure.
+        return {"unavailable": "a max-QPS search runs many rates; energy is measured at a fixed rate"}
+    loop = outcome.loop
+    # A multi_stream latency is one query of several samples.
+    per_query = int(outcome.load.get("samples_per_query") or 1)
+    samples = (int(loop.latencies_ns.size) + loop.warmup_count) * per_query * batch_size
+    return energy_section(meter.joules_between(before, after), samples, meter.SOURCE)

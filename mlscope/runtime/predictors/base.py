@@ -81,6 +81,11 @@ class Predictor(ABC):
         """A device timer for the measurement loop (CUDA events on a GPU), or None for the host clock."""
         return None
 
+    def device_memory_peak_bytes(self) -> int | None:
+        """The device allocator's peak since `load` (the result's memory.peak_device_mb), None on a
+        host device or where the framework does not report one."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         """Returns: what ran, for the result: framework name and version, device, effective options."""
         return {

@@ -150,6 +150,7 @@ def to_record(
         error=decode(document.get("error")),
         accuracy=decode(document.get("accuracy")),
         parity=decode(document.get("parity")),
+        memory=decode(document.get("memory")),
         started_at=to_datetime(document.get("started_at")),
         finished_at=to_datetime(document.get("finished_at")),
         framework_details=decode(document.get("framework_details")),

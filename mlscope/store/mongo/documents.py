@@ -95,6 +95,7 @@ class EvaluationDocument(mongoengine.Document):
     # without them read as before, so the schema version stays 2.
     accuracy = mongoengine.DictField(null=True)
     parity = mongoengine.DictField(null=True)
+    memory = mongoengine.DictField(null=True)
     request = mongoengine.DictField()
     manifest = mongoengine.DictField()
     # Microseconds since the epoch, UTC.

@@ -49,7 +49,7 @@ def bulk_insert(
             "error": record.error,
         }
         # Only the sections it has: a result without one stays without the field, as a finish leaves it.
-        for name in ("accuracy", "parity"):
+        for name in ("accuracy", "parity", "memory"):
             section = getattr(record, name)
             if section is not None:
                 changes[name] = section

@@ -62,7 +62,7 @@ def compare_pipeline(where: CompareFilter) -> list[dict[str, Any]]:
         "framework_version": "$framework_version",
         **{name: f"${name}" for name in _COMPARED},
         **{name: f"${name}" for name in _SECTION_FIGURES},
-        **{name: f"${name}" for name in _LOAD_FIGURES},
+        **{name: f"${name}" for name in _EXTRA_FIGURES},
     }
     median = "$latest.median_ms"
     pipeline: list[dict[str, Any]] = [
@@ -76,7 +76,7 @@ def compare_pipeline(where: CompareFilter) -> list[dict[str, Any]]:
                 **measurement_figures("$measurements"),
                 **_SECTION_FIGURES,
                 # Null, not missing, as _SECTION_FIGURES (mongomock builds `latest` of them).
-                **{name: {"$ifNull": [path, None]} for name, path in _LOAD_FIGURES.items()},
+                **{name: {"$ifNull": [path, None]} for name, path in _EXTRA_FIGURES.items()},
             }
         },
         # Latest first: compare_rows keeps the greatest (finished_at, evaluation id) of each key.
@@ -127,16 +127,21 @@ _EVALUATION_FIELDS = (
     "finished_at",
 )
 # The comparison table's columns a measurement gives (scenario … reasons), read from the table itself,
-# but for the load section's rates (_LOAD_FIGURES).
-_LOAD_FIGURES = {
+# but for the figures of its load and cost sections (_EXTRA_FIGURES).
+_EXTRA_FIGURES = {
     "target_qps": "$measurements.extra.load.target_qps",
     "achieved_qps": "$measurements.extra.load.achieved_qps",
     "max_qps": "$measurements.extra.load.search.max_qps",
+    "price_per_hour": "$measurements.extra.cost.price_per_hour",
+    "cost_per_1k": "$measurements.extra.cost.per_1k_inferences",
+    "cost_ci": "$measurements.extra.cost.ci",
 }
+# compare_row splits the cost interval (cost_ci) into these two.
+_SPLIT_BY_ROW = ("cost_ci_low", "cost_ci_high")
 _COMPARED = tuple(
     name
     for name in COMPARE_COLUMNS[COMPARE_COLUMNS.index("scenario") : COMPARE_COLUMNS.index("reasons") + 1]
-    if name not in _LOAD_FIGURES
+    if name not in _EXTRA_FIGURES and name not in _SPLIT_BY_ROW
 )
 # What a row shows of the evaluation's result sections (records.sections), read by the server with the
 # rest of the row; compare_row turns a different parity into an invalid row. Null, not missing, when
@@ -211,6 +216,11 @@ def pipeline_row(found: Mapping[str, Any]) -> dict[str, Any]:
                 "target_qps": latest.get("target_qps"),
                 "achieved_qps": latest.get("achieved_qps"),
                 "search": {"max_qps": latest.get("max_qps")},
+            },
+            "cost": {
+                "price_per_hour": latest.get("price_per_hour"),
+                "per_1k_inferences": latest.get("cost_per_1k"),
+                "ci": decode(latest.get("cost_ci")),
             },
         },
         runs=found["runs"],

@@ -32,7 +32,7 @@ from .evaluations import (
     summary_columns,
     unpack_latencies,
 )
-from .sections import check_accuracy, check_parity
+from .sections import check_accuracy, check_energy, check_memory, check_parity
 from .spans import (
     SPAN_GROUPINGS,
     SPAN_LEVELS,
@@ -80,11 +80,13 @@ __all__ = [
     "check_batch_size",
     "check_choice",
     "check_cold_start",
+    "check_energy",
     "check_error",
     "check_filter",
     "check_framework",
     "check_int",
     "check_measurements",
+    "check_memory",
     "check_model",
     "check_object",
     "check_optional_text",

@@ -38,6 +38,7 @@ COMPARE_COLUMNS: tuple[str, ...] = (
     "system_id",
     "hostname",
     "agent_id",
+    "instance_type",
     "cpu",
     "device",
     "scenario",
@@ -52,6 +53,10 @@ COMPARE_COLUMNS: tuple[str, ...] = (
     "target_qps",
     "achieved_qps",
     "max_qps",
+    "price_per_hour",
+    "cost_per_1k",
+    "cost_ci_low",
+    "cost_ci_high",
     "valid",
     "reasons",
     "top1",
@@ -103,7 +108,9 @@ def compare_row(
         measurement: {"scenario", "batch_size", "latency_ms", "throughput", "validity"} in the public
             shape, and its `load` section where it has one (or as much as a row shows of it:
             {"target_qps", "achieved_qps", "search": {"max_qps"}}); a row's target_qps, achieved_qps
-            and max_qps are None without one.
+            and max_qps are None without one. Likewise its `cost` section ({"price_per_hour",
+            "per_1k_inferences", "ci"}): price_per_hour, cost_per_1k and the cost interval are None
+            without one.
         runs: how many succeeded evaluations share the row's key.
         evaluation_id, finished_at: the evaluation the figures are from, and when it finished (ISO 8601).
         accuracy: the evaluation's accuracy section, or as much of it as a row shows ({"top1",
@@ -116,6 +123,8 @@ def compare_row(
     ci = latency.get("median_ci") or [None, None]
     accuracy, parity = accuracy or {}, parity or {}
     load = measurement.get("load") or {}
+    cost = measurement.get("cost") or {}
+    cost_ci = cost.get("ci") or [None, None]
     valid, reasons = validity.get("valid"), list(validity.get("reasons") or [])
     failure = parity_failure(parity)
     if failure is not None:
@@ -128,6 +137,7 @@ def compare_row(
         "system_id": system_id,
         "hostname": system.get("hostname"),
         "agent_id": (system.get("agent") or {}).get("id"),
+        "instance_type": system.get("instance_type"),
         "cpu": (system.get("cpu") or {}).get("model"),
         "device": device,
         "scenario": measurement["scenario"],
@@ -142,6 +152,10 @@ def compare_row(
         "target_qps": load.get("target_qps"),
         "achieved_qps": load.get("achieved_qps"),
         "max_qps": (load.get("search") or {}).get("max_qps"),
+        "price_per_hour": cost.get("price_per_hour"),
+        "cost_per_1k": cost.get("per_1k_inferences"),
+        "cost_ci_low": cost_ci[0],
+        "cost_ci_high": cost_ci[1],
         "valid": valid,
         "reasons": reasons,
         "top1": accuracy.get("top1"),

@@ -18,6 +18,7 @@ import numpy as np
 from mlscope.contract.errors import UserError
 from mlscope.contract.names import STATUSES
 
+from .sections import check_cost, check_energy
 from .values import (
     INT64_MAX,
     INT64_MIN,
@@ -103,6 +104,7 @@ class EvaluationRecord:
     # The result sections (records.sections): None when not measured, and then absent from the result.
     accuracy: dict[str, Any] | None = None
     parity: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
     system: dict[str, Any] | None = None
     measurements: list[MeasurementRecord] = field(default_factory=list)
 
@@ -300,6 +302,10 @@ def _check_measurement(measurement: Any, field: str) -> MeasurementRecord:
     if not isinstance(validity.get("valid"), bool):
         raise UserError(f"{field}.validity.valid must be true or false", field=f"{field}.validity.valid")
     extra = {key: value for key, value in measurement.items() if key not in _MEASUREMENT_KEYS}
+    # The measurement's own result sections, absent when not measured.
+    for name, check in (("energy", check_energy), ("cost", check_cost)):
+        if extra.get(name) is not None:
+            check(extra[name], f"{field}.{name}")
     return MeasurementRecord(
         scenario=scenario,
         batch_size=int(batch_size),
@@ -355,11 +361,10 @@ def _measurement_to_dict(record: MeasurementRecord, *, include_raw: bool) -> dic
 
 def evaluation_to_dict(record: EvaluationRecord, *, include_raw: bool = False) -> dict[str, Any]:
     """The public result shape (DESIGN.md, "Result shape"), plus the request and manifest snapshots;
-    "accuracy" and "parity" only when the evaluation has them."""
+    "accuracy", "parity" and "memory" only when the evaluation has them."""
     measurements = sorted(record.measurements, key=lambda m: (m.scenario, m.batch_size))
-    sections = {
-        name: value for name, value in (("accuracy", record.accuracy), ("parity", record.parity)) if value
-    }
+    present = (("accuracy", record.accuracy), ("parity", record.parity), ("memory", record.memory))
+    sections = {name: value for name, value in present if value}
     return {
         "id": record.id,
         "status": record.status,

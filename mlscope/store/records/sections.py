@@ -1,6 +1,7 @@
 """The result sections an evaluation may carry beside its measurements (DESIGN.md, "Result sections
-added in wave 2"): `accuracy` (top-k on a labelled dataset, with its confidence interval) and
-`parity` (this framework's outputs against another's on the same inputs), checked as every backend
+added in wave 2"): `accuracy` (top-k on a labelled dataset, with its confidence interval), `parity`
+(this framework's outputs against another's on the same inputs) and `memory` (the predictor
+process's peaks); and those a measurement may carry, `energy` and `cost`. Checked as every backend
 stores them (what a section does to validity is the contract's: mlscope.contract.result).
 
 A section is absent when it was not measured, never zero-filled; keys beyond the documented ones are
@@ -19,7 +20,7 @@ from mlscope.contract.result import PARITY_VERDICTS
 
 from .values import check_object, check_optional_text, check_text
 
-__all__ = ["check_accuracy", "check_parity"]
+__all__ = ["check_accuracy", "check_cost", "check_energy", "check_memory", "check_parity"]
 
 # Cosine similarity computed in float32 can land a rounding error past ±1; beyond this it is wrong.
 _COSINE_SLACK = 1e-6
@@ -154,4 +155,72 @@ def check_parity(parity: Any) -> dict[str, Any]:
         for name, output in check_object(outputs, "parity.outputs").items():
             field = f"parity.outputs.{name}"
             _check_comparison(check_object(output, field), field, verdict_required=False)
+    return checked
+
+
+def _optional_amount(section: Mapping[str, Any], key: str, field: str) -> None:
+    """A figure that may be null, else a number ≥ 0."""
+    value = section.get(key)
+    if value is not None and _number(value, f"{field}.{key}", "a number ≥ 0") < 0:
+        raise UserError(f"{field}.{key} must be a number ≥ 0, not {value!r}", field=f"{field}.{key}")
+
+
+def check_memory(memory: Any) -> dict[str, Any]:
+    """The memory section as stored: {"peak_rss_mb", "peak_device_mb", "rss_scope", ...}.
+
+    `peak_rss_mb` is required, a number ≥ 0; `peak_device_mb` is null without a device allocator.
+
+    Raises:
+        UserError: naming the first invalid field, e.g. "memory.peak_rss_mb".
+    """
+    checked = check_object(memory, "memory")
+    if checked.get("peak_rss_mb") is None:
+        raise UserError("memory.peak_rss_mb is missing: expected megabytes", field="memory.peak_rss_mb")
+    for key in ("peak_rss_mb", "peak_device_mb"):
+        _optional_amount(checked, key, "memory")
+    check_optional_text(checked.get("rss_scope"), "memory.rss_scope")
+    return checked
+
+
+def check_energy(energy: Any, field: str = "energy") -> dict[str, Any]:
+    """A measurement's energy section: {"joules_per_inference", "source", ...} when a counter was
+    read, else {"unavailable": reason}.
+
+    Raises:
+        UserError: naming the first invalid field, e.g. "measurements[0].energy.source".
+    """
+    checked = check_object(energy, field)
+    if "unavailable" in checked:
+        check_text(checked.get("unavailable"), f"{field}.unavailable")
+        return checked
+    check_text(checked.get("source"), f"{field}.source")
+    if checked.get("joules_per_inference") is None:
+        raise UserError(
+            f"{field} has neither joules_per_inference nor unavailable", field=f"{field}.joules_per_inference"
+        )
+    _optional_amount(checked, "joules_per_inference", field)
+    return checked
+
+
+def check_cost(cost: Any, field: str = "cost") -> dict[str, Any]:
+    """A measurement's cost section: {"per_1k_inferences", "per_1m_tokens", "price_per_hour", "ci"}
+    (mlscope.contract.cost); ci null or [low, high] around per_1k_inferences.
+
+    Raises:
+        UserError: naming the first invalid field, e.g. "measurements[0].cost.price_per_hour".
+    """
+    checked = check_object(cost, field)
+    for key in ("per_1k_inferences", "price_per_hour"):
+        if checked.get(key) is None:
+            raise UserError(f"{field}.{key} is missing: expected a number ≥ 0", field=f"{field}.{key}")
+        _optional_amount(checked, key, field)
+    _optional_amount(checked, "per_1m_tokens", field)
+    ci = checked.get("ci")
+    if ci is not None:
+        what = "an interval [low, high] with low ≤ high"
+        if not isinstance(ci, list) or len(ci) != 2:
+            raise UserError(f"{field}.ci must be {what}, not {ci!r}", field=f"{field}.ci")
+        low, high = (_number(bound, f"{field}.ci[{index}]", "a number") for index, bound in enumerate(ci))
+        if low > high:
+            raise UserError(f"{field}.ci must be {what}, not {ci!r}", field=f"{field}.ci")
     return checked

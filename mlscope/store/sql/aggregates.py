@@ -208,6 +208,7 @@ def compare_query(where: CompareFilter, dialect: str) -> Select[Unpack[tuple[Any
             system_id,
             _json_text(s.data["hostname"]),
             _json_text(s.data[("agent", "id")]),
+            _json_text(s.data["instance_type"]),
             _json_text(s.data[("cpu", "model")]),
             keys.c.device,
             keys.c.scenario,
@@ -234,6 +235,9 @@ def compare_query(where: CompareFilter, dialect: str) -> Select[Unpack[tuple[Any
             _json_text(m.extra[("load", "target_qps")]),
             _json_text(m.extra[("load", "achieved_qps")]),
             _json_text(m.extra[("load", "search", "max_qps")]),
+            # The cost section whole (None without one): as an object its numbers come back as
+            # written, where SQLite would give a scalar path's float to 15 digits only.
+            _json_text(m.extra["cost"]),
         )
         .select_from(keys)
         .join(e, e.id == keys.c.evaluation_id)
@@ -279,17 +283,24 @@ def compare_result(row: Row[Unpack[tuple[Any, ...]]], texts: JSONTexts) -> dict[
     """One row of `compare_query` as records.compare_row formats it, its JSON texts read through
     `texts`."""
     values = tuple(row)
-    (model, framework, framework_version, system_id, hostname, agent_id, cpu, device, scenario) = values[:9]
-    (batch_size, median, p90, p99, ci_low, ci_high, throughput, count, valid, reasons) = values[9:19]
-    runs, evaluation_id, finished_at = values[19:22]
-    top1, top5, verdict, against = (texts[text] for text in values[22:26])
-    target_qps, achieved_qps, max_qps = (texts[text] for text in values[26:29])
+    (model, framework, framework_version, system_id, hostname, agent_id, instance_type) = values[:7]
+    cpu, device, scenario = values[7:10]
+    (batch_size, median, p90, p99, ci_low, ci_high, throughput, count, valid, reasons) = values[10:20]
+    runs, evaluation_id, finished_at = values[20:23]
+    top1, top5, verdict, against = (texts[text] for text in values[23:27])
+    target_qps, achieved_qps, max_qps = (texts[text] for text in values[27:30])
+    cost = texts[values[30]]
     return compare_row(
         model=model,
         framework=framework,
         framework_version=framework_version,
         system_id=system_id,
-        system={"hostname": texts[hostname], "agent": {"id": texts[agent_id]}, "cpu": {"model": texts[cpu]}},
+        system={
+            "hostname": texts[hostname],
+            "agent": {"id": texts[agent_id]},
+            "instance_type": texts[instance_type],
+            "cpu": {"model": texts[cpu]},
+        },
         device=device,
         measurement={
             "scenario": scenario,
@@ -304,6 +315,7 @@ def compare_result(row: Row[Unpack[tuple[Any, ...]]], texts: JSONTexts) -> dict[
             "throughput": throughput,
             "validity": {"valid": valid, "reasons": texts[reasons]},
             "load": {"target_qps": target_qps, "achieved_qps": achieved_qps, "search": {"max_qps": max_qps}},
+            "cost": cost,
         },
         runs=runs,
         evaluation_id=evaluation_id,

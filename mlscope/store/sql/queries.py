@@ -100,6 +100,7 @@ def to_record(row: EvaluationRow, *, include_raw: bool) -> EvaluationRecord:
         error=row.error,
         accuracy=row.accuracy,
         parity=row.parity,
+        memory=row.memory,
         started_at=row.started_at,
         finished_at=row.finished_at,
         system=None if row.system is None else dict(row.system.data),

@@ -106,6 +106,8 @@ class EvaluationRow(Base):
     # migration adds them, so a fresh table and an upgraded one are alike column by column.
     accuracy: Mapped[dict[str, Any] | None] = mapped_column(_JSON)
     parity: Mapped[dict[str, Any] | None] = mapped_column(_JSON)
+    # Schema 6: the memory section, likewise.
+    memory: Mapped[dict[str, Any] | None] = mapped_column(_JSON)
 
     # lazy="raise": every read says what it loads, so listing never issues a query per row.
     system: Mapped[SystemRow | None] = relationship(lazy="raise")

@@ -73,6 +73,9 @@ class PyTorchPredictor(Predictor):
                 raise PredictorError(f"device {self.device}: this PyTorch sees no CUDA device")
             if (device.index or 0) >= torch.cuda.device_count():
                 raise PredictorError(f"device {self.device}: only {torch.cuda.device_count()} CUDA devices")
+            # The allocator's peak then covers this model alone (an inline runner's earlier jobs
+            # share the process).
+            torch.cuda.reset_peak_memory_stats(device)
         if self.options.threads:
             torch.set_num_threads(self.options.threads)
         if self.options.inter_op_threads:
@@ -132,6 +135,11 @@ class PyTorchPredictor(Predictor):
         if self._device is not None and self._device.type == "cuda":
             return CudaEventTimer(self._device)
         return None
+
+    def device_memory_peak_bytes(self) -> int | None:
+        if self._device is None or self._device.type != "cuda":
+            return None
+        return int(torch.cuda.max_memory_allocated(self._device))
 
     def describe(self) -> dict[str, Any]:
         facts = super().describe()
