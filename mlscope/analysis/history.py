@@ -163,7 +163,9 @@ def regressions(
 ) -> dict[str, Any]:
     """The series that shifted for the worse since `since`: every series with points from `since`
     (to `until`), read whole (its points before `since` are the baseline), whose change points at or
-    after `since` raised the median latency by more than `threshold`.
+    after `since` together raised the median latency by more than `threshold`: the median of its
+    latest segment over that of the segment before its first change point since then. A series that
+    rose and fell back is not one.
 
     Args:
         since, until: aware datetimes; since inclusive, until exclusive.
@@ -173,8 +175,9 @@ def regressions(
 
     Returns:
         {"since", "until", "threshold", "series" (how many were examined), "too_short": [series keys
-        with "points" and "needed"], "regressions": [{"series": key, "change_point": {...},
-        "points": n}]} with the regressions largest shift first.
+        with "points" and "needed"], "regressions": [{"series": key, "median_before_ms",
+        "median_after_ms", "ratio", "shift_pct", "change_points": [those since `since`], "points"}]}
+        with the regressions largest shift first.
 
     Raises:
         UserError: naming an invalid argument.
@@ -196,11 +199,22 @@ def regressions(
             needed = points_needed(settings) - len(points)
             too_short.append({**key, "points": len(points), "needed": max(needed, 1)})
             continue
-        for change_point in change_points:
-            shifted_at = datetime.fromisoformat(change_point["created_at"])
-            if shifted_at >= since and change_point["ratio"] > 1 + threshold:
-                found.append({"series": key, "change_point": change_point, "points": len(points)})
-    found.sort(key=lambda regression: -regression["change_point"]["ratio"])
+        recent = [c for c in change_points if datetime.fromisoformat(c["created_at"]) >= since]
+        if recent:
+            before, after = recent[0]["median_before_ms"], recent[-1]["median_after_ms"]
+            if after / before > 1 + threshold:
+                found.append(
+                    {
+                        "series": key,
+                        "median_before_ms": before,
+                        "median_after_ms": after,
+                        "ratio": after / before,
+                        "shift_pct": (after / before - 1) * 100,
+                        "change_points": recent,
+                        "points": len(points),
+                    }
+                )
+    found.sort(key=lambda regression: -regression["ratio"])
     return {
         "since": since.isoformat(),
         "until": None if until is None else until.isoformat(),

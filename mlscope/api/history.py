@@ -190,7 +190,11 @@ class HistorySchema(Schema):
 
 class RegressionSchema(Schema):
     series = fields.Nested(SeriesKeySchema)
-    change_point = fields.Nested(ChangePointSchema)
+    median_before_ms = fields.Float(metadata={"description": "before its first change point since `since`"})
+    median_after_ms = fields.Float(metadata={"description": "of its latest segment"})
+    ratio = fields.Float(metadata={"description": "median_after_ms / median_before_ms"})
+    shift_pct = fields.Float(metadata={"description": "(ratio − 1) × 100"})
+    change_points = fields.List(fields.Nested(ChangePointSchema), metadata={"description": "since `since`"})
     points = fields.Integer(metadata={"description": "how many points the series has"})
 
 
@@ -259,8 +263,9 @@ class Regressions(MethodView):
         """The series that got slower since a time
 
         Every series with points since `since`, read whole, whose change points at or after `since`
-        raised the median latency by more than `threshold`; series too short to tell are listed
-        apart with how many more points they need.
+        together raised the median latency by more than `threshold` (its latest segment's median over
+        the one before its first change point since then); series too short to tell are listed apart
+        with how many more points they need.
         """
         return regressions(
             context().store,

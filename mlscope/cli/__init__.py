@@ -21,9 +21,11 @@ from mlscope.cli.api import api
 from mlscope.cli.compare import compare
 from mlscope.cli.env import env
 from mlscope.cli.frameworks import frameworks
+from mlscope.cli.history import history
 from mlscope.cli.image import image
 from mlscope.cli.models import models
 from mlscope.cli.parity import parity
+from mlscope.cli.regressions import regressions
 from mlscope.cli.render import fail, internal_error, interrupted, unavailable
 from mlscope.cli.results import results
 from mlscope.cli.run import run
@@ -60,6 +62,8 @@ for _verb in (
     env,
     store,
     parity,
+    history,
+    regressions,
 ):
     cli.add_command(_verb)
 
