@@ -349,12 +349,15 @@ class Client:
         since: datetime | str | None = None,
         until: datetime | str | None = None,
         limit: int | None = None,
+        **more: Any,
     ) -> dict[str, Any]:
-        """How a model on a framework performed over time: {model, framework, system_id, device,
-        scenario, batch_size, points}, a point {evaluation_id, created_at, system_id, device, median_ms,
-        ci_low_ms, ci_high_ms, p99_ms, throughput, valid} per succeeded evaluation, oldest first.
-        scenario and batch_size default to the API's (single_stream, 1); since and until are aware
-        datetimes or ISO 8601 text; limit keeps the latest points.
+        """How a model on a framework performed over time: {model, framework, manifest_sha256,
+        framework_version, system_id, device, scenario, batch_size, points, change_points,
+        detection}, a point {evaluation_id, created_at, system_id, device, manifest_sha256,
+        framework_version, median_ms, ci_low_ms, ci_high_ms, p99_ms, throughput, valid} per succeeded
+        evaluation, oldest first. scenario and batch_size default to the API's (single_stream, 1);
+        since and until are aware datetimes or ISO 8601 text; limit keeps the latest points. `more`:
+        manifest_sha256, framework_version, significance, min_segment (docs/history.md).
 
         Raises:
             ApiError: 422 naming an invalid argument.
@@ -370,10 +373,30 @@ class Client:
                 "since": since,
                 "until": until,
                 "limit": limit,
+                **more,
             }
         )
         series: dict[str, Any] = self._json("GET", f"{_V1}/history", params=params)
         return series
+
+    def history_series(self, **filters: Any) -> list[dict[str, Any]]:
+        """The history series a filter selects (model, framework, manifest_sha256, framework_version,
+        system_id, device, scenario, batch_size, since, until), each {its key..., points, first_at,
+        last_at}."""
+        found: list[dict[str, Any]] = self._json("GET", f"{_V1}/history/series", params=_params(filters))
+        return found
+
+    def regressions(self, *, since: datetime | str, **filters: Any) -> dict[str, Any]:
+        """The series that got slower since `since`: {since, until, threshold, series, too_short,
+        regressions}; filters until, threshold, model, framework, system_id, significance,
+        min_segment (docs/history.md).
+
+        Raises:
+            ApiError: 422 naming an invalid argument.
+        """
+        params = _params({"since": since, **filters})
+        found: dict[str, Any] = self._json("GET", f"{_V1}/history/regressions", params=params)
+        return found
 
     # ----- catalog and operations ------------------------------------------------------------------
 

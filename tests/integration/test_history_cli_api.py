@@ -5,6 +5,7 @@ test client: what they print, their exit codes, their JSON, and their answers to
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -12,9 +13,11 @@ import numpy as np
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from werkzeug.serving import make_server
 
 from mlscope.api import create_app
 from mlscope.cli import main, render
+from mlscope.client import ApiError, Client
 from mlscope.contract.settings import load_settings
 from mlscope.store import Store, open_store
 from tests.contract.builders import T0
@@ -224,3 +227,23 @@ def test_the_openapi_documents_the_history_resources(http: FlaskClient) -> None:
     assert {"/api/v1/history", "/api/v1/history/series", "/api/v1/history/regressions"} <= set(paths)
     parameters = {p["name"] for p in paths["/api/v1/history/regressions"]["get"]["parameters"]}
     assert {"since", "threshold", "significance", "min_segment"} <= parameters
+
+
+def test_the_client_reads_change_points_series_and_regressions(app: Flask, stepped: list[str]) -> None:
+    # Given the app served over real HTTP
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        client = Client(f"http://127.0.0.1:{server.server_port}", "")
+        # When the client reads each, Then the answers are the API's; a bad argument raises naming it
+        series = client.history(model="resnet18", framework="onnxruntime", framework_version="1.17.0")
+        assert series["change_points"][0]["evaluation_id"] == stepped[STEP_AT]
+        assert [s["framework"] for s in client.history_series(model="resnet18")] == ["onnxruntime", "pytorch"]
+        assert len(client.regressions(since=SINCE, threshold=0.02)["regressions"]) == 1
+        with pytest.raises(ApiError) as bad:
+            client.regressions(since=SINCE, significance=2)
+        assert bad.value.status == 422 and bad.value.field == "significance"
+    finally:
+        server.shutdown()
+        thread.join()
