@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Unpack
 
-from sqlalchemy import ColumnElement, Row, Select, and_, func, select
+from sqlalchemy import ColumnElement, Row, Select, func, select
 
 from ..records.history import HistoryFilter, SeriesFilter, history_point, series_summary
 from .tables import EvaluationRow, MeasurementRow
@@ -98,7 +98,7 @@ def series_keys_query(where: SeriesFilter) -> Select[Unpack[tuple[Any, ...]]]:
     key = tuple(_KEY_COLUMNS.values())
     return (
         select(*key, func.count(), func.min(_E.created_at), func.max(_E.created_at))
-        .join_from(_E, _M, and_(_M.evaluation_id == _E.id))
+        .join_from(_E, _M, _M.evaluation_id == _E.id)
         .where(*_conditions(where))
         .group_by(*key)
     )
