@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 import requests
 
+from mlscope.client_history import HistoryReads
 from mlscope.client_uploads import dataset_archive
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import Settings, client_token, load_settings
@@ -93,8 +94,8 @@ def _params(filters: Mapping[str, Any]) -> dict[str, Any]:
     return {name: _param(value) for name, value in filters.items() if value is not None}
 
 
-class Client:
-    """A connection to one mlscope API.
+class Client(HistoryReads):
+    """A connection to one mlscope API (its history reads in client_history.py).
 
     Args:
         api_url: the API's base URL; `settings.api_url` (MLSCOPE_API_URL) when None.
@@ -189,6 +190,9 @@ class Client:
                 response.status_code,
                 {"detail": f"the answer is not JSON: {' '.join(response.text.split())[:200]}"},
             ) from None
+
+    def _get(self, path: str, query: Mapping[str, Any]) -> Any:
+        return self._json("GET", f"{_V1}{path}", params=_params(query))
 
     # ----- evaluations -----------------------------------------------------------------------------
 
@@ -336,67 +340,6 @@ class Client:
         """The comparison table as CSV text; filters as `compare`."""
         params = {**_params(filters), "format": "csv"}
         return self._request("GET", f"{_V1}/compare", params=params, accept="text/csv").text
-
-    def history(
-        self,
-        *,
-        model: str,
-        framework: str,
-        system_id: str | None = None,
-        device: str | None = None,
-        scenario: str | None = None,
-        batch_size: int | None = None,
-        since: datetime | str | None = None,
-        until: datetime | str | None = None,
-        limit: int | None = None,
-        **more: Any,
-    ) -> dict[str, Any]:
-        """How a model on a framework performed over time: {model, framework, manifest_sha256,
-        framework_version, system_id, device, scenario, batch_size, points, change_points,
-        detection}, a point {evaluation_id, created_at, system_id, device, manifest_sha256,
-        framework_version, median_ms, ci_low_ms, ci_high_ms, p99_ms, throughput, valid} per succeeded
-        evaluation, oldest first. scenario and batch_size default to the API's (single_stream, 1);
-        since and until are aware datetimes or ISO 8601 text; limit keeps the latest points. `more`:
-        manifest_sha256, framework_version, significance, min_segment (docs/history.md).
-
-        Raises:
-            ApiError: 422 naming an invalid argument.
-        """
-        params = _params(
-            {
-                "model": model,
-                "framework": framework,
-                "system_id": system_id,
-                "device": device,
-                "scenario": scenario,
-                "batch_size": batch_size,
-                "since": since,
-                "until": until,
-                "limit": limit,
-                **more,
-            }
-        )
-        series: dict[str, Any] = self._json("GET", f"{_V1}/history", params=params)
-        return series
-
-    def history_series(self, **filters: Any) -> list[dict[str, Any]]:
-        """The history series a filter selects (model, framework, manifest_sha256, framework_version,
-        system_id, device, scenario, batch_size, since, until), each {its key..., points, first_at,
-        last_at}."""
-        found: list[dict[str, Any]] = self._json("GET", f"{_V1}/history/series", params=_params(filters))
-        return found
-
-    def regressions(self, *, since: datetime | str, **filters: Any) -> dict[str, Any]:
-        """The series that got slower since `since`: {since, until, threshold, series, too_short,
-        regressions}; filters until, threshold, model, framework, system_id, significance,
-        min_segment (docs/history.md).
-
-        Raises:
-            ApiError: 422 naming an invalid argument.
-        """
-        params = _params({"since": since, **filters})
-        found: dict[str, Any] = self._json("GET", f"{_V1}/history/regressions", params=params)
-        return found
 
     # ----- catalog and operations ------------------------------------------------------------------
 
