@@ -16,7 +16,7 @@ machine's, and how often it raises a false alarm.
    `--tolerance` points of the step), the false alarms per 100 points (every other change point), on
    step and on flat series, and the share of flat series with any false alarm.
 
-Detection uses the defaults (significance 0.05, segments of at least 5, 199 permutations) unless
+Detection uses the defaults (significance 0.01, segments of at least 5, 199 permutations) unless
 told otherwise. Prints the figures; nothing is asserted.
 
     python benchmarks/changepoints.py [--trials 100] [--length 100] [--runs 30] [--seconds 0.5]
@@ -112,8 +112,8 @@ def main() -> None:
     parser.add_argument("--tolerance", type=int, default=3, help="a hit is this close to the step")
     parser.add_argument("--runs", type=int, default=30, help="repeated measurements for the noise")
     parser.add_argument("--seconds", type=float, default=0.5, help="each measurement's minimum duration")
-    parser.add_argument("--significance", type=float, default=0.05)
-    parser.add_argument("--min-segment", type=int, default=5)
+    parser.add_argument("--significance", type=float, default=DetectionSettings.significance)
+    parser.add_argument("--min-segment", type=int, default=DetectionSettings.min_segment)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     settings = DetectionSettings(significance=args.significance, min_segment=args.min_segment)

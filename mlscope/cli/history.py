@@ -66,7 +66,7 @@ def detection_options(command: F) -> F:
     return click.option(
         "--significance",
         type=float,
-        default=0.05,
+        default=0.01,  # DetectionSettings.significance
         show_default=True,
         help="Keep a change point when its permutation p-value is at most this.",
     )(command)

@@ -1,16 +1,18 @@
 """The Store contract, part 5: history series (`Store.history`). A point per succeeded evaluation of one
 model on one framework that measured the scenario at the batch size, oldest first, the latest `limit`
 of them; the filters, the manifest and framework version among them; the point's figures are the
-measurement's own; the series keys a filter selects (`Store.history_series`); bad arguments name the
-field."""
+measurement's own; the series keys a filter selects (`Store.history_series`); a planted step in a
+stored series is found (analysis.history reads every backend alike); bad arguments name the field."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 
+from mlscope.analysis.history import read_series
 from mlscope.contract.errors import UserError
 from mlscope.store import Store
 from mlscope.store.records.history import HISTORY_FIELDS, MAX_HISTORY_POINTS, SERIES_KEY_FIELDS
@@ -275,3 +277,18 @@ def test_bad_history_arguments_name_the_field(store: Store, arguments: dict[str,
     with pytest.raises(UserError) as raised:
         store.history(**{"model": "resnet18", "framework": "pytorch", **arguments})
     assert raised.value.field == field
+
+
+def test_a_planted_step_in_the_stored_series_is_found_at_its_evaluation(store: Store) -> None:
+    # Given 24 runs, 12 around 2 ms and 12 around 2.2 ms (+10%), each measured at three points
+    rng = np.random.default_rng(0)
+    medians = np.concatenate([2.0 * rng.lognormal(0, 0.01, 12), 2.2 * rng.lognormal(0, 0.01, 12)])
+    runs = [evaluate(store, minutes=i, mean=float(m), manifest="a" * 64) for i, m in enumerate(medians)]
+
+    # When the series is read with its change points (analysis.history over this backend's points)
+    found = read_series(store, model="resnet18", framework="pytorch", framework_version="9.9")
+
+    # Then the shift is found at the first slower run, about +10%
+    [change] = found["change_points"]
+    assert (change["index"], change["evaluation_id"]) == (12, runs[12])
+    assert change["shift_pct"] == pytest.approx(10.0, abs=2.0) and change["confidence"] >= 0.95

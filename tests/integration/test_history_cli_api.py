@@ -75,7 +75,7 @@ def test_history_prints_the_points_and_marks_the_change_point(
     assert all(id[:8] in out for id in stepped)
     [marked] = [line for line in out.splitlines() if "▶" in line]
     assert stepped[STEP_AT][:8] in marked and "(confidence 99.5%)" in marked
-    assert "1 change point(s) at significance 0.05" in out
+    assert "1 change point(s) at significance 0.01" in out
 
 
 def test_history_json_carries_the_series_points_and_change_points(
@@ -188,7 +188,7 @@ def test_the_api_history_gives_the_change_points(http: FlaskClient, stepped: lis
     answer = http.get("/api/v1/history?model=resnet18&framework=onnxruntime").get_json()
     [change] = answer["change_points"]
     assert change["evaluation_id"] == stepped[STEP_AT] and change["confidence"] >= 0.95
-    assert answer["detection"]["significance"] == 0.05 and answer["detection"]["note"] is None
+    assert answer["detection"]["significance"] == 0.01 and answer["detection"]["note"] is None
     short = http.get("/api/v1/history?model=resnet18&framework=pytorch&min_segment=3").get_json()
     assert short["change_points"] == [] and short["detection"]["min_segment"] == 3
 
