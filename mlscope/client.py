@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
@@ -24,7 +23,7 @@ from urllib.parse import quote
 import requests
 
 from mlscope.client_history import HistoryReads
-from mlscope.client_uploads import dataset_archive
+from mlscope.client_uploads import UploadMethods
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import Settings, client_token, load_settings
 
@@ -94,8 +93,9 @@ def _params(filters: Mapping[str, Any]) -> dict[str, Any]:
     return {name: _param(value) for name, value in filters.items() if value is not None}
 
 
-class Client(HistoryReads):
-    """A connection to one mlscope API (its history reads in client_history.py).
+class Client(UploadMethods, HistoryReads):
+    """A connection to one mlscope API (its uploads in client_uploads.py, its history reads in
+    client_history.py).
 
     Args:
         api_url: the API's base URL; `settings.api_url` (MLSCOPE_API_URL) when None.
@@ -336,6 +336,14 @@ class Client(HistoryReads):
         )
         return table
 
+    def diff(self, a: str, b: str, **options: Any) -> dict[str, Any]:
+        """B against A, point by point (GET /compare/diff): each an evaluation id or a filter such as
+        `model=resnet18,framework=onnxruntime`; options threshold, confidence, same_system."""
+        answer: dict[str, Any] = self._json(
+            "GET", f"{_V1}/compare/diff", params={**_params(options), "a": a, "b": b}
+        )
+        return answer
+
     def compare_csv(self, **filters: Any) -> str:
         """The comparison table as CSV text; filters as `compare`."""
         params = {**_params(filters), "format": "csv"}
@@ -358,73 +366,6 @@ class Client(HistoryReads):
         """
         model: dict[str, Any] = self._json("GET", f"{_V1}/models/{quote(name, safe='')}")
         return model
-
-    def upload_model(self, path: str | Path, *, filename: str | None = None) -> dict[str, Any]:
-        """Upload an ONNX file, streamed from disk (never read whole into memory); the API keeps it
-        by its SHA-256. Name the model by the answer's `ref` (`sha256:<hex>`) in any request.
-
-        Args:
-            path: the .onnx file.
-            filename: what to call it on the API (the model's name is its stem); default: its name.
-
-        Returns:
-            {ref, sha256, size, filename, name, uploaded_at, inputs, outputs, opset} and `created`:
-            False when the API had these bytes already (its answer is then the first upload's).
-
-        Raises:
-            UserError: there is no such file (field `model`).
-            ApiError: 413 larger than the API's MLSCOPE_MAX_UPLOAD_BYTES, 422 not a valid ONNX model
-                (field `file`), 401/403 no or a wrong token.
-        """
-        source = Path(path).expanduser()
-        if not source.is_file():
-            raise UserError(f"{path}: no such file", field="model")
-        return self._upload("models", source, filename or source.name, "MLSCOPE_MAX_UPLOAD_BYTES")
-
-    def upload_dataset(self, path: str | Path, *, filename: str | None = None) -> dict[str, Any]:
-        """Upload a dataset, a folder (zipped here, see `client_uploads.dataset_archive`) or a .zip;
-        the API keeps it by its SHA-256. Name it by the answer's `ref` in a request's `dataset`.
-
-        Returns:
-            The API's description of the upload and `created` (False when it had these bytes).
-
-        Raises:
-            UserError: no such folder or zip (field `dataset`).
-            ApiError: 413 larger than the API's MLSCOPE_MAX_DATASET_BYTES, 422 an image that does
-                not decode or a bad layout (field `file`), 401/403 no or a wrong token.
-        """
-        with dataset_archive(path) as archive:
-            return self._upload("datasets", archive, filename or archive.name, "MLSCOPE_MAX_DATASET_BYTES")
-
-    def _upload(self, resource: str, source: Path, filename: str, cap_setting: str) -> dict[str, Any]:
-        """POST a file to /api/v1/<resource>, streamed; the answer and whether it was new."""
-        with source.open("rb") as handle:
-            try:
-                # Sending a large file takes as long as it takes; the API then reads all of it.
-                response = self._request(
-                    "POST",
-                    f"{_V1}/{resource}",
-                    params={"filename": filename},
-                    data=handle,
-                    content_type="application/octet-stream",
-                    timeout=(self.timeout_s, max(self.timeout_s, 600.0)),
-                )
-            except ApiError as exc:
-                if exc.status != 413 or exc.errors:
-                    raise
-                # Refused by the HTTP server in front of the API, before the API saw it.
-                raise ApiError(
-                    exc.method,
-                    exc.path,
-                    413,
-                    {
-                        **exc.problem,
-                        "detail": f"{source} ({source.stat().st_size} bytes) is larger than the API "
-                        f"accepts (its {cap_setting}): {exc.problem.get('detail')}",
-                    },
-                ) from None
-        answer: dict[str, Any] = response.json()
-        return {**answer, "created": response.status_code == 201}
 
     def frameworks(self) -> list[dict[str, Any]]:
         """Every registered framework: {name, display, installed_here, served_by}."""

@@ -19,6 +19,7 @@ from mlscope import __version__
 from mlscope.cli.agents import agents
 from mlscope.cli.api import api
 from mlscope.cli.compare import compare
+from mlscope.cli.diff import diff
 from mlscope.cli.env import env
 from mlscope.cli.frameworks import frameworks
 from mlscope.cli.history import history
@@ -27,6 +28,7 @@ from mlscope.cli.models import models
 from mlscope.cli.parity import parity
 from mlscope.cli.regressions import regressions
 from mlscope.cli.render import fail, internal_error, interrupted, unavailable
+from mlscope.cli.rerun import rerun
 from mlscope.cli.results import results
 from mlscope.cli.run import run
 from mlscope.cli.store import store
@@ -58,10 +60,12 @@ for _verb in (
     submit,
     agents,
     compare,
+    diff,
     image,
     env,
     store,
     parity,
+    rerun,
     history,
     regressions,
 ):

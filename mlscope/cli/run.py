@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from mlscope.workers.admission import Admission
 
-__all__ = ["run", "run_command"]
+__all__ = ["evaluate_with_bars", "run", "run_command"]
 
 
 @click.command()
@@ -122,6 +122,19 @@ def _interrupt_on_sigterm() -> None:
 def run_command(model: str, frameworks: list[str], document: dict[str, Any], *, as_json: bool) -> int:
     """Returns: the exit code (`render.exit_code`: 0 all succeeded and valid, 1 some evaluation
     failed, 3 a result is not valid)."""
+    results = evaluate_with_bars(model, frameworks, document, as_json=as_json)
+    if as_json:
+        print_json_lines(results)
+    else:
+        _print_human(results)
+    return exit_code(results)
+
+
+def evaluate_with_bars(
+    model: str, frameworks: list[str], document: dict[str, Any], *, as_json: bool
+) -> list[dict[str, Any]]:
+    """Evaluate here with a progress bar per evaluation on stderr (transient under --json); SIGTERM
+    cancels as Ctrl-C does. Returns the stored results."""
     # Imported here, not above: `mlscope --help` and the other verbs need none of this.
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -138,14 +151,9 @@ def run_command(model: str, frameworks: list[str], document: dict[str, Any], *, 
     )
     bars = _ProgressBars(progress, show_probes=not as_json)
     try:
-        results = evaluate_here(model, frameworks or None, document, settings=load_settings(), watch=bars)
+        return evaluate_here(model, frameworks or None, document, settings=load_settings(), watch=bars)
     finally:
         progress.stop()
-    if as_json:
-        print_json_lines(results)
-    else:
-        _print_human(results)
-    return exit_code(results)
 
 
 def _print_human(results: list[dict[str, Any]]) -> None:

@@ -224,6 +224,19 @@ def test_the_cli_lists_agents_submits_and_compares(farm: Farm) -> None:
     result = json.loads(submitted.stdout)
     assert result["status"] == "succeeded" and result["system"]["agent"]["id"] == "cli-b"
 
+    # A rerun of it on the other system, through the API: the very request, there, and the diff.
+    rerun = _mlscope(farm, "rerun", result["id"], "--on", "agent:cli-a", "--json")
+    assert rerun.returncode in (0, 3), rerun.stderr
+    answer = json.loads(rerun.stdout)
+    assert answer["recorded"] == result["id"] and answer["rerun"] != result["id"]
+    again = farm.client.evaluation(answer["rerun"])
+    assert again["system"]["agent"]["id"] == "cli-a"
+    assert {k: v for k, v in again["request"].items() if k != "target"} == {
+        k: v for k, v in result["request"].items() if k != "target"
+    }
+    assert again["request"]["target"] == "agent:cli-a"
+    assert answer["diff"] is not None and "points" in answer["diff"]
+
     compared = _mlscope(
         farm, "compare", "--models", MODEL, "--frameworks", "pytorch", "--on", "cpu.x86_64",
         "--batch-sizes", "1,2", "--output", "cmp", *quick,

@@ -13,7 +13,8 @@ import pytest
 from mlscope.contract.errors import UserError
 from mlscope.contract.load import LoadSettings
 from mlscope.runtime.measure import MeasureSettings, get_scenario
-from mlscope.runtime.measure.generator import Schedule
+from mlscope.runtime.measure.generator import IssueRecord, Schedule
+from mlscope.runtime.measure.load_report import report
 from mlscope.runtime.measure.load_run import check_rate, generator_capacity, run_under_load
 from mlscope.runtime.measure.search import Probe, find_max_qps
 
@@ -119,10 +120,11 @@ def test_overloaded_model_is_invalid() -> None:
 
 
 def test_a_generator_that_cannot_keep_up_is_flagged_invalid() -> None:
-    """Asked for twice what this process can send, the generator falls behind its own schedule: the
-    run is invalid for that reason, whatever the model did."""
-    # Beyond what a request may ask (MAX_QPS), so straight to the generator.
-    schedule = Schedule("poisson", 4 * generator_capacity())
+    """Asked for far more than any Python process can send, the generator falls behind its own
+    schedule: the run is invalid for that reason, whatever the model did."""
+    # Beyond what a request may ask (MAX_QPS), so straight to the generator; a fixed rate, not a
+    # multiple of generator_capacity(), which a busy machine can measure low.
+    schedule = Schedule("poisson", 10_000_000.0)
     load = LoadSettings(percentile=50)
     settings = MeasureSettings(
         warmup_count=1, warmup_seconds=0, min_count=10, min_seconds=0.5, max_seconds=0.5
@@ -141,6 +143,36 @@ def test_a_rate_the_machine_cannot_issue_is_refused() -> None:
     check_rate(50.0)  # a rate any machine issues needs no check
 
 
+def late_record(late_queries: int, late_ms: float, queries: int = 400) -> IssueRecord:
+    """A server run at 100 queries/s of 5 ms queries, sent on time but for `late_queries` of them."""
+    scheduled = np.arange(queries, dtype=np.int64) * 10_000_000
+    sent = scheduled.copy()
+    sent[:late_queries] += int(late_ms * 1e6)
+    return IssueRecord(
+        start_ns=0,
+        samples_per_query=1,
+        scheduled=scheduled,
+        sent=sent,
+        started=sent,
+        ended=sent + 5_000_000,
+        in_flight=np.zeros(queries, dtype=np.int64),
+        issued=queries,
+        issue_end_ns=int(scheduled[-1]),
+    )
+
+
+def test_one_scheduler_hiccup_warns_but_a_generator_late_again_and_again_is_invalid() -> None:
+    """p99 of a short run is its latest query or two: one query sent 3 ms late (a shared machine's
+    scheduler) is a warning; the same lateness on 1% of the queries, and at least three, makes the run
+    invalid for the generator."""
+    load = LoadSettings(qps=100, latency_bound_ms=50, percentile=90)
+    hiccup = report(late_record(1, 3.0, queries=80), "server", load, 1, 100.0, 50.0)
+    assert not any("load generator" in reason for reason in hiccup.invalid)
+    assert any("1 of 80 queries issued more than" in warning for warning in hiccup.warnings)
+    behind = report(late_record(8, 3.0), "server", load, 1, 100.0, 50.0)
+    assert any("load generator was late" in reason and "8 of 400" in reason for reason in behind.invalid)
+
+
 def test_multi_stream_query_latency_is_its_slowest_sample() -> None:
     load = LoadSettings(samples_per_query=4, interval_ms=20, percentile=90, max_in_flight=4)
     measurement = run("multi_stream", sleeper(0.002), load)
@@ -148,7 +180,6 @@ def test_multi_stream_query_latency_is_its_slowest_sample() -> None:
     assert section["samples_per_query"] == 4 and section["overruns"] == 0
     assert section["certified"]["ok"] and section["certified"]["bound_ms"] == 20
     assert 2 <= measurement.latency_ms.median < 15
-    assert measurement.validity.valid or not any("load generator" in r for r in measurement.validity.reasons)
     # One model thread: 4 samples × 3 ms = 12 ms > a 5 ms interval, every query overruns.
     slow = run(
         "multi_stream", sleeper(0.003), LoadSettings(samples_per_query=4, interval_ms=5, percentile=90)

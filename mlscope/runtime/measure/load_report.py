@@ -34,10 +34,14 @@ NS_PER_MS = 1_000_000.0
 # A query sent more than this after it was due is counted as late.
 LATE_MS = 1.0
 # The generator was the bottleneck when its p99 lateness exceeds this (or LATENESS_SHARE of the
-# median latency, whichever is larger: a lateness far below the latencies measured changes nothing);
-# above LATE_MS (its accuracy target) it is a warning...
+# median latency, whichever is larger: a lateness far below the latencies measured changes nothing)
+# for at least LATE_QUERIES_MIN queries (in a short run p99 is its latest query or two, and one
+# scheduler hiccup on a shared machine is not a generator that cannot keep up: that query's wait is
+# still in its latency, which runs from its due time); above LATE_MS (its accuracy target) it is a
+# warning...
 LATENESS_LIMIT_MS = 2.0
 LATENESS_SHARE = 0.10
+LATE_QUERIES_MIN = 3
 # ...or when it sent fewer queries per second than its own schedule asked, by more than this.
 ACHIEVED_RATE_LIMIT = 0.99
 # Mean in-flight seen by Poisson arrivals vs arrival rate × mean latency: a warning beyond this.
@@ -186,7 +190,9 @@ def report(
         certificate=certificate,
         throughput=throughput,
     )
-    _judge(result, scheduled_qps, achieved_qps, completed_qps, lateness, unfinished)
+    # A query is as late as its latest sample.
+    per_query_lateness = lateness.reshape(shape).max(axis=1)
+    _judge(result, scheduled_qps, achieved_qps, completed_qps, per_query_lateness, unfinished)
     return result
 
 
@@ -226,11 +232,13 @@ def _judge(
     p99_late = section["issue_lateness_ms"]["p99"]
     median_ms = float(np.median(result.latencies_ns)) / NS_PER_MS if result.latencies_ns.size else 0.0
     late_limit = max(LATENESS_LIMIT_MS, LATENESS_SHARE * median_ms)
-    if p99_late is not None and p99_late > late_limit:
+    too_late = int((lateness > late_limit * NS_PER_MS).sum())
+    systematic = too_late >= LATE_QUERIES_MIN
+    if p99_late is not None and p99_late > late_limit and systematic:
         result.invalid.append(
             f"the load generator was late: p99 issue lateness {p99_late:.3g} ms > {late_limit:.3g} ms "
-            "(the machine could not issue this load on time; the figures describe the generator, not "
-            "the model)"
+            f"({too_late} of {queries} queries; the machine could not issue this load on time; the "
+            "figures describe the generator, not the model)"
         )
     if unfinished:
         rate = f"{completed_qps:.4g}" if completed_qps is not None else "?"
@@ -248,7 +256,7 @@ def _judge(
             f"Little's law off by {ratio - 1:+.0%}: arrivals saw {section['in_flight']['observed']:.3g} "
             f"in flight, rate × mean latency gives {section['in_flight']['littles_law']:.3g}"
         )
-    if p99_late is not None and LATE_MS < p99_late <= late_limit:
+    if p99_late is not None and p99_late > LATE_MS and not (p99_late > late_limit and systematic):
         result.warnings.append(
             f"p99 issue lateness {p99_late:.3g} ms is above the generator's {LATE_MS:g} ms target "
             "(counted in the latencies, which run from each query's due time)"

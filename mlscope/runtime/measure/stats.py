@@ -21,6 +21,7 @@ __all__ = [
     "LatencySummary",
     "median_ci_relative_halfwidth",
     "order_statistic_median_ci",
+    "resampled_quantiles",
     "summarize",
 ]
 
@@ -179,28 +180,42 @@ def _median_ci_indices(count: int, confidence: float) -> tuple[int, int]:
 
 
 def _bootstrap_median_ci(ordered: npt.NDArray[np.float64], settings: MeasureSettings) -> tuple[float, float]:
-    """Percentile bootstrap of the median, drawing each resample's median directly.
-
-    A resample of n indices drawn uniformly from the sorted data has as its k-th smallest index
-    floor(n·U(k)), where U(k) is the k-th order statistic of n uniforms: Beta(k, n−k+1); the next
-    one is U(k) + (1 − U(k))·Beta(1, n−k). So each resample's median is drawn exactly, in O(1)
-    memory and time per resample instead of O(n): 2000 resamples of 10⁶ latencies would
-    otherwise gather 2·10⁹ values.
-    """
-    count = int(ordered.size)
-    if count == 1:
+    """Percentile bootstrap of the median, each resample's median drawn directly (`resampled_quantiles`)."""
+    if ordered.size == 1:
         return float(ordered[0]), float(ordered[0])
     rng = np.random.default_rng(settings.seed)
-    resamples = settings.bootstrap_resamples
-    k = (count + 1) // 2
-    lower_u = rng.beta(k, count - k + 1, size=resamples)
-    lower_idx = np.minimum((lower_u * count).astype(np.int64), count - 1)
-    if count % 2:
-        medians = ordered[lower_idx]
-    else:
-        upper_u = lower_u + (1.0 - lower_u) * rng.beta(1, count - k, size=resamples)
-        upper_idx = np.minimum((upper_u * count).astype(np.int64), count - 1)
-        medians = (ordered[lower_idx] + ordered[upper_idx]) / 2
+    medians = resampled_quantiles(ordered, 0.5, settings.bootstrap_resamples, rng)
     alpha = 1.0 - settings.confidence
     low, high = np.quantile(medians, [alpha / 2, 1 - alpha / 2])
     return float(low), float(high)
+
+
+def resampled_quantiles(
+    ordered: npt.NDArray[np.float64], quantile: float, resamples: int, rng: np.random.Generator
+) -> npt.NDArray[np.float64]:
+    """The `quantile` of each of `resamples` bootstrap resamples of `ordered`, drawn directly.
+
+    A resample of n indices drawn uniformly from the sorted data has as its k-th smallest index
+    floor(n·U(k)), where U(k) is the k-th order statistic of n uniforms: Beta(k, n−k+1); the next
+    one is U(k) + (1 − U(k))·Beta(1, n−k). So each resample's quantile (interpolated between two
+    ranks, as numpy's default does) is drawn exactly, in O(1) memory and time per resample instead
+    of O(n): 2000 resamples of 10⁶ latencies would otherwise gather 2·10⁹ values.
+
+    Args:
+        ordered: the samples in ascending order (at least one).
+        quantile: in [0, 1].
+        resamples: how many resamples.
+        rng: the generator drawn from (seeded by the caller, so results are reproducible).
+    """
+    count = int(ordered.size)
+    position = (count - 1) * quantile
+    below = math.floor(position)
+    fraction = position - below
+    k = below + 1
+    lower_u = rng.beta(k, count - k + 1, size=resamples)
+    lower = ordered[np.minimum((lower_u * count).astype(np.int64), count - 1)]
+    if fraction == 0 or k >= count:
+        return np.asarray(lower, dtype=np.float64)
+    upper_u = lower_u + (1.0 - lower_u) * rng.beta(1, count - k, size=resamples)
+    upper = ordered[np.minimum((upper_u * count).astype(np.int64), count - 1)]
+    return np.asarray(lower + (upper - lower) * fraction, dtype=np.float64)

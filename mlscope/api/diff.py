@@ -1,0 +1,168 @@
+"""/api/v1/compare/diff: is evaluation B faster than evaluation A, by how much, and how sure; the same
+report `mlscope diff --json` prints (`mlscope.analysis.diff_report`).
+
+The route hangs on the compare blueprint (a diff is a comparison of two); importing this module
+registers it, which the app factory does before registering the blueprint. Bad input (an unknown id, a
+filter nothing matches, no point in common, two systems with same_system) is a UserError naming the
+field, answered 422 with that field's error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask.views import MethodView
+from marshmallow import Schema, fields, validate
+
+from mlscope.analysis.diff import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
+from mlscope.analysis.diff_report import FILTER_KEYS, diff_evaluations
+
+from .compare import blp
+from .context import context
+
+__all__ = ["DiffQuerySchema", "DiffSchema"]
+
+_SIDE = (
+    "an evaluation id or unique prefix, or a filter key=value,... (keys: "
+    + ", ".join(FILTER_KEYS)
+    + ") picking the latest succeeded evaluation matching it"
+)
+
+
+class DiffQuerySchema(Schema):
+    a = fields.String(
+        required=True, validate=validate.Length(min=1, max=1000), metadata={"description": _SIDE}
+    )
+    b = fields.String(
+        required=True, validate=validate.Length(min=1, max=1000), metadata={"description": _SIDE}
+    )
+    threshold = fields.Float(
+        load_default=DEFAULT_THRESHOLD,
+        validate=validate.Range(
+            min=0,
+            max=1,
+            min_inclusive=False,
+            max_inclusive=False,
+            error="must be between 0 and 1 (exclusive)",
+        ),
+        metadata={"description": "the smallest relative difference that matters (0.02 = 2%)"},
+    )
+    confidence = fields.Float(
+        load_default=DEFAULT_CONFIDENCE,
+        validate=validate.Range(
+            min=0.5, max=1, max_inclusive=False, error="must be from 0.5 up to 1 (exclusive)"
+        ),
+        metadata={"description": "the level of every interval"},
+    )
+    same_system = fields.Boolean(
+        load_default=False, metadata={"description": "refuse a pair whose systems differ (422, naming both)"}
+    )
+
+
+class RatioSchema(Schema):
+    ratio = fields.Float(metadata={"description": "B / A"})
+    ci = fields.List(fields.Float(), metadata={"description": "[low, high] confidence interval of the ratio"})
+
+
+class PowerSchema(Schema):
+    detectable = fields.Float(
+        metadata={"description": "the smallest true relative difference detected with `power` probability"}
+    )
+    samples_needed = fields.Integer(
+        allow_none=True,
+        metadata={
+            "description": "samples per side to detect the threshold; null: the between-run spread forbids"
+        },
+    )
+    more_samples = fields.Integer(
+        allow_none=True, metadata={"description": "samples_needed minus the smaller side's count"}
+    )
+    power = fields.Float()
+
+
+class DiffPointSchema(Schema):
+    scenario = fields.String()
+    batch_size = fields.Integer()
+    ratio = fields.Float(metadata={"description": "median B / median A"})
+    ci = fields.List(fields.Float(), metadata={"description": "the median ratio's interval"})
+    verdict = fields.String(metadata={"description": "faster, slower or no detectable difference (B vs A)"})
+    power = fields.Nested(PowerSchema)
+    change = fields.Float(metadata={"description": "ratio − 1"})
+    quantiles = fields.Dict(
+        keys=fields.String(), values=fields.Nested(RatioSchema), metadata={"description": "median, p90, p99"}
+    )
+    superiority = fields.Float(metadata={"description": "P(a B latency < an A latency), ties counted half"})
+    se_log_ratio = fields.Float(metadata={"description": "standard error of log(median ratio) used"})
+    spread = fields.Dict(
+        metadata={
+            "description": "per side: standard errors of log(median): resampling, batch medians, between runs"
+        }
+    )
+    counts = fields.List(fields.Integer(), metadata={"description": "[samples of A, samples of B]"})
+    other_runs = fields.Dict(
+        keys=fields.String(),
+        values=fields.Integer(),
+        metadata={
+            "description": "per side (A, B): other valid runs of its series behind the between-run spread"
+        },
+    )
+    threshold = fields.Float()
+    confidence = fields.Float()
+
+
+class DiffSideSchema(Schema):
+    id = fields.String()
+    model = fields.String()
+    framework = fields.String()
+    framework_version = fields.String(allow_none=True)
+    system_id = fields.String(allow_none=True)
+    hostname = fields.String(allow_none=True)
+    device = fields.String()
+    created_at = fields.String(allow_none=True)
+    picked = fields.String(metadata={"description": "how this side was picked"})
+
+
+class RefusedPointSchema(Schema):
+    scenario = fields.String()
+    batch_size = fields.Integer()
+    reason = fields.String()
+
+
+class UnmatchedPointSchema(Schema):
+    side = fields.String(metadata={"description": "A or B: the side that measured it"})
+    scenario = fields.String()
+    batch_size = fields.Integer()
+
+
+class DiffSchema(Schema):
+    a = fields.Nested(DiffSideSchema)
+    b = fields.Nested(DiffSideSchema)
+    threshold = fields.Float()
+    confidence = fields.Float()
+    points = fields.List(fields.Nested(DiffPointSchema))
+    refused = fields.List(
+        fields.Nested(RefusedPointSchema), metadata={"description": "points not compared, why"}
+    )
+    unmatched = fields.List(fields.Nested(UnmatchedPointSchema), metadata={"description": "one side's only"})
+
+
+@blp.route("/compare/diff")
+class CompareDiff(MethodView):
+    @blp.arguments(DiffQuerySchema, location="query")
+    @blp.response(200, DiffSchema)
+    def get(self, query: dict[str, Any]) -> dict[str, Any]:
+        """Is B faster than A?
+
+        Per (scenario, batch size) both evaluations measured: the ratios B/A of the medians, p90s
+        and p99s with bootstrap intervals, the probability of superiority, a verdict at the
+        threshold and what the pair could detect. Points whose measurement is not valid are
+        refused with the reason.
+        """
+        return diff_evaluations(
+            context().store,
+            query["a"],
+            query["b"],
+            threshold=query["threshold"],
+            confidence=query["confidence"],
+            same_system=query["same_system"],
+        )

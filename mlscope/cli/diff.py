@@ -1,0 +1,149 @@
+"""`mlscope diff A B`: is B faster than A, by how much, and how sure; per point both measured, from the
+raw latencies in the local store (as `mlscope results` reads it). The statistics and the verdict rule
+are `mlscope.analysis.diff`'s; docs/verdicts.md explains them.
+
+Exit code 0 for a completed diff whatever its verdicts ("slower" is an answer, not a failure); 2 for
+a mistake (an unknown id, a filter nothing matches, no point in common, --same-system on two systems).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from mlscope.analysis.diff import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, FASTER, NO_DIFFERENCE, SLOWER
+from mlscope.cli.options import json_flag
+from mlscope.cli.render import console, new_table, note, short_id
+from mlscope.contract.settings import load_settings
+
+__all__ = ["change_text", "diff", "power_text", "print_report"]
+
+
+@click.command()
+@click.argument("a", metavar="A")
+@click.argument("b", metavar="B")
+@click.option(
+    "--threshold",
+    type=float,
+    default=DEFAULT_THRESHOLD,
+    show_default=True,
+    help="The smallest relative difference that matters (0.02 = 2%).",
+)
+@click.option(
+    "--confidence", type=float, default=DEFAULT_CONFIDENCE, show_default=True, help="Level of every interval."
+)
+@click.option("--same-system", is_flag=True, help="Refuse to compare results from different systems.")
+# `--against-history` is reserved: it will judge A against its history series instead of a B.
+@json_flag("Print the diff as JSON: per point ratio, ci, verdict, power and the rest.")
+def diff(a: str, b: str, threshold: float, confidence: float, same_system: bool, as_json: bool) -> None:
+    """Compare evaluation B with evaluation A at every (scenario, batch size) both measured.
+
+    A and B are each an evaluation id (or a unique prefix), or a filter such as
+    model=resnet18,framework=onnxruntime[,system=ID,device=cpu,scenario=single_stream,batch_size=1],
+    which picks the latest succeeded evaluation matching it.
+    """
+    from mlscope.analysis.diff_report import diff_evaluations
+    from mlscope.store import open_store
+
+    with open_store(load_settings().store_url) as store:
+        report = diff_evaluations(
+            store, a, b, threshold=threshold, confidence=confidence, same_system=same_system
+        )
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return
+    print_report(report)
+
+
+def _percent(fraction: float) -> str:
+    return f"{fraction * 100:.1f}%"
+
+
+def change_text(point: dict[str, Any]) -> str:
+    """The median's change with its interval, e.g. `slower by 10.2% (95% CI 9.1–11.3%)`; a
+    difference that is not detected reads `+0.4% (95% CI −1.2% to +2.0%)`."""
+    level = f"{point['confidence'] * 100:g}%"
+    low, high = point["ci"]
+    if point["verdict"] == SLOWER:
+        return (
+            f"slower by {_percent(point['ratio'] - 1)} ({level} CI {_percent(low - 1)}–{_percent(high - 1)})"
+        )
+    if point["verdict"] == FASTER:
+        return (
+            f"faster by {_percent(1 - point['ratio'])} ({level} CI {_percent(1 - high)}–{_percent(1 - low)})"
+        )
+    return f"{point['ratio'] - 1:+.1%} ({level} CI {low - 1:+.1%} to {high - 1:+.1%})"
+
+
+def power_text(point: dict[str, Any]) -> str:
+    """What the pair could detect, e.g. `no detectable difference; 3,000 more samples each would
+    detect 2%` or `detects 1.1% or more (80% power)`."""
+    power = point["power"]
+    threshold = f"{point['threshold'] * 100:g}%"
+    if power["samples_needed"] is None:
+        spread = max(point["spread"][side]["between_runs"] for side in ("A", "B"))
+        verdict = "no detectable difference; " if point["verdict"] == NO_DIFFERENCE else ""
+        return (
+            f"{verdict}smallest detectable {_percent(power['detectable'])}; no run length would detect "
+            f"{threshold}: separate runs of this series differ by {_percent(spread)} (sd)"
+        )
+    if point["verdict"] == NO_DIFFERENCE:
+        if power["more_samples"] > 0:
+            return (
+                f"no detectable difference; {power['more_samples']:,} more samples each would detect "
+                f"{threshold} (smallest detectable now {_percent(power['detectable'])})"
+            )
+        return (
+            f"no difference of {threshold} or more; this pair resolves {threshold} "
+            f"(smallest change it calls: {_percent(power['detectable'])})"
+        )
+    return f"detects {_percent(power['detectable'])} or more ({power['power']:.0%} power)"
+
+
+def _side_line(label: str, side: dict[str, Any]) -> str:
+    version = side.get("framework_version") or ""
+    where = side.get("hostname") or (side.get("system_id") or "-")[:8]
+    return (
+        f"{label}: {short_id(side['id'])} {side['model']} on {side['framework']} {version} "
+        f"({side['device']}, {where}, {side['created_at'][:19].replace('T', ' ')}) — {side['picked']}"
+    )
+
+
+def print_report(report: dict[str, Any]) -> None:
+    console.print(_side_line("A", report["a"]))
+    console.print(_side_line("B", report["b"]))
+    table = new_table(
+        f"B against A (threshold {report['threshold'] * 100:g}%)",
+        (
+            ("scenario", "left"),
+            ("batch", "right"),
+            ("median B/A", "left"),
+            ("p90 B/A", "right"),
+            ("p99 B/A", "right"),
+            ("P(B faster)", "right"),
+            ("verdict", "left"),
+        ),
+    )
+    for point in report["points"]:
+        quantiles = point["quantiles"]
+        table.add_row(
+            point["scenario"],
+            str(point["batch_size"]),
+            change_text(point),
+            f"{quantiles['p90']['ratio']:.3f}",
+            f"{quantiles['p99']['ratio']:.3f}",
+            f"{point['superiority']:.2f}",
+            point["verdict"],
+        )
+    console.print(table)
+    for point in report["points"]:
+        console.print(f"{point['scenario']} batch {point['batch_size']}: {power_text(point)}")
+    for refused in report["refused"]:
+        note(f"{refused['scenario']} batch {refused['batch_size']} not compared: {refused['reason']}")
+    for unmatched in report["unmatched"]:
+        note(
+            f"{unmatched['scenario']} batch {unmatched['batch_size']} measured by {unmatched['side']} only: "
+            "not compared"
+        )

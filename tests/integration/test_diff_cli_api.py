@@ -1,0 +1,281 @@
+"""`mlscope diff` (driven in-process) and `GET /api/v1/compare/diff` (Flask's test client) on a real
+SQLite store written through the store API: verdicts, picking a side by filter, unmatched and refused
+points, --same-system, and bad input as one line and exit code 2 / a 422 naming the field. Given /
+When / Then in each test's comments."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from mlscope.api import create_app
+from mlscope.cli import main
+from mlscope.contract.settings import load_settings
+from mlscope.store import Store, open_store
+from tests.contract.builders import COLD_START, make_measurement, make_system, submit
+
+PROBLEM = "application/problem+json"
+
+
+@pytest.fixture
+def store(mlscope_env: dict[str, str]) -> Iterator[Store]:
+    with open_store(mlscope_env["MLSCOPE_STORE_URL"]) as opened:
+        yield opened
+
+
+def _point(latencies_ns: np.ndarray, batch_size: int = 1, *, valid: bool = True) -> dict[str, Any]:
+    measurement = make_measurement("single_stream", batch_size, mean=float(np.median(latencies_ns)) / 1e6)
+    measurement["latencies_ns"] = [int(v) for v in latencies_ns]
+    measurement["validity"] = {"valid": valid, "reasons": [] if valid else ["other processes used 68%"]}
+    return measurement
+
+
+def _stored(
+    store: Store,
+    points: list[dict[str, Any]],
+    *,
+    framework: str = "onnxruntime",
+    system: int = 1,
+) -> str:
+    """A succeeded evaluation of resnet18 on `framework` with these measurements."""
+    id = submit(store, framework=framework)
+    store.start_evaluation(id)
+    store.finish_evaluation(
+        id,
+        system=make_system(system),
+        framework={"name": framework, "version": "1.0"},
+        cold_start=COLD_START,
+        measurements=points,
+    )
+    return id
+
+
+def _latencies(seed: int, count: int = 2000) -> np.ndarray:
+    return 5e6 * np.random.default_rng(seed).lognormal(0.0, 0.2, count)
+
+
+def _diff(*args: str) -> None:
+    main(["diff", *args])
+
+
+def _diff_fails(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    with pytest.raises(SystemExit) as ended:
+        _diff(*args)
+    assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+def test_a_against_a_is_no_detectable_difference(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+    # Given one evaluation
+    a = _stored(store, [_point(_latencies(1))])
+    # When it is diffed against itself
+    _diff(a, a[:8])
+    # Then the table says so, with a power line
+    out = capsys.readouterr().out
+    assert "no detectable difference" in out and "+0.0% (95% CI" in out
+
+
+def test_a_10_percent_slower_copy_reads_slower_by_10_percent(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given A and a copy of it with every latency scaled by 1.10
+    latencies = _latencies(2)
+    a = _stored(store, [_point(latencies)])
+    b = _stored(store, [_point(latencies * 1.10)])
+    # When B is diffed against A as JSON
+    _diff(a, b, "--json")
+    report = json.loads(capsys.readouterr().out)
+    # Then the point is slower by 10%, its interval covering 10%, with the fixed names
+    (point,) = report["points"]
+    assert {"ratio", "ci", "verdict", "power"} <= point.keys()
+    assert point["verdict"] == "slower"
+    assert point["ratio"] == pytest.approx(1.10, abs=1e-6)
+    assert point["ci"][0] <= 1.10 <= point["ci"][1]
+    assert {"detectable", "samples_needed", "more_samples", "power"} <= point["power"].keys()
+    # And the table says it in words
+    _diff(a, b)
+    assert "slower by 10.0% (95% CI" in capsys.readouterr().out
+
+
+def test_a_filter_picks_the_latest_succeeded_evaluation_and_says_which(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given two onnxruntime evaluations and one on pytorch
+    _stored(store, [_point(_latencies(3))])
+    latest = _stored(store, [_point(_latencies(4))])
+    on_pytorch = _stored(store, [_point(_latencies(5) * 0.8)], framework="pytorch")
+    # When sides are named by filters
+    _diff("model=resnet18,framework=onnxruntime", "model=resnet18,framework=pytorch,batch_size=1", "--json")
+    report = json.loads(capsys.readouterr().out)
+    # Then the latest of each was picked, and the report says how
+    assert report["a"]["id"] == latest and report["b"]["id"] == on_pytorch
+    assert report["a"]["picked"].startswith("the latest succeeded evaluation matching model=resnet18")
+    assert report["points"][0]["verdict"] == "faster"
+
+
+def test_a_filter_naming_a_batch_size_compares_that_point_only(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given two evaluations at batch sizes 1 and 8
+    a = _stored(store, [_point(_latencies(22), 1), _point(_latencies(23), 8)])
+    _stored(store, [_point(_latencies(24), 1), _point(_latencies(25), 8)])
+    # When B is a filter naming batch size 8
+    _diff(a, "model=resnet18,framework=onnxruntime,batch_size=8", "--json")
+    report = json.loads(capsys.readouterr().out)
+    # Then only batch 8 is compared, and A's batch 1 is listed as A's only
+    assert [p["batch_size"] for p in report["points"]] == [8]
+    assert report["unmatched"] == [{"side": "A", "scenario": "single_stream", "batch_size": 1}]
+
+
+def test_the_series_between_run_spread_keeps_run_to_run_shifts_from_being_called(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given A, and B 3% slower, each measured precisely
+    latencies = 5e6 * np.random.default_rng(26).lognormal(0.0, 0.03, 20_000)
+    a = _stored(store, [_point(latencies)])
+    b = _stored(store, [_point(latencies * 1.03)])
+    _diff(a, b, "--json")
+    alone = json.loads(capsys.readouterr().out)["points"][0]
+    assert alone["verdict"] == "slower" and alone["other_runs"] == {"A": 0, "B": 0}
+    # When the store holds other valid runs of the series whose medians vary by ±3% (one invalid run
+    # among them, which does not count)
+    for scale in (0.97, 1.0, 1.03, 0.98, 1.02):
+        _stored(store, [_point(latencies[:2000] * scale)])
+    _stored(store, [_point(latencies[:2000] * 1.5, valid=False)])
+    _diff(a, b, "--json")
+    (point,) = json.loads(capsys.readouterr().out)["points"]
+    # Then the pair is no detectable difference, the spread says where that came from
+    assert point["other_runs"] == {"A": 5, "B": 5}
+    assert point["spread"]["A"]["between_runs"] == pytest.approx(0.025, abs=0.005)
+    assert point["verdict"] == "no detectable difference"
+    assert point["power"]["samples_needed"] is None
+
+
+def test_points_on_one_side_only_are_listed_and_invalid_ones_refused(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given A at batch sizes 1, 2 and 8, B at 1, 2 and 4, B's batch 2 invalid
+    a = _stored(store, [_point(_latencies(6), 1), _point(_latencies(7), 2), _point(_latencies(8), 8)])
+    b = _stored(
+        store, [_point(_latencies(9), 1), _point(_latencies(10), 2, valid=False), _point(_latencies(11), 4)]
+    )
+    # When they are diffed
+    _diff(a, b, "--json")
+    report = json.loads(capsys.readouterr().out)
+    # Then batch 1 is compared, batch 2 refused with B's reason, 8 and 4 listed as one side's only
+    assert [p["batch_size"] for p in report["points"]] == [1]
+    assert report["refused"] == [
+        {
+            "scenario": "single_stream",
+            "batch_size": 2,
+            "reason": "B's measurement is not valid: other processes used 68%",
+        }
+    ]
+    assert {(u["side"], u["batch_size"]) for u in report["unmatched"]} == {("A", 8), ("B", 4)}
+    _diff(a, b)
+    out = capsys.readouterr()
+    assert "batch 8 measured by A only" in out.err and "batch 2 not compared" in out.err
+
+
+def test_no_point_in_common_names_what_each_side_has(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = _stored(store, [_point(_latencies(12), 1)])
+    b = _stored(store, [_point(_latencies(13), 8)])
+    err = _diff_fails(capsys, a, b)
+    assert "A has single_stream batch 1; B has single_stream batch 8" in err
+
+
+def test_every_common_point_invalid_is_refused_with_the_reason(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = _stored(store, [_point(_latencies(14), valid=False)])
+    b = _stored(store, [_point(_latencies(15))])
+    err = _diff_fails(capsys, a, b)
+    assert "A's measurement is not valid: other processes used 68%" in err
+
+
+def test_same_system_refuses_two_systems_naming_both(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = _stored(store, [_point(_latencies(16))], system=1)
+    b = _stored(store, [_point(_latencies(17))], system=3)
+    # Without the flag the pair is compared; with it, refused
+    _diff(a, b)
+    capsys.readouterr()
+    err = _diff_fails(capsys, a, b, "--same-system")
+    assert "A ran on system sys-1 (host-1), B on system sys-3 (host-3)" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nosuchid", "{a}"], "a: no evaluation with id 'nosuchid'"),
+        (["{a}", "model=resnet18,color=red"], "b: unknown filter key 'color'"),
+        (["{a}", "model=resnet18,batch_size=two"], "b: batch_size=two: expected a whole number"),
+        (["{a}", "model=vgg16"], "b: no succeeded evaluation matches model=vgg16"),
+        (["{a}", "{a}", "--threshold", "0"], "threshold: expected a relative difference between 0 and 1"),
+        (["{a}", "{a}", "--confidence", "1.5"], "confidence: expected a level from 0.5"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(
+    store: Store, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    a = _stored(store, [_point(_latencies(18))])
+    assert message in _diff_fails(capsys, *(arg.format(a=a) for arg in args))
+
+
+@pytest.fixture
+def http(store: Store) -> Iterator[FlaskClient]:
+    app: Flask = create_app(load_settings(), store=store)
+    yield app.test_client()
+    app.extensions["mlscope"].agents.close()
+
+
+def test_the_api_answers_the_same_report(store: Store, http: FlaskClient) -> None:
+    # Given A and a 10% slower B on one system
+    latencies = _latencies(19)
+    a = _stored(store, [_point(latencies)])
+    b = _stored(store, [_point(latencies * 1.10)])
+    # When the diff is asked over HTTP
+    answer = http.get("/api/v1/compare/diff", query_string={"a": a[:8], "b": b, "same_system": "true"})
+    # Then it is the CLI's report
+    assert answer.status_code == 200, answer.json
+    (point,) = answer.json["points"]
+    assert point["verdict"] == "slower" and point["ci"][0] <= 1.10 <= point["ci"][1]
+    assert point["other_runs"] == {"A": 0, "B": 0} and point["spread"]["B"]["between_runs"] == 0.0
+    assert answer.json["a"]["id"] == a
+    # And the OpenAPI document describes the resource
+    paths = http.get("/api/openapi.json").json["paths"]
+    assert "/api/v1/compare/diff" in paths
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"a": "nosuchid", "b": "{a}"}, "a"),
+        ({"a": "{a}", "b": "model=resnet18,color=red"}, "b"),
+        ({"a": "{a}", "b": "{a}", "threshold": "1.5"}, "threshold"),
+        ({"a": "{a}", "b": "{a}", "confidence": "0.2"}, "confidence"),
+        ({"a": "{a}"}, "b"),
+        ({"a": "{a}", "b": "{other}", "same_system": "true"}, "same_system"),
+    ],
+)
+def test_the_api_answers_bad_input_with_a_422_naming_the_field(
+    store: Store, http: FlaskClient, query: dict[str, str], field: str
+) -> None:
+    a = _stored(store, [_point(_latencies(20))])
+    other = _stored(store, [_point(_latencies(21))], system=3)
+    answer = http.get(
+        "/api/v1/compare/diff", query_string={k: v.format(a=a, other=other) for k, v in query.items()}
+    )
+    assert answer.status_code == 422 and answer.mimetype == PROBLEM
+    assert field in answer.json["errors"], answer.json
