@@ -15,6 +15,8 @@ machine's, and how often it raises a false alarm.
 3. Per noise: the detection rate (series where a change point with a positive shift lies within
    `--tolerance` points of the step), the false alarms per 100 points (every other change point), on
    step and on flat series, and the share of flat series with any false alarm.
+4. At CV 3%, the detection rate as series grow from 50 to 400 points; and what one detection costs
+   at 100 and 1,000 points.
 
 Detection uses the defaults (significance 0.01, segments of at least 5, 199 permutations) unless
 told otherwise. Prints the figures; nothing is asserted.
@@ -109,7 +111,7 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=100, help="points per series")
     parser.add_argument("--step", type=float, default=0.03, help="the planted step, a fraction")
     parser.add_argument("--margin", type=int, default=15, help="the step is this far from either end")
-    parser.add_argument("--tolerance", type=int, default=3, help="a hit is this close to the step")
+    parser.add_argument("--tolerance", type=int, default=5, help="a hit is this close to the step")
     parser.add_argument("--runs", type=int, default=30, help="repeated measurements for the noise")
     parser.add_argument("--seconds", type=float, default=0.5, help="each measurement's minimum duration")
     parser.add_argument("--significance", type=float, default=DetectionSettings.significance)
@@ -160,6 +162,36 @@ def main() -> None:
             f"{name:<28}{found / args.trials * 100:>9.0f}%{step_alarms / points * 100:>24.2f}"
             f"{flat_alarms / points * 100:>15.2f}{alarmed / args.trials * 100:>21.0f}%{seconds:>12.2f}"
         )
+    print_lengths(args, settings)
+    print_cost(settings)
+
+
+def print_lengths(args: argparse.Namespace, settings: DetectionSettings) -> None:
+    """The detection rate of the step at CV 3% as the series get longer (the step still at a random
+    point `--margin` or more from either end): how many points a 3% step in 3% noise needs."""
+    print(f"at log-normal CV 3%, by series length ({args.trials} series each):")
+    for length in (50, 100, 200, 400):
+        at_length = argparse.Namespace(**{**vars(args), "length": length})
+        found, alarms, _ = score(lognormal_noise(0.03), at_length, settings, step=True)
+        print(
+            f"  {length:>4} points: detected {found / args.trials * 100:3.0f}%, "
+            f"false alarms {alarms / (args.trials * length) * 100:.2f} / 100 pts"
+        )
+
+
+def print_cost(settings: DetectionSettings) -> None:
+    """Seconds one detection takes on a flat series and on one with a step, at 100 and 1,000 points
+    (what /api/v1/history spends on its default `limit` of 1,000)."""
+    rng = np.random.default_rng(1)
+    for length in (100, 1000):
+        flat = 10.0 * rng.lognormal(0.0, 0.02, length)
+        stepped = flat * np.where(np.arange(length) >= length // 2, 1.05, 1.0)
+        timings = []
+        for series in (flat, stepped):
+            started = time.perf_counter()
+            detect_change_points(series, settings)
+            timings.append(time.perf_counter() - started)
+        print(f"cost at {length} points: {timings[0]:.3f} s flat, {timings[1]:.3f} s with a 5% step")
 
 
 if __name__ == "__main__":
