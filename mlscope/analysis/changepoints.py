@@ -40,12 +40,16 @@ class DetectionSettings:
         permutations: how many shuffles the permutation test draws (19 or more); the smallest
             p-value it can give is 1 / (permutations + 1).
         seed: the shuffles' seed, so that the same series always gives the same answer.
+        valid_only: look for change points among the points whose measurement mlscope found valid
+            only (analysis.history applies it; the values given to detect_change_points are used
+            as they are): a point measured on a busy machine can pass for a shift.
     """
 
     significance: float = 0.01
     min_segment: int = 5
     permutations: int = 199
     seed: int = 0
+    valid_only: bool = False
 
     def __post_init__(self) -> None:
         significance: object = self.significance
@@ -58,6 +62,8 @@ class DetectionSettings:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise UserError(f"{field}={value!r} must be an integer, {low} or more", field=field)
+        if not isinstance(self.valid_only, bool):
+            raise UserError(f"valid_only={self.valid_only!r} must be true or false", field="valid_only")
 
 
 @dataclass(frozen=True)

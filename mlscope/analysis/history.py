@@ -61,7 +61,8 @@ def read_series(
 
     Returns:
         {"points": [...], "change_points": [change_point_dict...] or None, "detection": {"method",
-        the settings, "points" (how many had a median), "note"}}. change_points is None, with a note
+        the settings, "points" (how many were searched: with a median, and valid when
+        settings.valid_only), "note"}}. change_points is None, with a note
         saying why, when the series is too short (how many more points it needs) or when the points
         belong to several series (the filter named no manifest, framework version, system or device
         and they differ): a change between series is not a change point.
@@ -81,7 +82,7 @@ def read_series(
         limit=limit,
     )
     change_points, note = _change_points_of(points, settings)
-    measured = sum(point["median_ms"] is not None for point in points)
+    measured = len(_usable(points, settings))
     return {
         "points": points,
         "change_points": change_points,
@@ -108,15 +109,15 @@ def change_point_dict(change_point: ChangePoint, point: dict[str, Any]) -> dict[
 def _change_points_of(
     points: Sequence[dict[str, Any]], settings: DetectionSettings
 ) -> tuple[list[dict[str, Any]] | None, str | None]:
-    """The change points of the points' medians (points without one are skipped), indexed among
-    `points`; or None and the reason there are none to look for."""
+    """The change points of the points' medians (`_usable` points only), indexed among `points`; or
+    None and the reason there are none to look for."""
     keys = {_point_key(point) for point in points}
     if len(keys) > 1:
         return None, (
             f"the points belong to {len(keys)} series (manifest, framework version, system or device "
             "differ): name one to look for change points"
         )
-    positions = [i for i, point in enumerate(points) if point["median_ms"] is not None]
+    positions = [i for i, point in enumerate(points) if _searched(point, settings)]
     try:
         found = detect_change_points([points[i]["median_ms"] for i in positions], settings)
     except UserError as too_short:
@@ -128,6 +129,17 @@ def _change_points_of(
         )
         for c in found
     ], None
+
+
+def _searched(point: dict[str, Any], settings: DetectionSettings) -> bool:
+    """Whether change points are looked for among this point: it has a median, and is valid when
+    settings.valid_only."""
+    return point["median_ms"] is not None and (bool(point["valid"]) or not settings.valid_only)
+
+
+def _usable(points: Sequence[dict[str, Any]], settings: DetectionSettings) -> list[dict[str, Any]]:
+    """The points `_searched` keeps, in order."""
+    return [point for point in points if _searched(point, settings)]
 
 
 def _point_key(point: dict[str, Any]) -> tuple[Any, ...]:
@@ -196,8 +208,8 @@ def regressions(
         points = _whole_series(store, key, until=until)
         change_points, _ = _change_points_of(points, settings)
         if change_points is None:
-            needed = points_needed(settings) - len(points)
-            too_short.append({**key, "points": len(points), "needed": max(needed, 1)})
+            usable = len(_usable(points, settings))
+            too_short.append({**key, "points": usable, "needed": max(points_needed(settings) - usable, 1)})
             continue
         recent = [c for c in change_points if datetime.fromisoformat(c["created_at"]) >= since]
         if recent:
@@ -274,7 +286,7 @@ def against_history(
         if median is None:
             continue
         key = _result_key(result, measurement)
-        points = [p for p in _whole_series(store, key, until=created_at) if p["median_ms"] is not None]
+        points = _usable(_whole_series(store, key, until=created_at), settings)
         judged.append(
             {
                 "scenario": measurement["scenario"],

@@ -70,6 +70,10 @@ class DetectionQuerySchema(Schema):
         validate=validate.Range(min=2, max=MAX_HISTORY_POINTS, error="must be between {min} and {max}"),
         metadata={"description": "the fewest points either side of a change point"},
     )
+    valid_only = fields.Boolean(
+        load_default=False,
+        metadata={"description": "look for change points among valid points only"},
+    )
 
 
 class SeriesQuerySchema(Schema):
@@ -146,7 +150,8 @@ class DetectionSchema(Schema):
     min_segment = fields.Integer()
     permutations = fields.Integer()
     seed = fields.Integer()
-    points = fields.Integer(metadata={"description": "how many points had a median"})
+    valid_only = fields.Boolean()
+    points = fields.Integer(metadata={"description": "how many points were searched"})
     note = fields.String(
         allow_none=True,
         metadata={"description": "why change_points is null: too short (how many more points), or mixed"},
@@ -213,7 +218,9 @@ class RegressionsSchema(Schema):
 
 
 def _detection(query: dict[str, Any]) -> DetectionSettings:
-    return DetectionSettings(significance=query["significance"], min_segment=query["min_segment"])
+    return DetectionSettings(
+        significance=query["significance"], min_segment=query["min_segment"], valid_only=query["valid_only"]
+    )
 
 
 @blp.route("/history")

@@ -55,7 +55,13 @@ def parse_moment(text: str | None, option: str) -> datetime | None:
 
 
 def detection_options(command: F) -> F:
-    """`--significance` and `--min-segment` (the parameters `significance`, `min_segment`)."""
+    """`--significance`, `--min-segment` and `--valid-only` (the parameters `significance`,
+    `min_segment`, `valid_only`)."""
+    command = click.option(
+        "--valid-only",
+        is_flag=True,
+        help="Look for change points among valid points only (a busy machine's can pass for a shift).",
+    )(command)
     command = click.option(
         "--min-segment",
         type=int,
@@ -118,6 +124,7 @@ def history(
     limit: int,
     significance: float,
     min_segment: int,
+    valid_only: bool,
     as_json: bool,
 ) -> None:
     """A model's performance over time: one series' points, oldest first, with the change points
@@ -131,7 +138,7 @@ def history(
     from mlscope.analysis.history import read_series
     from mlscope.store import open_store
 
-    settings = DetectionSettings(significance=significance, min_segment=min_segment)
+    settings = DetectionSettings(significance=significance, min_segment=min_segment, valid_only=valid_only)
     bounds: dict[str, Any] = {
         "since": parse_moment(since, "--since"),
         "until": parse_moment(until, "--until"),

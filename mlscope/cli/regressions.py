@@ -55,6 +55,7 @@ def regressions(
     system_id: str | None,
     significance: float,
     min_segment: int,
+    valid_only: bool,
     as_json: bool,
 ) -> None:
     """The series that got slower since DATE: every series with points since then, read whole, whose
@@ -66,7 +67,7 @@ def regressions(
     from mlscope.analysis.history import regressions as find_regressions
     from mlscope.store import open_store
 
-    settings = DetectionSettings(significance=significance, min_segment=min_segment)
+    settings = DetectionSettings(significance=significance, min_segment=min_segment, valid_only=valid_only)
     start = parse_moment(since, "--since")
     assert start is not None
     with open_store(load_settings().store_url) as store:

@@ -37,8 +37,9 @@ def store_result(
     version: str = "1.17.0",
     system: int = 1,
     succeed: bool = True,
+    valid: bool = False,
 ) -> str:
-    """One evaluation created `at`, whose single_stream batch-1 median is `median` ms."""
+    """One evaluation created `at`, whose single_stream batch-1 median is `median` ms, valid or not."""
     id = store.create_evaluation(
         model={"name": model, "version": "1", "manifest_sha256": MANIFEST},
         manifest={"name": model},
@@ -48,13 +49,14 @@ def store_result(
         request={},
         created_at=at,
     )
+    validity = {"valid": valid, "reasons": [] if valid else ["other processes used 40% of the CPU"]}
     if succeed:
         store.finish_evaluation(
             id,
             system=make_system(system),
             framework={"name": framework, "version": version},
             cold_start=COLD_START,
-            measurements=[make_measurement("single_stream", 1, mean=median)],
+            measurements=[{**make_measurement("single_stream", 1, mean=median), "validity": validity}],
             finished_at=at + timedelta(seconds=30),
         )
     return id
@@ -238,6 +240,25 @@ def test_only_a_succeeded_result_can_be_judged(store: Store) -> None:
     assert raised.value.field == "evaluation_id" and "queued" in str(raised.value)
     with pytest.raises(UserError):
         against_history(store, "f" * 32)
+
+
+def test_valid_only_leaves_a_busy_machine_s_points_out(store: Store) -> None:
+    # Given 20 valid runs around 10 ms, 10 invalid ones 10% slower (a busy machine), 10 valid again
+    store_series(store, noisy(10.0, 20, 26, cv=0.005), valid=True)
+    store_series(store, noisy(11.0, 10, 27, cv=0.005), start=T0 + timedelta(hours=20))
+    store_series(store, noisy(10.0, 10, 28, cv=0.005), start=T0 + timedelta(hours=30), valid=True)
+
+    # When read with every point, Then the busy stretch shows as shifts
+    assert len(series_of(store)["change_points"]) == 2
+    # When read with valid points only, Then none, over the 30 valid points; all 40 are still listed
+    found = series_of(store, settings=DetectionSettings(valid_only=True))
+    assert found["change_points"] == []
+    detection = found["detection"]
+    assert (detection["points"], detection["valid_only"], len(found["points"])) == (30, True, 40)
+    # And a result is judged against the valid points of its series only
+    latest = store_result(store, 10.0, T0 + timedelta(hours=40), valid=True)
+    [judged] = against_history(store, latest, settings=DetectionSettings(valid_only=True))
+    assert judged["verdict"] == "no detectable difference" and judged["segment"]["points"] == 30
 
 
 def test_detection_settings_reach_the_series(store: Store) -> None:

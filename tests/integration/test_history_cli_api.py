@@ -83,7 +83,7 @@ def test_history_json_carries_the_series_points_and_change_points(
 ) -> None:
     code, out, _ = run(capsys, "history", "resnet18", "-f", "onnxruntime", "--json")
     document = json.loads(out)
-    assert code == 0
+    assert code == 0 and document["detection"]["valid_only"] is False
     assert document["series"]["manifest_sha256"] == MANIFEST
     assert [p["evaluation_id"] for p in document["points"]] == stepped
     [change] = document["change_points"]
@@ -105,6 +105,9 @@ def test_history_of_a_short_series_says_how_many_more_points_it_needs(
     code, out, err = run(capsys, "history", "resnet18", "-f", "pytorch", "--manifest", MANIFEST[:6])
     assert code == 0 and out.count("abababab") == 1
     assert "needs at least 10 (2 more)" in err
+    # And with --valid-only (none of these points is valid), it needs all 10
+    code, out, err = run(capsys, "history", "resnet18", "-f", "pytorch", "--valid-only")
+    assert code == 0 and "the series has 0 point(s)" in err and "(10 more)" in err
 
 
 @pytest.mark.parametrize(
@@ -191,6 +194,8 @@ def test_the_api_history_gives_the_change_points(http: FlaskClient, stepped: lis
     assert answer["detection"]["significance"] == 0.01 and answer["detection"]["note"] is None
     short = http.get("/api/v1/history?model=resnet18&framework=pytorch&min_segment=3").get_json()
     assert short["change_points"] == [] and short["detection"]["min_segment"] == 3
+    valid = http.get("/api/v1/history?model=resnet18&framework=onnxruntime&valid_only=true").get_json()
+    assert valid["change_points"] is None and valid["detection"]["points"] == 0
 
 
 def test_the_api_lists_series_and_regressions(http: FlaskClient, stepped: list[str]) -> None:
@@ -214,6 +219,7 @@ def test_the_api_lists_series_and_regressions(http: FlaskClient, stepped: list[s
         ("/api/v1/history?model=resnet18&framework=onnxruntime&min_segment=1", "min_segment"),
         ("/api/v1/history?model=resnet18&framework=onnxruntime&significance=x", "significance"),
         ("/api/v1/history/series?batch_size=0", "batch_size"),
+        ("/api/v1/history?model=resnet18&framework=onnxruntime&valid_only=maybe", "valid_only"),
     ],
 )
 def test_bad_history_queries_are_422s_naming_the_field(http: FlaskClient, path: str, field: str) -> None:

@@ -97,6 +97,7 @@ def test_a_value_that_is_not_finite_is_refused() -> None:
         ({"min_segment": 2.5}, "min_segment"),
         ({"permutations": 5}, "permutations"),
         ({"seed": -1}, "seed"),
+        ({"valid_only": "yes"}, "valid_only"),
     ],
 )
 def test_bad_settings_name_the_field(settings: dict[str, Any], field: str) -> None:
