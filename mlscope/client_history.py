@@ -44,7 +44,7 @@ class HistoryReads(ABC):
         framework_version, median_ms, ci_low_ms, ci_high_ms, p99_ms, throughput, valid} per succeeded
         evaluation, oldest first. scenario and batch_size default to the API's (single_stream, 1);
         since and until are aware datetimes or ISO 8601 text; limit keeps the latest points. `more`:
-        manifest_sha256, framework_version, significance, min_segment.
+        manifest_sha256, framework_version, significance, min_segment, valid_only.
 
         Raises:
             ApiError: 422 naming an invalid argument.
@@ -77,7 +77,7 @@ class HistoryReads(ABC):
 
     def regressions(self, *, since: datetime | str, **filters: Any) -> dict[str, Any]:
         """The series that got slower since `since`: {since, until, threshold, series, too_short,
-        regressions}; filters until, threshold, model, framework, system_id, significance,
+        regressions}; filters until, threshold, model, framework, system_id, significance, valid_only,
         min_segment.
 
         Raises:
