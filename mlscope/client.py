@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 import requests
 
+from mlscope.client_history import HistoryReads
 from mlscope.client_uploads import UploadMethods
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import Settings, client_token, load_settings
@@ -92,8 +93,9 @@ def _params(filters: Mapping[str, Any]) -> dict[str, Any]:
     return {name: _param(value) for name, value in filters.items() if value is not None}
 
 
-class Client(UploadMethods):
-    """A connection to one mlscope API.
+class Client(UploadMethods, HistoryReads):
+    """A connection to one mlscope API (its uploads in client_uploads.py, its history reads in
+    client_history.py).
 
     Args:
         api_url: the API's base URL; `settings.api_url` (MLSCOPE_API_URL) when None.
@@ -188,6 +190,9 @@ class Client(UploadMethods):
                 response.status_code,
                 {"detail": f"the answer is not JSON: {' '.join(response.text.split())[:200]}"},
             ) from None
+
+    def _get(self, path: str, query: Mapping[str, Any]) -> Any:
+        return self._json("GET", f"{_V1}{path}", params=_params(query))
 
     # ----- evaluations -----------------------------------------------------------------------------
 
@@ -344,44 +349,6 @@ class Client(UploadMethods):
         """The comparison table as CSV text; filters as `compare`."""
         params = {**_params(filters), "format": "csv"}
         return self._request("GET", f"{_V1}/compare", params=params, accept="text/csv").text
-
-    def history(
-        self,
-        *,
-        model: str,
-        framework: str,
-        system_id: str | None = None,
-        device: str | None = None,
-        scenario: str | None = None,
-        batch_size: int | None = None,
-        since: datetime | str | None = None,
-        until: datetime | str | None = None,
-        limit: int | None = None,
-    ) -> dict[str, Any]:
-        """How a model on a framework performed over time: {model, framework, system_id, device,
-        scenario, batch_size, points}, a point {evaluation_id, created_at, system_id, device, median_ms,
-        ci_low_ms, ci_high_ms, p99_ms, throughput, valid} per succeeded evaluation, oldest first.
-        scenario and batch_size default to the API's (single_stream, 1); since and until are aware
-        datetimes or ISO 8601 text; limit keeps the latest points.
-
-        Raises:
-            ApiError: 422 naming an invalid argument.
-        """
-        params = _params(
-            {
-                "model": model,
-                "framework": framework,
-                "system_id": system_id,
-                "device": device,
-                "scenario": scenario,
-                "batch_size": batch_size,
-                "since": since,
-                "until": until,
-                "limit": limit,
-            }
-        )
-        series: dict[str, Any] = self._json("GET", f"{_V1}/history", params=params)
-        return series
 
     # ----- catalog and operations ------------------------------------------------------------------
 

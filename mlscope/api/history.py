@@ -1,5 +1,7 @@
-"""/api/v1/history: how one model on one framework performed over time at one scenario and batch size,
-a point per succeeded evaluation (the store's `history`)."""
+"""/api/v1/history: how one model performed over time at one scenario and batch size, a point per
+succeeded evaluation (the store's `history`) with the series' change points (analysis.history);
+/api/v1/history/series: the series a filter selects; /api/v1/history/regressions: the series that
+shifted for the worse since a date."""
 
 from __future__ import annotations
 
@@ -8,19 +10,21 @@ from typing import Any
 from flask.views import MethodView
 from marshmallow import Schema, fields, validate
 
-from mlscope.store.records.history import DEFAULT_HISTORY_POINTS, MAX_HISTORY_POINTS
+from mlscope.analysis.changepoints import DetectionSettings
+from mlscope.analysis.history import DEFAULT_THRESHOLD, read_series, regressions
+from mlscope.store.records.history import DEFAULT_HISTORY_POINTS, MAX_HISTORY_POINTS, SERIES_KEY_FIELDS
 
 from .blueprint import ApiBlueprint
 from .context import context
 from .schemas import ListQuerySchema
 
-__all__ = ["HistoryQuerySchema", "HistorySchema", "blp"]
+__all__ = ["HistoryQuerySchema", "HistorySchema", "RegressionsQuerySchema", "blp"]
 
 blp = ApiBlueprint(
     "history",
     __name__,
     url_prefix="/api/v1",
-    description="Follow one model's performance over time.",
+    description="Follow one model's performance over time: its points, change points and regressions.",
 )
 
 
@@ -30,19 +34,73 @@ def _text(description: str, **options: Any) -> fields.String:
     )
 
 
-class HistoryQuerySchema(Schema):
-    model = _text("the model's name", required=True)
-    framework = _text("the framework's name", required=True)
+def _fraction(description: str, default: float, *, zero: bool) -> fields.Float:
+    """A fraction below 1, from 0 when `zero` is allowed, else above it."""
+    above = "from 0" if zero else "above 0"
+    return fields.Float(
+        load_default=default,
+        validate=validate.Range(
+            min=0, max=1, min_inclusive=zero, max_inclusive=False, error=f"must be {above} and below 1"
+        ),
+        metadata={"description": description},
+    )
+
+
+_SINCE = ListQuerySchema._declared_fields["since"]
+_UNTIL = ListQuerySchema._declared_fields["until"]
+# `since` as the listings have it, but required.
+_REQUIRED_SINCE = fields.AwareDateTime(
+    format="iso",
+    required=True,
+    error_messages=_SINCE.error_messages,
+    metadata={"description": "change points at or after this time (ISO 8601 with a time zone)"},
+)
+
+
+class DetectionQuerySchema(Schema):
+    """How change points are looked for (analysis.changepoints.DetectionSettings)."""
+
+    significance = _fraction(
+        "a change point is kept when its permutation p-value is at most this",
+        DetectionSettings.significance,
+        zero=False,
+    )
+    min_segment = fields.Integer(
+        load_default=DetectionSettings.min_segment,
+        validate=validate.Range(min=2, max=MAX_HISTORY_POINTS, error="must be between {min} and {max}"),
+        metadata={"description": "the fewest points either side of a change point"},
+    )
+    valid_only = fields.Boolean(
+        load_default=False,
+        metadata={"description": "look for change points among valid points only"},
+    )
+
+
+class SeriesQuerySchema(Schema):
+    model = _text("the model's name")
+    framework = _text("the framework's name")
+    manifest_sha256 = _text("only evaluations of this manifest")
+    framework_version = _text("only evaluations on this framework version")
     system_id = _text("only evaluations on this system")
     device = _text("only evaluations on this device (cpu, cuda:0, ...)")
+    scenario = _text("only points measured in this scenario")
+    batch_size = fields.Integer(
+        validate=validate.Range(min=1, max=2**31 - 1, error="must be between {min} and {max}"),
+        metadata={"description": "only points measured at this batch size"},
+    )
+    since = _SINCE
+    until = _UNTIL
+
+
+class HistoryQuerySchema(SeriesQuerySchema, DetectionQuerySchema):
+    model = _text("the model's name", required=True)
+    framework = _text("the framework's name", required=True)
     scenario = _text("the scenario each point is measured in", load_default="single_stream")
     batch_size = fields.Integer(
         load_default=1,
         validate=validate.Range(min=1, max=2**31 - 1, error="must be between {min} and {max}"),
         metadata={"description": "the batch size each point is measured at"},
     )
-    since = ListQuerySchema._declared_fields["since"]
-    until = ListQuerySchema._declared_fields["until"]
     limit = fields.Integer(
         load_default=DEFAULT_HISTORY_POINTS,
         validate=validate.Range(min=1, max=MAX_HISTORY_POINTS, error="must be between {min} and {max}"),
@@ -50,11 +108,22 @@ class HistoryQuerySchema(Schema):
     )
 
 
+class RegressionsQuerySchema(DetectionQuerySchema):
+    since = _REQUIRED_SINCE
+    until = _UNTIL
+    threshold = _fraction("the smallest rise of the median counted (0.02: 2%)", DEFAULT_THRESHOLD, zero=True)
+    model = _text("only series of this model")
+    framework = _text("only series on this framework")
+    system_id = _text("only series on this system")
+
+
 class HistoryPointSchema(Schema):
     evaluation_id = fields.String()
     created_at = fields.String(metadata={"description": "ISO 8601, UTC"})
     system_id = fields.String(allow_none=True)
     device = fields.String()
+    manifest_sha256 = fields.String(allow_none=True)
+    framework_version = fields.String(allow_none=True)
     median_ms = fields.Float(allow_none=True)
     ci_low_ms = fields.Float(allow_none=True, metadata={"description": "the median's confidence interval"})
     ci_high_ms = fields.Float(allow_none=True)
@@ -63,14 +132,95 @@ class HistoryPointSchema(Schema):
     valid = fields.Boolean(allow_none=True)
 
 
+class ChangePointSchema(Schema):
+    index = fields.Integer(metadata={"description": "the position among the points of the first after it"})
+    evaluation_id = fields.String(metadata={"description": "the first evaluation after the shift"})
+    created_at = fields.String(metadata={"description": "ISO 8601, UTC"})
+    median_before_ms = fields.Float(metadata={"description": "the median of the segment before"})
+    median_after_ms = fields.Float(metadata={"description": "the median of the segment after"})
+    ratio = fields.Float(metadata={"description": "median_after_ms / median_before_ms"})
+    shift_pct = fields.Float(metadata={"description": "(ratio − 1) × 100: above 0, slower"})
+    confidence = fields.Float(metadata={"description": "1 − p_value"})
+    p_value = fields.Float(metadata={"description": "the permutation test's"})
+
+
+class DetectionSchema(Schema):
+    method = fields.String()
+    significance = fields.Float()
+    min_segment = fields.Integer()
+    permutations = fields.Integer()
+    seed = fields.Integer()
+    valid_only = fields.Boolean()
+    points = fields.Integer(metadata={"description": "how many points were searched"})
+    note = fields.String(
+        allow_none=True,
+        metadata={"description": "why change_points is null: too short (how many more points), or mixed"},
+    )
+
+
+class SeriesKeySchema(Schema):
+    model = fields.String()
+    manifest_sha256 = fields.String(allow_none=True)
+    framework = fields.String()
+    framework_version = fields.String(allow_none=True)
+    system_id = fields.String(allow_none=True)
+    device = fields.String()
+    scenario = fields.String()
+    batch_size = fields.Integer()
+
+
+class SeriesSummarySchema(SeriesKeySchema):
+    points = fields.Integer(metadata={"description": "how many points it has between since and until"})
+    first_at = fields.String(metadata={"description": "ISO 8601, UTC"})
+    last_at = fields.String(metadata={"description": "ISO 8601, UTC"})
+
+
 class HistorySchema(Schema):
     model = fields.String()
     framework = fields.String()
+    manifest_sha256 = fields.String(allow_none=True)
+    framework_version = fields.String(allow_none=True)
     system_id = fields.String(allow_none=True)
     device = fields.String(allow_none=True)
     scenario = fields.String()
     batch_size = fields.Integer()
     points = fields.List(fields.Nested(HistoryPointSchema), metadata={"description": "oldest first"})
+    change_points = fields.List(
+        fields.Nested(ChangePointSchema),
+        allow_none=True,
+        metadata={"description": "oldest first; null when none could be looked for (see detection.note)"},
+    )
+    detection = fields.Nested(DetectionSchema)
+
+
+class RegressionSchema(Schema):
+    series = fields.Nested(SeriesKeySchema)
+    median_before_ms = fields.Float(metadata={"description": "before its first change point since `since`"})
+    median_after_ms = fields.Float(metadata={"description": "of its latest segment"})
+    ratio = fields.Float(metadata={"description": "median_after_ms / median_before_ms"})
+    shift_pct = fields.Float(metadata={"description": "(ratio − 1) × 100"})
+    change_points = fields.List(fields.Nested(ChangePointSchema), metadata={"description": "since `since`"})
+    points = fields.Integer(metadata={"description": "how many points the series has"})
+
+
+class TooShortSchema(SeriesKeySchema):
+    points = fields.Integer()
+    needed = fields.Integer(metadata={"description": "how many more points change points need"})
+
+
+class RegressionsSchema(Schema):
+    since = fields.String()
+    until = fields.String(allow_none=True)
+    threshold = fields.Float()
+    series = fields.Integer(metadata={"description": "how many series with points since `since` were read"})
+    too_short = fields.List(fields.Nested(TooShortSchema))
+    regressions = fields.List(fields.Nested(RegressionSchema), metadata={"description": "largest first"})
+
+
+def _detection(query: dict[str, Any]) -> DetectionSettings:
+    return DetectionSettings(
+        significance=query["significance"], min_segment=query["min_segment"], valid_only=query["valid_only"]
+    )
 
 
 @blp.route("/history")
@@ -78,21 +228,59 @@ class History(MethodView):
     @blp.arguments(HistoryQuerySchema, location="query")
     @blp.response(200, HistorySchema)
     def get(self, query: dict[str, Any]) -> dict[str, Any]:
-        """A model's performance over time
+        """A model's performance over time, with its change points
 
         A point per succeeded evaluation of the model on the framework that measured the
-        scenario at the batch size, oldest first (the latest `limit` of them); `system_id`,
-        `device`, `since` and `until` narrow them.
+        scenario at the batch size, oldest first (the latest `limit` of them); `manifest_sha256`,
+        `framework_version`, `system_id`, `device`, `since` and `until` narrow them. The change points
+        (E-divisive means with a permutation test over the points' medians) say where the series
+        shifted, by how much and how surely; they are null, with a note, when the series is too short
+        or the points belong to several series.
         """
-        series = {
-            "model": query["model"],
-            "framework": query["framework"],
-            "system_id": query.get("system_id"),
-            "device": query.get("device"),
-            "scenario": query["scenario"],
-            "batch_size": query["batch_size"],
-        }
-        points = context().store.history(
-            **series, since=query.get("since"), until=query.get("until"), limit=query["limit"]
+        series: dict[str, Any] = {name: query.get(name) for name in SERIES_KEY_FIELDS}
+        found = read_series(
+            context().store,
+            **series,
+            since=query.get("since"),
+            until=query.get("until"),
+            limit=query["limit"],
+            settings=_detection(query),
         )
-        return {**series, "points": points}
+        return {**series, **found}
+
+
+@blp.route("/history/series")
+class HistorySeries(MethodView):
+    @blp.arguments(SeriesQuerySchema, location="query")
+    @blp.response(200, SeriesSummarySchema(many=True))
+    def get(self, query: dict[str, Any]) -> list[dict[str, Any]]:
+        """The history series a filter selects
+
+        One entry per series key (model + manifest, framework + version, system + device, scenario,
+        batch size) with points matching every given condition, and how many points it has.
+        """
+        return context().store.history_series(**query)
+
+
+@blp.route("/history/regressions")
+class Regressions(MethodView):
+    @blp.arguments(RegressionsQuerySchema, location="query")
+    @blp.response(200, RegressionsSchema)
+    def get(self, query: dict[str, Any]) -> dict[str, Any]:
+        """The series that got slower since a time
+
+        Every series with points since `since`, read whole, whose change points at or after `since`
+        together raised the median latency by more than `threshold` (its latest segment's median over
+        the one before its first change point since then); series too short to tell are listed apart
+        with how many more points they need.
+        """
+        return regressions(
+            context().store,
+            since=query["since"],
+            until=query.get("until"),
+            threshold=query["threshold"],
+            model=query.get("model"),
+            framework=query.get("framework"),
+            system_id=query.get("system_id"),
+            settings=_detection(query),
+        )

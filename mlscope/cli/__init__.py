@@ -22,9 +22,11 @@ from mlscope.cli.compare import compare
 from mlscope.cli.diff import diff
 from mlscope.cli.env import env
 from mlscope.cli.frameworks import frameworks
+from mlscope.cli.history import history
 from mlscope.cli.image import image
 from mlscope.cli.models import models
 from mlscope.cli.parity import parity
+from mlscope.cli.regressions import regressions
 from mlscope.cli.render import fail, internal_error, interrupted, unavailable
 from mlscope.cli.rerun import rerun
 from mlscope.cli.results import results
@@ -64,6 +66,8 @@ for _verb in (
     store,
     parity,
     rerun,
+    history,
+    regressions,
 ):
     cli.add_command(_verb)
 

@@ -2,8 +2,8 @@
 cursor, a listing walked whole without holding it, and history series of one model over time.
 
 `StoreAggregates` is a mixin of `Store` (base.py): its public methods own validation and the result
-shape, and the primitive it adds (`_history_points`) is implemented by each backend in its own query
-language, never by reading evaluations one by one.
+shape, and the primitives it adds (`_history_points`, `_series_keys`) are implemented by each backend
+in its own query language, never by reading evaluations one by one.
 """
 
 from __future__ import annotations
@@ -19,7 +19,14 @@ from mlscope.contract.errors import UserError
 from .paging import MAX_LIST_LIMIT, check_page, decode_cursor, encode_cursor
 from .primitives import StorePrimitives
 from .records import EvaluationFilter, check_filter, evaluation_to_dict
-from .records.history import DEFAULT_HISTORY_POINTS, HistoryFilter, check_history
+from .records.history import (
+    DEFAULT_HISTORY_POINTS,
+    HistoryFilter,
+    SeriesFilter,
+    check_history,
+    check_series_filter,
+    series_order,
+)
 
 __all__ = ["EXPORT_PAGE_SIZE", "StoreAggregates"]
 
@@ -164,20 +171,29 @@ class StoreAggregates(StorePrimitives):
         since: datetime | None = None,
         until: datetime | None = None,
         limit: int = DEFAULT_HISTORY_POINTS,
+        manifest_sha256: str | None = None,
+        framework_version: str | None = None,
     ) -> list[dict[str, Any]]:
         """How one model on one framework performed over time: a point per succeeded evaluation that
         measured `scenario` at `batch_size`, oldest first (created_at, then id).
 
+        One series in the strict sense (records.history: one manifest, framework version, system and
+        device) when every argument is given; otherwise the points of every series that matches, each
+        point saying which it belongs to.
+
         Args:
             model, framework: the model and framework names.
             system_id, device: only evaluations on this system, on this device; any when None.
+            manifest_sha256, framework_version: only evaluations of this manifest, on this version of
+                the framework; any when None.
             scenario, batch_size: the measurement each point is read from.
             since, until: aware datetimes bounding created_at; since inclusive, until exclusive.
             limit: at most this many points, the latest ones; 1 to records.history.MAX_HISTORY_POINTS.
 
         Returns:
-            Points {"evaluation_id", "created_at" (ISO 8601), "system_id", "device", "median_ms",
-            "ci_low_ms", "ci_high_ms", "p99_ms", "throughput", "valid"}.
+            Points {"evaluation_id", "created_at" (ISO 8601), "system_id", "device", "manifest_sha256",
+            "framework_version", "median_ms", "ci_low_ms", "ci_high_ms", "p99_ms", "throughput",
+            "valid"}.
 
         Raises:
             UserError: naming the invalid argument.
@@ -192,8 +208,55 @@ class StoreAggregates(StorePrimitives):
             since=since,
             until=until,
             limit=limit,
+            manifest_sha256=manifest_sha256,
+            framework_version=framework_version,
         )
         return self._history_points(where, limit=limit)
+
+    def history_series(
+        self,
+        *,
+        model: str | None = None,
+        framework: str | None = None,
+        manifest_sha256: str | None = None,
+        framework_version: str | None = None,
+        system_id: str | None = None,
+        device: str | None = None,
+        scenario: str | None = None,
+        batch_size: int | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[dict[str, Any]]:
+        """The history series that have points matching every given condition: what `history` can be
+        asked for, one entry per series key (records.history.SERIES_KEY_FIELDS), counted in the
+        database.
+
+        Args:
+            model ... batch_size: only series with this key value; any when None.
+            since, until: aware datetimes bounding created_at; since inclusive, until exclusive. Only
+                the points in between are counted, and series with none are left out.
+
+        Returns:
+            {"model", "manifest_sha256", "framework", "framework_version", "system_id", "device",
+            "scenario", "batch_size", "points", "first_at", "last_at"} per series, ordered by key (None
+            first, strings by code point).
+
+        Raises:
+            UserError: naming the invalid argument.
+        """
+        where = check_series_filter(
+            model=model,
+            framework=framework,
+            manifest_sha256=manifest_sha256,
+            framework_version=framework_version,
+            system_id=system_id,
+            device=device,
+            scenario=scenario,
+            batch_size=batch_size,
+            since=since,
+            until=until,
+        )
+        return sorted(self._series_keys(where), key=series_order)
 
     @abstractmethod
     def _history_points(self, where: HistoryFilter, *, limit: int) -> list[dict[str, Any]]:
@@ -203,4 +266,12 @@ class StoreAggregates(StorePrimitives):
         Args:
             where: checked conditions.
             limit: at most this many.
+        """
+
+    @abstractmethod
+    def _series_keys(self, where: SeriesFilter) -> list[dict[str, Any]]:
+        """The series `where` selects points of (records.history.series_summary), in any order.
+
+        Args:
+            where: checked conditions.
         """

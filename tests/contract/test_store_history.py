@@ -1,17 +1,21 @@
 """The Store contract, part 5: history series (`Store.history`). A point per succeeded evaluation of one
 model on one framework that measured the scenario at the batch size, oldest first, the latest `limit`
-of them; the filters; the point's figures are the measurement's own; bad arguments name the field."""
+of them; the filters, the manifest and framework version among them; the point's figures are the
+measurement's own; the series keys a filter selects (`Store.history_series`); a planted step in a
+stored series is found (analysis.history reads every backend alike); bad arguments name the field."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 
+from mlscope.analysis.history import read_series
 from mlscope.contract.errors import UserError
 from mlscope.store import Store
-from mlscope.store.records.history import HISTORY_FIELDS, MAX_HISTORY_POINTS
+from mlscope.store.records.history import HISTORY_FIELDS, MAX_HISTORY_POINTS, SERIES_KEY_FIELDS
 
 from .builders import COLD_START, ERROR, T0, make_measurement, make_system
 
@@ -28,11 +32,13 @@ def evaluate(
     measurements: list[dict[str, Any]] | None = None,
     id: str | None = None,
     succeed: bool = True,
+    manifest: str | None = None,
+    version: str = "9.9",
 ) -> str:
     """An evaluation created at T0 + `minutes`, succeeded (or left running) with single_stream and
     offline at batch size 1 and offline at 8 unless `measurements` says otherwise."""
     id = store.create_evaluation(
-        model={"name": model, "version": "1.0", "manifest_sha256": None},
+        model={"name": model, "version": "1.0", "manifest_sha256": manifest},
         manifest={"name": model},
         framework={"name": framework, "version": None},
         runner="inline",
@@ -46,7 +52,7 @@ def evaluate(
         store.finish_evaluation(
             id,
             system=make_system(system),
-            framework={"name": framework, "version": "9.9"},
+            framework={"name": framework, "version": version},
             cold_start=COLD_START,
             measurements=measurements
             or [
@@ -85,6 +91,8 @@ def test_a_point_per_succeeded_evaluation_oldest_first_with_its_figures(store: S
         "created_at": (T0 + timedelta(minutes=30)).isoformat(),
         "system_id": "sys-2",
         "device": "cuda:0",
+        "manifest_sha256": None,
+        "framework_version": "9.9",
         "median_ms": 4.0,
         "ci_low_ms": pytest.approx(3.8),
         "ci_high_ms": pytest.approx(4.2),
@@ -142,6 +150,93 @@ def test_filters_narrow_the_series(store: Store) -> None:
     assert ids(store.history(model="bert", framework="pytorch")) == []
 
 
+def test_a_series_is_one_manifest_and_framework_version(store: Store) -> None:
+    # Given runs of one model on one framework under two manifests and two framework versions
+    old = evaluate(store, minutes=0, manifest="a" * 64, version="1.0")
+    new_manifest = evaluate(store, minutes=1, manifest="b" * 64, version="1.0")
+    new_version = evaluate(store, minutes=2, manifest="a" * 64, version="2.0")
+
+    def series(**filters: Any) -> list[str]:
+        return ids(store.history(model="resnet18", framework="pytorch", **filters))
+
+    # When read without them, Then every point comes, saying which manifest and version it is of
+    points = store.history(model="resnet18", framework="pytorch")
+    assert [(p["manifest_sha256"], p["framework_version"]) for p in points] == [
+        ("a" * 64, "1.0"),
+        ("b" * 64, "1.0"),
+        ("a" * 64, "2.0"),
+    ]
+    # When narrowed to one, Then only its points remain
+    assert series(manifest_sha256="a" * 64) == [old, new_version]
+    assert series(framework_version="1.0") == [old, new_manifest]
+    assert series(manifest_sha256="a" * 64, framework_version="1.0") == [old]
+    assert series(manifest_sha256="c" * 64) == []
+
+
+def test_history_series_lists_each_series_key_with_its_points(store: Store) -> None:
+    # Given runs that make four single_stream series (two systems, two framework versions) and
+    # offline ones, and a run that did not succeed
+    evaluate(store, minutes=0, system=1, manifest="a" * 64)
+    evaluate(store, minutes=10, system=1, manifest="a" * 64)
+    evaluate(store, minutes=20, system=2, device="cuda:0", manifest="a" * 64)
+    evaluate(store, minutes=30, system=1, version="10.0")
+    evaluate(store, minutes=40, framework="onnxruntime", system=1)
+    evaluate(store, minutes=50, succeed=False)
+
+    # When the single_stream series of resnet18 at batch size 1 are listed
+    found = store.history_series(model="resnet18", scenario="single_stream", batch_size=1)
+
+    # Then each is one entry, keyed and counted, None sorting first
+    keys = [
+        (s["framework"], s["manifest_sha256"], s["framework_version"], s["system_id"], s["device"])
+        for s in found
+    ]
+    assert keys == [
+        ("onnxruntime", None, "9.9", "sys-1", "cpu"),
+        ("pytorch", None, "10.0", "sys-1", "cpu"),
+        ("pytorch", "a" * 64, "9.9", "sys-1", "cpu"),
+        ("pytorch", "a" * 64, "9.9", "sys-2", "cuda:0"),
+    ]
+    assert list(found[2]) == [*SERIES_KEY_FIELDS, "points", "first_at", "last_at"]
+    assert found[2] == {
+        "model": "resnet18",
+        "manifest_sha256": "a" * 64,
+        "framework": "pytorch",
+        "framework_version": "9.9",
+        "system_id": "sys-1",
+        "device": "cpu",
+        "scenario": "single_stream",
+        "batch_size": 1,
+        "points": 2,
+        "first_at": T0.isoformat(),
+        "last_at": (T0 + timedelta(minutes=10)).isoformat(),
+    }
+    # And every measurement is a series: three per run here
+    assert len(store.history_series()) == 4 * 3
+    # And the time bounds count only the points between them, leaving out series with none
+    since = store.history_series(
+        framework="pytorch", batch_size=8, since=T0 + timedelta(minutes=10), until=T0 + timedelta(minutes=30)
+    )
+    assert [(s["system_id"], s["points"]) for s in since] == [("sys-1", 1), ("sys-2", 1)]
+    assert store.history_series(model="bert") == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"model": ""}, "model"),
+        ({"manifest_sha256": 3}, "manifest_sha256"),
+        ({"framework_version": ""}, "framework_version"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"since": datetime(2024, 1, 1)}, "since"),
+    ],
+)
+def test_bad_series_filters_name_the_field(store: Store, arguments: dict[str, Any], field: str) -> None:
+    with pytest.raises(UserError) as raised:
+        store.history_series(**arguments)
+    assert raised.value.field == field
+
+
 def test_the_limit_keeps_the_latest_points_still_oldest_first(store: Store) -> None:
     # Given five runs
     runs = [evaluate(store, minutes=minutes) for minutes in range(5)]
@@ -174,9 +269,26 @@ def test_runs_created_at_the_same_instant_are_ordered_by_id(store: Store) -> Non
         ({"limit": 0}, "limit"),
         ({"limit": MAX_HISTORY_POINTS + 1}, "limit"),
         ({"limit": False}, "limit"),
+        ({"manifest_sha256": ""}, "manifest_sha256"),
+        ({"framework_version": 1}, "framework_version"),
     ],
 )
 def test_bad_history_arguments_name_the_field(store: Store, arguments: dict[str, Any], field: str) -> None:
     with pytest.raises(UserError) as raised:
         store.history(**{"model": "resnet18", "framework": "pytorch", **arguments})
     assert raised.value.field == field
+
+
+def test_a_planted_step_in_the_stored_series_is_found_at_its_evaluation(store: Store) -> None:
+    # Given 24 runs, 12 around 2 ms and 12 around 2.2 ms (+10%), each measured at three points
+    rng = np.random.default_rng(0)
+    medians = np.concatenate([2.0 * rng.lognormal(0, 0.01, 12), 2.2 * rng.lognormal(0, 0.01, 12)])
+    runs = [evaluate(store, minutes=i, mean=float(m), manifest="a" * 64) for i, m in enumerate(medians)]
+
+    # When the series is read with its change points (analysis.history over this backend's points)
+    found = read_series(store, model="resnet18", framework="pytorch", framework_version="9.9")
+
+    # Then the shift is found at the first slower run, about +10%
+    [change] = found["change_points"]
+    assert (change["index"], change["evaluation_id"]) == (12, runs[12])
+    assert change["shift_pct"] == pytest.approx(10.0, abs=2.0) and change["confidence"] >= 0.95

@@ -1,7 +1,7 @@
 """The MongoDB aggregation pipelines the store runs where the data is: the comparison table (the latest
-succeeded evaluation per key, how many share it, and the table's order, computed by the server), history
-series, and the layer breakdown's totals; and their output formatted as records.compare_row and
-records.history.history_point. Measurements are read through their schema-2 summary fields where
+succeeded evaluation per key, how many share it, and the table's order, computed by the server) and the
+layer breakdown's totals (history series are in series.py); and their output formatted as
+records.compare_row. Measurements are read through their schema-2 summary fields where
 present, and through latency_ms and validity where not (measurement_figures).
 """
 
@@ -11,13 +11,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..records import COMPARE_COLUMNS, CompareFilter, compare_row
-from ..records.history import HistoryFilter, history_point
 from .codec import decode, micros, to_datetime
 
 __all__ = [
     "compare_pipeline",
-    "history_pipeline",
-    "history_row",
     "layer_totals_pipeline",
     "measurement_figures",
     "model_total_pipeline",
@@ -228,61 +225,6 @@ def pipeline_row(found: Mapping[str, Any]) -> dict[str, Any]:
         finished_at=None if finished_at is None else finished_at.isoformat(),
         accuracy={"top1": latest.get("top1"), "top5": latest.get("top5")},
         parity={"verdict": latest.get("parity_verdict"), "against": latest.get("parity_against")},
-    )
-
-
-def history_pipeline(where: HistoryFilter, *, limit: int) -> list[dict[str, Any]]:
-    """The latest `limit` points of a history series over `evaluations`, latest first, for
-    `history_row`."""
-    match: dict[str, Any] = {
-        "model_name": where.model,
-        "framework_name": where.framework,
-        "status": "succeeded",
-        "measurements": {"$elemMatch": {"scenario": where.scenario, "batch_size": where.batch_size}},
-    }
-    if where.system_id is not None:
-        match["system_id"] = where.system_id
-    if where.device is not None:
-        match["device"] = where.device
-    created: dict[str, Any] = {}
-    if where.since is not None:
-        created["$gte"] = micros(where.since)
-    if where.until is not None:
-        created["$lt"] = micros(where.until)
-    if created:
-        match["created_at"] = created
-    return [
-        {"$match": match},
-        {"$sort": {"created_at": -1, "_id": -1}},
-        {"$limit": limit},
-        {"$unwind": "$measurements"},
-        {"$match": {"measurements.scenario": where.scenario, "measurements.batch_size": where.batch_size}},
-        {
-            "$project": {
-                "created_at": 1,
-                "system_id": 1,
-                "device": 1,
-                **measurement_figures("$measurements"),
-            }
-        },
-    ]
-
-
-def history_row(found: Mapping[str, Any]) -> dict[str, Any]:
-    """One point of a series from the history pipeline's output."""
-    created_at = to_datetime(found["created_at"])
-    assert created_at is not None
-    return history_point(
-        evaluation_id=found["_id"],
-        created_at=created_at,
-        system_id=found.get("system_id"),
-        device=found["device"],
-        median_ms=found.get("median_ms"),
-        ci_low_ms=found.get("ci_low_ms"),
-        ci_high_ms=found.get("ci_high_ms"),
-        p99_ms=found.get("p99_ms"),
-        throughput=found.get("throughput"),
-        valid=found.get("valid"),
     )
 
 

@@ -38,20 +38,19 @@ from ..records import (
     pack_latencies,
     unpack_latencies,
 )
-from ..records.history import HistoryFilter
+from ..records.history import HistoryFilter, SeriesFilter
 from ..schema import SchemaState, Upgraded
 from .codec import TIMESTAMPS, decode, encode, measurement_document, micros, span_record, to_record
 from .documents import DOCUMENTS, EvaluationDocument, LatencyChunkDocument, SpanDocument, SystemDocument
 from .maintenance import bulk_insert, prune
 from .pipelines import (
     compare_pipeline,
-    history_pipeline,
-    history_row,
     layer_totals_pipeline,
     model_total_pipeline,
     pipeline_row,
 )
 from .schema import mark_current, read_state, upgrade
+from .series import history_pipeline, history_row, series_keys_pipeline, series_keys_row
 
 __all__ = ["DEFAULT_DATABASE", "RAW_CHUNK_SAMPLES", "MongoStore"]
 
@@ -347,6 +346,10 @@ class MongoStore(Store):
     def _history_points(self, where: HistoryFilter, *, limit: int) -> list[dict[str, Any]]:
         found = self._evaluations.aggregate(history_pipeline(where, limit=limit), allowDiskUse=True)
         return [history_row(point) for point in reversed(list(found))]
+
+    def _series_keys(self, where: SeriesFilter) -> list[dict[str, Any]]:
+        found = self._evaluations.aggregate(series_keys_pipeline(where), allowDiskUse=True)
+        return [series_keys_row(series) for series in found]
 
     # ----- spans -----------------------------------------------------------------------------------
 

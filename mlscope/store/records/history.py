@@ -1,6 +1,10 @@
-"""History series: how one model on one framework performed over time at one scenario and batch size.
-The filter a series is drawn with, its check, the bounds of its length, and one point in the public
-shape every backend returns.
+"""History series: how one model performed over time on one framework, system and device, at one
+scenario and batch size. The filters series are drawn and listed with, their checks, the bounds of a
+series' length, one point in the public shape every backend returns, and one series key.
+
+A series is keyed by (model name + manifest hash, framework name + version, system + device,
+scenario, batch size): a new manifest or framework version starts a new series, so that a change
+point marks a change nobody recorded, not one they did.
 """
 
 from __future__ import annotations
@@ -17,9 +21,14 @@ __all__ = [
     "DEFAULT_HISTORY_POINTS",
     "HISTORY_FIELDS",
     "MAX_HISTORY_POINTS",
+    "SERIES_KEY_FIELDS",
     "HistoryFilter",
+    "SeriesFilter",
     "check_history",
+    "check_series_filter",
     "history_point",
+    "series_order",
+    "series_summary",
 ]
 
 DEFAULT_HISTORY_POINTS = 1000
@@ -30,6 +39,8 @@ HISTORY_FIELDS: tuple[str, ...] = (
     "created_at",
     "system_id",
     "device",
+    "manifest_sha256",
+    "framework_version",
     "median_ms",
     "ci_low_ms",
     "ci_high_ms",
@@ -37,21 +48,66 @@ HISTORY_FIELDS: tuple[str, ...] = (
     "throughput",
     "valid",
 )
+# What names one series, in the order `Store.history_series` returns them.
+SERIES_KEY_FIELDS: tuple[str, ...] = (
+    "model",
+    "manifest_sha256",
+    "framework",
+    "framework_version",
+    "system_id",
+    "device",
+    "scenario",
+    "batch_size",
+)
 
 
 @dataclass(frozen=True)
-class HistoryFilter:
-    """Which succeeded evaluations a series is drawn from; None means "any". `since` is inclusive,
-    `until` exclusive, both on created_at."""
+class SeriesFilter:
+    """Which succeeded measurements series are drawn from; None means "any". `since` is inclusive,
+    `until` exclusive, both on created_at. The field names are SERIES_KEY_FIELDS', so that one
+    translation to a backend's conditions serves this and HistoryFilter."""
 
-    model: str
-    framework: str
-    scenario: str
-    batch_size: int
+    model: str | None = None
+    framework: str | None = None
+    manifest_sha256: str | None = None
+    framework_version: str | None = None
     system_id: str | None = None
     device: str | None = None
+    scenario: str | None = None
+    batch_size: int | None = None
     since: datetime | None = None
     until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class HistoryFilter(SeriesFilter):
+    """The conditions of one history series: a SeriesFilter whose model, framework, scenario and batch
+    size are given."""
+
+    model: str = ""
+    framework: str = ""
+    scenario: str = "single_stream"
+    batch_size: int = 1
+
+
+def check_series_filter(**conditions: Any) -> SeriesFilter:
+    """SeriesFilter's conditions (its fields by name, each None or a value), checked.
+
+    Raises:
+        UserError: naming the invalid argument.
+    """
+    texts = {
+        name: check_optional_text(conditions.get(name), name)
+        for name in SERIES_KEY_FIELDS
+        if name != "batch_size"
+    }
+    batch_size = conditions.get("batch_size")
+    return SeriesFilter(
+        **texts,
+        batch_size=None if batch_size is None else check_int("batch_size", batch_size, 1),
+        since=check_aware(conditions.get("since"), "since"),
+        until=check_aware(conditions.get("until"), "until"),
+    )
 
 
 def check_history(
@@ -65,6 +121,8 @@ def check_history(
     since: Any,
     until: Any,
     limit: Any,
+    manifest_sha256: Any = None,
+    framework_version: Any = None,
 ) -> HistoryFilter:
     """The conditions of a history series, checked, with its length checked too.
 
@@ -76,6 +134,8 @@ def check_history(
         framework=check_text(framework, "framework"),
         scenario=check_text(scenario, "scenario"),
         batch_size=check_int("batch_size", batch_size, 1),
+        manifest_sha256=check_optional_text(manifest_sha256, "manifest_sha256"),
+        framework_version=check_optional_text(framework_version, "framework_version"),
         system_id=check_optional_text(system_id, "system_id"),
         device=check_optional_text(device, "device"),
         since=check_aware(since, "since"),
@@ -92,6 +152,8 @@ def history_point(
     created_at: datetime,
     system_id: str | None,
     device: str,
+    manifest_sha256: str | None,
+    framework_version: str | None,
     median_ms: float | None,
     ci_low_ms: float | None,
     ci_high_ms: float | None,
@@ -105,6 +167,8 @@ def history_point(
         "created_at": created_at.astimezone(timezone.utc).isoformat(),
         "system_id": system_id,
         "device": device,
+        "manifest_sha256": manifest_sha256,
+        "framework_version": framework_version,
         "median_ms": median_ms,
         "ci_low_ms": ci_low_ms,
         "ci_high_ms": ci_high_ms,
@@ -112,3 +176,22 @@ def history_point(
         "throughput": throughput,
         "valid": valid,
     }
+
+
+def series_summary(
+    key: tuple[Any, ...], *, points: int, first_at: datetime, last_at: datetime
+) -> dict[str, Any]:
+    """One series as `Store.history_series` lists it: its key (values in SERIES_KEY_FIELDS order), how
+    many points it has among those selected, and the first and last one's created_at (UTC ISO 8601)."""
+    return {
+        **dict(zip(SERIES_KEY_FIELDS, key, strict=True)),
+        "points": points,
+        "first_at": first_at.astimezone(timezone.utc).isoformat(),
+        "last_at": last_at.astimezone(timezone.utc).isoformat(),
+    }
+
+
+def series_order(series: dict[str, Any]) -> tuple[tuple[bool, Any], ...]:
+    """The sort key of a listed series: its key's values in SERIES_KEY_FIELDS order, None first,
+    strings by code point (as Python compares them, whatever the database's collation)."""
+    return tuple((series[name] is not None, series[name] or "") for name in SERIES_KEY_FIELDS)

@@ -4,8 +4,8 @@
 `evaluations`, `measurements`, `spans`, `compare_keys`); `schema` its versions (Alembic revisions, the
 scripts in `migrations`): the check on open and the upgrade; `engine` the engine set-up each database
 needs to be shared safely between processes; `queries` the statements and row conversions the
-primitives share; `aggregates` the comparison, history and layer-breakdown statements that aggregate
-in the database; `maintenance` bulk import and retention.
+primitives share; `aggregates` the comparison and layer-breakdown statements that aggregate in the
+database; `series` those of history series; `maintenance` bulk import and retention.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The SQL of the store's aggregations, run where the data is: the comparison table (from the
 `compare_keys` summary, or counted by GROUP BY when a filter cuts across keys), the upkeep
-of `compare_keys` as evaluations succeed, history series, and the layer breakdown's totals, all on
+of `compare_keys` as evaluations succeed, and the layer breakdown's totals, all on
 the measurements' summary columns and SQLAlchemy's JSON operators (SQLite and PostgreSQL alike).
 """
 
@@ -31,7 +31,6 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import aliased
 
 from ..records import CompareFilter, LayerTotal, MeasurementRecord, compare_row
-from ..records.history import HistoryFilter, history_point
 from .tables import CompareKeyRow, EvaluationRow, MeasurementRow, SpanRow, SystemRow
 
 __all__ = [
@@ -40,8 +39,6 @@ __all__ = [
     "compare_key_rows",
     "compare_query",
     "compare_result",
-    "history_query",
-    "history_result",
     "layer_totals",
     "upsert_compare_key_rows",
 ]
@@ -386,71 +383,6 @@ def backfill_compare_keys(dialect: str) -> Insert:
     return insert(CompareKeyRow).from_select(
         [*_KEY_COLUMNS, "runs", "latest_evaluation_id", "latest_finished_at"], latest
     )
-
-
-# ----- history -------------------------------------------------------------------------------------
-
-
-def history_query(where: HistoryFilter, *, limit: int, dialect: str) -> Select[Unpack[tuple[Any, ...]]]:
-    """The latest `limit` points of a series, latest first (`history_result` turns them round)."""
-    e, m = EvaluationRow, MeasurementRow
-    conditions = [
-        e.model_name == where.model,
-        e.framework_name == where.framework,
-        e.status == "succeeded",
-    ]
-    if where.system_id is not None:
-        conditions.append(e.system_id == where.system_id)
-    if where.device is not None:
-        conditions.append(e.device == where.device)
-    if where.since is not None:
-        conditions.append(e.created_at >= where.since)
-    if where.until is not None:
-        conditions.append(e.created_at < where.until)
-    return (
-        select(
-            e.id,
-            e.created_at,
-            e.system_id,
-            e.device,
-            m.median_ms,
-            m.ci_low_ms,
-            m.ci_high_ms,
-            m.p99_ms,
-            m.throughput,
-            m.valid,
-        )
-        .join_from(
-            e,
-            m,
-            and_(m.evaluation_id == e.id, m.scenario == where.scenario, m.batch_size == where.batch_size),
-        )
-        .where(*conditions)
-        .order_by(e.created_at.desc(), _bytewise(e.id, dialect).desc())
-        .limit(limit)
-    )
-
-
-def history_result(rows: Sequence[Row[Unpack[tuple[Any, ...]]]]) -> list[dict[str, Any]]:
-    """The rows of `history_query` as points, oldest first."""
-    points = []
-    for row in reversed(rows):
-        id, created_at, system_id, device, median, ci_low, ci_high, p99, throughput, valid = row
-        points.append(
-            history_point(
-                evaluation_id=id,
-                created_at=created_at,
-                system_id=system_id,
-                device=device,
-                median_ms=median,
-                ci_low_ms=ci_low,
-                ci_high_ms=ci_high,
-                p99_ms=p99,
-                throughput=throughput,
-                valid=valid,
-            )
-        )
-    return points
 
 
 # ----- the layer breakdown -------------------------------------------------------------------------

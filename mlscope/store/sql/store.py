@@ -4,8 +4,8 @@ Owns the Store primitives in SQL, and the schema check on open: an empty databas
 the head revision, one at the head revision opens, anything else is refused (store/schema.py says
 why, sql/schema.py reads and upgrades the Alembic revisions). The tables are in tables.py, how each
 database is opened to be shared safely between processes in engine.py, the statements and
-conversions the primitives share in queries.py, the aggregations (comparison, history, layer totals,
-the upkeep of `compare_keys`) in aggregates.py, bulk import and retention in maintenance.py.
+conversions the primitives share in queries.py, the aggregations (comparison, layer totals, the upkeep
+of `compare_keys`) in aggregates.py, history series in series.py, bulk import and retention in maintenance.py.
 """
 
 from __future__ import annotations
@@ -34,15 +34,13 @@ from ..records import (
     MeasurementRecord,
     SpanRecord,
 )
-from ..records.history import HistoryFilter
+from ..records.history import HistoryFilter, SeriesFilter
 from ..schema import SchemaState, Upgraded
 from .aggregates import (
     JSONTexts,
     compare_key_rows,
     compare_query,
     compare_result,
-    history_query,
-    history_result,
     layer_totals,
     upsert_compare_key_rows,
 )
@@ -50,6 +48,7 @@ from .engine import create_sqlite_engine, engine_url, report_unavailable, sqlite
 from .maintenance import bulk_insert, measurement_values, prune
 from .queries import filtered, insert_spans_postgresql, to_record, with_children
 from .schema import backup_sqlite, create_at_head, head_revision, migrate, read_sqlite_state, read_state
+from .series import history_query, history_result, series_keys_query, series_keys_result
 from .tables import Base, EvaluationRow, MeasurementRow, SpanRow, SystemRow
 
 __all__ = ["SQLStore"]
@@ -301,6 +300,10 @@ class SQLStore(Store):
         with self._reader.connect() as connection:
             rows = connection.execute(history_query(where, limit=limit, dialect=self._dialect)).all()
             return history_result(rows)
+
+    def _series_keys(self, where: SeriesFilter) -> list[dict[str, Any]]:
+        with self._reader.connect() as connection:
+            return series_keys_result(connection.execute(series_keys_query(where)).all())
 
     # ----- spans -----------------------------------------------------------------------------------
 
