@@ -16,6 +16,7 @@ import click
 from mlscope.analysis.diff import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, FASTER, NO_DIFFERENCE, SLOWER
 from mlscope.cli.options import json_flag
 from mlscope.cli.render import console, new_table, note, short_id
+from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
 
 __all__ = ["change_text", "diff", "power_text", "print_report"]
@@ -23,7 +24,7 @@ __all__ = ["change_text", "diff", "power_text", "print_report"]
 
 @click.command()
 @click.argument("a", metavar="A")
-@click.argument("b", metavar="B")
+@click.argument("b", metavar="B", required=False)
 @click.option(
     "--threshold",
     type=float,
@@ -35,10 +36,24 @@ __all__ = ["change_text", "diff", "power_text", "print_report"]
     "--confidence", type=float, default=DEFAULT_CONFIDENCE, show_default=True, help="Level of every interval."
 )
 @click.option("--same-system", is_flag=True, help="Refuse to compare results from different systems.")
-# `--against-history` is reserved: it will judge A against its history series instead of a B.
+@click.option(
+    "--against-history",
+    is_flag=True,
+    help="Judge A against its history series (the runs before it since the series' last change "
+    "point) instead of against a B.",
+)
 @json_flag("Print the diff as JSON: per point ratio, ci, verdict, power and the rest.")
-def diff(a: str, b: str, threshold: float, confidence: float, same_system: bool, as_json: bool) -> None:
-    """Compare evaluation B with evaluation A at every (scenario, batch size) both measured.
+def diff(
+    a: str,
+    b: str | None,
+    threshold: float,
+    confidence: float,
+    same_system: bool,
+    against_history: bool,
+    as_json: bool,
+) -> None:
+    """Compare evaluation B with evaluation A at every (scenario, batch size) both measured, or with
+    --against-history judge A against the earlier runs of its series.
 
     A and B are each an evaluation id (or a unique prefix), or a filter such as
     model=resnet18,framework=onnxruntime[,system=ID,device=cpu,scenario=single_stream,batch_size=1],
@@ -47,7 +62,18 @@ def diff(a: str, b: str, threshold: float, confidence: float, same_system: bool,
     from mlscope.analysis.diff_report import diff_evaluations
     from mlscope.store import open_store
 
+    if against_history == (b is not None):
+        raise UserError(
+            "give B, or --against-history to judge A against its series, not both"
+            if against_history
+            else "missing B: the evaluation to compare with A (or --against-history)",
+            field="b",
+        )
     with open_store(load_settings().store_url) as store:
+        if against_history:
+            _against_history(store, a, threshold, as_json)
+            return
+        assert b is not None
         report = diff_evaluations(
             store, a, b, threshold=threshold, confidence=confidence, same_system=same_system
         )
@@ -55,6 +81,54 @@ def diff(a: str, b: str, threshold: float, confidence: float, same_system: bool,
         print(json.dumps(report, indent=2))
         return
     print_report(report)
+
+
+def _against_history(store: Any, a: str, threshold: float, as_json: bool) -> None:
+    """A judged against its series (mlscope.analysis.history.against_history), printed."""
+    from mlscope.analysis.diff_report import pick_evaluation
+    from mlscope.analysis.history import against_history
+
+    picked = pick_evaluation(store, a, side="a")
+    points = against_history(store, picked.evaluation["id"], threshold=threshold)
+    if as_json:
+        print(
+            json.dumps({"a": picked.describe(), "threshold": threshold, "against_history": points}, indent=2)
+        )
+        return
+    console.print(_side_line("A", picked.describe()))
+    table = new_table(
+        f"A against its series (threshold {threshold * 100:g}%)",
+        (
+            ("scenario", "left"),
+            ("batch", "right"),
+            ("median ms", "right"),
+            ("series median ms", "right"),
+            ("runs", "right"),
+            ("A / series", "left"),
+            ("verdict", "left"),
+        ),
+    )
+    for point in points:
+        segment = point["segment"]
+        ratio, ci = point["ratio"], point["ci"]
+        change = "-" if ratio is None else f"{ratio - 1:+.1%} (95% CI {ci[0] - 1:+.1%} to {ci[1] - 1:+.1%})"
+        series_median = segment.get("median_ms")
+        table.add_row(
+            point["scenario"],
+            str(point["batch_size"]),
+            f"{point['median_ms']:.3f}",
+            "-" if series_median is None else f"{series_median:.3f}",
+            str(segment.get("points", 0)),
+            change,
+            point["verdict"],
+        )
+    console.print(table)
+    for point in points:
+        if point.get("needed"):
+            note(
+                f"{point['scenario']} batch {point['batch_size']}: the series needs {point['needed']} more "
+                "run(s) before a verdict"
+            )
 
 
 def _percent(fraction: float) -> str:

@@ -253,3 +253,33 @@ def test_the_client_reads_change_points_series_and_regressions(app: Flask, stepp
     finally:
         server.shutdown()
         thread.join()
+
+
+# ----- mlscope diff --against-history ---------------------------------------------------------------
+
+
+def test_diff_against_history_judges_the_latest_run_against_its_segment(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given 20 steady runs around 10 ms, then one at 11 ms (+10%) and, separately, one at 10.05 ms
+    ids = store_series(store, np.concatenate([noisy(10.0, 20, 1, 0.01), [11.0]]))
+    # When the slow run is judged against its series
+    code, out, _ = run(capsys, "diff", ids[-1], "--against-history", "--json")
+    assert code == 0
+    (point,) = json.loads(out)["against_history"]
+    # Then slower, by about 10%, with an interval covering it, against the 20 runs before it
+    assert point["verdict"] == "slower" and point["segment"]["points"] == 20
+    assert point["ci"][0] <= 1.10 <= point["ci"][1] and point["ratio"] == pytest.approx(1.10, abs=0.02)
+    # And a run like the others is no detectable difference, in the table too
+    steady = store_series(store, [10.05], start=T0 + timedelta(hours=30))
+    code, out, _ = run(capsys, "diff", steady[0], "--against-history")
+    assert code == 0 and "no detectable difference" in out
+
+
+def test_diff_needs_b_or_against_history_not_both(
+    stepped: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, "diff", stepped[-1])
+    assert code == 2 and "missing B" in err
+    code, _, err = run(capsys, "diff", stepped[-1], stepped[0], "--against-history")
+    assert code == 2 and "not both" in err
