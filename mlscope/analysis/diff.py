@@ -14,10 +14,13 @@ when both hold:
      count says); and between runs, the spread of the medians of the side's other runs of the same
      series, when the caller knows at least MIN_OTHER_RUNS of them (`diff_report` reads them from the
      store): separate runs on a shared machine differ by more than any within-run interval says;
-  2. the estimated difference reaches the threshold.
+  2. the estimated difference reaches the threshold; and when no between-run spread is known for
+     either side (fewer than MIN_OTHER_RUNS other runs stored: a first comparison, a rerun), the
+     whole interval must lie beyond the threshold. Two separate runs on a shared machine differ by
+     1-5% with intervals of ±1%: without the series to say how much runs differ, only a difference
+     the interval puts past the threshold is one the pair can vouch for.
 Rule 1 alone keeps the false-positive rate at most 1 − confidence on any distribution; rule 2 keeps
-separate runs from being called different for sub-threshold shifts when no between-run spread is
-known.
+separate runs from being called different for sub-threshold shifts.
 
 The power statement follows the rule: `detectable` is the smallest true difference the rule calls
 with probability POWER; `samples_needed` is the count at which the interval tells a change of the
@@ -124,6 +127,7 @@ class PointDiff:
         se_log_ratio: the standard error of log(median ratio) the verdict used; `spread` says where
             it came from ("resampling" and "batch medians" per side).
         counts: (samples of A, samples of B).
+        series_known: whether a between-run spread was known (else the stricter verdict rule).
     """
 
     ratio: float
@@ -137,6 +141,7 @@ class PointDiff:
     threshold: float
     confidence: float
     spread: dict[str, dict[str, float]] = field(default_factory=dict)
+    series_known: bool = True
 
     @property
     def change(self) -> float:
@@ -157,6 +162,7 @@ class PointDiff:
             "counts": list(self.counts),
             "threshold": self.threshold,
             "confidence": self.confidence,
+            "series_known": self.series_known,
         }
 
 
@@ -169,7 +175,7 @@ def compare_samples(
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
     batch_medians: bool = True,
-    between_runs: tuple[float, float] = (0.0, 0.0),
+    between_runs: tuple[float | None, float | None] = (None, None),
 ) -> PointDiff:
     """Compare B's latencies with A's at one point.
 
@@ -183,12 +189,17 @@ def compare_samples(
         batch_medians: widen the interval by the batch medians (see the module docstring); False
             keeps the plain resampling interval.
         between_runs: per side, the standard deviation of log(median) between separate runs of its
-            series (0.0: unknown); it widens the interval and does not shrink with more samples.
+            series, None when unknown; it widens the interval and does not shrink with more samples.
+            A side without one takes the other's (one machine's runs); with neither, the verdict
+            asks the whole interval to lie beyond the threshold (the module docstring's rule 2).
 
     Raises:
         ValueError: a side has fewer than 2 samples, or a non-positive latency.
     """
     a, b = _ordered(a_ns, "A"), _ordered(b_ns, "B")
+    known = [sd for sd in between_runs if sd is not None]
+    strict = not known
+    between = tuple(known[0] if sd is None else sd for sd in between_runs) if known else (0.0, 0.0)
     rng = np.random.default_rng(seed)
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
     quantiles: dict[str, RatioInterval] = {}
@@ -203,13 +214,13 @@ def compare_samples(
             spread = {
                 side: _side_spread(np.asarray(raw, dtype=np.float64).ravel(), logs, batch_medians, between)
                 for side, raw, logs, between in (
-                    ("A", a_ns, log_a, between_runs[0]),
-                    ("B", b_ns, log_b, between_runs[1]),
+                    ("A", a_ns, log_a, between[0]),
+                    ("B", b_ns, log_b, between[1]),
                 )
             }
             resampling_se = math.hypot(spread["A"]["resampling"], spread["B"]["resampling"])
             within_se = math.hypot(spread["A"]["within"], spread["B"]["within"])
-            se = math.hypot(within_se, between_runs[0], between_runs[1])
+            se = math.hypot(within_se, between[0], between[1])
             widen = se / resampling_se if resampling_se > 0 else 1.0
         quantiles[name] = _ratio_interval(estimate, log_b - log_a, confidence, widen)
     median = quantiles["median"]
@@ -218,13 +229,14 @@ def compare_samples(
         ci=median.ci,
         quantiles=quantiles,
         superiority=probability_of_superiority(a, b),
-        verdict=_verdict(median, threshold),
-        power=_power(within_se, se, z, threshold, min(a.size, b.size)),
+        verdict=_verdict(median, threshold, strict),
+        power=_power(within_se, se, z, threshold, min(a.size, b.size), strict),
         se_log_ratio=se,
         counts=(int(a.size), int(b.size)),
         threshold=threshold,
         confidence=confidence,
         spread=spread,
+        series_known=not strict,
     )
 
 
@@ -245,13 +257,14 @@ def probability_of_superiority(a_ns: npt.ArrayLike, b_ns: npt.ArrayLike) -> floa
 
 
 def detection_probability(
-    true_change: float, se_log_ratio: float, threshold: float, confidence: float
+    true_change: float, se_log_ratio: float, threshold: float, confidence: float, strict: bool = False
 ) -> float:
     """The probability the verdict rule calls a true relative change of medians `true_change` (0.05:
     5% slower) a difference, when log(ratio) is estimated normally with standard error
-    `se_log_ratio`: P(|L| > max(z·se, log(1 + t))) with L ~ N(log(1 + change), se²)."""
+    `se_log_ratio`: P(|L| > max(z·se, log(1 + t))) with L ~ N(log(1 + change), se²); `strict` (no
+    between-run spread known): P(|L| > z·se + log(1 + t))."""
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    cut = max(z * se_log_ratio, math.log1p(threshold))
+    cut = _cut(z * se_log_ratio, math.log1p(threshold), strict)
     shift = abs(math.log1p(true_change))
     if se_log_ratio <= 0:
         return 1.0 if shift > cut else 0.0
@@ -310,23 +323,32 @@ def _ratio_interval(
     return RatioInterval(ratio=math.exp(estimate), ci=(math.exp(low_log), math.exp(high_log)))
 
 
-def _verdict(median: RatioInterval, threshold: float) -> str:
+def _cut(half_width: float, floor: float, strict: bool) -> float:
+    """How far from 0 log(ratio) must be to be called: beyond the interval's half-width and the
+    threshold (the normal rule), or the interval's whole width beyond the threshold (strict)."""
+    return half_width + floor if strict else max(half_width, floor)
+
+
+def _verdict(median: RatioInterval, threshold: float, strict: bool = False) -> str:
     floor = math.log1p(threshold)
     change = math.log(median.ratio)
-    if median.ci[0] > 1.0 and change >= floor:
+    low, high = math.log(median.ci[0]), math.log(median.ci[1])
+    if low > 0.0 and change >= floor and (not strict or low >= floor):
         return SLOWER
-    if median.ci[1] < 1.0 and -change >= floor:
+    if high < 0.0 and -change >= floor and (not strict or -high >= floor):
         return FASTER
     return NO_DIFFERENCE
 
 
-def _power(within_se: float, se: float, z: float, threshold: float, smaller_count: int) -> PowerStatement:
+def _power(
+    within_se: float, se: float, z: float, threshold: float, smaller_count: int, strict: bool = False
+) -> PowerStatement:
     """The smallest difference the rule calls with probability POWER, and the samples each side would
     need for the interval to tell the threshold from no change; the within-run part of se is taken to
     shrink as 1/√n, the between-run part not at all."""
     z_power = NormalDist().inv_cdf(POWER)
     floor = math.log1p(threshold)
-    detectable = math.expm1(max(z * se, floor) + z_power * se)
+    detectable = math.expm1(_cut(z * se, floor, strict) + z_power * se)
     wanted_se = math.log1p(threshold) / (z + z_power)
     between_var = se**2 - within_se**2
     if between_var >= wanted_se**2:

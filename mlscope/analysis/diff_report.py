@@ -203,8 +203,8 @@ def _refusal(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
 
 def _between_runs(store: Store, side: Picked, key: tuple[str, int], pair: set[str]) -> dict[str, Any]:
     """The spread of log(median) over the side's other valid runs of the same series (model,
-    framework, system, device, scenario, batch size), the pair's own two runs left out; sd 0.0 when
-    fewer than MIN_OTHER_RUNS are stored."""
+    framework, system, device, scenario, batch size), the pair's own two runs left out; sd None
+    (unknown) when fewer than MIN_OTHER_RUNS are stored."""
     evaluation = side.evaluation
     points = store.history(
         model=evaluation["model"]["name"],
@@ -221,7 +221,7 @@ def _between_runs(store: Store, side: Picked, key: tuple[str, int], pair: set[st
         if p["evaluation_id"] not in pair and p.get("valid") and (p.get("median_ms") or 0) > 0
     ]
     if len(medians) < MIN_OTHER_RUNS:
-        return {"runs": len(medians), "sd": 0.0}
+        return {"runs": len(medians), "sd": None}
     return {"runs": len(medians), "sd": float(np.std(np.log(medians), ddof=1))}
 
 

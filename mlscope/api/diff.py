@@ -108,6 +108,12 @@ class DiffPointSchema(Schema):
     )
     threshold = fields.Float()
     confidence = fields.Float()
+    series_known = fields.Boolean(
+        metadata={
+            "description": "whether a between-run spread was known; false: a difference is called only "
+            "when its whole interval lies beyond the threshold"
+        }
+    )
 
 
 class DiffSideSchema(Schema):

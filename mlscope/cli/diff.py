@@ -163,6 +163,12 @@ def power_text(point: dict[str, Any]) -> str:
             f"{verdict}smallest detectable {_percent(power['detectable'])}; no run length would detect "
             f"{threshold}: separate runs of this series differ by {_percent(spread)} (sd)"
         )
+    if point["verdict"] == NO_DIFFERENCE and not point.get("series_known", True):
+        return (
+            f"no detectable difference; no other runs of these series are stored, so a difference counts "
+            f"only when its whole interval lies beyond {threshold} (smallest detectable now "
+            f"{_percent(power['detectable'])}); 3 more runs of each would say how much separate runs differ"
+        )
     if point["verdict"] == NO_DIFFERENCE:
         if power["more_samples"] > 0:
             return (
