@@ -220,3 +220,18 @@ def test_100k_samples_per_side_take_megabytes_not_gigabytes() -> None:
         tracemalloc.stop()
     # Then the peak is a few copies of the samples
     assert peak < 30 * 2**20, peak
+
+
+def test_without_a_series_a_difference_must_clear_the_threshold_with_its_whole_interval() -> None:
+    # Given two runs 3% apart whose interval reaches below 2% (a rerun here read +2.2%, CI +0.4-6.0%)
+    rng = np.random.default_rng(18)
+    a, b = _latencies(rng, 300, sigma=0.15), _latencies(rng, 300, sigma=0.15) * 1.03
+    alone = compare_samples(a, b)
+    assert alone.ci[0] > 1.0 and alone.ci[0] < 1.02 and alone.ratio >= 1.02
+    # Then with no other runs known it is no detectable difference, and the power line says why
+    assert alone.verdict == NO_DIFFERENCE and not alone.series_known
+    assert "whole interval lies beyond 2%" in power_text(alone.to_dict())
+    # And once the series says separate runs hardly differ, the same pair is called slower
+    known = compare_samples(a, b, between_runs=(0.001, None))
+    assert known.series_known and known.verdict == SLOWER
+    assert known.spread["B"]["between_runs"] == 0.001  # the side without one takes the other's
