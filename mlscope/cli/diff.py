@@ -13,7 +13,14 @@ from typing import Any
 
 import click
 
-from mlscope.analysis.diff import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, FASTER, NO_DIFFERENCE, SLOWER
+from mlscope.analysis.diff import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_THRESHOLD,
+    FASTER,
+    MIN_OTHER_RUNS,
+    NO_DIFFERENCE,
+    SLOWER,
+)
 from mlscope.cli.options import json_flag
 from mlscope.cli.render import console, new_table, note, short_id
 from mlscope.contract.errors import UserError
@@ -165,9 +172,10 @@ def power_text(point: dict[str, Any]) -> str:
         )
     if point["verdict"] == NO_DIFFERENCE and not point.get("series_known", True):
         return (
-            f"no detectable difference; no other runs of these series are stored, so a difference counts "
-            f"only when its whole interval lies beyond {threshold} (smallest detectable now "
-            f"{_percent(power['detectable'])}); 3 more runs of each would say how much separate runs differ"
+            f"no detectable difference; fewer than {MIN_OTHER_RUNS} other runs of these series are stored, "
+            f"so a difference counts only when its whole interval lies beyond {threshold} (smallest "
+            f"detectable now {_percent(power['detectable'])}); {MIN_OTHER_RUNS} runs of each would say how "
+            "much separate runs differ"
         )
     if point["verdict"] == NO_DIFFERENCE:
         if power["more_samples"] > 0:
