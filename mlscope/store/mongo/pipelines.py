@@ -8,6 +8,7 @@ present, and through latency_ms and validity where not (measurement_figures).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from ..records import COMPARE_COLUMNS, CompareFilter, compare_row
@@ -15,11 +16,22 @@ from .codec import decode, micros, to_datetime
 
 __all__ = [
     "compare_pipeline",
+    "created_between",
     "layer_totals_pipeline",
     "measurement_figures",
     "model_total_pipeline",
     "pipeline_row",
 ]
+
+
+def created_between(since: datetime | None, until: datetime | None) -> dict[str, Any]:
+    """The match on created_at for [since, until) ({} when neither bounds it)."""
+    created: dict[str, Any] = {}
+    if since is not None:
+        created["$gte"] = micros(since)
+    if until is not None:
+        created["$lt"] = micros(until)
+    return {"created_at": created} if created else {}
 
 
 def compare_pipeline(where: CompareFilter) -> list[dict[str, Any]]:
@@ -33,13 +45,7 @@ def compare_pipeline(where: CompareFilter) -> list[dict[str, Any]]:
     ):
         if values:
             match[name] = {"$in": list(values)}
-    created: dict[str, Any] = {}
-    if where.since is not None:
-        created["$gte"] = micros(where.since)
-    if where.until is not None:
-        created["$lt"] = micros(where.until)
-    if created:
-        match["created_at"] = created
+    match.update(created_between(where.since, where.until))
     measured: dict[str, Any] = {}
     if where.scenarios:
         measured["measurements.scenario"] = {"$in": list(where.scenarios)}

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..records.history import HistoryFilter, SeriesFilter, history_point, series_summary
-from .codec import micros, to_datetime
-from .pipelines import measurement_figures
+from .codec import to_datetime
+from .pipelines import created_between, measurement_figures
 
 __all__ = ["history_pipeline", "history_row", "series_keys_pipeline", "series_keys_row"]
 
@@ -31,13 +31,7 @@ def _evaluation_match(where: SeriesFilter) -> dict[str, Any]:
     for name, field in _EVALUATION_KEYS.items():
         if getattr(where, name) is not None:
             match[field] = getattr(where, name)
-    created: dict[str, Any] = {}
-    if where.since is not None:
-        created["$gte"] = micros(where.since)
-    if where.until is not None:
-        created["$lt"] = micros(where.until)
-    if created:
-        match["created_at"] = created
+    match.update(created_between(where.since, where.until))
     return match
 
 
