@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 import requests
 
+from mlscope.client_errors import ApiError
 from mlscope.client_history import HistoryReads
 from mlscope.client_uploads import UploadMethods
 from mlscope.contract.errors import UserError
@@ -31,29 +32,6 @@ __all__ = ["TERMINAL_STATUSES", "ApiError", "Client", "WaitTimeout"]
 
 TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 _V1 = "/api/v1"
-
-
-class ApiError(UserError):
-    """The API answered with an error.
-
-    Attributes:
-        method, path: the request, e.g. "POST", "/api/v1/evaluations".
-        status: the HTTP status code.
-        problem: the problem document (RFC 7807) the API answered with.
-        errors: dotted field name → messages, when fields were at fault.
-        field: the first field at fault, or None.
-    """
-
-    def __init__(self, method: str, path: str, status: int, problem: Mapping[str, Any]) -> None:
-        raw_errors = problem.get("errors")
-        errors = dict(raw_errors) if isinstance(raw_errors, Mapping) else {}
-        detail = problem.get("detail") or problem.get("title") or "no detail given"
-        super().__init__(f"{method} {path}: {status} {detail}", field=next(iter(errors), None))
-        self.method = method
-        self.path = path
-        self.status = status
-        self.problem = dict(problem)
-        self.errors: dict[str, list[str]] = errors
 
 
 class WaitTimeout(UserError, TimeoutError):

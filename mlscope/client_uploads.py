@@ -14,6 +14,7 @@ from typing import Any
 
 import requests
 
+from mlscope.client_errors import ApiError
 from mlscope.contract.errors import UserError
 
 __all__ = ["UploadMethods", "dataset_archive"]
@@ -102,11 +103,7 @@ class UploadMethods:
                     content_type="application/octet-stream",
                     timeout=(self.timeout_s, max(self.timeout_s, 600.0)),
                 )
-            except UserError as exc:
-                from mlscope.client import ApiError  # the client module imports this one
-
-                if not isinstance(exc, ApiError):
-                    raise
+            except ApiError as exc:
                 if exc.status != 413 or exc.errors:
                     raise
                 # Refused by the HTTP server in front of the API, before the API saw it.
