@@ -42,7 +42,7 @@ docker: $(STAMP)
 	@bash ops/ci/docker.sh && bash ops/ci/images.sh
 
 test: $(STAMP) services docker lint typecheck
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not postgres"
