@@ -75,7 +75,8 @@ def _rerun_here(
     document.pop("target", None)
     (admitted,) = admit_all(model, [framework], document, settings=settings)
     _check_manifest(recorded, admitted.manifest.sha256, allow_changes)
-    (result,) = evaluate_with_bars(model, [framework], document, as_json=as_json)
+    # Admitted once, here: the manifest is checked before anything runs, and not admitted again.
+    (result,) = evaluate_with_bars(model, [framework], document, as_json=as_json, admitted=[admitted])
     with open_store(settings.store_url) as store:
         diff = _diff_if_both_succeeded(
             recorded,

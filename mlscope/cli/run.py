@@ -131,7 +131,12 @@ def run_command(model: str, frameworks: list[str], document: dict[str, Any], *, 
 
 
 def evaluate_with_bars(
-    model: str, frameworks: list[str], document: dict[str, Any], *, as_json: bool
+    model: str,
+    frameworks: list[str],
+    document: dict[str, Any],
+    *,
+    as_json: bool,
+    admitted: list[Admission] | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluate here with a progress bar per evaluation on stderr (transient under --json); SIGTERM
     cancels as Ctrl-C does. Returns the stored results."""
@@ -151,7 +156,9 @@ def evaluate_with_bars(
     )
     bars = _ProgressBars(progress, show_probes=not as_json)
     try:
-        return evaluate_here(model, frameworks or None, document, settings=load_settings(), watch=bars)
+        return evaluate_here(
+            model, frameworks or None, document, settings=load_settings(), watch=bars, admitted=admitted
+        )
     finally:
         progress.stop()
 

@@ -72,6 +72,7 @@ def evaluate_here(
     *,
     settings: Settings,
     watch: Watch | None = None,
+    admitted: list[Admission] | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluate `model` on each framework on this machine, one after another, into the settings' store.
 
@@ -82,6 +83,8 @@ def evaluate_here(
         frameworks: the frameworks' names; None: every installed one with a manifest for the model.
         document: the request's other fields (batch_sizes, scenarios, device, runner, measure, ...).
         watch: told of each evaluation's events (see `Watch`), e.g. to draw progress bars.
+        admitted: the requests as `admit_all` already admitted them (a caller that checked them
+            first); None: admitted here.
 
     Returns:
         The stored results (DESIGN.md's result shape), one per framework; a failed evaluation is
@@ -91,7 +94,8 @@ def evaluate_here(
         UserError: a request that would not be admitted; nothing was stored.
         KeyboardInterrupt: the running evaluation was cancelled (and stored as cancelled).
     """
-    admitted = admit_all(model, frameworks, document, settings=settings)
+    if admitted is None:
+        admitted = admit_all(model, frameworks, document, settings=settings)
     results = []
     with open_store(settings.store_url) as store:
         for item in admitted:
