@@ -1,0 +1,99 @@
+"""What every generation engine shares: the request it is asked, the record it returns, and the
+protocol an engine follows.
+
+Times are `time.perf_counter_ns()` readings of the process that issues the requests, so records from
+one run compare directly. An engine never raises for one request's failure (a refused connection, a
+stream that stops early): it returns the record with `error` set, and the run counts it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+__all__ = ["GenerateEngine", "GenerationRequest", "RequestRecord"]
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One request: a prompt of `prompt_tokens` tokens, `output_tokens` tokens to generate.
+
+    Attributes:
+        index: its place in the run (0-based); with the seed it fixes the prompt's content.
+        prompt_tokens: tokens in the prompt (an in-process engine draws exactly this many token
+            ids; an endpoint engine builds a text of about this many tokens).
+        output_tokens: tokens to generate, forced (end-of-sequence ignored where the engine can).
+        seed: seeds the prompt's content, so two runs send the same prompts.
+    """
+
+    index: int
+    prompt_tokens: int
+    output_tokens: int
+    seed: int = 0
+
+
+@dataclass
+class RequestRecord:
+    """How one request went.
+
+    Attributes:
+        index: the request's index.
+        prompt_tokens: tokens in the prompt as the model saw it (a server's `usage` where reported).
+        requested_tokens: output tokens asked for.
+        output_tokens: output tokens received (a server's `usage` where reported, else counted).
+        start_ns: when the request was sent (after any wait for a free slot: see due_ns).
+        token_ns: when each output token arrived, in order; one entry per streamed chunk that
+            carried output (a chunk may hold several tokens; `chunk_tokens` says how many).
+        chunk_tokens: tokens in each entry of token_ns (all 1 in process).
+        end_ns: when the request ended (last byte read, or the failure).
+        error: None for a request that returned every token asked for; else what went wrong,
+            e.g. "stopped early: 3 of 16 tokens (finish_reason 'stop')".
+        due_ns: when a load generator scheduled the request (its latencies then run from here, so
+            queueing counts); None when issued back to back (they run from start_ns).
+    """
+
+    index: int
+    prompt_tokens: int
+    requested_tokens: int
+    output_tokens: int = 0
+    start_ns: int = 0
+    token_ns: list[int] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    end_ns: int = 0
+    error: str | None = None
+    due_ns: int | None = None
+
+    @property
+    def origin_ns(self) -> int:
+        """Where this request's latencies are measured from: its due time, else its start."""
+        return self.due_ns if self.due_ns is not None else self.start_ns
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class GenerateEngine(Protocol):
+    """A model that generates tokens for requests, in this process or behind an endpoint.
+
+    `generate` may be called from several threads at once (the driver's concurrency).
+    """
+
+    #: prompt + output tokens the model accepts (its context), None when unknown.
+    max_context: int | None
+
+    def generate(self, request: GenerationRequest) -> RequestRecord:
+        """Run one request and time it; a per-request failure is the record's `error`.
+
+        Raises:
+            PredictorError: the engine itself is broken (not one request): the run stops.
+        """
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """The result's `framework` section: {"name", "version", ...}."""
+        ...
+
+    def close(self) -> None:
+        """Release the model or the connection pool."""
+        ...
