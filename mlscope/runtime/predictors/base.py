@@ -15,6 +15,7 @@ from mlscope.contract.options import PredictorOptions
 from mlscope.runtime.trace.profiled import ProfiledPass
 
 if TYPE_CHECKING:  # annotations only: listing frameworks imports this module, and stays light
+    from mlscope.runtime.generate.records import GenerateEngine
     import numpy as np
 
     from mlscope.contract.manifest import Manifest
@@ -111,6 +112,19 @@ class Predictor(ABC):
             False when this framework cannot trace that level (nothing was recorded).
         """
         return False
+
+    def generation_engine(self) -> GenerateEngine:
+        """The model as a token generator for the generate scenario, loaded (this replaces `load`
+        for a generate job: the generative model is another module than the one `predict` runs).
+
+        Raises:
+            PredictorError: this framework, or this model, cannot generate tokens; says why.
+        """
+        raise PredictorError(
+            f"{self.NAME} cannot run the generate scenario: it needs a framework that generates tokens "
+            "in process (pytorch, for Hugging Face decoder and encoder-decoder models) or an endpoint "
+            "(--endpoint URL)"
+        )
 
     def close(self) -> None:  # noqa: B027 - nothing to release by default
         """Release the model and its memory."""
