@@ -15,10 +15,10 @@ from mlscope.contract.options import PredictorOptions
 from mlscope.runtime.trace.profiled import ProfiledPass
 
 if TYPE_CHECKING:  # annotations only: listing frameworks imports this module, and stays light
-    from mlscope.runtime.generate.records import GenerateEngine
     import numpy as np
 
     from mlscope.contract.manifest import Manifest
+    from mlscope.runtime.generate.records import GenerateEngine
 
 __all__ = ["Predictor", "PredictorError", "PredictorOptions"]
 
