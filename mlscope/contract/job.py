@@ -42,6 +42,8 @@ class Job:
             With no scenarios the job only loads the model and returns those outputs.
         load: the request's load settings (the server and multi_stream scenarios, a latency
             search): `LoadSettings.from_dict(job.load)`; empty for the defaults.
+        generation: the generate scenario's settings: `GenerationSettings.from_dict(job.generation)`;
+            empty for the defaults.
     """
 
     evaluation_id: str
@@ -59,6 +61,7 @@ class Job:
     dataset: dict[str, Any] = field(default_factory=dict)
     outputs_for: int = 0
     load: dict[str, Any] = field(default_factory=dict)
+    generation: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_request(
@@ -78,6 +81,7 @@ class Job:
         shared = {f.name: getattr(request, f.name) for f in fields(cls) if hasattr(request, f.name)}
         shared["measure"], shared["options"] = dict(request.measure), dict(request.options)
         shared["load"] = dict(request.load)
+        shared["generation"] = dict(request.generation)
         # The request names a dataset; the job carries it materialised (the worker's resolution).
         shared.pop("dataset", None)
         return cls(

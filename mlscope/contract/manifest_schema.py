@@ -31,7 +31,17 @@ TASKS = (
     "other",
 )
 
-SOURCE_KINDS = ("torchvision", "timm", "transformers", "keras_applications", "gluon", "onnx", "python")
+SOURCE_KINDS = (
+    "torchvision",
+    "timm",
+    "transformers",
+    "keras_applications",
+    "gluon",
+    "onnx",
+    "python",
+    # A model behind an OpenAI-compatible endpoint (its base URL): measured, never loaded here.
+    "endpoint",
+)
 
 
 # ---- schema: fields ---------------------------------------------------------------------------
@@ -319,6 +329,12 @@ class _SourceField(fields.Field):
             return (
                 loaded["factory"] if set(loaded) == {"factory", "kwargs"} and not loaded["kwargs"] else loaded
             )
+        if kind == "endpoint":
+            if not isinstance(spec, str) or not re.match(r"^https?://\S+$", spec):
+                raise ValidationError(
+                    "must be an endpoint's http(s) base URL (e.g. http://127.0.0.1:8000/v1)"
+                )
+            return spec
         if kind == "transformers":
             loaded = _TransformersSource(options).load(spec)
             return {key: value for key, value in loaded.items() if value is not None}

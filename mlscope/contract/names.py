@@ -36,7 +36,7 @@ TRACE_LEVELS: tuple[str, ...] = (
 LEVEL_RANK: dict[str, int] = {name: rank for rank, name in enumerate(TRACE_LEVELS)}
 
 # The measurement scenarios a request may name (the predictor runtime implements each).
-SCENARIOS: tuple[str, ...] = ("single_stream", "offline", "server", "multi_stream")
+SCENARIOS: tuple[str, ...] = ("single_stream", "offline", "server", "multi_stream", "generate")
 
 # Where a predictor runs: in the caller's process, a child process, or its framework's container.
 RUNNERS: tuple[str, ...] = ("inline", "process", "docker")
@@ -48,6 +48,7 @@ PHASES: tuple[str, ...] = (
     "load",
     "first_inference",
     "measure",
+    "serve",
     "accuracy",
     "outputs",
     "trace",

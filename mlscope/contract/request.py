@@ -15,6 +15,7 @@ from typing import Any
 from marshmallow import RAISE, Schema, ValidationError, fields, post_load, validate, validates_schema
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.generation import ENDPOINT_FRAMEWORK, GenerationSettings
 from mlscope.contract.load import LoadSettings
 from mlscope.contract.names import RUNNERS, SCENARIOS, TRACE_LEVELS
 from mlscope.contract.options import PredictorOptionsSchema
@@ -69,6 +70,9 @@ class EvaluationRequest:
         load: the load settings of the server and multi_stream scenarios and of a latency search
             (`mlscope.contract.load.LoadSettings`): only the settings given, validated (numbers as
             floats); empty for the defaults.
+        generation: the generate scenario's settings (`mlscope.contract.generation
+            .GenerationSettings`: lengths, concurrency, slo, endpoint): only the settings given,
+            validated; empty for the defaults.
     """
 
     model: str
@@ -90,6 +94,7 @@ class EvaluationRequest:
     parity_against: str | None = None
     tolerance: float | None = None
     load: dict[str, Any] = field(default_factory=dict)
+    generation: dict[str, Any] = field(default_factory=dict)
 
     @property
     def effective_target(self) -> str:
@@ -129,6 +134,22 @@ class LoadField(fields.Dict):
             if exc.field in (None, "load"):
                 raise ValidationError(exc.message) from None
             raise ValidationError({exc.field: [exc.message]}) from None
+        return {name: settings[name] for name in given}
+
+
+class GenerationField(fields.Dict):
+    """A request's `generation`: the settings `GenerationSettings.from_dict` accepts, kept as given
+    with their parsed values (an slo string becomes its mapping); a bad one is an error under
+    `generation.<setting>`."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> dict[str, Any]:
+        given: dict[str, Any] = super()._deserialize(value, attr, data, **kwargs)
+        try:
+            settings = GenerationSettings.from_dict(given).to_dict()
+        except UserError as exc:
+            if exc.field in (None, "generation"):
+                raise ValidationError(exc.message) from None
+            raise ValidationError({exc.field.removeprefix("generation."): [exc.message]}) from None
         return {name: settings[name] for name in given}
 
 
@@ -219,6 +240,58 @@ class EvaluationRequestSchema(Schema):
             f"some of: {', '.join(f.name for f in dataclass_fields(LoadSettings))}; only those given are kept"
         },
     )
+
+    generation = GenerationField(
+        keys=fields.String(),
+        load_default=dict,
+        metadata={
+            "description": "the generate scenario's settings (docs/generate.md), some of: "
+            f"{', '.join(f.name for f in dataclass_fields(GenerationSettings))}; only those given are kept"
+        },
+    )
+
+    @validates_schema(skip_on_field_errors=True)
+    def _check_generation(self, data: dict[str, Any], **_: Any) -> None:
+        scenarios = data.get("scenarios") or ["single_stream"]
+        generation = data.get("generation") or {}
+        if "generate" not in scenarios:
+            if generation:
+                message = "applies only to the generate scenario (--scenario generate)"
+                raise ValidationError(message, "generation")
+            return
+        if len(scenarios) > 1:
+            raise ValidationError(
+                "generate runs alone: it measures a generative model token by token, not one forward "
+                "pass (ask for the other scenarios in another evaluation)",
+                "scenarios",
+            )
+        if list(data.get("batch_sizes") or [1]) != [1]:
+            raise ValidationError(
+                "the generate scenario sends one sequence per request: leave batch_sizes at [1] and "
+                "set generation.concurrency for requests in flight at once",
+                "batch_sizes",
+            )
+        load = data.get("load_settings") or {}
+        if load.get("find_max_qps") and not generation.get("slo"):
+            raise ValidationError(
+                "find_max_qps with the generate scenario needs an slo to search against "
+                "(e.g. --slo ttft_ms=200,tpot_ms=50)",
+                "generation.slo",
+            )
+        if load.get("max_in_flight") is not None:
+            raise ValidationError(
+                "the generate scenario's requests in flight are generation.concurrency (--concurrency)",
+                "load.max_in_flight",
+            )
+        if generation.get("endpoint") and data.get("framework") != ENDPOINT_FRAMEWORK:
+            raise ValidationError(
+                f"an evaluation of an endpoint runs on the {ENDPOINT_FRAMEWORK!r} framework, not on "
+                f"{data.get('framework')!r} (mlscope run MODEL --endpoint URL sets it)",
+                "framework",
+            )
+        if data.get("framework") == ENDPOINT_FRAMEWORK and not generation.get("endpoint"):
+            message = "the endpoint framework needs generation.endpoint (--endpoint URL)"
+            raise ValidationError(message, "framework")
 
     @validates_schema(skip_on_field_errors=True)
     def _check_dataset_options(self, data: dict[str, Any], **_: Any) -> None:

@@ -1,0 +1,298 @@
+"""Generation settings: what the generate scenario asks a model for, where, and what it must meet.
+
+Defined once: the request validates a `generation` document with `GenerationSettings.from_dict`, and
+the predictor runtime's driver reads the same dataclass. The arrival rate, the max-QPS search and the
+certificate's percentile and confidence are the load settings' (`qps`, `find_max_qps`, `percentile`,
+`confidence`, `seed`, `resolution`: mlscope.contract.load), shared with the server scenario.
+
+Lengths are given as a fixed number (`128`), a distribution (`uniform:64-256`, `normal:128,32`) or a
+list of lengths taken in order and cycled (what `--prompt-tokens file:PATH` becomes on the client:
+a file is read where it is typed, never by a worker). Every draw is seeded, so two runs send the same
+requests.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from mlscope.contract.errors import UserError, check_known_keys
+
+__all__ = [
+    "APIS",
+    "ENDPOINT_FRAMEWORK",
+    "MAX_LENGTH",
+    "SLO_METRICS",
+    "GenerationSettings",
+    "draw_lengths",
+    "parse_lengths",
+    "parse_slo",
+    "read_lengths_file",
+]
+
+# The framework name of an evaluation that measures a model behind an endpoint (nothing loads here).
+ENDPOINT_FRAMEWORK = "endpoint"
+# The OpenAI-compatible APIs an endpoint is asked through.
+APIS = ("chat", "completions")
+# What a service-level objective may bound, per request.
+SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
+# A length beyond this is a typo (no model has a context of a million tokens here).
+MAX_LENGTH = 1_000_000
+MAX_LISTED_LENGTHS = 100_000
+
+_UNIFORM = re.compile(r"^uniform:(\d+)-(\d+)$")
+_NORMAL = re.compile(r"^normal:(\d+(?:\.\d+)?),(\d+(?:\.\d+)?)$")
+_LENGTH_FORMS = (
+    "a number of tokens (128), uniform:LOW-HIGH, normal:MEAN,SD or file:PATH (one length per line)"
+)
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """What the generate scenario sends, validated on construction.
+
+    Attributes:
+        requests: 32. Requests measured per point (after the warm-up ones). With an SLO, raised to
+            what the certificate of the percentile needs when no request misses it.
+        prompt_tokens: 128. Prompt length: a number, "uniform:LOW-HIGH", "normal:MEAN,SD" or a list.
+        output_tokens: 64. Tokens generated per request, forced: end-of-sequence is ignored in
+            process, and an endpoint that stops early fails the request (see ignore_eos).
+        concurrency: 1. Requests in flight at once: a closed loop of this many clients, or under a
+            Poisson rate (load qps) the most in flight (the others wait, and the wait counts).
+        warmup_requests: 2. Requests run before the measured ones, not recorded.
+        slo: the per-request objectives ({"ttft_ms": 200, "tpot_ms": 50}); a request meeting all of
+            them counts toward goodput, and each bounded metric's percentile is certified.
+        endpoint: an OpenAI-compatible base URL (http://host:port/v1): measure the model behind it,
+            timed from this side, instead of loading it here.
+        api: "chat" (POST /chat/completions) or "completions" (POST /completions).
+        endpoint_model: the model name sent to the endpoint; None for the evaluation's model.
+        ignore_eos: also send `ignore_eos` and `min_tokens` (vLLM's and SGLang's extensions), so the
+            server cannot stop before output_tokens; a server that refuses unknown fields says so.
+        request_timeout_s: 120. A request with no byte for this long fails ("stalled").
+        compare_served: also serve the model from its directory on this machine (`transformers
+            serve`, started and stopped by the job), run the same requests against it, and report
+            the serving overhead per metric (the measurement's generation.served and
+            generation.serving_overhead).
+    """
+
+    requests: int = 32
+    prompt_tokens: Any = 128
+    output_tokens: Any = 64
+    concurrency: int = 1
+    warmup_requests: int = 2
+    slo: dict[str, float] | None = None
+    endpoint: str | None = None
+    api: str = "chat"
+    endpoint_model: str | None = None
+    ignore_eos: bool = False
+    request_timeout_s: float = 120.0
+    compare_served: bool = False
+
+    def __post_init__(self) -> None:
+        _require_int(self, "requests", 1, 100_000)
+        _require_int(self, "concurrency", 1, 4096)
+        _require_int(self, "warmup_requests", 0, 1000)
+        object.__setattr__(self, "prompt_tokens", parse_lengths(self.prompt_tokens, "prompt_tokens"))
+        object.__setattr__(self, "output_tokens", parse_lengths(self.output_tokens, "output_tokens"))
+        if self.slo is not None:
+            object.__setattr__(self, "slo", parse_slo(self.slo))
+        if self.endpoint is not None:
+            _check_endpoint(self.endpoint)
+        if self.api not in APIS:
+            raise UserError(
+                f"generation setting api={self.api!r} is invalid: expected one of {', '.join(APIS)}",
+                field="api",
+            )
+        if self.endpoint_model is not None and (
+            not isinstance(self.endpoint_model, str) or not 0 < len(self.endpoint_model) <= 1000
+        ):
+            raise UserError("generation setting endpoint_model must be a model name", field="endpoint_model")
+        if not isinstance(self.ignore_eos, bool):
+            raise UserError("generation setting ignore_eos must be true or false", field="ignore_eos")
+        timeout = self.request_timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86_400:
+            raise UserError(
+                f"generation setting request_timeout_s={timeout!r} is invalid: "
+                "expected seconds in (0, 86400]",
+                field="request_timeout_s",
+            )
+        object.__setattr__(self, "request_timeout_s", float(timeout))
+        if not isinstance(self.compare_served, bool):
+            raise UserError("generation setting compare_served must be true or false", field="compare_served")
+        if self.compare_served and self.endpoint is not None:
+            raise UserError(
+                "compare_served serves the model loaded here; with an endpoint there is nothing to "
+                "compare it with (drop one of them)",
+                field="compare_served",
+            )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> GenerationSettings:
+        """Settings from a mapping, defaults for what it leaves out.
+
+        Raises:
+            UserError: a key is not a setting (every unknown one is named) or a value is invalid;
+                `field` names it.
+        """
+        if data is None:
+            return cls()
+        check_known_keys(data, [f.name for f in fields(cls)], "generation", field="generation")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every setting by name; `from_dict(to_dict())` gives equal settings."""
+        return asdict(self)
+
+    def lengths(self, count: int, seed: int) -> tuple[list[int], list[int]]:
+        """The prompt and output lengths of `count` requests, drawn with `seed`."""
+        return (
+            draw_lengths(self.prompt_tokens, count, seed),
+            draw_lengths(self.output_tokens, count, seed + 1),
+        )
+
+
+def parse_lengths(value: Any, name: str) -> int | str | list[int]:
+    """A length setting, checked: an integer, "uniform:LOW-HIGH", "normal:MEAN,SD" or a list.
+
+    Raises:
+        UserError: none of those, or a length outside [1, MAX_LENGTH]; `field` is `name`.
+    """
+
+    def bad(why: str) -> UserError:
+        return UserError(f"generation setting {name}={value!r} is invalid: {why}", field=name)
+
+    if isinstance(value, bool):
+        raise bad(f"expected {_LENGTH_FORMS}")
+    if isinstance(value, int):
+        if not 1 <= value <= MAX_LENGTH:
+            raise bad(f"expected a length in [1, {MAX_LENGTH}]")
+        return value
+    if isinstance(value, list):
+        if not value or len(value) > MAX_LISTED_LENGTHS:
+            raise bad(f"expected 1 to {MAX_LISTED_LENGTHS} lengths")
+        for item in value:
+            if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= MAX_LENGTH:
+                raise bad(f"every listed length must be an integer in [1, {MAX_LENGTH}], got {item!r}")
+        return list(value)
+    if not isinstance(value, str):
+        raise bad(f"expected {_LENGTH_FORMS}")
+    text = value.strip()
+    if text.isdigit():
+        return parse_lengths(int(text), name)
+    if match := _UNIFORM.match(text):
+        low, high = int(match[1]), int(match[2])
+        if not 1 <= low <= high <= MAX_LENGTH:
+            raise bad(f"expected 1 ≤ LOW ≤ HIGH ≤ {MAX_LENGTH}")
+        return text
+    if match := _NORMAL.match(text):
+        mean = float(match[1])
+        if not 1 <= mean <= MAX_LENGTH:
+            raise bad(f"expected a mean in [1, {MAX_LENGTH}]")
+        return text
+    if text.startswith("file:"):
+        raise bad(
+            "a file of lengths is read by the CLI (mlscope run --prompt-tokens file:PATH); send the list"
+        )
+    raise bad(f"expected {_LENGTH_FORMS}")
+
+
+def read_lengths_file(path: str, name: str) -> list[int]:
+    """The lengths in a file, one or more per line (whitespace- or comma-separated; # comments).
+
+    Raises:
+        UserError: the file cannot be read, is empty, or holds something else than lengths.
+    """
+    try:
+        text = Path(path).expanduser().read_text()
+    except OSError as exc:
+        raise UserError(f"{name}: cannot read the lengths file {path}: {exc.strerror}", field=name) from None
+    lengths: list[int] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        for token in re.split(r"[\s,]+", line.partition("#")[0].strip()):
+            if not token:
+                continue
+            if not token.isdigit():
+                raise UserError(f"{name}: {path} line {number}: {token!r} is not a length", field=name)
+            lengths.append(int(token))
+    if not lengths:
+        raise UserError(f"{name}: {path} holds no lengths", field=name)
+    result = parse_lengths(lengths, name)
+    assert isinstance(result, list)
+    return result
+
+
+def draw_lengths(spec: int | str | list[int], count: int, seed: int) -> list[int]:
+    """`count` lengths from a parsed spec: a fixed one, seeded draws, or a list cycled in order."""
+    if isinstance(spec, int):
+        return [spec] * count
+    if isinstance(spec, list):
+        return [spec[i % len(spec)] for i in range(count)]
+    rng = random.Random(seed)
+    if match := _UNIFORM.match(spec):
+        low, high = int(match[1]), int(match[2])
+        return [rng.randint(low, high) for _ in range(count)]
+    match = _NORMAL.match(spec)
+    assert match is not None, spec
+    mean, sd = float(match[1]), float(match[2])
+    return [min(MAX_LENGTH, max(1, round(rng.gauss(mean, sd)))) for _ in range(count)]
+
+
+def parse_slo(value: Any) -> dict[str, float]:
+    """Service-level objectives from "ttft_ms=200,tpot_ms=50" or a mapping.
+
+    Raises:
+        UserError: not of that form, a metric other than ttft_ms, tpot_ms or e2e_ms, or a bound that
+            is not a positive number; `field` is "slo".
+    """
+    known = ", ".join(SLO_METRICS)
+    if isinstance(value, str):
+        pairs: dict[str, Any] = {}
+        for part in filter(None, (p.strip() for p in value.split(","))):
+            key, sep, number = part.partition("=")
+            if not sep:
+                raise UserError(
+                    f"slo {value!r}: {part!r} is not METRIC=MS (e.g. ttft_ms=200,tpot_ms=50)", field="slo"
+                )
+            try:
+                pairs[key.strip()] = float(number)
+            except ValueError:
+                raise UserError(
+                    f"slo {value!r}: {number.strip()!r} is not a number of ms", field="slo"
+                ) from None
+        value = pairs
+    if not isinstance(value, dict) or not value:
+        raise UserError(f"slo must bound at least one of {known} (e.g. ttft_ms=200,tpot_ms=50)", field="slo")
+    slo: dict[str, float] = {}
+    for key, bound in value.items():
+        if key not in SLO_METRICS:
+            raise UserError(f"slo: unknown metric {key!r}: expected some of {known}", field="slo")
+        if (
+            isinstance(bound, bool)
+            or not isinstance(bound, (int, float))
+            or not math.isfinite(bound)
+            or bound <= 0
+        ):
+            raise UserError(f"slo: {key}={bound!r} is invalid: expected a number of ms > 0", field="slo")
+        slo[key] = float(bound)
+    return slo
+
+
+def _check_endpoint(url: Any) -> None:
+    if not isinstance(url, str) or not re.match(r"^https?://[^\s/?#]+(/[^\s?#]*)?$", url):
+        raise UserError(
+            f"endpoint {url!r} is not an http(s) URL: expected the API's base, e.g. http://127.0.0.1:8000/v1",
+            field="endpoint",
+        )
+
+
+def _require_int(settings: GenerationSettings, name: str, minimum: int, maximum: int) -> None:
+    value = getattr(settings, name)
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise UserError(
+            f"generation setting {name}={value!r} is invalid: expected an integer in [{minimum}, {maximum}]",
+            field=name,
+        )
