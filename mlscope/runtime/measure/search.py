@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -66,14 +66,24 @@ class Probe:
         }
 
 
+class Tried(Protocol):
+    """What the search needs of a probe: the rate tried and whether it passed."""
+
+    qps: float
+    passed: bool
+
+
+T = TypeVar("T", bound=Tried)
+
+
 def find_max_qps(
-    probe: Callable[[float], Probe],
+    probe: Callable[[float], T],
     start_qps: float,
     *,
     resolution: float,
     cap_qps: float,
     max_probes: int = MAX_PROBES,
-) -> tuple[Probe | None, list[Probe]]:
+) -> tuple[T | None, list[T]]:
     """Bracket, then bisect, the highest passing rate.
 
     From `start_qps`, double while probes pass (up to `cap_qps`) or halve while they fail (down to
@@ -84,8 +94,8 @@ def find_max_qps(
     Returns:
         The highest passing probe (None when none passed) and every probe, in the order run.
     """
-    probes: list[Probe] = []
-    best: Probe | None = None
+    probes: list[T] = []
+    best: T | None = None
     qps = min(max(start_qps, MIN_QPS), cap_qps)
     while len(probes) < max_probes:
         result = probe(qps)
