@@ -10,12 +10,15 @@ from typing import Any, TypeVar
 
 import click
 
+from mlscope.cli.generation_options import GENERATION_FLAGS, GENERATION_OPTIONS, generation_document
+
 __all__ = [
     "evaluation_options",
     "json_flag",
     "load_document",
     "model_options",
     "model_options_document",
+    "parse_key_values",
     "request_fields",
     "split_csv",
 ]
@@ -47,7 +50,7 @@ def _parse_batch_sizes(ctx: click.Context, param: click.Parameter, value: str | 
     return sizes
 
 
-def _parse_key_values(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Any]:
+def parse_key_values(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Any]:
     """KEY=VALUE pairs; a value is read as JSON (numbers, true/false, lists) or else kept as text."""
     parsed: dict[str, Any] = {}
     for item in values:
@@ -101,7 +104,7 @@ MODEL_OPTIONS = (
         "--config",
         "config",
         multiple=True,
-        callback=_parse_key_values,
+        callback=parse_key_values,
         metavar="KEY=VALUE",
         help="A Hugging Face config override for hf:<type> and model directories, e.g. num_hidden_layers=4 "
         "(repeatable).",
@@ -192,7 +195,7 @@ LOAD_OPTIONS = (
         "--load",
         "load",
         multiple=True,
-        callback=_parse_key_values,
+        callback=parse_key_values,
         metavar="KEY=VALUE",
         help="Any load setting, e.g. --load confidence=0.95 or --load resolution=0.1 (repeatable).",
     ),
@@ -226,7 +229,8 @@ _EVALUATION_OPTIONS = (
         show_default=True,
         metavar="NAMES",
         help="Comma-separated scenarios: single_stream (back-to-back latency), offline (throughput), "
-        "server (Poisson arrivals at --qps), multi_stream (--samples-per-query samples every --interval-ms).",
+        "server (Poisson arrivals at --qps), multi_stream (--samples-per-query samples every --interval-ms), "
+        "generate (a generative model's requests token by token: TTFT, TPOT, goodput; docs/generate.md).",
     ),
     click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N."),
     click.option(
@@ -255,7 +259,7 @@ _EVALUATION_OPTIONS = (
         "--measure",
         "measure",
         multiple=True,
-        callback=_parse_key_values,
+        callback=parse_key_values,
         metavar="KEY=VALUE",
         help="Any measurement setting, e.g. --measure stability=0.01 (repeatable).",
     ),
@@ -263,7 +267,7 @@ _EVALUATION_OPTIONS = (
         "--option",
         "options",
         multiple=True,
-        callback=_parse_key_values,
+        callback=parse_key_values,
         metavar="KEY=VALUE",
         help="A predictor option: threads, inter_op_threads, graph_optimization_level (disable, basic, "
         "extended, all), execution_providers (a JSON list), input_pool (repeatable).",
@@ -280,6 +284,7 @@ _EVALUATION_OPTIONS = (
     ),
     click.option("--limit", type=int, metavar="N", help="Evaluate only the dataset's first N samples."),
     *LOAD_OPTIONS,
+    *GENERATION_OPTIONS,
     click.option(
         "--check-parity",
         is_flag=True,
@@ -328,14 +333,19 @@ def request_fields(
     parity_against: str | None = None,
     tolerance: float | None = None,
     load: dict[str, Any] | None = None,
-    **load_flags: Any,
+    generation: dict[str, Any] | None = None,
+    **flags: Any,
 ) -> dict[str, Any]:
-    """The request document's fields from the shared options (accuracy, parity and load ones only
-    when set; `load_flags` are the load settings' options, `--qps` and the others)."""
-    unknown = set(load_flags) - {parameter for parameter, _ in _LOAD_FLAGS}
+    """The request document's fields from the shared options (accuracy, parity, load and generation
+    ones only when set; `flags` are the load and generation settings' own options, `--qps`,
+    `--slo` and the others)."""
+    load_names = {parameter for parameter, _ in _LOAD_FLAGS}
+    generation_names = {parameter for parameter, _ in GENERATION_FLAGS}
+    unknown = set(flags) - load_names - generation_names
     if unknown:
         raise TypeError(f"request_fields() got unexpected options {', '.join(sorted(unknown))}")
-    load = load_document(load or {}, **load_flags)
+    load = load_document(load or {}, **{k: v for k, v in flags.items() if k in load_names})
+    generation = generation_document(generation, **{k: v for k, v in flags.items() if k in generation_names})
     measure = dict(measure)
     for name, value in (("min_seconds", min_seconds), ("max_seconds", max_seconds), ("min_count", min_count)):
         if value is not None:
@@ -360,6 +370,7 @@ def request_fields(
                 ("parity_against", parity_against),
                 ("tolerance", tolerance),
                 ("load", load or None),
+                ("generation", generation or None),
             )
             if value is not None
         },

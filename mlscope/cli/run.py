@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from mlscope.cli.generation_options import check_endpoint_frameworks
 from mlscope.cli.options import evaluation_options, json_flag, request_fields, split_csv
 from mlscope.cli.render import (
     console,
@@ -43,7 +44,9 @@ __all__ = ["evaluate_with_bars", "run", "run_command"]
 @json_flag("Print each result as one JSON line on stdout.")
 def run(model: str, frameworks: str | None, as_json: bool, **fields: Any) -> None:
     """Evaluate MODEL on this machine and store the results."""
-    sys.exit(run_command(model, split_csv(frameworks), request_fields(**fields), as_json=as_json))
+    document = request_fields(**fields)
+    names = check_endpoint_frameworks(split_csv(frameworks), document.get("generation") or {})
+    sys.exit(run_command(model, names, document, as_json=as_json))
 
 
 class _ProgressView:

@@ -27,6 +27,7 @@ from mlscope.runtime.data import DatasetRef
 from mlscope.runtime.dataset_pass import collect_outputs, postprocess, run_dataset_pass
 from mlscope.runtime.energy import EnergyMeter, EnergyUnavailable, open_energy_meter
 from mlscope.runtime.frameworks import get_framework, load_predictor_class
+from mlscope.runtime.generate.job import run_generate_job
 from mlscope.runtime.measure import MeasureSettings, get_scenario
 from mlscope.runtime.measure.parity import encode_outputs
 from mlscope.runtime.memory import PeakMemory
@@ -219,6 +220,21 @@ def execute(job: Job, emit: Emit) -> dict[str, Any]:
             predictor.fetch()
         fetch_ms = _ms(start)
 
+        if "generate" in job.scenarios:
+            generated = run_generate_job(predictor, job, settings, phases.enter, phases.emit, tracer)
+            cold_start = {"import_ms": import_ms, "fetch_ms": fetch_ms, "warm_process": warm_process}
+            return _report(
+                phases,
+                predictor,
+                memory,
+                tracer,
+                root,
+                generated.framework,
+                cold_start | generated.cold_start,
+                generated.measurements,
+                {},
+            )
+
         phases.enter("load")
         start = time.perf_counter_ns()
         with tracer.span("load"):
@@ -248,29 +264,17 @@ def execute(job: Job, emit: Emit) -> dict[str, Any]:
                 predictor, one_batch, job.batch_sizes, tracer, settings, _gpu_indices(job.device)
             )
 
-        phases.enter("report")
-        framework = predictor.describe()
-        memory_section = memory.section(predictor.device_memory_peak_bytes())
-        result = {
-            # The framework's build facts stay with the framework: the system is the machine and
-            # its installed stack, the same for every framework evaluated on it.
-            "system": capture_system(),
-            "framework": framework,
-            "cold_start": {
-                "import_ms": import_ms,
-                "load_ms": load_ms,
-                "first_inference_ms": first_inference_ms,
-                "fetch_ms": fetch_ms,
-                # The framework was already imported by this process: import_ms is not a cold import.
-                "warm_process": warm_process,
-            },
-            "measurements": measurements,
-            **({"memory": memory_section} if memory_section is not None else {}),
-            **answers,
-            "trace": {"trace_id": tracer.trace_id, "spans": tracer.spans},
+        cold_start = {
+            "import_ms": import_ms,
+            "load_ms": load_ms,
+            "first_inference_ms": first_inference_ms,
+            "fetch_ms": fetch_ms,
+            # The framework was already imported by this process: import_ms is not a cold import.
+            "warm_process": warm_process,
         }
-        root.__exit__(None, None, None)  # the root span joins tracer.spans, which result shares
-        return result
+        return _report(
+            phases, predictor, memory, tracer, root, predictor.describe(), cold_start, measurements, answers
+        )
     except BaseException as exc:
         # The root span ends with the failure named on it; the spans so far travel with the error.
         root.__exit__(type(exc), exc, exc.__traceback__)
@@ -284,6 +288,35 @@ def execute(job: Job, emit: Emit) -> dict[str, Any]:
     finally:
         if predictor is not None:
             predictor.close()
+
+
+def _report(
+    phases: _Phases,
+    predictor: Predictor,
+    memory: PeakMemory,
+    tracer: Tracer,
+    root: Any,
+    framework: dict[str, Any],
+    cold_start: dict[str, Any],
+    measurements: list[dict[str, Any]],
+    answers: dict[str, Any],
+) -> dict[str, Any]:
+    """The job's result, and the root span ended."""
+    phases.enter("report")
+    memory_section = memory.section(predictor.device_memory_peak_bytes())
+    result = {
+        # The framework's build facts stay with the framework: the system is the machine and its
+        # installed stack, the same for every framework evaluated on it.
+        "system": capture_system(),
+        "framework": framework,
+        "cold_start": cold_start,
+        "measurements": measurements,
+        **({"memory": memory_section} if memory_section is not None else {}),
+        **answers,
+        "trace": {"trace_id": tracer.trace_id, "spans": tracer.spans},
+    }
+    root.__exit__(None, None, None)  # the root span joins tracer.spans, which result shares
+    return result
 
 
 def _as_failure(exc: BaseException, phase: str) -> JobFailed | None:

@@ -69,6 +69,8 @@ class FrameworkSpec:
             `prefetch_on_host`; None: nothing to make.
         system_distributions: libraries whose installed versions every captured system records
             (they change the figures), besides numpy.
+        generates: its predictor runs the generate scenario (`Predictor.generation_engine`); a
+            generate run that names no framework uses those.
     """
 
     name: str
@@ -83,6 +85,7 @@ class FrameworkSpec:
     image_by_default: bool = False
     host_prefetch: str | None = None
     system_distributions: tuple[str, ...] = ()
+    generates: bool = False
 
     def prefetch_on_host(
         self, manifest: Manifest, options: PredictorOptions, cache_dir: Path, *, timeout_s: float

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.generation import ENDPOINT_FRAMEWORK, GenerationSettings
 from mlscope.contract.job import Job
 from mlscope.contract.load import LoadSettings
 from mlscope.contract.manifest import Manifest
@@ -22,6 +23,7 @@ from mlscope.contract.options import MAX_INPUT_POOL
 from mlscope.contract.request import EvaluationRequest, parse_request
 from mlscope.contract.settings import Settings
 from mlscope.registry.datasets import check_dataset_reference, resolve_dataset
+from mlscope.registry.endpoints import endpoint_manifest
 from mlscope.registry.models import ModelRegistry
 from mlscope.registry.references import ModelOptions
 from mlscope.runtime.data import DatasetRef
@@ -148,7 +150,7 @@ def admit(
     if not isinstance(request, EvaluationRequest):
         request = parse_request(dict(request))
     framework = check_runnable(get_framework(request.framework))
-    manifest = models.get(request.model, request.framework, ModelOptions.from_dict(request.model_options))
+    manifest = _manifest(request, models)
     _check_fixed_batch(manifest, request.batch_sizes)
     check_measure(request.measure)
     _check_multi_stream(request, None)
@@ -186,6 +188,16 @@ def admit(
         check_takes_dataset(manifest, dataset)
         _check_multi_stream(request, dataset)
     return Admission(request, manifest, version, dataset, parity_manifest)
+
+
+def _manifest(request: EvaluationRequest, models: ModelRegistry) -> Manifest:
+    """The manifest the request's model resolves to: the registry's, or for an endpoint the one
+    that names the served model (nothing of it is loaded here)."""
+    if request.framework == ENDPOINT_FRAMEWORK:
+        generation = GenerationSettings.from_dict(request.generation)
+        assert generation.endpoint is not None  # the request schema requires it with this framework
+        return endpoint_manifest(request.model, generation.endpoint, generation.endpoint_model)
+    return models.get(request.model, request.framework, ModelOptions.from_dict(request.model_options))
 
 
 def _parity_manifest(request: EvaluationRequest, models: ModelRegistry) -> Manifest:

@@ -57,7 +57,19 @@ def admit_all(
         UserError: the first request that would not be admitted, naming its field.
     """
     registry = registry or ModelRegistry.load(settings.manifests)
-    names = default_frameworks(registry, model) if frameworks is None else list(frameworks)
+    if frameworks is None:
+        names = default_frameworks(registry, model)
+        if "generate" in (document.get("scenarios") or ()):
+            generating = [name for name in names if get_framework(name).generates]
+            if not generating:
+                raise UserError(
+                    f"none of {model!r}'s installed frameworks ({', '.join(names)}) runs the generate "
+                    "scenario: it needs one that generates tokens in process, or --endpoint URL",
+                    field="framework",
+                )
+            names = generating
+    else:
+        names = list(frameworks)
     if not names:
         raise UserError(
             "no framework named: name one or more, or none for every installed one", field="framework"

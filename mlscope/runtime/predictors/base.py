@@ -17,6 +17,7 @@ from mlscope.runtime.trace.profiled import ProfiledPass
 if TYPE_CHECKING:  # annotations only: listing frameworks imports this module, and stays light
     import numpy as np
 
+    from mlscope.contract.generation import GenerationSettings
     from mlscope.contract.manifest import Manifest
     from mlscope.runtime.generate.records import GenerateEngine
 
@@ -113,7 +114,7 @@ class Predictor(ABC):
         """
         return False
 
-    def generation_engine(self) -> GenerateEngine:
+    def generation_engine(self, settings: GenerationSettings) -> GenerateEngine:
         """The model as a token generator for the generate scenario, loaded (this replaces `load`
         for a generate job: the generative model is another module than the one `predict` runs).
 

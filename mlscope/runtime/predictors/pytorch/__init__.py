@@ -21,5 +21,6 @@ FRAMEWORK = register_framework(
         # PyPI's torch wheel is the CUDA build (several GB): its image is built only when asked for by name.
         image_by_default=False,
         system_distributions=("torch", "torchvision", "timm", "transformers"),
+        generates=True,
     )
 )

@@ -1,0 +1,134 @@
+"""The generate scenario's options (`--prompt-tokens`, `--slo`, `--endpoint`, ...), shared by `run`,
+`submit` and `compare`, and the request's `generation` document they make.
+
+A `file:PATH` length is read here, where it was typed, and sent as the list of lengths: a worker
+never reads a file named by a client.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from mlscope.contract.errors import UserError
+from mlscope.contract.generation import read_lengths_file
+
+__all__ = ["GENERATION_FLAGS", "GENERATION_OPTIONS", "generation_document"]
+
+# (parameter, setting): the generation settings with options of their own.
+GENERATION_FLAGS = (
+    ("prompt_tokens", "prompt_tokens"),
+    ("output_tokens", "output_tokens"),
+    ("requests", "requests"),
+    ("concurrency", "concurrency"),
+    ("slo", "slo"),
+    ("endpoint", "endpoint"),
+    ("api", "api"),
+    ("endpoint_model", "endpoint_model"),
+    ("ignore_eos", "ignore_eos"),
+    ("compare_served", "compare_served"),
+)
+
+
+def _parse_pairs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Any]:
+    from mlscope.cli.options import parse_key_values
+
+    return parse_key_values(ctx, param, values)
+
+
+GENERATION_OPTIONS = (
+    click.option(
+        "--prompt-tokens",
+        metavar="SPEC",
+        help="generate: prompt length per request: N, uniform:LOW-HIGH, normal:MEAN,SD or file:PATH "
+        "(lengths taken in order) [default: 128].",
+    ),
+    click.option(
+        "--output-tokens",
+        metavar="SPEC",
+        help="generate: tokens generated per request, forced (same forms) [default: 64].",
+    ),
+    click.option("--requests", type=int, metavar="N", help="generate: requests measured [default: 32]."),
+    click.option(
+        "--concurrency",
+        type=int,
+        metavar="N",
+        help="generate: requests in flight at once (a closed loop; with --qps the most in flight) "
+        "[default: 1].",
+    ),
+    click.option(
+        "--slo",
+        metavar="METRIC=MS,...",
+        help="generate: per-request objectives, e.g. ttft_ms=200,tpot_ms=50 (also e2e_ms): goodput counts "
+        "the requests meeting them; --find-max-qps searches the highest rate whose --percentile meets them.",
+    ),
+    click.option(
+        "--endpoint",
+        metavar="URL",
+        help="generate: measure the model behind this OpenAI-compatible endpoint (http://host:port/v1) "
+        "instead of loading it here; MODEL names it (or --endpoint-model).",
+    ),
+    click.option(
+        "--api",
+        type=click.Choice(["chat", "completions"]),
+        help="generate: the endpoint's API: chat (/chat/completions) or completions [default: chat].",
+    ),
+    click.option("--endpoint-model", metavar="NAME", help="generate: the model name sent to the endpoint."),
+    click.option(
+        "--ignore-eos",
+        is_flag=True,
+        help="generate: ask the endpoint not to stop at end-of-sequence (ignore_eos and min_tokens, as "
+        "vLLM and SGLang take them).",
+    ),
+    click.option(
+        "--compare-served",
+        is_flag=True,
+        help="generate: also serve the model here (transformers serve), send it the same requests and "
+        "report the serving overhead per metric.",
+    ),
+    click.option(
+        "--generation",
+        "generation",
+        multiple=True,
+        callback=_parse_pairs,
+        metavar="KEY=VALUE",
+        help="Any generation setting, e.g. --generation warmup_requests=4 (repeatable).",
+    ),
+)
+
+
+def generation_document(generation: dict[str, Any] | None, **flags: Any) -> dict[str, Any]:
+    """The request's `generation` from `--generation KEY=VALUE` pairs and the flags set (a flag wins).
+
+    Raises:
+        UserError: a `file:PATH` length whose file cannot be read or holds no lengths.
+    """
+    document = dict(generation or {})
+    for parameter, setting in GENERATION_FLAGS:
+        value = flags.get(parameter)
+        if value is not None and value is not False:
+            document[setting] = value
+    for name in ("prompt_tokens", "output_tokens"):
+        value = document.get(name)
+        if isinstance(value, str) and value.startswith("file:"):
+            document[name] = read_lengths_file(value[len("file:") :], f"generation.{name}")
+    return document
+
+
+def check_endpoint_frameworks(frameworks: list[str], generation: dict[str, Any]) -> list[str]:
+    """The frameworks of a run: `endpoint` when --endpoint is given (and no other).
+
+    Raises:
+        UserError: --endpoint with another framework named.
+    """
+    if not generation.get("endpoint"):
+        return frameworks
+    others = [name for name in frameworks if name != "endpoint"]
+    if others:
+        raise UserError(
+            f"--endpoint measures the model behind the endpoint: it runs on the 'endpoint' framework, "
+            f"not {', '.join(others)} (leave --framework out)",
+            field="framework",
+        )
+    return ["endpoint"]

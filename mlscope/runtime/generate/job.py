@@ -1,0 +1,113 @@
+"""A generate job in the predictor process: the engine loaded (the load phase), one request timed
+(the first inference), then the measured requests (the measure phase).
+
+The engine is the framework's (`Predictor.generation_engine`): a model generating in this process,
+or the endpoint framework's HTTP client. Either way the figures come from `driver`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mlscope.contract.generation import GenerationSettings
+from mlscope.contract.job import Job
+from mlscope.contract.load import LoadSettings
+from mlscope.runtime.generate.driver import run_generate
+from mlscope.runtime.generate.records import GenerationRequest
+from mlscope.runtime.generate.served import add_served
+from mlscope.runtime.measure.settings import MeasureSettings
+from mlscope.runtime.predictors.base import Predictor
+from mlscope.runtime.trace.spans import Tracer
+
+__all__ = ["GeneratedJob", "run_generate_job"]
+
+# The first request: a short prompt and a few tokens, enough to run every code path once.
+_FIRST_PROMPT_TOKENS = 8
+_FIRST_OUTPUT_TOKENS = 4
+
+
+@dataclass
+class GeneratedJob:
+    """What a generate job adds to the result."""
+
+    framework: dict[str, Any]
+    cold_start: dict[str, Any]
+    measurements: list[dict[str, Any]]
+
+
+def run_generate_job(
+    predictor: Predictor,
+    job: Job,
+    measure: MeasureSettings,
+    enter: Callable[..., None],
+    emit: Callable[[dict[str, Any]], None],
+    tracer: Tracer,
+) -> GeneratedJob:
+    """Load the engine, time a first request, measure.
+
+    Args:
+        enter: announces a phase (the job's phase tracker: a failure names the phase).
+        emit: sends an event to whoever runs the job (progress, probes, the measurement).
+
+    Raises:
+        PredictorError: the engine cannot be made (a model that cannot generate, an endpoint that
+            cannot be reached).
+        UserError: a request does not fit the model's context.
+    """
+    settings = GenerationSettings.from_dict(job.generation)
+    load = LoadSettings.from_dict(job.load)
+    enter("load")
+    start = time.perf_counter_ns()
+    with tracer.span("load", generate=True):
+        engine = predictor.generation_engine(settings)
+    load_ms = round((time.perf_counter_ns() - start) / 1e6, 3)
+    try:
+        enter("first_inference")
+        with tracer.span("first_inference", batch_size=1):
+            first = engine.generate(
+                GenerationRequest(0, _FIRST_PROMPT_TOKENS, _FIRST_OUTPUT_TOKENS, load.seed)
+            )
+        cold_start: dict[str, Any] = {"load_ms": load_ms}
+        if first.ok and first.token_ns:
+            cold_start["first_inference_ms"] = round((first.end_ns - first.start_ns) / 1e6, 3)
+            cold_start["first_token_ms"] = round((first.token_ns[0] - first.start_ns) / 1e6, 3)
+        else:  # counted, not fatal: the measured requests say how often it happens
+            cold_start["first_inference_error"] = first.error
+        qps = {"qps": load.qps} if load.qps is not None else {}
+        enter("measure", scenario="generate", batch_size=1, **qps)
+
+        def progress(fraction: float) -> None:
+            emit(
+                {"event": "progress", "scenario": "generate", "batch_size": 1, "fraction": round(fraction, 3)}
+            )
+
+        def probe(point: dict[str, Any]) -> None:
+            emit({"event": "probe", "scenario": "generate", "batch_size": 1, **point})
+
+        with tracer.span("predict", scenario="generate", batch_size=1):
+            measurement = run_generate(engine, settings, load, measure, on_progress=progress, on_probe=probe)
+        if settings.endpoint is not None:
+            measurement["generation"]["endpoint"] = settings.endpoint
+        measurement["generation"]["via"] = "endpoint" if settings.endpoint is not None else "in_process"
+        if settings.compare_served:
+            enter("serve")
+            with tracer.span("serve"):
+                add_served(measurement, engine, settings, load, measure, predictor.device)
+        emit(
+            {
+                "event": "measurement",
+                "scenario": "generate",
+                "batch_size": 1,
+                "latency_ms": measurement["latency_ms"],
+                "throughput": measurement["throughput"],
+                "validity": measurement["validity"],
+                "load": measurement.get("load"),
+                "generation": measurement["generation"],
+            }
+        )
+        return GeneratedJob(engine.describe(), cold_start, [measurement])
+    finally:
+        engine.close()

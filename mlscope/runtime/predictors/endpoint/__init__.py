@@ -1,0 +1,22 @@
+"""The endpoint framework: a model behind an OpenAI-compatible HTTP endpoint (vLLM, SGLang, TGI,
+`transformers serve`, a hosted API), measured from this side with the generate scenario only.
+
+Imports no HTTP client: this registration is read wherever frameworks are listed.
+"""
+
+from mlscope.runtime.frameworks import FrameworkSpec, register_framework
+
+FRAMEWORK = register_framework(
+    FrameworkSpec(
+        name="endpoint",
+        display="OpenAI-compatible endpoint",
+        import_name="httpx",
+        distributions=("httpx",),
+        predictor="mlscope.runtime.predictors.endpoint.predictor:EndpointPredictor",
+        sources=frozenset({"endpoint"}),
+        install_hint="pip install 'mlscope[generate]'",
+        order=90,
+        image_by_default=False,
+        generates=True,
+    )
+)

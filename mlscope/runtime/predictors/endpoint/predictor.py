@@ -1,0 +1,55 @@
+"""The endpoint framework's predictor: nothing to load, one engine, the HTTP client."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from mlscope.contract.generation import GenerationSettings
+from mlscope.runtime.generate.endpoint import EndpointEngine
+from mlscope.runtime.generate.records import GenerateEngine
+from mlscope.runtime.predictors.base import Predictor, PredictorError
+
+__all__ = ["EndpointPredictor"]
+
+_ONLY_GENERATE = "an endpoint runs only the generate scenario (--scenario generate)"
+
+
+class EndpointPredictor(Predictor):
+    NAME: ClassVar[str] = "endpoint"
+
+    @classmethod
+    def framework_version(cls) -> str:
+        import httpx
+
+        return f"httpx {httpx.__version__}"
+
+    @classmethod
+    def libraries(cls) -> dict[str, Any]:
+        return {}
+
+    def load(self) -> None:
+        raise PredictorError(_ONLY_GENERATE)
+
+    def prepare(self, arrays: dict[str, Any]) -> Any:
+        raise PredictorError(_ONLY_GENERATE)
+
+    def predict(self, batch: Any) -> Any:
+        raise PredictorError(_ONLY_GENERATE)
+
+    def outputs_to_numpy(self, outputs: Any) -> dict[str, Any]:
+        raise PredictorError(_ONLY_GENERATE)
+
+    def generation_engine(self, settings: GenerationSettings) -> GenerateEngine:
+        url = settings.endpoint or self.manifest.source.target
+        served = settings.endpoint_model or str(
+            self.manifest.attributes.get("served_model") or self.manifest.name
+        )
+        engine = EndpointEngine(
+            url,
+            served,
+            api=settings.api,
+            timeout_s=settings.request_timeout_s,
+            ignore_eos=settings.ignore_eos,
+        )
+        engine.check_reachable()
+        return engine
