@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from mlscope.cli.render_cost import resource_lines
+from mlscope.cli.render_generation import generation_lines, served_table
 from mlscope.cli.render_load import has_load_column, load_cell, search_lines
 from mlscope.contract.result import result_validity
 
@@ -199,9 +200,9 @@ def measurement_table(results: list[dict[str, Any]], title: str | None = None) -
                 f"{_ms(lo)}–{_ms(hi)}",
                 _ms(lat["p90"]),
                 _ms(lat["p99"]),
-                f"{lat['cv']:.3f}",
+                "-" if lat.get("cv") is None else f"{lat['cv']:.3f}",
                 f"{m['throughput']:,.1f}",
-                str(lat["count"]),
+                str(lat.get("count", "-")),
                 *([load_cell(m)] if loaded else []),
                 _validity(m["validity"]),
                 short_id(result["id"]),
@@ -307,6 +308,11 @@ def print_sections(result: dict[str, Any], indent: str = "") -> None:
         console.print(f"{indent}[bold]{label:<10}[/bold] {text}")
     for line in search_lines(result):
         console.print(f"{indent}{line}")
+    for line in generation_lines(result):
+        console.print(f"{indent}{line}")
+    served = served_table(result)
+    if served is not None:
+        console.print(served)
     validity = result_validity(result)
     if result["status"] == "succeeded" and not validity["valid"]:
         console.print(f"{indent}[bold red]NOT VALID[/bold red]: {escape('; '.join(validity['reasons']))}")

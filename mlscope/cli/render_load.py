@@ -114,7 +114,7 @@ def search_lines(result: Mapping[str, Any]) -> list[str]:
     lines = []
     for m in result.get("measurements") or []:
         search = (m.get("load") or {}).get("search")
-        if not isinstance(search, Mapping):
+        if not isinstance(search, Mapping) or m.get("generation"):  # a goodput search: render_generation's
             continue
         percentile = _percentile(search.get("percentile"))
         lines.append(

@@ -77,7 +77,8 @@ def _scaled_interval(point: float, latency_ms: Mapping[str, Any]) -> list[float]
 def cost_section(measurement: Mapping[str, Any], price_per_hour: float) -> dict[str, Any] | None:
     """The `cost` section of a measurement at `price_per_hour`: {"per_1k_inferences",
     "per_1m_tokens", "price_per_hour", "ci"}; `ci` is the interval of per_1k_inferences (see the
-    module's docstring), `per_1m_tokens` null until a result reports tokens.
+    module's docstring), `per_1m_tokens` the price of a million output tokens where the measurement
+    generated tokens (the generate scenario), else null.
 
     Args:
         measurement: {"scenario", "throughput", "latency_ms": {"median", "median_ci"}, ...}.
@@ -92,7 +93,17 @@ def cost_section(measurement: Mapping[str, Any], price_per_hour: float) -> dict[
     point = price_per_hour / _SECONDS_PER_HOUR * _PER / float(throughput)
     closed_loop = measurement.get("scenario") in CLOSED_LOOP_SCENARIOS
     ci = _scaled_interval(point, measurement.get("latency_ms") or {}) if closed_loop else None
-    return {"per_1k_inferences": point, "per_1m_tokens": None, "price_per_hour": price_per_hour, "ci": ci}
+    tokens_per_s = (measurement.get("generation") or {}).get("output_tokens_per_s")
+    per_1m_tokens = None
+    if isinstance(tokens_per_s, (int, float)) and not isinstance(tokens_per_s, bool) and tokens_per_s > 0:
+        # A generated token's price: the machine's time per output token (a request is an inference).
+        per_1m_tokens = price_per_hour / _SECONDS_PER_HOUR * 1_000_000 / float(tokens_per_s)
+    return {
+        "per_1k_inferences": point,
+        "per_1m_tokens": per_1m_tokens,
+        "price_per_hour": price_per_hour,
+        "ci": ci,
+    }
 
 
 class ReadTimePrices:

@@ -1,0 +1,164 @@
+"""How the CLI shows a generate measurement: per metric (TTFT, TPOT, ITL, end-to-end) the median with
+its interval and the p99, tokens and requests per second, goodput against the SLO with its
+certificates, the failed requests by reason, the goodput search's probes, and with --compare-served
+the in-process and served figures side by side."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+__all__ = ["generation_lines", "served_table"]
+
+_METRICS = (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"), ("end-to-end", "e2e_ms"))
+
+
+def _ms(value: Any) -> str:
+    if not isinstance(value, (int, float)):
+        return "-"
+    return f"{value:.3f}" if value < 10 else f"{value:.2f}" if value < 1000 else f"{value:,.0f}"
+
+
+def _rate(value: Any) -> str:
+    return f"{value:,.1f}" if isinstance(value, (int, float)) else "-"
+
+
+def _summary(summary: Mapping[str, Any] | None) -> str:
+    if not summary or summary.get("median") is None:
+        return "-"
+    lo, hi = summary.get("median_ci") or (None, None)
+    return f"median {_ms(summary['median'])} ms (95% CI {_ms(lo)}–{_ms(hi)}), p99 {_ms(summary.get('p99'))}"
+
+
+def _lengths(generation: Mapping[str, Any], name: str) -> str:
+    counts = generation.get(name) or {}
+    if not counts:
+        return "-"
+    low, high = counts.get("min"), counts.get("max")
+    return str(low) if low == high else f"{low}–{high} (mean {counts.get('mean', 0):.0f})"
+
+
+def _slo_text(generation: Mapping[str, Any]) -> str | None:
+    slo = generation.get("slo")
+    if not slo:
+        return None
+    bounds = ", ".join(f"{metric} ≤ {bound:g}" for metric, bound in slo.items())
+    certified = generation.get("certified") or {}
+    verdicts = []
+    for metric, certificate in certified.items():
+        word = "certified" if certificate.get("ok") else "[red]not certified[/red]"
+        verdicts.append(f"{metric} p{certificate.get('percentile', 0):g} {word}")
+    fraction = generation.get("goodput_fraction")
+    share = f"{fraction:.0%} of requests meet {bounds}" if isinstance(fraction, float) else bounds
+    return f"goodput {_rate(generation.get('goodput'))} requests/s ({share}; {'; '.join(verdicts)})"
+
+
+def _point_lines(generation: Mapping[str, Any], indent: str) -> list[str]:
+    lines = [f"{indent}{label:<10} {_summary(generation.get(key))}" for label, key in _METRICS]
+    lines.append(
+        f"{indent}{'tokens/s':<10} {_rate(generation.get('output_tokens_per_s'))} output, "
+        f"{_rate(generation.get('total_tokens_per_s'))} with the prompts; "
+        f"{_rate(generation.get('requests_per_s'))} requests/s"
+    )
+    slo = _slo_text(generation)
+    if slo:
+        lines.append(f"{indent}{'slo':<10} {slo}")
+    failed = generation.get("failed_requests") or {}
+    if failed.get("count"):
+        reasons = ", ".join(f"{escape(str(k))}: {n}" for k, n in (failed.get("reasons") or {}).items())
+        lines.append(
+            f"{indent}{'failed':<10} [red]{failed['count']} of {generation.get('requests')}[/red] "
+            f"({reasons}); "
+            f"first: {escape(str(failed.get('first')))}"
+        )
+    return lines
+
+
+def generation_lines(result: Mapping[str, Any]) -> list[str]:
+    """The result's generate measurements as lines for `print_sections` (empty when it has none)."""
+    lines: list[str] = []
+    for m in result.get("measurements") or []:
+        generation = m.get("generation")
+        if not isinstance(generation, Mapping):
+            continue
+        where = escape(str(generation.get("endpoint"))) if generation.get("endpoint") else "in process"
+        lines.append(
+            f"[bold]generate[/bold]   {generation.get('requests')} requests ({where}), prompt "
+            f"{_lengths(generation, 'prompt_tokens')} tokens, output {_lengths(generation, 'output_tokens')} "
+            f"tokens, concurrency {generation.get('concurrency')}"
+            + (f", Poisson {m['load']['target_qps']:g}/s" if (m.get("load") or {}).get("target_qps") else "")
+        )
+        lines += _point_lines(generation, "  ")
+        lines += _search_lines(m)
+    return lines
+
+
+def _search_lines(measurement: Mapping[str, Any]) -> list[str]:
+    search = (measurement.get("load") or {}).get("search")
+    if not isinstance(search, Mapping):
+        return []
+    lines = [
+        f"  [bold]search[/bold] {len(search.get('probes') or [])} probes for the highest rate meeting the slo"
+    ]
+    for probe in search.get("probes") or []:
+        verdict = (
+            "[green]passed[/green]"
+            if probe.get("passed")
+            else f"[red]failed[/red] ({escape(str(probe.get('reason')))})"
+        )
+        lines.append(
+            f"    {_rate(probe.get('target_qps'))} qps → {_rate(probe.get('achieved_qps'))} achieved, "
+            f"goodput {_rate(probe.get('goodput'))}/s, TTFT p50 {_ms(probe.get('ttft_p50_ms'))} ms, TPOT p50 "
+            f"{_ms(probe.get('tpot_p50_ms'))} ms: {verdict}"
+        )
+    best = search.get("max_qps")
+    lines.append(
+        f"  max QPS meeting the slo: {_rate(best)}"
+        if best is not None
+        else "  [red]no rate met the slo[/red]"
+    )
+    return lines
+
+
+def served_table(result: Mapping[str, Any]) -> Table | None:
+    """In process vs served, per metric (median ms, what serving added, the ratio), for a
+    --compare-served result; None for any other."""
+    for m in result.get("measurements") or []:
+        generation = m.get("generation") or {}
+        overhead = generation.get("serving_overhead")
+        if not overhead:
+            continue
+        served = generation.get("served") or {}
+        table = Table(
+            title=f"in process vs served ({escape(str(served.get('server') or 'server'))}), medians",
+            title_justify="left",
+        )
+        for header, justify in (
+            ("metric", "left"),
+            ("in process", "right"),
+            ("served", "right"),
+            ("added", "right"),
+            ("served / in process", "right"),
+        ):
+            table.add_column(header, justify=justify)  # type: ignore[arg-type]
+        for label, key in _METRICS:
+            row = overhead.get(key)
+            if row:
+                table.add_row(
+                    f"{label} ms",
+                    _ms(row["in_process_ms"]),
+                    _ms(row["served_ms"]),
+                    f"{row['added_ms']:+.3f}",
+                    f"{row['ratio']:.2f}×" if row.get("ratio") else "-",
+                )
+        for label, key in (("output tokens/s", "output_tokens_per_s"), ("requests/s", "requests_per_s")):
+            row = overhead.get(key)
+            if row:
+                table.add_row(
+                    label, _rate(row["in_process"]), _rate(row["served"]), "", f"{row['ratio']:.2f}×"
+                )
+        return table
+    return None
