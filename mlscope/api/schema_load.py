@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .schema_generation import GENERATION_SECTION
+
 __all__ = ["MEASUREMENT_PROPERTIES"]
 
 
@@ -103,10 +105,13 @@ _LOAD_SECTION: dict[str, Any] = {
 }
 
 MEASUREMENT_PROPERTIES: dict[str, Any] = {
-    "scenario": {"type": "string", "description": "single_stream, offline, server or multi_stream"},
+    "scenario": {
+        "type": "string",
+        "description": "single_stream, offline, server, multi_stream or generate",
+    },
     "batch_size": {"type": "integer", "minimum": 1},
     "latency_ms": {"type": "object", "description": "the latency summary: count, mean, median, p90, ..."},
-    "throughput": _number("samples per second"),
+    "throughput": _number("samples per second (generate: successful requests per second)"),
     "validity": {
         "type": "object",
         "properties": {
@@ -115,4 +120,5 @@ MEASUREMENT_PROPERTIES: dict[str, Any] = {
         },
     },
     "load": _LOAD_SECTION,
+    "generation": GENERATION_SECTION,
 }

@@ -200,3 +200,19 @@ def test_the_goodput_search_finds_a_rate_and_reports_every_probe() -> None:
     assert search["max_qps"] is not None and search["max_qps"] >= 20.0
     assert any(not p["passed"] for p in probes)  # it found where the SLO stops holding
     assert all(p["target_qps"] <= search["max_qps"] for p in probes if p["passed"])
+
+
+def test_the_measurement_keeps_each_requests_figures_in_order() -> None:
+    engine = SleepingEngine(first_ms=0.5, per_token_ms=0.2, fail_every=3)
+    requests = build_requests(GenerationSettings(output_tokens="uniform:2-5"), 9, 4, None)
+    measurement = reduce_records(
+        issue_requests(engine, requests, 1), GenerationSettings(), LoadSettings(), MEASURE
+    )
+    per_request = measurement["generation"]["per_request"]
+    failed = [i % 3 == 2 for i in range(9)]
+    assert per_request["output_tokens"] == [
+        0 if f else r.output_tokens for f, r in zip(failed, requests, strict=True)
+    ]
+    assert [e is not None for e in per_request["error"]] == failed
+    for ttft, e2e, bad in zip(per_request["ttft_ms"], per_request["e2e_ms"], failed, strict=True):
+        assert (ttft is None) == bad and (bad or 0 < ttft < e2e)

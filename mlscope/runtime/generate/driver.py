@@ -44,6 +44,9 @@ __all__ = ["Point", "build_requests", "issue_requests", "reduce_records", "run_g
 NS_PER_MS = 1_000_000
 # Fewest successful requests a point's intervals are reported from.
 _MIN_REQUESTS = 10
+# Up to this many requests, the measurement keeps each one's figures (`generation.per_request`), as
+# it keeps each latency: plots and checks read them; beyond, the summaries only.
+_MAX_PER_REQUEST = 2_000
 
 
 @dataclass
@@ -158,6 +161,27 @@ def _per_request(record: RequestRecord) -> dict[str, float | None]:
     }
 
 
+def _per_request_lists(records: list[RequestRecord]) -> dict[str, list[Any]]:
+    """Each request's figures in request order, None where it failed (its error says why)."""
+    columns: dict[str, list[Any]] = {
+        "prompt_tokens": [],
+        "output_tokens": [],
+        "ttft_ms": [],
+        "tpot_ms": [],
+        "e2e_ms": [],
+        "error": [],
+    }
+    for record in records:
+        figures = _per_request(record) if record.ok and record.token_ns else {}
+        columns["prompt_tokens"].append(record.prompt_tokens)
+        columns["output_tokens"].append(record.output_tokens)
+        for metric in ("ttft_ms", "tpot_ms", "e2e_ms"):
+            value = figures.get(metric)
+            columns[metric].append(None if value is None else round(value, 6))
+        columns["error"].append(record.error)
+    return columns
+
+
 def _error_kind(error: str) -> str:
     """A failure's reason without its particulars ("stopped early: 3 of 16 tokens" → "stopped early")."""
     return error.split(":", 1)[0].strip()[:80]
@@ -199,6 +223,8 @@ def reduce_records(
         "requests_per_s": len(ok) / wall_s,
         "goodput": None,
     }
+    if len(records) <= _MAX_PER_REQUEST:
+        generation["per_request"] = _per_request_lists(records)
     summaries: dict[str, Any] = {}
     for metric in ("ttft_ms", "tpot_ms", "e2e_ms"):
         values = [p[metric] for p in per if p[metric] is not None]

@@ -1,0 +1,83 @@
+"""The OpenAPI description of a generate measurement's `generation` section (DESIGN.md, "Result
+sections"; docs/generate.md). Descriptions only, as for `load`: measurements are served as stored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["GENERATION_SECTION"]
+
+_SUMMARY = {
+    "type": "object",
+    "nullable": True,
+    "description": "a latency summary in ms (count, mean, median, p90, p95, p99, p999, min, max, stdev, "
+    "iqr, cv, trimmed_mean, median_ci); absent when no request succeeded",
+}
+
+
+def _number(description: str, *, nullable: bool = False) -> dict[str, Any]:
+    document: dict[str, Any] = {"type": "number", "minimum": 0, "description": description}
+    if nullable:
+        document["nullable"] = True
+    return document
+
+
+_TOKENS = {
+    "type": "object",
+    "nullable": True,
+    "description": "token counts over the requests: total, mean, min, max",
+    "properties": {name: _number(name) for name in ("total", "mean", "min", "max")},
+}
+
+_PER_METRIC = {
+    "type": "object",
+    "properties": {
+        "in_process_ms": _number("the in-process median"),
+        "served_ms": _number("the served median"),
+        "added_ms": {"type": "number", "description": "served − in process"},
+        "ratio": _number("served / in process", nullable=True),
+    },
+}
+
+GENERATION_SECTION: dict[str, Any] = {
+    "type": "object",
+    "description": "the generate scenario's figures (docs/generate.md); absent for other scenarios",
+    "properties": {
+        "ttft_ms": {**_SUMMARY, "description": "time to first token per request; " + _SUMMARY["description"]},
+        "tpot_ms": {**_SUMMARY, "description": "time per output token after the first, per request"},
+        "itl_ms": {**_SUMMARY, "description": "every inter-token latency"},
+        "e2e_ms": {**_SUMMARY, "description": "end-to-end latency per request"},
+        "output_tokens_per_s": _number("output tokens of the successful requests per second of the run"),
+        "total_tokens_per_s": _number("prompt and output tokens per second"),
+        "requests_per_s": _number("successful requests per second"),
+        "goodput": _number("requests per second meeting every slo bound; null without an slo", nullable=True),
+        "goodput_fraction": _number("the share of requests meeting every slo bound"),
+        "failed_requests": {
+            "type": "object",
+            "properties": {
+                "count": {"type": "integer", "minimum": 0},
+                "rate": _number("failed / sent"),
+                "reasons": {"type": "object", "additionalProperties": {"type": "integer"}},
+                "first": {"type": "string", "description": "the first failure's message"},
+            },
+        },
+        "requests": {"type": "integer", "minimum": 0, "description": "requests measured"},
+        "concurrency": {"type": "integer", "minimum": 1},
+        "prompt_tokens": _TOKENS,
+        "output_tokens": _TOKENS,
+        "slo": {"type": "object", "additionalProperties": {"type": "number"}, "description": "bounds, ms"},
+        "certified": {
+            "type": "object",
+            "description": "per bounded metric, the early-stopping certificate of its percentile",
+            "additionalProperties": {"type": "object"},
+        },
+        "via": {"type": "string", "enum": ["in_process", "endpoint"]},
+        "endpoint": {"type": "string", "description": "the endpoint measured, when via endpoint"},
+        "served": {"type": "object", "description": "--compare-served: the same figures, served"},
+        "serving_overhead": {
+            "type": "object",
+            "description": "--compare-served: per metric, in process vs served",
+            "additionalProperties": _PER_METRIC,
+        },
+    },
+}
