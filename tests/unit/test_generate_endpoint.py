@@ -55,6 +55,18 @@ def test_a_stream_ending_cleanly_after_its_finish_reason_needs_no_done(server: M
     assert record.error is None and record.output_tokens == N
 
 
+def test_requests_read_to_the_end_reuse_one_connection(server: MockEndpoint) -> None:
+    # Given an engine that has made its probe (GET /models), and the connections the server saw so far
+    engine = EndpointEngine(server.base_url, "ok", concurrency=1)
+    before = server.connections
+    # When it makes 5 requests one after the other
+    records = [engine.generate(GenerationRequest(i, 5, N)) for i in range(5)]
+    engine.close()
+    # Then all went over the one connection the probe opened (a new one each would add a handshake)
+    assert all(r.ok for r in records)
+    assert server.connections == before
+
+
 def test_chunks_of_several_tokens_take_the_count_from_usage(server: MockEndpoint) -> None:
     record = _run(server, "multi")
     assert record.error is None

@@ -297,8 +297,13 @@ class EndpointEngine:
                         f"the endpoint answered without streaming (content-type {kind or 'missing'!r}, "
                         "expected text/event-stream)"
                     )
-                for data in _sse_data(response.iter_lines()):
+                events = _sse_data(response.iter_lines())
+                for data in events:
                     if self._take(data, stream):
+                        # Read to the body's end: a response closed before it costs its connection,
+                        # and the next request would pay for a new one (a TLS handshake on https).
+                        for _ in events:
+                            pass
                         return
                 # `transformers serve` sends no [DONE]: a body that ended cleanly after a chunk with a
                 # finish_reason is complete; one that ended without either was cut short.
