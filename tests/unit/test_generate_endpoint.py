@@ -214,9 +214,15 @@ def test_a_real_transformers_server_streams_exactly_the_tokens_asked(tmp_path: P
     assert "eos_token_id" not in config or '"eos_token_id": null' in config
     # When `transformers serve` serves it and each api is asked 3 requests of 12 tokens
     with LocalServer(directory) as served:
+        assert served.max_context == 512  # the fixture's n_positions
         for api in ("chat", "completions"):
             engine = EndpointEngine(
-                served.base_url, served.model, api=api, timeout_s=60, tokenizer_directory=directory
+                served.base_url,
+                served.model,
+                api=api,
+                timeout_s=60,
+                tokenizer_directory=directory,
+                max_context=served.max_context,
             )
             try:
                 engine.check_reachable()
@@ -230,3 +236,52 @@ def test_a_real_transformers_server_streams_exactly_the_tokens_asked(tmp_path: P
                 assert record.output_tokens == 12
                 assert record.token_ns[0] - record.start_ns < record.end_ns - record.start_ns
             assert described["version"] != "unknown"
+        # And asked to ignore end-of-sequence, this server (which refuses unknown fields) is named the option
+        strict = EndpointEngine(served.base_url, served.model, ignore_eos=True)
+        refused = strict.generate(GenerationRequest(0, 16, 12))
+        strict.close()
+        assert refused.error is not None and "HTTP 422" in refused.error
+        assert "run without ignore_eos" in refused.error
+
+
+def test_serving_without_fastapi_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    from mlscope.runtime.generate.serve import LocalServer
+
+    # Given an environment without fastapi (faked: this one has it installed)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "fastapi" else real(name)
+    )
+    # Then starting a server names the extra to install, and nothing is started
+    server = LocalServer(tmp_path)
+    with pytest.raises(UserError, match=r"pip install 'mlscope\[generate\]' \(fastapi is not installed\)"):
+        server.start()
+    assert server.log_path is None
+
+
+def test_serving_a_directory_that_does_not_exist_is_the_users_mistake(tmp_path: Path) -> None:
+    from mlscope.runtime.generate.serve import LocalServer
+
+    with pytest.raises(UserError, match="no model directory at") as caught:
+        LocalServer(tmp_path / "missing").start()
+    assert caught.value.field == "directory"
+
+
+@pytest.mark.slow
+def test_a_server_that_cannot_load_the_model_fails_with_its_last_lines(tmp_path: Path) -> None:
+    from mlscope.runtime.generate.serve import LocalServer
+
+    # Given a directory with no model in it, which `transformers serve` fails to load
+    (tmp_path / "empty").mkdir()
+    # Then starting it fails with the exit and the server's own words, and no process is left
+    server = LocalServer(tmp_path / "empty", startup_timeout_s=120)
+    with pytest.raises(
+        PredictorError, match=r"transformers serve exited with code \d+ before answering"
+    ) as caught:
+        server.start()
+    assert "Error" in str(caught.value) and str(tmp_path / "empty") in str(caught.value)
+    assert server._process is None

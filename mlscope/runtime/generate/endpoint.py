@@ -141,6 +141,8 @@ class EndpointEngine:
         tokenizer_directory: a model directory whose tokenizer.json makes the prompts.
         prompt_text: (n_tokens, seed, index) -> text; overrides both other prompt makers.
         concurrency: the most requests in flight at once (the connection pool's size).
+        max_context: the model's context when the caller knows it (a `LocalServer` reads it from the
+            model's config); else GET /models is asked (vLLM's max_model_len), else None.
 
     Raises:
         UserError: the URL or api is not one mlscope can use; httpx is not installed.
@@ -158,6 +160,7 @@ class EndpointEngine:
         tokenizer_directory: str | Path | None = None,
         prompt_text: PromptText | None = None,
         concurrency: int = 64,
+        max_context: int | None = None,
     ) -> None:
         self.base_url = parse_base_url(base_url)
         if api not in API_PATHS:
@@ -189,7 +192,8 @@ class EndpointEngine:
         self._client = httpx.Client(headers=headers, timeout=timeout, limits=limits)
         self._server = "unknown"
         self._server_lock = threading.Lock()
-        self.max_context: int | None = self._probe_models()
+        probed = self._probe_models()
+        self.max_context: int | None = max_context if max_context is not None else probed
 
     # -- the protocol ------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import os
 import shutil
 import socket
@@ -39,6 +40,8 @@ class LocalServer:
     Attributes:
         base_url: "http://127.0.0.1:<port>/v1", for `EndpointEngine`.
         model: the model name requests must carry (the directory's path, as the server loaded it).
+        max_context: the model's context from its config.json (the server does not report it), or
+            None when the config names none.
         log_path: the server's stdout and stderr, while the block lasts.
 
     Raises (on entry):
@@ -58,6 +61,7 @@ class LocalServer:
         self.device = device
         self.startup_timeout_s = startup_timeout_s
         self.model = str(self.directory)
+        self.max_context = _context_length(self.directory / "config.json")
         self.base_url = ""
         self.log_path: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
@@ -167,6 +171,21 @@ def _cli_entry() -> str:
     return (
         f"import sys; sys.argv[0] = 'transformers'; from {module} import {function}; sys.exit({function}())"
     )
+
+
+def _context_length(config_path: Path) -> int | None:
+    """The context a Hugging Face config declares (its name varies by architecture), None if none."""
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    for key in ("max_position_embeddings", "n_positions", "n_ctx", "seq_length"):
+        value = config.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 def _free_port() -> int:
