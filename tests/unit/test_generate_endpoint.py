@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,6 +66,23 @@ def test_requests_read_to_the_end_reuse_one_connection(server: MockEndpoint) -> 
     # Then all went over the one connection the probe opened (a new one each would add a handshake)
     assert all(r.ok for r in records)
     assert server.connections == before
+
+
+def test_a_body_left_open_after_done_does_not_fail_or_lengthen_the_request(server: MockEndpoint) -> None:
+    # Given a server that sends [DONE] and then holds the body open longer than the engine waits
+    server.hang_s = 0.5
+    record = _run(server, "linger", timeout_s=0.2)
+    returned_ns = time.perf_counter_ns()
+    # Then the request is complete and ends at [DONE], not when the wait for the rest gave up (a
+    # read timeout never fires early, so the call returned at least 0.2 s after the recorded end)
+    assert record.error is None and record.output_tokens == N
+    assert returned_ns - record.end_ns >= 200_000_000
+
+
+def test_extra_body_that_is_not_json_is_the_users_mistake(server: MockEndpoint) -> None:
+    with pytest.raises(UserError, match="extra_body must be JSON") as caught:
+        EndpointEngine(server.base_url, "ok", extra_body={"when": object()})
+    assert caught.value.field == "extra_body"
 
 
 def test_chunks_of_several_tokens_take_the_count_from_usage(server: MockEndpoint) -> None:

@@ -116,6 +116,8 @@ class _Stream:
 
     token_ns: list[int] = field(default_factory=list)
     done: bool = False
+    #: when [DONE] arrived: the request's end, whatever reading the rest of the body then costs.
+    done_ns: int | None = None
     finish_reason: str | None = None
     usage_completion: int | None = None
     usage_prompt: int | None = None
@@ -178,6 +180,10 @@ class EndpointEngine:
         self.api = api
         self.timeout_s = float(timeout_s)
         self.extra_body = dict(extra_body or {})
+        try:
+            json.dumps(self.extra_body)
+        except (TypeError, ValueError) as exc:
+            raise UserError(f"extra_body must be JSON: {exc}", field="extra_body") from None
         self.ignore_eos = ignore_eos
         if prompt_text is not None:
             self._prompt_text: PromptText = prompt_text
@@ -209,7 +215,7 @@ class EndpointEngine:
             self._send(body, stream)
         except _StreamError as exc:
             record.error = str(exc)
-        record.end_ns = time.perf_counter_ns()
+        record.end_ns = stream.done_ns if stream.done_ns is not None else time.perf_counter_ns()
         record.token_ns = stream.token_ns
         record.chunk_tokens = [1] * len(stream.token_ns)
         # A chunk may hold several tokens: usage, where sent, is the true count.
@@ -316,12 +322,16 @@ class EndpointEngine:
         except httpx.ConnectError as exc:
             raise _StreamError(f"cannot connect to {self._url}: {_connect_reason(exc)}") from None
         except httpx.TimeoutException:
+            if stream.done:
+                return  # stalled while reading past [DONE]: the request itself was complete
             if not answered:
                 raise _StreamError(f"no response within {self.timeout_s:g} s") from None
             raise _StreamError(
                 f"stream stalled {self.timeout_s:g} s after {len(stream.token_ns)} tokens"
             ) from None
         except (httpx.RemoteProtocolError, httpx.ReadError):
+            if stream.done:
+                return  # dropped after [DONE]: the request itself was complete
             if not answered:
                 raise _StreamError(
                     f"the server at {self._url} closed the connection without answering"
@@ -335,6 +345,7 @@ class EndpointEngine:
         """Record one event's data; True at [DONE]."""
         if data == "[DONE]":
             stream.done = True
+            stream.done_ns = time.perf_counter_ns()
             return True
         now = time.perf_counter_ns()
         try:
