@@ -11,7 +11,8 @@ Prints, in one run on this machine:
       endpoint streaming with a fixed delay per token;
   (b) the requests/s the engine sustains against the mock endpoint answering instantly (16 output
       tokens, one chunk each), at concurrency 1, 4 and 16 (one engine shared by that many threads).
-      The mock runs in a process of its own; this bounds the request rate mlscope can measure.
+      The mock runs in a process of its own; this bounds the request rate mlscope can measure. The
+      minimal client's rate, through the same connection pool, is printed beside it.
 
 Usage: python benchmarks/generate_client.py [--requests 30] [--seconds 3] [--skip-serve]
 """
@@ -123,22 +124,37 @@ def mock_process(token_delay_s: float = 0.0) -> Iterator[str]:
         process.wait(10)
 
 
-def sustained_rate(base_url: str, concurrency: int, seconds: float) -> tuple[float, int, int, float]:
-    """Requests/s one engine completes with `concurrency` threads issuing back to back, the requests,
-    the failures, and this process's CPU time per request in ms (what the client costs)."""
+def sustained_rate(
+    base_url: str, concurrency: int, seconds: float, minimal: bool = False
+) -> tuple[int, int, float, float]:
+    """Requests one engine (or, `minimal`, the bare httpx client) completes in about `seconds` with
+    `concurrency` threads issuing back to back: the requests, the failures, the seconds they took and
+    this process's CPU seconds (what the client costs)."""
     engine = EndpointEngine(base_url, "ok", concurrency=concurrency)
+    client = engine._client  # the bare client shares the engine's pool: only the code differs
+    url = base_url + "/chat/completions"
     done = [0] * concurrency
     failed = [0] * concurrency
-    for index in range(concurrency):  # open the connections before the clock starts
-        engine.generate(GenerationRequest(index, PROMPT_TOKENS, OUTPUT_TOKENS))
+
+    def one(index: int) -> bool:
+        if not minimal:
+            return engine.generate(GenerationRequest(index, PROMPT_TOKENS, OUTPUT_TOKENS)).ok
+        body = engine._body(GenerationRequest(index, PROMPT_TOKENS, OUTPUT_TOKENS))
+        return minimal_ttft_ns(client, url, body) > 0
+
+    threads = [threading.Thread(target=one, args=(slot,)) for slot in range(concurrency)]
+    for thread in threads:  # open the connections before the clock starts
+        thread.start()
+    for thread in threads:
+        thread.join()
     deadline = time.perf_counter() + seconds
 
     def issue(slot: int) -> None:
         index = slot
         while time.perf_counter() < deadline:
-            record = engine.generate(GenerationRequest(index, PROMPT_TOKENS, OUTPUT_TOKENS))
+            ok = one(index)
             done[slot] += 1
-            failed[slot] += 0 if record.ok else 1
+            failed[slot] += 0 if ok else 1
             index += concurrency
 
     start = time.perf_counter()
@@ -151,7 +167,7 @@ def sustained_rate(base_url: str, concurrency: int, seconds: float) -> tuple[flo
     elapsed = time.perf_counter() - start
     cpu = time.process_time() - cpu
     engine.close()
-    return sum(done) / elapsed, sum(done), sum(failed), cpu / max(1, sum(done)) * 1e3
+    return sum(done), sum(failed), elapsed, cpu
 
 
 def main() -> None:
@@ -179,11 +195,18 @@ def main() -> None:
     )
     with mock_process() as base_url:
         for concurrency in (1, 4, 16):
-            rate, count, failed, cpu_ms = sustained_rate(base_url, concurrency, args.seconds)
-            print(
-                f"  concurrency {concurrency:>2}: {rate:8.1f} requests/s ({count} requests, {failed} failed; "
-                f"client CPU {cpu_ms:.2f} ms per request)"
-            )
+            # Three slices each, alternating, so the machine's drift hits both clients alike.
+            totals = {False: [0, 0, 0.0, 0.0], True: [0, 0, 0.0, 0.0]}
+            for round_ in range(3):
+                for minimal in (False, True) if round_ % 2 == 0 else (True, False):
+                    figures = sustained_rate(base_url, concurrency, args.seconds / 3, minimal)
+                    totals[minimal] = [a + b for a, b in zip(totals[minimal], figures, strict=True)]
+            for minimal, (count, failed, elapsed, cpu) in totals.items():
+                print(
+                    f"  concurrency {concurrency:>2} {'minimal httpx' if minimal else 'mlscope':<13} "
+                    f"{count / elapsed:8.1f} requests/s ({int(count)} requests, {int(failed)} failed; "
+                    f"client CPU {cpu / max(1, count) * 1e3:.2f} ms per request)"
+                )
 
 
 if __name__ == "__main__":
