@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mlscope.contract.errors import UserError
-from mlscope.runtime.generate.endpoint import EndpointEngine, synthetic_prompt
+from mlscope.runtime.generate.endpoint import EndpointEngine, synthetic_prompt, tokenizer_prompt
 from mlscope.runtime.generate.records import GenerationRequest, RequestRecord
 from mlscope.runtime.predictors.base import PredictorError
 from tests.fixtures.mock_endpoint import MockEndpoint, mock_endpoint
@@ -221,13 +221,30 @@ def test_prompts_are_deterministic_per_seed_and_index_and_about_the_length() -> 
     assert len(synthetic_prompt(50, 0, 0).split()) == 50
 
 
-@pytest.mark.slow
-def test_a_real_transformers_server_streams_exactly_the_tokens_asked(tmp_path: Path) -> None:
-    from mlscope.runtime.generate.serve import LocalServer
+@pytest.fixture(scope="module")
+def tiny_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.fixtures.generative import tiny_generative_directory
 
+    return tiny_generative_directory(tmp_path_factory.mktemp("generative") / "tiny")
+
+
+@pytest.mark.slow
+def test_prompts_from_the_models_tokenizer_are_exactly_the_tokens_asked(tiny_directory: Path) -> None:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tiny_directory / "tokenizer.json"))
+    prompt = tokenizer_prompt(tiny_directory)
+    for n in (1, 16, 200):
+        assert len(tokenizer.encode(prompt(n, 0, 3), add_special_tokens=False).ids) == n
+    assert prompt(16, 0, 3) == prompt(16, 0, 3) != prompt(16, 0, 4)
+
+
+@pytest.mark.slow
+def test_a_real_transformers_server_streams_exactly_the_tokens_asked(tiny_directory: Path) -> None:
+    from mlscope.runtime.generate.serve import LocalServer
+
     # Given a tiny random model directory whose generation config names no end-of-sequence token
-    directory = tiny_generative_directory(tmp_path / "tiny")
+    directory = tiny_directory
     config = (directory / "generation_config.json").read_text()
     assert "eos_token_id" not in config or '"eos_token_id": null' in config
     # When `transformers serve` serves it and each api is asked 3 requests of 12 tokens
@@ -252,6 +269,7 @@ def test_a_real_transformers_server_streams_exactly_the_tokens_asked(tmp_path: P
             for record in records:
                 assert record.error is None, (record.error, served.log_tail())
                 assert record.output_tokens == 12
+                assert record.prompt_tokens == 16  # the server's count of the prompt made for 16
                 assert record.token_ns[0] - record.start_ns < record.end_ns - record.start_ns
             assert described["version"] != "unknown"
         # And asked to ignore end-of-sequence, this server (which refuses unknown fields) is named the option

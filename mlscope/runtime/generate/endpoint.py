@@ -85,7 +85,9 @@ def tokenizer_prompt(directory: str | Path) -> PromptText:
 
     def prompt(n_tokens: int, seed: int, index: int) -> str:
         generator = random.Random(seed * 1_000_003 + index)
-        return str(tokenizer.decode([generator.choice(ids) for _ in range(max(1, n_tokens))]))
+        text = str(tokenizer.decode([generator.choice(ids) for _ in range(max(1, n_tokens))]))
+        # Decoded ids re-encode to other, often more, tokens: keep the text of the first n of those.
+        return str(tokenizer.decode(tokenizer.encode(text, add_special_tokens=False).ids[: max(1, n_tokens)]))
 
     return prompt
 
