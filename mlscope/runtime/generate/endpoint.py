@@ -1,0 +1,466 @@
+"""The generation engine behind an OpenAI-compatible HTTP endpoint (vLLM, SGLang, `transformers
+serve`, ...): each request is one streaming POST to `/chat/completions` or `/completions`, timed from
+this process as its Server-Sent Events arrive.
+
+What the user typed wrong (a URL that does not parse, an unknown api) raises `UserError` at
+construction; an endpoint that refuses every connection raises `PredictorError` from
+`check_reachable()`, so a run against a dead server fails at once with one message; anything that goes
+wrong with one request (a timeout, an HTTP error, a stream that drops or stops early) is that request's
+`error`, never an exception, so a server that fails some requests yields a measured failure rate.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from mlscope.contract.errors import UserError
+from mlscope.runtime.generate.records import GenerationRequest, RequestRecord
+from mlscope.runtime.predictors.base import PredictorError
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["API_PATHS", "EndpointEngine", "synthetic_prompt", "tokenizer_prompt"]
+
+#: the path each supported api streams from, relative to the base URL (which ends in /v1).
+API_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
+
+#: what a request sends when asked to ignore end-of-sequence (vLLM and SGLang extensions).
+IGNORE_EOS_FIELDS = ("ignore_eos", "min_tokens")
+
+# Short, frequent English words: each is one token in every common BPE vocabulary (GPT-2, Llama,
+# Qwen, ...) when preceded by a space, so a prompt of n words is about n tokens.
+_WORD_TEXT = (
+    "the of and to in is was for that on as with by he at from his it an were are which this be or "
+    "had not but first one their its new after who they have her she two been other when there all "
+    "during into school time may years more most only over city some world would where later up "
+    "such used many can state about national out known university united then made"
+)
+_WORDS = _WORD_TEXT.split()
+
+PromptText = Callable[[int, int, int], str]
+
+
+def synthetic_prompt(n_tokens: int, seed: int, index: int) -> str:
+    """A prompt of about `n_tokens` tokens, the same for the same (seed, index) on every machine.
+
+    Words are drawn from a fixed list of frequent English words, each one token in common BPE
+    vocabularies; a tokenizer that splits them differently sees a longer prompt (the server's
+    `usage.prompt_tokens` then records the true count).
+    """
+    generator = random.Random(seed * 1_000_003 + index)
+    return " ".join(generator.choice(_WORDS) for _ in range(max(1, n_tokens)))
+
+
+def tokenizer_prompt(directory: str | Path) -> PromptText:
+    """A prompt maker for the model's own tokenizer (`tokenizer.json` in `directory`): decodes seeded
+    random token ids, so a model whose vocabulary has no English words still sees about n tokens.
+
+    Raises:
+        UserError: the directory has no tokenizer.json (field "tokenizer_directory").
+    """
+    path = Path(directory) / "tokenizer.json"
+    if not path.is_file():
+        raise UserError(f"no tokenizer.json in {directory}", field="tokenizer_directory")
+    from tokenizers import Tokenizer  # a model directory's own dependency, loaded when one is given
+
+    tokenizer = Tokenizer.from_file(str(path))
+    special = {token.content for token in tokenizer.get_added_tokens_decoder().values() if token.special}
+    # Byte pieces that are not whole characters would decode to U+FFFD: leave them out.
+    ids = sorted(
+        i
+        for token, i in tokenizer.get_vocab().items()
+        if token not in special and "\ufffd" not in tokenizer.decode([i])
+    )
+    if not ids:
+        raise UserError(f"the tokenizer in {directory} has no ordinary tokens", field="tokenizer_directory")
+
+    def prompt(n_tokens: int, seed: int, index: int) -> str:
+        generator = random.Random(seed * 1_000_003 + index)
+        text = str(tokenizer.decode([generator.choice(ids) for _ in range(max(1, n_tokens))]))
+        # Decoded ids re-encode to other, often more, tokens: keep the text of the first n of those.
+        return str(tokenizer.decode(tokenizer.encode(text, add_special_tokens=False).ids[: max(1, n_tokens)]))
+
+    return prompt
+
+
+def parse_base_url(base_url: str) -> str:
+    """The base URL without a trailing slash, e.g. "http://127.0.0.1:8000/v1".
+
+    Raises:
+        UserError: not an http(s) URL with a host (field "endpoint").
+    """
+    try:
+        parts = urlsplit(base_url)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number
+    except ValueError as exc:
+        raise UserError(f"endpoint {base_url!r} is not a valid URL: {exc}", field="endpoint") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(
+            f"endpoint {base_url!r} must be an http:// or https:// URL with a host, "
+            "e.g. http://127.0.0.1:8000/v1",
+            field="endpoint",
+        )
+    return base_url.rstrip("/")
+
+
+@dataclass
+class _Stream:
+    """What one request's event stream said so far."""
+
+    token_ns: list[int] = field(default_factory=list)
+    done: bool = False
+    #: when [DONE] arrived: the request's end, whatever reading the rest of the body then costs.
+    done_ns: int | None = None
+    finish_reason: str | None = None
+    usage_completion: int | None = None
+    usage_prompt: int | None = None
+
+
+class _StreamError(Exception):
+    """One request's failure, as the record's error says it."""
+
+
+class EndpointEngine:
+    """A model behind an OpenAI-compatible endpoint, timed from this process.
+
+    Args:
+        base_url: the API root, e.g. "http://127.0.0.1:8000/v1".
+        model: the model name the server expects in each request.
+        api: "chat" (messages=[{"role": "user", ...}] to /chat/completions) or "completions".
+        timeout_s: longest wait for the response, and for each piece of the stream after it.
+        headers: sent with every request (e.g. an Authorization header).
+        extra_body: merged into every request's JSON body (server-specific sampling options).
+        ignore_eos: also send "ignore_eos": true and "min_tokens": N, so the server generates every
+            token asked for (vLLM, SGLang); a server that refuses unknown fields answers 4xx, and the
+            record's error names the option.
+        tokenizer_directory: a model directory whose tokenizer.json makes the prompts.
+        prompt_text: (n_tokens, seed, index) -> text; overrides both other prompt makers.
+        concurrency: the most requests in flight at once (the connection pool's size).
+        max_context: the model's context when the caller knows it (a `LocalServer` reads it from the
+            model's config); else GET /models is asked (vLLM's max_model_len), else None.
+
+    Raises:
+        UserError: the URL or api is not one mlscope can use; httpx is not installed.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api: str = "chat",
+        timeout_s: float = 60.0,
+        headers: dict[str, str] | None = None,
+        extra_body: dict[str, Any] | None = None,
+        ignore_eos: bool = False,
+        tokenizer_directory: str | Path | None = None,
+        prompt_text: PromptText | None = None,
+        concurrency: int = 64,
+        max_context: int | None = None,
+    ) -> None:
+        self.base_url = parse_base_url(base_url)
+        if api not in API_PATHS:
+            raise UserError(f"api {api!r} is not one of {', '.join(API_PATHS)}", field="api")
+        if not timeout_s > 0:
+            raise UserError(f"timeout_s must be > 0 seconds, got {timeout_s}", field="timeout_s")
+        try:
+            import httpx
+        except ImportError:
+            raise UserError(
+                "an endpoint needs httpx: pip install 'mlscope[generate]'", field="endpoint"
+            ) from None
+        self._httpx = httpx
+        self.model = model
+        self.api = api
+        self.timeout_s = float(timeout_s)
+        self.extra_body = dict(extra_body or {})
+        try:
+            json.dumps(self.extra_body)
+        except (TypeError, ValueError) as exc:
+            raise UserError(f"extra_body must be JSON: {exc}", field="extra_body") from None
+        self.ignore_eos = ignore_eos
+        if prompt_text is not None:
+            self._prompt_text: PromptText = prompt_text
+        elif tokenizer_directory is not None:
+            self._prompt_text = tokenizer_prompt(tokenizer_directory)
+        else:
+            self._prompt_text = synthetic_prompt
+        self._url = self.base_url + API_PATHS[api]
+        # pool=None: a request waiting for a free connection waits, it does not fail.
+        timeout = httpx.Timeout(self.timeout_s, pool=None)
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        self._client = httpx.Client(headers=headers, timeout=timeout, limits=limits)
+        self._server = "unknown"
+        self._server_lock = threading.Lock()
+        probed = self._probe_models()
+        self.max_context: int | None = max_context if max_context is not None else probed
+
+    # -- the protocol ------------------------------------------------------------------------------
+
+    def generate(self, request: GenerationRequest) -> RequestRecord:
+        """Stream one request and time each chunk that carries output; never raises for it."""
+        record = RequestRecord(
+            index=request.index, prompt_tokens=request.prompt_tokens, requested_tokens=request.output_tokens
+        )
+        body = self._body(request)
+        stream = _Stream()
+        record.start_ns = time.perf_counter_ns()
+        try:
+            self._send(body, stream)
+        except _StreamError as exc:
+            record.error = str(exc)
+        record.end_ns = stream.done_ns if stream.done_ns is not None else time.perf_counter_ns()
+        record.token_ns = stream.token_ns
+        record.chunk_tokens = [1] * len(stream.token_ns)
+        # A chunk may hold several tokens: usage, where sent, is the true count.
+        counted = stream.usage_completion if stream.usage_completion is not None else len(stream.token_ns)
+        record.output_tokens = counted
+        if stream.usage_prompt is not None:
+            record.prompt_tokens = stream.usage_prompt
+        if record.error is None and counted and not stream.token_ns:
+            record.error = (
+                f"the server reported {counted} tokens but streamed no text, so nothing could be timed "
+                "(tokens that decode to nothing: special tokens or partial characters)"
+            )
+        elif record.error is None and counted < request.output_tokens:
+            hint = (
+                "although ignore_eos was sent"
+                if self.ignore_eos
+                else "pass ignore_eos if the server supports it"
+            )
+            record.error = (
+                f"stopped early: {counted} of {request.output_tokens} tokens "
+                f"(finish_reason {stream.finish_reason!r}); {hint}"
+            )
+        return record
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": "endpoint",
+            "version": self._server,
+            "url": self.base_url,
+            "model": self.model,
+            "api": self.api,
+        }
+
+    def close(self) -> None:
+        self._client.close()
+
+    def check_reachable(self) -> None:
+        """Fail fast when nothing answers at the base URL (any HTTP answer counts as reachable).
+
+        Raises:
+            PredictorError: "cannot reach <url>: ..." naming why.
+        """
+        httpx = self._httpx
+        try:
+            response = self._client.get(self.base_url + "/models", timeout=min(self.timeout_s, 10.0))
+        except httpx.ConnectError as exc:
+            raise PredictorError(f"cannot reach {self.base_url}: {_connect_reason(exc)}") from None
+        except httpx.TimeoutException:
+            raise PredictorError(
+                f"cannot reach {self.base_url}: no answer within {min(self.timeout_s, 10.0):g} s"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise PredictorError(f"cannot reach {self.base_url}: {type(exc).__name__}: {exc}") from None
+        self._note_server(response)
+
+    # -- one request -------------------------------------------------------------------------------
+
+    def _body(self, request: GenerationRequest) -> dict[str, Any]:
+        text = self._prompt_text(request.prompt_tokens, request.seed, request.index)
+        body: dict[str, Any] = {"model": self.model}
+        if self.api == "chat":
+            body["messages"] = [{"role": "user", "content": text}]
+        else:
+            body["prompt"] = text
+        body.update(
+            stream=True,
+            max_tokens=request.output_tokens,
+            stream_options={"include_usage": True},
+            temperature=0,
+        )
+        if self.ignore_eos:
+            body.update(ignore_eos=True, min_tokens=request.output_tokens)
+        body.update(self.extra_body)
+        return body
+
+    def _send(self, body: dict[str, Any], stream: _Stream) -> None:
+        httpx = self._httpx
+        answered = False
+        try:
+            with self._client.stream("POST", self._url, json=body) as response:
+                answered = True
+                self._note_server(response)
+                if response.status_code >= 400:
+                    response.read()
+                    raise _StreamError(self._http_error(response))
+                kind = response.headers.get("content-type", "")
+                if not kind.startswith("text/event-stream"):
+                    raise _StreamError(
+                        f"the endpoint answered without streaming (content-type {kind or 'missing'!r}, "
+                        "expected text/event-stream)"
+                    )
+                events = _sse_data(response.iter_lines())
+                for data in events:
+                    if self._take(data, stream):
+                        # Read to the body's end: a response closed before it costs its connection,
+                        # and the next request would pay for a new one (a TLS handshake on https).
+                        for _ in events:
+                            pass
+                        return
+                # `transformers serve` sends no [DONE]: a body that ended cleanly after a chunk with a
+                # finish_reason is complete; one that ended without either was cut short.
+                if stream.finish_reason is not None:
+                    return
+        except httpx.ConnectError as exc:
+            raise _StreamError(f"cannot connect to {self._url}: {_connect_reason(exc)}") from None
+        except httpx.TimeoutException:
+            if stream.done:
+                return  # stalled while reading past [DONE]: the request itself was complete
+            if not answered:
+                raise _StreamError(f"no response within {self.timeout_s:g} s") from None
+            raise _StreamError(
+                f"stream stalled {self.timeout_s:g} s after {len(stream.token_ns)} tokens"
+            ) from None
+        except (httpx.RemoteProtocolError, httpx.ReadError):
+            if stream.done:
+                return  # dropped after [DONE]: the request itself was complete
+            if not answered:
+                raise _StreamError(
+                    f"the server at {self._url} closed the connection without answering"
+                ) from None
+            raise _StreamError(self._ended(stream)) from None
+        except httpx.HTTPError as exc:
+            raise _StreamError(f"request failed: {type(exc).__name__}: {exc}") from None
+        raise _StreamError(self._ended(stream))
+
+    def _take(self, data: str, stream: _Stream) -> bool:
+        """Record one event's data; True at [DONE]."""
+        if data == "[DONE]":
+            stream.done = True
+            stream.done_ns = time.perf_counter_ns()
+            return True
+        now = time.perf_counter_ns()
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            chunk = None
+        if not isinstance(chunk, dict):
+            raise _StreamError(f"malformed chunk: {data[:80]}")
+        if chunk.get("error"):
+            raise _StreamError(f"the server reported an error mid-stream: {_message(chunk)[:200]}")
+        choices = chunk.get("choices") or []
+        if choices and isinstance(choices[0], dict):
+            choice = choices[0]
+            if self.api == "chat":
+                delta = choice.get("delta") or {}
+                # A reasoning model streams its thinking as output tokens too.
+                text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+            else:
+                text = choice.get("text")
+            if text:
+                stream.token_ns.append(now)
+            if choice.get("finish_reason"):
+                stream.finish_reason = str(choice["finish_reason"])
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            if isinstance(usage.get("completion_tokens"), int):
+                stream.usage_completion = usage["completion_tokens"]
+            if isinstance(usage.get("prompt_tokens"), int):
+                stream.usage_prompt = usage["prompt_tokens"]
+        return False
+
+    def _ended(self, stream: _Stream) -> str:
+        return f"the stream ended after {len(stream.token_ns)} tokens without [DONE]"
+
+    def _http_error(self, response: httpx.Response) -> str:
+        try:
+            message = _message(response.json())
+        except ValueError:
+            message = response.text
+        message = " ".join(message.split())[:200]
+        text = f"HTTP {response.status_code} from {self._url}: {message}"
+        if (
+            self.ignore_eos
+            and response.status_code in (400, 422)
+            and any(name in message for name in IGNORE_EOS_FIELDS)
+        ):
+            text += (
+                "; the server refuses the fields ignore_eos sends (ignore_eos, min_tokens): "
+                "run without ignore_eos"
+            )
+        return text
+
+    # -- the server --------------------------------------------------------------------------------
+
+    def _note_server(self, response: httpx.Response) -> None:
+        name = response.headers.get("server")
+        if name and self._server == "unknown":
+            with self._server_lock:
+                self._server = name.strip()
+
+    def _probe_models(self) -> int | None:
+        """The model's context length from GET /models (vLLM's max_model_len), None when not said."""
+        try:
+            response = self._client.get(self.base_url + "/models", timeout=min(self.timeout_s, 5.0))
+            self._note_server(response)
+            listed = response.json().get("data") if response.status_code == 200 else None
+        except (self._httpx.HTTPError, ValueError, AttributeError):
+            return None
+        if not isinstance(listed, list):
+            return None
+        entries = [entry for entry in listed if isinstance(entry, dict)]
+        mine = [entry for entry in entries if entry.get("id") == self.model] or (
+            entries if len(entries) == 1 else []
+        )
+        for entry in mine:
+            for key in ("max_model_len", "context_length", "max_context_length"):
+                value = entry.get(key)
+                if isinstance(value, int) and value > 0:
+                    return value
+        return None
+
+
+def _sse_data(lines: Iterator[str]) -> Iterator[str]:
+    """The data of each Server-Sent Event: data lines joined, dispatched at the blank line that ends
+    the event (or at the end of the stream); comments and other fields skipped."""
+    data: list[str] = []
+    for line in lines:
+        if not line:
+            if data:
+                yield "\n".join(data)
+                data = []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        if name == "data":
+            data.append(value[1:] if value.startswith(" ") else value)
+    if data:
+        yield "\n".join(data)
+
+
+def _message(payload: Any) -> str:
+    """The human part of an error payload: OpenAI's {"error": {"message"}}, FastAPI's {"detail"}."""
+    if isinstance(payload, dict):
+        for key in ("error", "detail", "message"):
+            value = payload.get(key)
+            if isinstance(value, dict) and "message" in value:
+                return str(value["message"])
+            if value:
+                return value if isinstance(value, str) else json.dumps(value)
+    return json.dumps(payload)
+
+
+def _connect_reason(exc: Exception) -> str:
+    text = str(exc)
+    return "connection refused" if "refused" in text.lower() else text or type(exc).__name__
