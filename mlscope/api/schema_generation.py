@@ -7,12 +7,11 @@ from typing import Any
 
 __all__ = ["GENERATION_SECTION"]
 
-_SUMMARY = {
-    "type": "object",
-    "nullable": True,
-    "description": "a latency summary in ms (count, mean, median, p90, p95, p99, p999, min, max, stdev, "
-    "iqr, cv, trimmed_mean, median_ci); absent when no request succeeded",
-}
+_SUMMARY_TEXT = (
+    "a latency summary in ms (count, mean, median, p90, p95, p99, p999, min, max, stdev, iqr, cv, "
+    "trimmed_mean, median_ci); absent when no request succeeded"
+)
+_SUMMARY: dict[str, Any] = {"type": "object", "nullable": True, "description": _SUMMARY_TEXT}
 
 
 def _number(description: str, *, nullable: bool = False) -> dict[str, Any]:
@@ -43,7 +42,7 @@ GENERATION_SECTION: dict[str, Any] = {
     "type": "object",
     "description": "the generate scenario's figures (docs/generate.md); absent for other scenarios",
     "properties": {
-        "ttft_ms": {**_SUMMARY, "description": "time to first token per request; " + _SUMMARY["description"]},
+        "ttft_ms": {**_SUMMARY, "description": "time to first token per request; " + _SUMMARY_TEXT},
         "tpot_ms": {**_SUMMARY, "description": "time per output token after the first, per request"},
         "itl_ms": {**_SUMMARY, "description": "every inter-token latency"},
         "e2e_ms": {**_SUMMARY, "description": "end-to-end latency per request"},

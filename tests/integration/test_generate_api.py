@@ -59,7 +59,7 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"generation": {"slo": "ttft=5"}}, "generation.slo"),
     ({"generation": {"prompt_tokens": "poisson:3"}}, "generation.prompt_tokens"),
     ({"generation": {"endpoint": "not a url"}}, "generation.endpoint"),
-    ({"generation": {"temperature": 1}}, "generation"),
+    ({"generation": {"temperature": 1}}, "generation.temperature"),
     ({"scenarios": ["generate", "single_stream"]}, "scenarios"),
     ({"batch_sizes": [8]}, "batch_sizes"),
     ({"load": {"find_max_qps": True}}, "generation.slo"),

@@ -131,7 +131,7 @@ def test_a_bad_generate_request_names_its_field(fields: dict[str, object], field
     [
         (["--slo", "ttft=5"], "generation.slo: slo: unknown metric 'ttft'"),
         (["--prompt-tokens", "file:no-such-file.txt"], "cannot read the lengths file"),
-        (["--endpoint", "ftp://host/v1"], "generation.endpoint: endpoint 'ftp://host/v1' is not an http(s) URL"),
+        (["--endpoint", "ftp://host/v1"], "generation.endpoint: endpoint 'ftp://host/v1' is not an http"),
         (["--endpoint", "http://127.0.0.1:9/v1", "-f", "pytorch"], "runs on the 'endpoint' framework"),
         (["-b", "1,2"], "batch_sizes: the generate scenario sends one sequence per request"),
         (["--find-max-qps"], "generation.slo: find_max_qps with the generate scenario needs an slo"),
