@@ -56,8 +56,10 @@ class GenerationSettings:
     """What the generate scenario sends, validated on construction.
 
     Attributes:
-        requests: 32. Requests measured per point (after the warm-up ones). With an SLO, raised to
-            what the certificate of the percentile needs when no request misses it.
+        requests: 32. The fewest requests measured per point (after the warm-up ones). A closed
+            loop sends more until the median TPOT is stable (the measurement settings' stability,
+            within max_seconds); with an SLO, at least what the certificate of the percentile needs
+            when no request misses it.
         prompt_tokens: 128. Prompt length: a number, "uniform:LOW-HIGH", "normal:MEAN,SD" or a list.
         output_tokens: 64. Tokens generated per request, forced: end-of-sequence is ignored in
             process, and an endpoint that stops early fails the request (see ignore_eos).

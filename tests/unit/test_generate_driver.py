@@ -216,3 +216,15 @@ def test_the_measurement_keeps_each_requests_figures_in_order() -> None:
     assert [e is not None for e in per_request["error"]] == failed
     for ttft, e2e, bad in zip(per_request["ttft_ms"], per_request["e2e_ms"], failed, strict=True):
         assert (ttft is None) == bad and (bad or 0 < ttft < e2e)
+
+
+def test_a_closed_loop_sends_more_requests_until_tpot_is_stable_or_time_is_up() -> None:
+    settings = GenerationSettings(output_tokens=3, requests=12, warmup_requests=0)
+    loose = run_generate(SleepingEngine(0.2, 0.2), settings, LoadSettings(), MeasureSettings(stability=0.5))
+    assert loose["generation"]["requests"] == 12  # stable at once: nothing added
+    # A 0.01% interval cannot be had from a sleeping engine: it goes on until max_seconds
+    strict = MeasureSettings(stability=0.0001, max_seconds=0.5, min_count=10)
+    measurement = run_generate(SleepingEngine(0.2, 0.2), settings, LoadSettings(), strict)
+    assert measurement["generation"]["requests"] > 12
+    assert len(measurement["generation"]["per_request"]["e2e_ms"]) == measurement["generation"]["requests"]
+    assert measurement["duration_s"] >= 0.5

@@ -36,7 +36,7 @@ from mlscope.runtime.measure.generator import Schedule
 from mlscope.runtime.measure.loop import NS_PER_S, STOP_STABLE, LoopResult
 from mlscope.runtime.measure.search import find_max_qps
 from mlscope.runtime.measure.settings import MeasureSettings
-from mlscope.runtime.measure.stats import summarize
+from mlscope.runtime.measure.stats import median_ci_relative_halfwidth, summarize
 from mlscope.runtime.measure.validity import EnvironmentMonitor, judge
 
 __all__ = ["Point", "build_requests", "issue_requests", "reduce_records", "run_generate"]
@@ -183,15 +183,26 @@ def _per_request_lists(records: list[RequestRecord]) -> dict[str, list[Any]]:
 
 
 def _error_kind(error: str) -> str:
-    """A failure's reason without its particulars ("stopped early: 3 of 16 tokens" → "stopped early")."""
-    return error.split(":", 1)[0].strip()[:80]
+    """A failure's reason without its particulars ("stopped early: 3 of 16 tokens" → "stopped early",
+    "HTTP 500 from http://host/v1/chat/completions: ..." → "HTTP 500")."""
+    return error.split(":", 1)[0].split(" from ", 1)[0].strip()[:80]
 
 
 def reduce_records(
-    point: Point, settings: GenerationSettings, load: LoadSettings, measure: MeasureSettings
+    point: Point,
+    settings: GenerationSettings,
+    load: LoadSettings,
+    measure: MeasureSettings,
+    *,
+    remote: bool = False,
 ) -> dict[str, Any]:
     """The measurement of a point: `latency_ms` is the end-to-end latency, `throughput` requests/s,
-    and `generation` holds the rest (DESIGN.md's names)."""
+    and `generation` holds the rest (DESIGN.md's names).
+
+    Args:
+        remote: the model ran in another process (an endpoint): this machine's other processes
+            (the server among them, when it is local) are not judged as contention.
+    """
     records = point.records
     ok = [r for r in records if r.ok and r.token_ns]
     failed = [r for r in records if not (r.ok and r.token_ns)]
@@ -210,7 +221,8 @@ def reduce_records(
     generation: dict[str, Any] = {
         "requests": len(records),
         "concurrency": settings.concurrency,
-        "prompt_tokens": _token_counts([r.prompt_tokens for r in records]),
+        # As the model saw them (a server's usage) where requests succeeded; as sent otherwise.
+        "prompt_tokens": _token_counts([r.prompt_tokens for r in (ok or records)]),
         "output_tokens": _token_counts([r.output_tokens for r in ok]),
         "failed_requests": {
             "count": len(failed),
@@ -271,10 +283,13 @@ def reduce_records(
     loop = LoopResult(judged.astype(np.int64), point.wall_ns, STOP_STABLE, settings.warmup_requests)
     summary_for_judge = summarize(judged, measure)
     count_settings = measure if len(records) >= measure.min_count else _with_min_count(measure, _MIN_REQUESTS)
+    environment = dict(point.environment)
+    if remote:
+        environment.pop("other_cpu_share", None)
     validity = judge(
         summary_for_judge,
         loop,
-        point.environment,
+        environment,
         count_settings,
         judge_stability=point.qps is None,
         invalid=invalid,
@@ -368,6 +383,46 @@ def requests_needed(settings: GenerationSettings, load: LoadSettings) -> int:
     return max(settings.requests, min_queries(load.percentile_for("generate") / 100.0, load.confidence))
 
 
+# A closed loop adds requests in rounds of this fraction of those sent so far (at least 8).
+_MORE = 0.5
+# ... up to this many requests in all.
+_MAX_REQUESTS = 100_000
+
+
+def _stable(point: Point, measure: MeasureSettings) -> bool:
+    """Whether the median TPOT of the point's successful requests is known to `measure.stability`
+    (or, with single-token outputs, the end-to-end median); a point with failures is as stable as
+    it gets (more requests would not make it valid)."""
+    if any(not r.ok for r in point.records):
+        return True
+    per = [_per_request(r) for r in point.records if r.token_ns]
+    tpots = [p["tpot_ms"] for p in per]
+    values = [v for v in tpots if v is not None] or [p["e2e_ms"] or 0.0 for p in per]
+    if len(values) < _MIN_REQUESTS:
+        return False
+    halfwidth = median_ci_relative_halfwidth(np.asarray(values, dtype=np.float64), measure.confidence)
+    return bool(halfwidth <= measure.stability)
+
+
+def _until_stable(
+    engine: GenerateEngine,
+    point: Point,
+    settings: GenerationSettings,
+    load: LoadSettings,
+    measure: MeasureSettings,
+) -> Point:
+    """More closed-loop rounds until the point is stable or measure.max_seconds have passed."""
+    while not _stable(point, measure) and point.wall_ns / NS_PER_S < measure.max_seconds:
+        sent = len(point.records)
+        if sent >= _MAX_REQUESTS:
+            break
+        count = min(max(8, int(sent * _MORE)), _MAX_REQUESTS - sent)
+        more = build_requests(settings, count, load.seed, engine.max_context, first=sent)
+        extra = issue_requests(engine, more, settings.concurrency)
+        point = Point(point.records + extra.records, point.wall_ns + extra.wall_ns, None, point.environment)
+    return point
+
+
 @dataclass
 class _Probe:
     """One rate the search tried."""
@@ -401,9 +456,12 @@ def run_generate(
     *,
     on_progress: Callable[[float], None] | None = None,
     on_probe: Callable[[dict[str, Any]], None] | None = None,
+    remote: bool = False,
 ) -> dict[str, Any]:
     """Warm up, then measure one point (closed loop, or at load.qps), or search the highest rate
-    whose SLO certificates pass (load.find_max_qps).
+    whose SLO certificates pass (load.find_max_qps). A closed loop sends `settings.requests` and then
+    more, until the median TPOT is stable (`measure.stability`) or `measure.max_seconds` have passed,
+    as the other scenarios' timed loops do; `remote` as for `reduce_records`.
 
     Raises:
         UserError: a request does not fit the model's context; find_max_qps without an slo.
@@ -422,14 +480,16 @@ def run_generate(
         point = issue_requests(
             engine, requests, settings.concurrency, qps=load.qps, seed=load.seed, on_done=progress
         )
-        return reduce_records(point, settings, load, measure)
+        if load.qps is None:
+            point = _until_stable(engine, point, settings, load, measure)
+        return reduce_records(point, settings, load, measure, remote=remote)
     if not settings.slo:
         raise UserError(
             "find_max_qps with the generate scenario searches against an slo: give generation.slo "
             "(e.g. --slo ttft_ms=200,tpot_ms=50)",
             field="generation.slo",
         )
-    return _search(engine, requests, settings, load, measure, on_probe)
+    return _search(engine, requests, settings, load, measure, on_probe, remote)
 
 
 def _search(
@@ -439,6 +499,7 @@ def _search(
     load: LoadSettings,
     measure: MeasureSettings,
     on_probe: Callable[[dict[str, Any]], None] | None,
+    remote: bool,
 ) -> dict[str, Any]:
     """The highest Poisson rate at which no request fails and every SLO certificate passes."""
     started = time.perf_counter_ns()
@@ -450,7 +511,7 @@ def _search(
 
     def probe(qps: float) -> _Probe:
         point = issue_requests(engine, requests, settings.concurrency, qps=qps, seed=load.seed)
-        measurement = reduce_records(point, settings, load, measure)
+        measurement = reduce_records(point, settings, load, measure, remote=remote)
         generation = measurement["generation"]
         failing = [m for m, c in (generation.get("certified") or {}).items() if not c["ok"]]
         failed = generation["failed_requests"]["count"]

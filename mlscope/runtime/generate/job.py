@@ -88,7 +88,15 @@ def run_generate_job(
             emit({"event": "probe", "scenario": "generate", "batch_size": 1, **point})
 
         with tracer.span("predict", scenario="generate", batch_size=1):
-            measurement = run_generate(engine, settings, load, measure, on_progress=progress, on_probe=probe)
+            measurement = run_generate(
+                engine,
+                settings,
+                load,
+                measure,
+                on_progress=progress,
+                on_probe=probe,
+                remote=settings.endpoint is not None,
+            )
         if settings.endpoint is not None:
             measurement["generation"]["endpoint"] = settings.endpoint
         measurement["generation"]["via"] = "endpoint" if settings.endpoint is not None else "in_process"

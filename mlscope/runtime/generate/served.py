@@ -58,7 +58,7 @@ def add_served(
             prompt_text=prompt_text,
         )
         try:
-            served = run_generate(client, served_settings, load, measure)
+            served = run_generate(client, served_settings, load, measure, remote=True)
             described = client.describe()
         finally:
             client.close()
