@@ -223,7 +223,7 @@ def test_a_closed_loop_sends_more_requests_until_tpot_is_stable_or_time_is_up() 
     loose = run_generate(SleepingEngine(0.2, 0.2), settings, LoadSettings(), MeasureSettings(stability=0.5))
     assert loose["generation"]["requests"] == 12  # stable at once: nothing added
     # A 0.01% interval cannot be had from a sleeping engine: it goes on until max_seconds
-    strict = MeasureSettings(stability=0.0001, max_seconds=0.5, min_count=10)
+    strict = MeasureSettings(stability=0.0001, min_seconds=0.1, max_seconds=0.5, min_count=10)
     measurement = run_generate(SleepingEngine(0.2, 0.2), settings, LoadSettings(), strict)
     assert measurement["generation"]["requests"] > 12
     assert len(measurement["generation"]["per_request"]["e2e_ms"]) == measurement["generation"]["requests"]
