@@ -39,7 +39,12 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from mlscope.runtime.generate.endpoint import EndpointEngine, synthetic_prompt  # noqa: E402
+from mlscope.runtime.generate.endpoint import (  # noqa: E402
+    EndpointEngine,
+    PromptText,
+    synthetic_prompt,
+    tokenizer_prompt,
+)
 from mlscope.runtime.generate.records import GenerationRequest  # noqa: E402
 from mlscope.runtime.generate.serve import LocalServer  # noqa: E402
 
@@ -60,8 +65,10 @@ def minimal_ttft_ns(client: httpx.Client, url: str, body: dict[str, Any]) -> int
     return first - start
 
 
-def client_overhead(label: str, base_url: str, model: str, requests: int) -> None:
-    engine = EndpointEngine(base_url, model, api="chat", timeout_s=120, concurrency=1)
+def client_overhead(
+    label: str, base_url: str, model: str, requests: int, prompt: PromptText = synthetic_prompt
+) -> None:
+    engine = EndpointEngine(base_url, model, api="chat", timeout_s=120, concurrency=1, prompt_text=prompt)
     client = httpx.Client(
         timeout=httpx.Timeout(120, pool=None),
         limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
@@ -82,7 +89,7 @@ def client_overhead(label: str, base_url: str, model: str, requests: int) -> Non
     def run_bare(index: int) -> None:
         body = {
             "model": model,
-            "messages": [{"role": "user", "content": synthetic_prompt(PROMPT_TOKENS, 0, index)}],
+            "messages": [{"role": "user", "content": prompt(PROMPT_TOKENS, 0, index)}],
             "stream": True,
             "max_tokens": OUTPUT_TOKENS,
             "stream_options": {"include_usage": True},
@@ -188,7 +195,10 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as scratch:
             directory = tiny_generative_directory(Path(scratch) / "tiny")
             with LocalServer(directory) as served:
-                client_overhead("transformers serve, tiny gpt2", served.base_url, served.model, args.requests)
+                prompt = tokenizer_prompt(directory)  # exactly PROMPT_TOKENS of the model's tokenizer
+                client_overhead(
+                    "transformers serve, tiny gpt2", served.base_url, served.model, args.requests, prompt
+                )
 
     print(
         f"(b) requests/s against the instant mock endpoint ({OUTPUT_TOKENS} tokens), {args.seconds:g} s each"

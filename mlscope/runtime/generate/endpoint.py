@@ -28,7 +28,7 @@ from mlscope.runtime.predictors.base import PredictorError
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["API_PATHS", "EndpointEngine", "synthetic_prompt", "tokenizer_prompt"]
+__all__ = ["API_PATHS", "EndpointEngine", "PromptText", "synthetic_prompt", "tokenizer_prompt"]
 
 #: the path each supported api streams from, relative to the base URL (which ends in /v1).
 API_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
