@@ -228,3 +228,11 @@ def test_a_closed_loop_sends_more_requests_until_tpot_is_stable_or_time_is_up() 
     assert measurement["generation"]["requests"] > 12
     assert len(measurement["generation"]["per_request"]["e2e_ms"]) == measurement["generation"]["requests"]
     assert measurement["duration_s"] >= 0.5
+
+
+def test_when_the_first_eight_requests_all_fail_the_rest_are_not_sent() -> None:
+    engine = SleepingEngine(fail_every=1)
+    point = issue_requests(engine, build_requests(GenerationSettings(), 40, 0, None), 1)
+    assert len(point.records) == 8 and all(not r.ok for r in point.records)
+    measurement = reduce_records(point, GenerationSettings(), LoadSettings(), MEASURE)
+    assert measurement["validity"]["reasons"][0].startswith("8 of 8 requests failed")

@@ -42,6 +42,9 @@ from mlscope.runtime.measure.validity import EnvironmentMonitor, judge
 __all__ = ["Point", "build_requests", "issue_requests", "reduce_records", "run_generate"]
 
 NS_PER_MS = 1_000_000
+# When this many requests have been sent and every one failed, the rest are not sent (they are left
+# out of the point, which says how many failed of how many sent).
+_GIVE_UP_AFTER = 8
 # Fewest successful requests a point's intervals are reported from.
 _MIN_REQUESTS = 10
 # Up to this many requests, the measurement keeps each one's figures (`generation.per_request`), as
@@ -98,14 +101,18 @@ def issue_requests(
     request order."""
     records: list[RequestRecord | None] = [None] * len(requests)
     done = [0]
+    failed = [0]
     lock = threading.Lock()
 
     def run(position: int, due_ns: int | None) -> None:
+        if failed[0] >= _GIVE_UP_AFTER and failed[0] == done[0]:
+            return  # every request so far failed: the rest would too (a dead or refusing endpoint)
         record = engine.generate(requests[position])
         record.due_ns = due_ns
         records[position] = record
         with lock:
             done[0] += 1
+            failed[0] += not record.ok
             count = done[0]
         if on_done is not None:
             on_done(count)

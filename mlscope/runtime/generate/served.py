@@ -56,6 +56,9 @@ def add_served(
             api=settings.api,
             timeout_s=settings.request_timeout_s,
             prompt_text=prompt_text,
+            tokenizer_directory=None if prompt_text is not None else directory,
+            max_context=server.max_context,
+            concurrency=settings.concurrency,
         )
         try:
             served = run_generate(client, served_settings, load, measure, remote=True)
