@@ -5,6 +5,7 @@ weights those the engine runs), prompts of exactly the asked number of tokens, a
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +151,35 @@ def test_a_model_directory_reference_loads_that_directory(gpt2: InProcessEngine,
     record = engine.generate(GenerationRequest(0, 4, 5))
     assert record.error is None and record.output_tokens == 5
     engine.close()
+
+
+def test_requests_from_several_threads_each_get_their_own_tokens(gpt2: InProcessEngine) -> None:
+    requests = [GenerationRequest(i, p, n, seed=7) for i, (p, n) in enumerate(LENGTHS)]
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        records = list(pool.map(gpt2.generate, requests))
+
+    assert [(r.index, r.error, r.output_tokens) for r in records] == [
+        (i, None, n) for i, (_, n) in enumerate(LENGTHS)
+    ]
+    assert all(len(r.token_ns) == r.output_tokens for r in records)
+
+
+def test_two_builders_racing_end_with_one_complete_directory(tmp_path: Path) -> None:
+    gpt2 = manifest("hf:gpt2", GPT2)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        paths = list(pool.map(lambda _: materialise(gpt2, tmp_path, seed=0), range(2)))
+
+    assert paths[0] == paths[1]
+    assert {path.name for path in (tmp_path / "generate").iterdir()} == {paths[0].name}  # no staging left
+    assert transformers.AutoConfig.from_pretrained(str(paths[0]), local_files_only=True).n_layer == 2
+
+
+def test_a_damaged_directory_is_built_again(tmp_path: Path) -> None:
+    directory = materialise(manifest("hf:gpt2", GPT2), tmp_path, seed=0)
+    (directory / "model.safetensors").unlink()
+
+    again = materialise(manifest("hf:gpt2", GPT2), tmp_path, seed=0)
+
+    assert again == directory and (again / "model.safetensors").is_file()

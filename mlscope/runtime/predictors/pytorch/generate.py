@@ -19,6 +19,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from mlscope.runtime.generate.records import GenerationRequest, RequestRecord
 from mlscope.runtime.predictors.base import PredictorError
+from mlscope.runtime.predictors.files import directory_digest, model_files
 from mlscope.runtime.predictors.pytorch import model_directory
 
 if TYPE_CHECKING:
@@ -83,6 +84,13 @@ class InProcessEngine:
     `output_tokens` tokens are forced (`min_new_tokens` = `max_new_tokens`).
 
     `generate` keeps nothing between calls but the model: several threads may call it at once.
+
+    Attributes:
+        model: the generative model (eval mode, on `device`); None once closed.
+        directory: the model directory it was loaded from (what a server of the same model serves).
+        max_context: prompt + output tokens its positions allow, None when unlimited.
+        pad_token_id: the padding id `generate` is given (the generation config's, else the
+            model config's, else its lowest special id).
     """
 
     def __init__(
@@ -105,11 +113,11 @@ class InProcessEngine:
         ids = (config.bos_token_id, config.eos_token_id, config.pad_token_id, generation.pad_token_id)
         self._special = {int(value) for value in ids if isinstance(value, int)}
         pad = generation.pad_token_id if generation.pad_token_id is not None else config.pad_token_id
-        self._pad_token_id = int(pad) if pad is not None else min(self._special, default=0)
+        self.pad_token_id = int(pad) if pad is not None else min(self._special, default=0)
         self._extra: dict[str, Any] = {}
         if config.is_encoder_decoder and generation.decoder_start_token_id is None:
             start = getattr(config, "decoder_start_token_id", None)
-            self._extra["decoder_start_token_id"] = self._pad_token_id if start is None else start
+            self._extra["decoder_start_token_id"] = self.pad_token_id if start is None else start
 
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
         """Request's prompt as token ids (see the class docstring)."""
@@ -141,7 +149,7 @@ class InProcessEngine:
                     do_sample=False,
                     use_cache=True,
                     streamer=timer,
-                    pad_token_id=self._pad_token_id,
+                    pad_token_id=self.pad_token_id,
                     **self._extra,
                 )
         except Exception as exc:  # one request's failure (e.g. out of memory) is its record's
@@ -216,6 +224,11 @@ def open_engine(
     given = source.options.get("directory")
     if given:
         directory = Path(given)
+        digest = source.options.get("sha256")
+        if digest and directory_digest(directory, model_files(directory)) != digest:
+            raise PredictorError(
+                f"{directory}: its files changed since the manifest was made (SHA-256 differs)"
+            )
         overrides = dict(source.options.get("config") or {})
     else:
         directory = model_directory.materialise(manifest, cache_dir, seed)

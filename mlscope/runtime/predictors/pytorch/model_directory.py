@@ -21,6 +21,7 @@ import re
 import shutil
 import string
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,7 @@ _LAYOUT = 1
 _TOKENIZER_VOCAB = 4096
 _REQUIRED = ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json")
 _WORD = re.compile(r"^ [a-z]+$")
+_SEEDED = threading.Lock()
 
 
 def generative_model(config: transformers.PretrainedConfig, ref: str) -> Any:
@@ -162,7 +164,9 @@ def materialise(manifest: Manifest, cache_dir: Path, seed: int = 0) -> Path:
     directory = cache_dir / "generate" / _key(manifest, seed)
     if _complete(directory):
         return directory
-    if directory.exists():  # a copy someone emptied: nothing renames into a non-empty directory
+    # Copies appear whole (renamed into place), so one that is there but incomplete was damaged
+    # after the fact; it goes, since nothing can be renamed onto a non-empty directory.
+    if directory.exists() and not _complete(directory):
         shutil.rmtree(directory, ignore_errors=True)
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
@@ -187,7 +191,7 @@ def _write(manifest: Manifest, directory: Path, seed: int) -> None:
     auto = generative_model(config, manifest.name)
     vocab_size = int(getattr(config, "vocab_size", 0) or 0)
     tokenizer = _train_tokenizer(min(vocab_size, _TOKENIZER_VOCAB), manifest.name, seed)
-    with torch.random.fork_rng(devices=[]):
+    with _SEEDED, torch.random.fork_rng(devices=[]):  # the global generator: one build at a time
         torch.manual_seed(seed)
         model = auto.from_config(config)
     load_weights(model, manifest)
