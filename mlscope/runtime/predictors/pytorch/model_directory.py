@@ -33,6 +33,7 @@ from mlscope.runtime.predictors.base import PredictorError
 if TYPE_CHECKING:
     import torch
     import transformers
+    from tokenizers import Tokenizer
 
     from mlscope.contract.manifest import Manifest
 
@@ -52,10 +53,12 @@ CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 #: The tokenizer's one special token (id 0): end of text, also its BOS and padding.
 SPECIAL_TOKEN = "<|endoftext|>"
 # Bumped when what a directory holds changes, so an old cache entry is not taken for a new one.
-_LAYOUT = 1
+_LAYOUT = 2
 _TOKENIZER_VOCAB = 4096
 _REQUIRED = ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json")
 _WORD = re.compile(r"^ [a-z]+$")
+# A word's token as byte-level (GPT-2) or SentencePiece vocabularies spell it, before decoding.
+_WORD_TOKEN = re.compile("^[\u0120\u2581][a-z]+$")
 _SEEDED = threading.Lock()
 
 
@@ -172,6 +175,7 @@ def materialise(manifest: Manifest, cache_dir: Path, seed: int = 0) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
     try:
         _write(manifest, staging, seed)
+        staging.chmod(0o755)  # mkdtemp's 0700 would keep out a server running as another user
         try:
             os.rename(staging, directory)
         except OSError:
@@ -190,7 +194,7 @@ def _write(manifest: Manifest, directory: Path, seed: int) -> None:
     config = transformers.AutoConfig.for_model(manifest.source.target, **overrides)
     auto = generative_model(config, manifest.name)
     vocab_size = int(getattr(config, "vocab_size", 0) or 0)
-    tokenizer = _train_tokenizer(min(vocab_size, _TOKENIZER_VOCAB), manifest.name, seed)
+    tokenizer = _train_tokenizer(vocab_size, manifest.name, seed)
     with _SEEDED, torch.random.fork_rng(devices=[]):  # the global generator: one build at a time
         torch.manual_seed(seed)
         model = auto.from_config(config)
@@ -219,7 +223,29 @@ def _corpus(seed: int) -> list[str]:
     return [" ".join(chooser.choices(words, k=40)) for _ in range(2000)]
 
 
+def _fill_vocabulary(tokenizer: Tokenizer, vocab_size: int) -> Tokenizer:
+    """The tokenizer with its vocabulary filled up to `vocab_size` ids by tokens " t<id>".
+
+    A random-weight model emits any id below its vocab_size; an id the tokenizer lacks decodes to
+    nothing, and a server then streams no text for it (one token, no chunk). No merge builds these
+    tokens, so encoding never yields them, and their digits keep them out of `PromptWords`.
+    """
+    from tokenizers import Tokenizer
+
+    document = json.loads(tokenizer.to_str())
+    vocabulary: dict[str, int] = document["model"]["vocab"]
+    for index in range(len(vocabulary), vocab_size):
+        vocabulary[f"\u0120t{index}"] = index  # \u0120 ("Ġ") is byte-level's space
+    return Tokenizer.from_str(json.dumps(document))
+
+
 def _train_tokenizer(vocab_size: int, ref: str, seed: int) -> transformers.PreTrainedTokenizerFast:
+    """A byte-level BPE trained on `_corpus` (at most 4096 tokens, id 0 the special token), its
+    vocabulary then filled to the model's `vocab_size`, so every id the model emits decodes to text.
+
+    Raises:
+        PredictorError: a vocab_size too small for the 256 byte tokens and the special one.
+    """
     import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -233,11 +259,17 @@ def _train_tokenizer(vocab_size: int, ref: str, seed: int) -> transformers.PreTr
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=[SPECIAL_TOKEN], initial_alphabet=alphabet, show_progress=False
+        vocab_size=min(vocab_size, _TOKENIZER_VOCAB),
+        special_tokens=[SPECIAL_TOKEN],
+        initial_alphabet=alphabet,
+        show_progress=False,
     )
     tokenizer.train_from_iterator(_corpus(seed), trainer)
     fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, eos_token=SPECIAL_TOKEN, bos_token=SPECIAL_TOKEN, pad_token=SPECIAL_TOKEN
+        tokenizer_object=_fill_vocabulary(tokenizer, vocab_size),
+        eos_token=SPECIAL_TOKEN,
+        bos_token=SPECIAL_TOKEN,
+        pad_token=SPECIAL_TOKEN,
     )
     fast.chat_template = CHAT_TEMPLATE
     return fast
@@ -278,9 +310,11 @@ class PromptWords:
             PredictorError: fewer than 16 (a tokenizer that does not split on spaces this way).
         """
         special = set(tokenizer.all_special_ids)
+        tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        likely = [index for index, token in enumerate(tokens) if _WORD_TOKEN.match(str(token))]
         candidates = [
             (index, text)
-            for index in range(len(tokenizer))
+            for index in likely
             if index not in special and _WORD.match(text := str(tokenizer.decode([index])))
         ]
         encoded = tokenizer([text for _, text in candidates], add_special_tokens=False)["input_ids"]
