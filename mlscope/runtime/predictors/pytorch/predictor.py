@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -14,6 +14,9 @@ from mlscope.runtime.predictors.base import Predictor, PredictorError
 from mlscope.runtime.predictors.pytorch.models import build_module
 from mlscope.runtime.predictors.pytorch.profile import layer_pass, operator_pass
 from mlscope.runtime.trace.profiled import ProfiledPass
+
+if TYPE_CHECKING:
+    from mlscope.runtime.generate.records import GenerateEngine
 
 __all__ = ["CudaEventTimer", "PyTorchPredictor"]
 
@@ -67,6 +70,20 @@ class PyTorchPredictor(Predictor):
         }
 
     def load(self) -> None:
+        self._device = self._open_device()
+        self._model = build_module(self.manifest, seed=self.options.seed).to(self._device)
+
+    def generation_engine(self) -> GenerateEngine:
+        """The manifest's transformers decoder or encoder-decoder as an in-process token generator
+        (see `generate.InProcessEngine`); its weights come from a model directory built once under
+        the cache (`model_directory.materialise`), the one a server would serve."""
+        from mlscope.runtime.predictors.pytorch.generate import open_engine
+
+        self._device = self._open_device()
+        return open_engine(self.manifest, self._device, self.cache_dir, self.options.seed, self.describe)
+
+    def _open_device(self) -> torch.device:
+        """The requested device, checked, with the thread options applied."""
         device = torch.device(self.device)
         if device.type == "cuda":
             if not torch.cuda.is_available():
@@ -83,8 +100,7 @@ class PyTorchPredictor(Predictor):
                 torch.set_num_interop_threads(self.options.inter_op_threads)
             except RuntimeError as exc:  # only settable before the first parallel work
                 raise PredictorError(f"inter_op_threads: {exc}") from exc
-        self._device = device
-        self._model = build_module(self.manifest, seed=self.options.seed).to(device)
+        return device
 
     def prepare(self, arrays: dict[str, np.ndarray]) -> tuple[torch.Tensor, ...]:
         return tuple(torch.from_numpy(arrays[spec.name]).to(self._device) for spec in self.manifest.inputs)
