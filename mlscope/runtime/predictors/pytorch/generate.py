@@ -119,6 +119,12 @@ class InProcessEngine:
             start = getattr(config, "decoder_start_token_id", None)
             self._extra["decoder_start_token_id"] = self.pad_token_id if start is None else start
 
+    @property
+    def prompt_text(self) -> Callable[[int, int, int], str] | None:
+        """The prompts as texts of the very same tokens (what a served run of the directory sends),
+        None when the prompts are random ids the directory's tokenizer has no words for."""
+        return None if self._prompt_words is None else self._prompt_words.prompt_text
+
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
         """Request's prompt as token ids (see the class docstring)."""
         if self._prompt_words is not None:

@@ -16,6 +16,7 @@ from mlscope.runtime.predictors.pytorch.profile import layer_pass, operator_pass
 from mlscope.runtime.trace.profiled import ProfiledPass
 
 if TYPE_CHECKING:
+    from mlscope.contract.generation import GenerationSettings
     from mlscope.runtime.generate.records import GenerateEngine
 
 __all__ = ["CudaEventTimer", "PyTorchPredictor"]
@@ -73,7 +74,7 @@ class PyTorchPredictor(Predictor):
         self._device = self._open_device()
         self._model = build_module(self.manifest, seed=self.options.seed).to(self._device)
 
-    def generation_engine(self) -> GenerateEngine:
+    def generation_engine(self, settings: GenerationSettings) -> GenerateEngine:
         """The manifest's transformers decoder or encoder-decoder as an in-process token generator
         (see `generate.InProcessEngine`); its weights come from a model directory built once under
         the cache (`model_directory.materialise`), the one a server would serve."""
