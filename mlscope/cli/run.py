@@ -176,8 +176,8 @@ def _print_human(results: list[dict[str, Any]]) -> None:
             system = result.get("system") or {}
             console.print(
                 f"{short_line(result)}: {framework['name']} {framework.get('version')}; cold start: import "
-                f"{cold.get('import_ms', 0):.0f} ms, load {cold.get('load_ms', 0):.0f} ms, first inference "
-                f"{cold.get('first_inference_ms', 0):.1f} ms; on {system.get('cpu', {}).get('model', '?')} "
+                f"{_ms(cold.get('import_ms'), 0)}, load {_ms(cold.get('load_ms'), 0)}, first inference "
+                f"{_ms(cold.get('first_inference_ms'), 1)}; on {system.get('cpu', {}).get('model', '?')} "
                 f"(system {system.get('id', '?')})"
             )
             print_sections(result, indent="  ")
@@ -196,6 +196,10 @@ def _print_human(results: list[dict[str, Any]]) -> None:
             f"traced at {level}: `mlscope trace {short_id(traced[0]['id'])}{hint}` shows it; "
             "`--format chrome` writes a file for ui.perfetto.dev"
         )
+
+
+def _ms(value: Any, digits: int) -> str:
+    return f"{value:.{digits}f} ms" if isinstance(value, (int, float)) else "-"
 
 
 def short_line(result: dict[str, Any]) -> str:

@@ -70,7 +70,7 @@ def run_generate_job(
             first = engine.generate(
                 GenerationRequest(0, _FIRST_PROMPT_TOKENS, _FIRST_OUTPUT_TOKENS, load.seed)
             )
-        cold_start: dict[str, Any] = {"load_ms": load_ms}
+        cold_start: dict[str, Any] = {"load_ms": load_ms, "first_inference_ms": None}
         if first.ok and first.token_ns:
             cold_start["first_inference_ms"] = round((first.end_ns - first.start_ns) / 1e6, 3)
             cold_start["first_token_ms"] = round((first.token_ns[0] - first.start_ns) / 1e6, 3)

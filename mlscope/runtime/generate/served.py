@@ -69,7 +69,7 @@ def add_served(
     generation["served"] = {
         **served["generation"],
         "via": "endpoint",
-        "server": described.get("version"),
+        "server": f"transformers serve ({described.get('version')})",
         "validity": served["validity"],
         **({"load": served["load"]} if "load" in served else {}),
     }

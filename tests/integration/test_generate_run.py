@@ -1,0 +1,65 @@
+"""`mlscope run ... --scenario generate` end to end, as a user types it: a tiny GPT-2 measured in
+process and behind a real `transformers serve` process that mlscope starts (--compare-served), and a
+run against an endpoint that drops every stream mid-way (the run completes, the failures counted)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlscope.contract.generation import GenerationSettings
+from tests.fixtures.mock_endpoint import mock_endpoint
+from tests.integration.test_run_cli import json_lines, mlscope
+
+TINY = ("--config", "n_layer=2", "--config", "n_embd=64", "--config", "n_head=2")
+QUICK = ("--min-seconds", "0.1", "--max-seconds", "3")
+
+
+@pytest.mark.slow
+def test_compare_served_measures_the_same_requests_in_process_and_behind_a_real_server(
+    mlscope_env: dict[str, str],
+) -> None:
+    done = mlscope(
+        mlscope_env,
+        "run", "hf:gpt2", *TINY, "--scenario", "generate", "--prompt-tokens", "16",
+        "--output-tokens", "uniform:4-8", "--requests", "10", "--compare-served", "--json", *QUICK,
+    )  # fmt: skip
+    assert done.returncode in (0, 3), done.stderr
+    [result] = json_lines(done.stdout)
+    assert result["status"] == "succeeded", result["error"]
+    [point] = result["measurements"]
+    generation = point["generation"]
+    served = generation["served"]
+    # Both halves generated exactly the lengths asked for
+    for half in (generation, served):
+        count = half["requests"]
+        _, asked = GenerationSettings(output_tokens="uniform:4-8").lengths(count, 0)
+        assert half["per_request"]["output_tokens"] == asked
+        assert half["failed_requests"]["count"] == 0
+    # Serving adds HTTP, JSON and a server's scheduling to the very same model: TTFT grows
+    assert served["ttft_ms"]["median"] > generation["ttft_ms"]["median"]
+    overhead = generation["serving_overhead"]["ttft_ms"]
+    assert overhead["added_ms"] > 0 and overhead["ratio"] > 1
+    assert served["via"] == "endpoint" and served["server"].startswith("transformers serve")
+
+
+def test_an_endpoint_that_drops_every_stream_gives_a_finished_run_with_its_failures_counted(
+    mlscope_env: dict[str, str],
+) -> None:
+    with mock_endpoint() as server:
+        done = mlscope(
+            mlscope_env,
+            "run", "drop", "--scenario", "generate", "--endpoint", server.base_url, "--requests", "12",
+            "--output-tokens", "8", "--json", *QUICK,
+        )  # fmt: skip
+    # Exit 3: the run succeeded and its result is stored, but it is not valid
+    assert done.returncode == 3, done.stderr
+    [result] = json_lines(done.stdout)
+    assert result["status"] == "succeeded" and result["framework"]["name"] == "endpoint"
+    [point] = result["measurements"]
+    failed = point["generation"]["failed_requests"]
+    # Every request failed: after the first 8, the rest were not sent
+    assert failed["count"] == point["generation"]["requests"] == 8
+    assert "without [DONE]" in failed["first"] or "ended" in failed["first"], failed
+    assert point["validity"]["valid"] is False and point["latency_ms"]["median"] is None
+    listed = json_lines(mlscope(mlscope_env, "results", "list", "--json").stdout)
+    assert [row["id"] for row in listed] == [result["id"]]
