@@ -16,11 +16,12 @@ from __future__ import annotations
 import math
 import random
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from mlscope.contract.errors import UserError, check_known_keys
+from mlscope.contract.errors import UserError
+from mlscope.contract.section import SettingsSection
 
 __all__ = [
     "APIS",
@@ -52,7 +53,7 @@ _LENGTH_FORMS = (
 
 
 @dataclass(frozen=True)
-class GenerationSettings:
+class GenerationSettings(SettingsSection):
     """What the generate scenario sends, validated on construction.
 
     Attributes:
@@ -80,6 +81,8 @@ class GenerationSettings:
             the serving overhead per metric (the measurement's generation.served and
             generation.serving_overhead).
     """
+
+    SECTION: ClassVar[str] = "generation"
 
     requests: int = 32
     prompt_tokens: Any = 128
@@ -131,23 +134,6 @@ class GenerationSettings:
                 "compare it with (drop one of them)",
                 field="compare_served",
             )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> GenerationSettings:
-        """Settings from a mapping, defaults for what it leaves out.
-
-        Raises:
-            UserError: a key is not a setting (every unknown one is named) or a value is invalid;
-                `field` names it.
-        """
-        if data is None:
-            return cls()
-        check_known_keys(data, [f.name for f in fields(cls)], "generation", field="generation")
-        return cls(**data)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Every setting by name; `from_dict(to_dict())` gives equal settings."""
-        return asdict(self)
 
     def lengths(self, count: int, seed: int) -> tuple[list[int], list[int]]:
         """The prompt and output lengths of `count` requests, drawn with `seed`."""

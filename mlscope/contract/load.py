@@ -10,10 +10,11 @@ throughput); a multi_stream query holds 8 samples.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from mlscope.contract.errors import UserError, check_known_keys
+from mlscope.contract.errors import UserError
+from mlscope.contract.section import SettingsSection
 
 __all__ = ["DEFAULT_PERCENTILES", "LOAD_SCENARIOS", "MAX_QPS", "LoadSettings"]
 
@@ -35,7 +36,7 @@ MAX_QPS = 100_000.0
 
 
 @dataclass(frozen=True)
-class LoadSettings:
+class LoadSettings(SettingsSection):
     """How queries are issued under load, validated on construction.
 
     Attributes:
@@ -56,6 +57,8 @@ class LoadSettings:
         seed: 0. Seeds the arrival times, so two runs issue the same schedule.
         resolution: 0.05. The search stops when its bracket is narrower than this fraction.
     """
+
+    SECTION: ClassVar[str] = "load"
 
     qps: float | None = None
     max_in_flight: int = 1
@@ -91,23 +94,6 @@ class LoadSettings:
         _require_number(self, "confidence", "a number in (0.5, 1)", lambda v: 0.5 < v < 1)
         _require_int(self, "seed", 0, 2**63 - 1)
         _require_number(self, "resolution", "a number in (0, 0.5]", lambda v: 0 < v <= 0.5)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> LoadSettings:
-        """Settings from a mapping, defaults for what it leaves out.
-
-        Raises:
-            UserError: a key is not a setting (every unknown one is named) or a value is invalid;
-                `field` names it.
-        """
-        if data is None:
-            return cls()
-        check_known_keys(data, [f.name for f in fields(cls)], "load", field="load")
-        return cls(**data)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Every setting by name; `from_dict(to_dict())` gives equal settings."""
-        return asdict(self)
 
     def percentile_for(self, scenario: str) -> float:
         """The percentile `scenario` certifies: this setting's, or the scenario's default."""

@@ -121,36 +121,25 @@ def _check_target(value: str) -> None:
         raise ValidationError(exc.message.partition(": ")[2] or exc.message) from None
 
 
-class LoadField(fields.Dict):
-    """A request's `load`: the settings `LoadSettings.from_dict` accepts, loaded as the settings given
-    with their validated values (an integer qps becomes a float); a bad one is an error under
-    `load.<setting>`. Whether they suit the scenarios is the request schema's check."""
+class SettingsField(fields.Dict):
+    """A request's settings section (`load`, `generation`): the settings its class's `from_dict`
+    accepts, kept as given with their validated values (an integer qps becomes a float, an slo
+    string its mapping); a bad one is an error under `<section>.<setting>`. Whether they suit the
+    scenarios is the request schema's check."""
+
+    def __init__(self, settings: Any, section: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.settings, self.section = settings, section
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> dict[str, Any]:
         given: dict[str, Any] = super()._deserialize(value, attr, data, **kwargs)
         try:
-            settings = LoadSettings.from_dict(given).to_dict()
+            validated: dict[str, Any] = self.settings.from_dict(given).to_dict()
         except UserError as exc:
-            if exc.field in (None, "load"):
+            if exc.field in (None, self.section):
                 raise ValidationError(exc.message) from None
-            raise ValidationError({exc.field: [exc.message]}) from None
-        return {name: settings[name] for name in given}
-
-
-class GenerationField(fields.Dict):
-    """A request's `generation`: the settings `GenerationSettings.from_dict` accepts, kept as given
-    with their parsed values (an slo string becomes its mapping); a bad one is an error under
-    `generation.<setting>`."""
-
-    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> dict[str, Any]:
-        given: dict[str, Any] = super()._deserialize(value, attr, data, **kwargs)
-        try:
-            settings = GenerationSettings.from_dict(given).to_dict()
-        except UserError as exc:
-            if exc.field in (None, "generation"):
-                raise ValidationError(exc.message) from None
-            raise ValidationError({exc.field.removeprefix("generation."): [exc.message]}) from None
-        return {name: settings[name] for name in given}
+            raise ValidationError({exc.field.removeprefix(f"{self.section}."): [exc.message]}) from None
+        return {name: validated[name] for name in given}
 
 
 class ModelOptionsSchema(Schema):
@@ -231,7 +220,9 @@ class EvaluationRequestSchema(Schema):
         validate=validate.Range(min=0, max=1, min_inclusive=False, error="must be in (0, 1]"),
     )
     # Named `load` in documents; not as an attribute, which would hide Schema.load from type checkers.
-    load_settings = LoadField(
+    load_settings = SettingsField(
+        LoadSettings,
+        "load",
         data_key="load",
         keys=fields.String(),
         load_default=dict,
@@ -241,7 +232,9 @@ class EvaluationRequestSchema(Schema):
         },
     )
 
-    generation = GenerationField(
+    generation = SettingsField(
+        GenerationSettings,
+        "generation",
         keys=fields.String(),
         load_default=dict,
         metadata={
