@@ -532,7 +532,12 @@ def _search(
             on_probe(result.curve_point())
         return result
 
-    best, probes = find_max_qps(probe, start_qps, resolution=load.resolution, cap_qps=1000.0)
+    # A probe sends every request at its rate: the slowest rate searched is the one whose probe
+    # takes max_seconds (64 requests, 60 s: about 1 request/s); below it, no rate met the slo.
+    floor = len(requests) / measure.max_seconds
+    best, probes = find_max_qps(
+        probe, max(start_qps, floor), resolution=load.resolution, cap_qps=1000.0, min_qps=floor
+    )
     chosen = best if best is not None else probes[-1]
     measurement = chosen.measurement
     measurement.setdefault("load", {})["search"] = {
@@ -541,8 +546,13 @@ def _search(
         "duration_s": (time.perf_counter_ns() - started) / NS_PER_S,
     }
     if best is None:
+        lowest = min(p.qps for p in probes)
         measurement["validity"] = {
             "valid": False,
-            "reasons": ["no rate met the slo: every probe failed", *measurement["validity"]["reasons"]],
+            "reasons": [
+                f"no rate met the slo: every probe failed, down to {lowest:.3g} requests/s (slower probes "
+                f"would take longer than max_seconds {measure.max_seconds:g})",
+                *measurement["validity"]["reasons"],
+            ],
         }
     return measurement

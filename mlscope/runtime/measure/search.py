@@ -83,20 +83,21 @@ def find_max_qps(
     resolution: float,
     cap_qps: float,
     max_probes: int = MAX_PROBES,
+    min_qps: float = MIN_QPS,
 ) -> tuple[T | None, list[T]]:
     """Bracket, then bisect, the highest passing rate.
 
     From `start_qps`, double while probes pass (up to `cap_qps`) or halve while they fail (down to
-    MIN_QPS); then bisect between the highest passing rate and the lowest failing one above it until
-    they are within `resolution` of each other. A pass above a failure (noise near the edge) moves
-    the bracket up.
+    `min_qps`, MIN_QPS by default); then bisect between the highest passing rate and the lowest
+    failing one above it until they are within `resolution` of each other. A pass above a failure
+    (noise near the edge) moves the bracket up.
 
     Returns:
         The highest passing probe (None when none passed) and every probe, in the order run.
     """
     probes: list[T] = []
     best: T | None = None
-    qps = min(max(start_qps, MIN_QPS), cap_qps)
+    qps = min(max(start_qps, min_qps), cap_qps)
     while len(probes) < max_probes:
         result = probe(qps)
         probes.append(result)
@@ -111,7 +112,7 @@ def find_max_qps(
             qps = min(low * 2, cap_qps)
         elif low is None:
             qps = high / 2
-            if qps < MIN_QPS:
+            if qps < min_qps:
                 break
         else:
             if (high - low) / low <= resolution:
