@@ -132,6 +132,12 @@ def probe_line(label: str, event: Mapping[str, Any]) -> str:
     server batch 1 probe 40 qps → 39.8 achieved, p99 12.3 ms: passed"."""
     verdict = "[green]passed[/green]" if event.get("passed") else "[red]failed[/red]"
     reason = f" ({escape(str(event['reason']))})" if event.get("reason") else ""
+    if "goodput" in event:  # a goodput search's probe (the generate scenario)
+        return (
+            f"{escape(label)}: generate probe {_number(event.get('target_qps'))} qps → "
+            f"{_number(event.get('achieved_qps'))} achieved, goodput {_number(event.get('goodput'))}/s, "
+            f"TTFT p50 {_ms(event.get('ttft_p50_ms'))} ms: {verdict}{reason}"
+        )
     return (
         f"{escape(label)}: {escape(str(event.get('scenario', 'server')))} batch {event.get('batch_size')} "
         f"probe {_number(event.get('target_qps'))} qps → {_number(event.get('achieved_qps'))} achieved, "
