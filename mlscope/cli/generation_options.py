@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from mlscope.cli.key_values import parse_key_values
 from mlscope.contract.errors import UserError
 from mlscope.contract.generation import read_lengths_file
 
@@ -29,12 +30,6 @@ GENERATION_FLAGS = (
     ("ignore_eos", "ignore_eos"),
     ("compare_served", "compare_served"),
 )
-
-
-def _parse_pairs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Any]:
-    from mlscope.cli.options import parse_key_values
-
-    return parse_key_values(ctx, param, values)
 
 
 GENERATION_OPTIONS = (
@@ -91,7 +86,7 @@ GENERATION_OPTIONS = (
         "--generation",
         "generation",
         multiple=True,
-        callback=_parse_pairs,
+        callback=parse_key_values,
         metavar="KEY=VALUE",
         help="Any generation setting, e.g. --generation warmup_requests=4 (repeatable).",
     ),

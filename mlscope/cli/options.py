@@ -3,7 +3,6 @@ request fields they make), `--json`, and comma-separated lists."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -11,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from mlscope.cli.generation_options import GENERATION_FLAGS, GENERATION_OPTIONS, generation_document
+from mlscope.cli.key_values import parse_key_values
 
 __all__ = [
     "evaluation_options",
@@ -48,20 +48,6 @@ def _parse_batch_sizes(ctx: click.Context, param: click.Parameter, value: str | 
     if not sizes:
         raise click.BadParameter("expected a comma-separated list of batch sizes, e.g. 1,8,32")
     return sizes
-
-
-def parse_key_values(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Any]:
-    """KEY=VALUE pairs; a value is read as JSON (numbers, true/false, lists) or else kept as text."""
-    parsed: dict[str, Any] = {}
-    for item in values:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"{item!r}: expected KEY=VALUE, e.g. min_seconds=5")
-        try:
-            parsed[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
-            parsed[key.strip()] = raw
-    return parsed
 
 
 _SHAPE = re.compile(r"^(?:(?P<name>[^=\s]+)=)?(?P<dims>\d+(?:[x,]\d+)*)?(?::(?P<dtype>[a-z0-9]+))?$")

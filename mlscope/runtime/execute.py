@@ -27,7 +27,6 @@ from mlscope.runtime.data import DatasetRef
 from mlscope.runtime.dataset_pass import collect_outputs, postprocess, run_dataset_pass
 from mlscope.runtime.energy import EnergyMeter, EnergyUnavailable, open_energy_meter
 from mlscope.runtime.frameworks import get_framework, load_predictor_class
-from mlscope.runtime.generate.job import run_generate_job
 from mlscope.runtime.measure import MeasureSettings, get_scenario
 from mlscope.runtime.measure.parity import encode_outputs
 from mlscope.runtime.memory import PeakMemory
@@ -221,6 +220,9 @@ def execute(job: Job, emit: Emit) -> dict[str, Any]:
         fetch_ms = _ms(start)
 
         if "generate" in job.scenarios:
+            # Imported here: a job of the other scenarios (a Caffe2 environment's, too) never needs it.
+            from mlscope.runtime.generate.job import run_generate_job
+
             generated = run_generate_job(predictor, job, settings, phases.enter, phases.emit, tracer)
             cold_start = {"import_ms": import_ms, "fetch_ms": fetch_ms, "warm_process": warm_process}
             return _report(
