@@ -13,7 +13,7 @@ import click
 
 from mlscope.cli.key_values import parse_key_values
 from mlscope.contract.errors import UserError
-from mlscope.contract.generation import read_lengths_file
+from mlscope.contract.generation import ENDPOINT_FRAMEWORK, read_lengths_file
 
 __all__ = ["GENERATION_FLAGS", "GENERATION_OPTIONS", "generation_document"]
 
@@ -119,11 +119,11 @@ def check_endpoint_frameworks(frameworks: list[str], generation: dict[str, Any])
     """
     if not generation.get("endpoint"):
         return frameworks
-    others = [name for name in frameworks if name != "endpoint"]
+    others = [name for name in frameworks if name != ENDPOINT_FRAMEWORK]
     if others:
         raise UserError(
             f"--endpoint measures the model behind the endpoint: it runs on the 'endpoint' framework, "
             f"not {', '.join(others)} (leave --framework out)",
             field="framework",
         )
-    return ["endpoint"]
+    return [ENDPOINT_FRAMEWORK]

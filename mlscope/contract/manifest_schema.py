@@ -39,8 +39,8 @@ SOURCE_KINDS = (
     "gluon",
     "onnx",
     "python",
-    # A model behind an OpenAI-compatible endpoint (its base URL): measured, never loaded here.
-    "endpoint",
+    # A model served behind an OpenAI-compatible endpoint (its base URL): measured, never loaded here.
+    "served",
 )
 
 
@@ -329,7 +329,7 @@ class _SourceField(fields.Field):
             return (
                 loaded["factory"] if set(loaded) == {"factory", "kwargs"} and not loaded["kwargs"] else loaded
             )
-        if kind == "endpoint":
+        if kind == "served":
             if not isinstance(spec, str) or not re.match(r"^https?://\S+$", spec):
                 raise ValidationError(
                     "must be an endpoint's http(s) base URL (e.g. http://127.0.0.1:8000/v1)"

@@ -37,7 +37,7 @@ def endpoint_manifest(model: str, url: str, served_as: str | None = None) -> Man
             "description": f"{served_as or model} behind the OpenAI-compatible endpoint {url}; "
             "its weights are whatever the server loaded.",
             "framework": {"name": ENDPOINT_FRAMEWORK},
-            "source": {"endpoint": url},
+            "source": {"served": url},
             "weights": "random",
             "inputs": [{"name": "input_ids", "shape": [1], "dtype": "int64"}],
             "outputs": [{"name": "tokens"}],

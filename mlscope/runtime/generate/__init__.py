@@ -7,3 +7,6 @@ records to the result's `generation` section; `endpoint` is the HTTP engine and 
 local server for a model directory. The in-process engines live with their frameworks
 (`mlscope.runtime.predictors.<framework>`).
 """
+
+# The scenario this package implements (the others are `mlscope.runtime.measure.SCENARIOS`).
+SCENARIO = "generate"
