@@ -26,6 +26,7 @@ from typing import Any
 
 import transformers
 
+from mlscope.contract.generation import GenerationSettings
 from mlscope.registry.catalogue import Catalogue
 from mlscope.registry.references import ModelOptions, apply_options
 from mlscope.runtime.generate.records import GenerationRequest, RequestRecord
@@ -74,7 +75,7 @@ def summary(records: list[RequestRecord]) -> tuple[float, float, float]:
 def run_family(ref: str, config: dict[str, Any], cache: Path, args: argparse.Namespace) -> dict[str, Any]:
     manifest = apply_options(Catalogue.load().manifest(ref, "pytorch"), ModelOptions(config=config))
     started = time.perf_counter()
-    engine = PyTorchPredictor(manifest=manifest, cache_dir=cache).generation_engine()
+    engine = PyTorchPredictor(manifest=manifest, cache_dir=cache).generation_engine(GenerationSettings())
     build_s = time.perf_counter() - started
     assert isinstance(engine, InProcessEngine) and engine.model is not None
     params = sum(p.numel() for p in engine.model.parameters())

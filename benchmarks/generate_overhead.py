@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from transformers.generation.streamers import BaseStreamer
 
+from mlscope.contract.generation import GenerationSettings
 from mlscope.contract.options import PredictorOptions
 from mlscope.registry.catalogue import Catalogue
 from mlscope.registry.references import ModelOptions, apply_options
@@ -89,7 +90,7 @@ def main() -> None:
         predictor = PyTorchPredictor(
             manifest=manifest, cache_dir=Path(cache), options=PredictorOptions(threads=args.threads or None)
         )
-        engine = predictor.generation_engine()
+        engine = predictor.generation_engine(GenerationSettings())
         assert isinstance(engine, InProcessEngine) and engine.model is not None
         model, pad = engine.model, engine.pad_token_id
         requests = [GenerationRequest(i, args.prompt, args.output, seed=0) for i in range(args.requests)]

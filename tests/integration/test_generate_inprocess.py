@@ -13,6 +13,7 @@ import pytest
 import torch
 import transformers
 
+from mlscope.contract.generation import GenerationSettings
 from mlscope.contract.manifest import Manifest
 from mlscope.registry.catalogue import Catalogue
 from mlscope.registry.models import ModelRegistry
@@ -43,7 +44,7 @@ def manifest(ref: str, config: dict[str, Any]) -> Manifest:
 
 
 def engine_for(manifest: Manifest, cache_dir: Path) -> InProcessEngine:
-    engine = PyTorchPredictor(manifest=manifest, cache_dir=cache_dir).generation_engine()
+    engine = PyTorchPredictor(manifest=manifest, cache_dir=cache_dir).generation_engine(GenerationSettings())
     assert isinstance(engine, InProcessEngine)
     return engine
 
@@ -97,7 +98,7 @@ def test_an_encoder_is_refused_with_what_the_scenario_needs(tmp_path: Path) -> N
     predictor = PyTorchPredictor(manifest=manifest("hf:bert", BERT), cache_dir=tmp_path)
 
     with pytest.raises(PredictorError, match=r"hf:bert is an encoder .*needs a decoder or encoder-decoder"):
-        predictor.generation_engine()
+        predictor.generation_engine(GenerationSettings())
     assert not (tmp_path / "generate").exists() or not any((tmp_path / "generate").iterdir())
 
 
