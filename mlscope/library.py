@@ -119,7 +119,9 @@ def evaluate(
         batch_sizes: batch sizes to measure (an int: one).
         scenarios: `single_stream` (back-to-back latency), `offline` (throughput), `server`
             (Poisson arrivals at load["qps"]), `multi_stream` (load["samples_per_query"] samples
-            every load["interval_ms"]); a string: one.
+            every load["interval_ms"]), `generate` (a generative model's requests token by token,
+            set by the `generation` field, e.g. generation={"output_tokens": 64, "slo":
+            "ttft_ms=200"}: docs/generate.md); a string: one.
         device: `cpu`, `cuda` or `cuda:N`.
         runner: `process` (a child process), `docker` (the framework's image) or `inline` (this
             process: the framework stays imported, so its cold start is a warm one).

@@ -175,7 +175,7 @@ class EndpointEngine:
             import httpx
         except ImportError:
             raise UserError(
-                "an endpoint needs httpx: pip install 'mlscope[generate]'", field="endpoint"
+                "an endpoint needs httpx: pip install 'mlscope[endpoint]'", field="endpoint"
             ) from None
         self._httpx = httpx
         self.model = model
