@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from mlscope.cli.key_values import parse_key_values
+from mlscope.cli.key_values import parse_key_values, with_flags
 from mlscope.contract.errors import UserError
 from mlscope.contract.generation import ENDPOINT_FRAMEWORK, read_lengths_file
 
@@ -99,11 +99,7 @@ def generation_document(generation: dict[str, Any] | None, **flags: Any) -> dict
     Raises:
         UserError: a `file:PATH` length whose file cannot be read or holds no lengths.
     """
-    document = dict(generation or {})
-    for parameter, setting in GENERATION_FLAGS:
-        value = flags.get(parameter)
-        if value is not None and value is not False:
-            document[setting] = value
+    document = with_flags(generation or {}, GENERATION_FLAGS, flags)
     for name in ("prompt_tokens", "output_tokens"):
         value = document.get(name)
         if isinstance(value, str) and value.startswith("file:"):

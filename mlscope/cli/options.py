@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from mlscope.cli.generation_options import GENERATION_FLAGS, GENERATION_OPTIONS, generation_document
-from mlscope.cli.key_values import parse_key_values
+from mlscope.cli.key_values import parse_key_values, with_flags
 
 __all__ = [
     "evaluation_options",
@@ -191,12 +191,7 @@ LOAD_OPTIONS = (
 def load_document(load: dict[str, Any], **flags: Any) -> dict[str, Any]:
     """The request's `load` from `--load KEY=VALUE` pairs and the load flags set (a flag wins; an
     unset flag, None or a switch left off, says nothing)."""
-    document = dict(load)
-    for parameter, setting in _LOAD_FLAGS:
-        value = flags.get(parameter)
-        if value is not None and value is not False:  # not `in (None, False)`: 0 == False
-            document[setting] = flags[parameter]
-    return document
+    return with_flags(load, _LOAD_FLAGS, flags)
 
 
 _EVALUATION_OPTIONS = (

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from mlscope.cli.render_cost import resource_lines
 from mlscope.cli.render_generation import generation_lines, served_table
-from mlscope.cli.render_load import has_load_column, load_cell, search_lines
+from mlscope.cli.render_load import has_load_column, load_cell, ms_text, search_lines
 from mlscope.contract.result import result_validity
 
 __all__ = [
@@ -141,12 +141,6 @@ def new_table(title: str | None, columns: Iterable[Column]) -> Table:
     return table
 
 
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.3f}" if value < 10 else f"{value:.2f}" if value < 1000 else f"{value:,.0f}"
-
-
 def _validity(validity: dict[str, Any]) -> str:
     if validity.get("valid"):
         return "yes" + (" (!)" if validity.get("reasons") else "")
@@ -196,10 +190,10 @@ def measurement_table(results: list[dict[str, Any]], title: str | None = None) -
                 framework,
                 m["scenario"],
                 str(m["batch_size"]),
-                _ms(lat["median"]),
-                f"{_ms(lo)}–{_ms(hi)}",
-                _ms(lat["p90"]),
-                _ms(lat["p99"]),
+                ms_text(lat["median"]),
+                f"{ms_text(lo)}–{ms_text(hi)}",
+                ms_text(lat["p90"]),
+                ms_text(lat["p99"]),
                 "-" if lat.get("cv") is None else f"{lat['cv']:.3f}",
                 f"{m['throughput']:,.1f}",
                 str(lat.get("count", "-")),

@@ -11,15 +11,11 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from mlscope.cli.render_load import ms_text
+
 __all__ = ["generation_lines", "served_table"]
 
 _METRICS = (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"), ("end-to-end", "e2e_ms"))
-
-
-def _ms(value: Any) -> str:
-    if not isinstance(value, (int, float)):
-        return "-"
-    return f"{value:.3f}" if value < 10 else f"{value:.2f}" if value < 1000 else f"{value:,.0f}"
 
 
 def _rate(value: Any) -> str:
@@ -30,7 +26,8 @@ def _summary(summary: Mapping[str, Any] | None) -> str:
     if not summary or summary.get("median") is None:
         return "-"
     lo, hi = summary.get("median_ci") or (None, None)
-    return f"median {_ms(summary['median'])} ms (95% CI {_ms(lo)}–{_ms(hi)}), p99 {_ms(summary.get('p99'))}"
+    interval = f"95% CI {ms_text(lo)}–{ms_text(hi)}"
+    return f"median {ms_text(summary['median'])} ms ({interval}), p99 {ms_text(summary.get('p99'))}"
 
 
 def _lengths(generation: Mapping[str, Any], name: str) -> str:
@@ -111,8 +108,8 @@ def _search_lines(measurement: Mapping[str, Any]) -> list[str]:
         )
         lines.append(
             f"    {_rate(probe.get('target_qps'))} qps → {_rate(probe.get('achieved_qps'))} achieved, "
-            f"goodput {_rate(probe.get('goodput'))}/s, TTFT p50 {_ms(probe.get('ttft_p50_ms'))} ms, TPOT p50 "
-            f"{_ms(probe.get('tpot_p50_ms'))} ms: {verdict}"
+            f"goodput {_rate(probe.get('goodput'))}/s, TTFT p50 {ms_text(probe.get('ttft_p50_ms'))} ms, "
+            f"TPOT p50 {ms_text(probe.get('tpot_p50_ms'))} ms: {verdict}"
         )
     best = search.get("max_qps")
     lines.append(
@@ -149,8 +146,8 @@ def served_table(result: Mapping[str, Any]) -> Table | None:
             if row:
                 table.add_row(
                     f"{label} ms",
-                    _ms(row["in_process_ms"]),
-                    _ms(row["served_ms"]),
+                    ms_text(row["in_process_ms"]),
+                    ms_text(row["served_ms"]),
                     f"{row['added_ms']:+.3f}",
                     f"{row['ratio']:.2f}×" if row.get("ratio") else "-",
                 )

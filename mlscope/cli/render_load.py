@@ -22,7 +22,8 @@ def _number(value: Any, digits: int = 1) -> str:
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.{digits}f}".rstrip("0").rstrip(".")
 
 
-def _ms(value: Any) -> str:
+def ms_text(value: Any) -> str:
+    """A duration in ms, its digits by size ("-" for no number)."""
     if not isinstance(value, int | float) or isinstance(value, bool):
         return "-"
     return f"{value:.3f}" if value < 10 else f"{value:.2f}" if value < 1000 else f"{value:,.0f}"
@@ -84,7 +85,7 @@ def load_cell(measurement: Mapping[str, Any]) -> str:
 
 def _probe_text(probe: Mapping[str, Any]) -> str:
     target, achieved = _number(probe.get("target_qps")), _number(probe.get("achieved_qps"))
-    latencies = " ".join(f"{name} {_ms(probe.get(f'{name}_ms'))}" for name in ("p50", "p90", "p99"))
+    latencies = " ".join(f"{name} {ms_text(probe.get(f'{name}_ms'))}" for name in ("p50", "p90", "p99"))
     head = f"{target:>8} qps → {achieved:>8} achieved, {latencies} ms"
     if probe.get("passed"):
         verdict = "[green]passed[/green]" + ("" if probe.get("certified") else " (not certified)")
@@ -136,10 +137,10 @@ def probe_line(label: str, event: Mapping[str, Any]) -> str:
         return (
             f"{escape(label)}: generate probe {_number(event.get('target_qps'))} qps → "
             f"{_number(event.get('achieved_qps'))} achieved, goodput {_number(event.get('goodput'))}/s, "
-            f"TTFT p50 {_ms(event.get('ttft_p50_ms'))} ms: {verdict}{reason}"
+            f"TTFT p50 {ms_text(event.get('ttft_p50_ms'))} ms: {verdict}{reason}"
         )
     return (
         f"{escape(label)}: {escape(str(event.get('scenario', 'server')))} batch {event.get('batch_size')} "
         f"probe {_number(event.get('target_qps'))} qps → {_number(event.get('achieved_qps'))} achieved, "
-        f"percentile {_ms(event.get('percentile_ms'))} ms: {verdict}{reason}"
+        f"percentile {ms_text(event.get('percentile_ms'))} ms: {verdict}{reason}"
     )

@@ -98,9 +98,9 @@ class GenerationSettings(SettingsSection):
     compare_served: bool = False
 
     def __post_init__(self) -> None:
-        _require_int(self, "requests", 1, 100_000)
-        _require_int(self, "concurrency", 1, 4096)
-        _require_int(self, "warmup_requests", 0, 1000)
+        self._require_int("requests", 1, 100_000)
+        self._require_int("concurrency", 1, 4096)
+        self._require_int("warmup_requests", 0, 1000)
         object.__setattr__(self, "prompt_tokens", parse_lengths(self.prompt_tokens, "prompt_tokens"))
         object.__setattr__(self, "output_tokens", parse_lengths(self.output_tokens, "output_tokens"))
         if self.slo is not None:
@@ -118,14 +118,7 @@ class GenerationSettings(SettingsSection):
             raise UserError("generation setting endpoint_model must be a model name", field="endpoint_model")
         if not isinstance(self.ignore_eos, bool):
             raise UserError("generation setting ignore_eos must be true or false", field="ignore_eos")
-        timeout = self.request_timeout_s
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86_400:
-            raise UserError(
-                f"generation setting request_timeout_s={timeout!r} is invalid: "
-                "expected seconds in (0, 86400]",
-                field="request_timeout_s",
-            )
-        object.__setattr__(self, "request_timeout_s", float(timeout))
+        self._require_number("request_timeout_s", "seconds in (0, 86400]", lambda v: 0 < v <= 86_400)
         if not isinstance(self.compare_served, bool):
             raise UserError("generation setting compare_served must be true or false", field="compare_served")
         if self.compare_served and self.endpoint is not None:
@@ -274,13 +267,4 @@ def _check_endpoint(url: Any) -> None:
         raise UserError(
             f"endpoint {url!r} is not an http(s) URL: expected the API's base, e.g. http://127.0.0.1:8000/v1",
             field="endpoint",
-        )
-
-
-def _require_int(settings: GenerationSettings, name: str, minimum: int, maximum: int) -> None:
-    value = getattr(settings, name)
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise UserError(
-            f"generation setting {name}={value!r} is invalid: expected an integer in [{minimum}, {maximum}]",
-            field=name,
         )

@@ -9,9 +9,8 @@ throughput); a multi_stream query holds 8 samples.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.section import SettingsSection
@@ -73,27 +72,26 @@ class LoadSettings(SettingsSection):
 
     def __post_init__(self) -> None:
         if self.qps is not None:
-            _require_number(
-                self,
+            self._require_number(
                 "qps",
                 f"a number in (0, {MAX_QPS:g}] (no single load generator issues more queries per second)",
                 lambda v: 0 < v <= MAX_QPS,
             )
-        _require_int(self, "max_in_flight", 1, 1024)
-        _require_int(self, "samples_per_query", 1, 1024)
-        _require_number(self, "interval_ms", "a number > 0", lambda v: v > 0)
+        self._require_int("max_in_flight", 1, 1024)
+        self._require_int("samples_per_query", 1, 1024)
+        self._require_number("interval_ms", "a number > 0", lambda v: v > 0)
         if not isinstance(self.find_max_qps, bool):
             raise UserError(
                 f"load setting find_max_qps={self.find_max_qps!r} is invalid: expected true or false",
                 field="find_max_qps",
             )
         if self.latency_bound_ms is not None:
-            _require_number(self, "latency_bound_ms", "a number > 0", lambda v: v > 0)
+            self._require_number("latency_bound_ms", "a number > 0", lambda v: v > 0)
         if self.percentile is not None:
-            _require_number(self, "percentile", "a number in (0, 100)", lambda v: 0 < v < 100)
-        _require_number(self, "confidence", "a number in (0.5, 1)", lambda v: 0.5 < v < 1)
-        _require_int(self, "seed", 0, 2**63 - 1)
-        _require_number(self, "resolution", "a number in (0, 0.5]", lambda v: 0 < v <= 0.5)
+            self._require_number("percentile", "a number in (0, 100)", lambda v: 0 < v < 100)
+        self._require_number("confidence", "a number in (0.5, 1)", lambda v: 0.5 < v < 1)
+        self._require_int("seed", 0, 2**63 - 1)
+        self._require_number("resolution", "a number in (0, 0.5]", lambda v: 0 < v <= 0.5)
 
     def percentile_for(self, scenario: str) -> float:
         """The percentile `scenario` certifies: this setting's, or the scenario's default."""
@@ -134,24 +132,3 @@ class LoadSettings(SettingsSection):
             raise UserError(f"qps applies only to {where}", field="qps")
         if self.find_max_qps:
             raise UserError(f"find_max_qps applies only to {where}", field="find_max_qps")
-
-
-def _require_int(settings: LoadSettings, name: str, minimum: int, maximum: int) -> None:
-    value = getattr(settings, name)
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise UserError(
-            f"load setting {name}={value!r} is invalid: expected an integer in [{minimum}, {maximum}]",
-            field=name,
-        )
-
-
-def _require_number(settings: LoadSettings, name: str, expected: str, accept: Any) -> None:
-    value = getattr(settings, name)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or not accept(value)
-    ):
-        raise UserError(f"load setting {name}={value!r} is invalid: expected {expected}", field=name)
-    object.__setattr__(settings, name, float(value))

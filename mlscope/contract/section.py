@@ -3,10 +3,12 @@ validates itself on construction, made from a mapping that names only settings i
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import asdict, fields
 from typing import Any, ClassVar, TypeVar
 
-from mlscope.contract.errors import check_known_keys
+from mlscope.contract.errors import UserError, check_known_keys
 
 __all__ = ["SettingsSection"]
 
@@ -34,3 +36,27 @@ class SettingsSection:
     def to_dict(self) -> dict[str, Any]:
         """Every setting by name; `from_dict(to_dict())` gives equal settings."""
         return asdict(self)  # type: ignore[call-overload]
+
+    def _require_int(self, name: str, minimum: int, maximum: int) -> None:
+        """Refuse setting `name` unless it is an integer in [minimum, maximum] (not a bool)."""
+        value = getattr(self, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+            raise UserError(
+                f"{self.SECTION} setting {name}={value!r} is invalid: expected an integer in "
+                f"[{minimum}, {maximum}]",
+                field=name,
+            )
+
+    def _require_number(self, name: str, expected: str, accept: Callable[[float], bool]) -> None:
+        """Refuse setting `name` unless it is a finite number `accept` takes; keep it as a float."""
+        value = getattr(self, name)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or not accept(value)
+        ):
+            raise UserError(
+                f"{self.SECTION} setting {name}={value!r} is invalid: expected {expected}", field=name
+            )
+        object.__setattr__(self, name, float(value))
