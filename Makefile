@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # The venv is rebuilt only when what it is made from changes.
 INPUTS_HASH := $(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 STAMP  := $(VENV)/.installed-$(INPUTS_HASH)
-EXTRAS := pytorch,onnxruntime,tensorflow,postgresql,mongodb,farm,otlp,docker,datasets,pretrained,generate,dev
+EXTRAS := pytorch,onnxruntime,tensorflow,postgresql,mongodb,farm,otlp,docker,datasets,pretrained,generate,plots,dev
 
 .PHONY: demo test lint typecheck unit services docker bench clean
 
