@@ -3,7 +3,7 @@
 `create_app` builds one app from settings (or from parts a test hands it): the store, the Celery app,
 the agent and model registries, kept on `app.extensions["mlscope"]`; flask-smorest for validation and
 the OpenAPI document (`/api/openapi.json`, docs page at `/api/docs`); problem documents for every error;
-bearer-token checks; Prometheus metrics.
+bearer-token checks; Prometheus metrics; the web dashboard at `/` (mlscope.api.dashboard).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from mlscope.store import Store, open_store
 from . import catalog, compare, datasets, evaluations, history, ops, uploads
 from .auth import init_auth
 from .context import ApiContext
+from .dashboard import SWAGGER_UI_CONFIG, SWAGGER_UI_URL, init_dashboard
 from .metrics import ApiMetrics
 from .problems import PROBLEM_MIMETYPE, ProblemSchema, install_error_handlers
 
@@ -40,7 +41,6 @@ MAX_BODY_BYTES = 1024 * 1024
 # past its limit: it is set this far above MLSCOPE_MAX_UPLOAD_BYTES, so the app's answer, a problem
 # document naming the cap, is the one a client gets (MLSCOPE_MAX_DATASET_BYTES when it is larger).
 _WAITRESS_BODY_SLACK = 1024 * 1024
-SWAGGER_UI_CDN = "https://cdn.jsdelivr.net/npm/swagger-ui-dist/"
 logger = logging.getLogger("mlscope.api")
 
 
@@ -66,7 +66,9 @@ def _configure(app: Flask) -> None:
         OPENAPI_URL_PREFIX="/api",
         OPENAPI_JSON_PATH="openapi.json",
         OPENAPI_SWAGGER_UI_PATH="/docs",
-        OPENAPI_SWAGGER_UI_URL=SWAGGER_UI_CDN,
+        # Swagger UI's files come from the installed swagger_ui_bundle package, served by this process.
+        OPENAPI_SWAGGER_UI_URL=SWAGGER_UI_URL,
+        OPENAPI_SWAGGER_UI_CONFIG=SWAGGER_UI_CONFIG,
         API_SPEC_OPTIONS={
             "info": {
                 "description": "Submit, follow and compare deep-learning benchmarks on a farm of workers. "
@@ -126,7 +128,8 @@ def create_app(
     )
     ctx.metrics.watch(ctx)
 
-    app = Flask("mlscope.api")
+    # No static folder of the app's own: /static/ is the dashboard's (mlscope.api.dashboard.assets).
+    app = Flask("mlscope.api", static_folder=None)
     _configure(app)
     app.extensions["mlscope"] = ctx
     ctx.metrics.init_app(app)
@@ -137,6 +140,7 @@ def create_app(
         api.register_blueprint(blueprint)
     # After flask-smorest's own handler, so these win.
     install_error_handlers(app)
+    init_dashboard(app)
     return app
 
 

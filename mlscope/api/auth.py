@@ -4,7 +4,7 @@ MLSCOPE_API_TOKENS).
 
 The tokens are `settings.api_tokens` (MLSCOPE_API_TOKENS). With none configured, writes are refused
 outright (403) rather than left open: a farm runs whatever it is sent. The health check and the
-OpenAPI document with its docs page stay open whatever the setting.
+OpenAPI document with its docs page, and the pages' scripts and styles, stay open whatever the setting.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ __all__ = [
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 OPEN_ENDPOINTS = frozenset({"ops.Health"})
-# flask-smorest serves openapi.json and the docs page from this blueprint.
-OPEN_BLUEPRINTS = frozenset({"api-docs"})
+# flask-smorest serves openapi.json and the docs page from this blueprint; the dashboard's and the docs
+# page's scripts and styles (dashboard_assets) hold no data.
+OPEN_BLUEPRINTS = frozenset({"api-docs", "dashboard_assets"})
 # Reads that need a token whatever `api_reads` says: an uploaded model's bytes are its uploader's.
 TOKEN_READS = frozenset({"uploads.UploadedModelFile", "datasets.UploadedDatasetFile"})
 # Writes whose body is a file, not JSON.

@@ -23,7 +23,7 @@ from .schemas import (
     QueueSchema,
 )
 
-__all__ = ["blp"]
+__all__ = ["BROKER_TIMEOUT_S", "blp", "model_listing", "queue_listing"]
 
 # Reading queue depths opens a broker connection; a broker that does not answer in this long is down.
 BROKER_TIMEOUT_S = 5.0
@@ -47,28 +47,34 @@ class Models(MethodView):
         then the catalogue's architectures (torchvision:NAME, timm:NAME, hf:TYPE), which any request
         may name too. Filters: task, framework, family, search (in the name or family).
         """
-        models = context().models
-        listed = []
-        for name, origin, family in models.listing():
-            frameworks = models.frameworks_for(name)
-            if origin == "manifest":
-                first = models.get(name, frameworks[0])
-                task, description, version = first.task, first.description, first.version
-            else:  # described by its entry: no manifest is built to list it
-                assert models.catalogue is not None  # listing() names catalogue entries only then
-                task, description, version = models.catalogue.get(name).task, None, "1.0"
-            listed.append(
-                {
-                    "name": name,
-                    "task": task,
-                    "description": description,
-                    "frameworks": frameworks,
-                    "version": version,
-                    "family": family,
-                    "origin": origin,
-                }
-            )
-        return [item for item in listed if _wanted(item, query)]
+        return model_listing(query)
+
+
+def model_listing(query: dict[str, Any]) -> list[dict[str, Any]]:
+    """The models GET /models lists for `query` (task, framework, family, search), shared with the
+    dashboard's catalogue page."""
+    models = context().models
+    listed = []
+    for name, origin, family in models.listing():
+        frameworks = models.frameworks_for(name)
+        if origin == "manifest":
+            first = models.get(name, frameworks[0])
+            task, description, version = first.task, first.description, first.version
+        else:  # described by its entry: no manifest is built to list it
+            assert models.catalogue is not None  # listing() names catalogue entries only then
+            task, description, version = models.catalogue.get(name).task, None, "1.0"
+        listed.append(
+            {
+                "name": name,
+                "task": task,
+                "description": description,
+                "frameworks": frameworks,
+                "version": version,
+                "family": family,
+                "origin": origin,
+            }
+        )
+    return [item for item in listed if _wanted(item, query)]
 
 
 def _wanted(item: dict[str, Any], query: dict[str, Any]) -> bool:
@@ -141,20 +147,29 @@ class Queues(MethodView):
     )
     def get(self) -> list[dict[str, Any]]:
         """List the queues jobs were sent to or live agents consume, with their depths"""
-        ctx = context()
-        live = ctx.agents.live()
-        queues = sorted(ctx.agents.known_queues())
-        try:
-            depths = bounded(lambda: queue_depths(ctx.celery, queues), BROKER_TIMEOUT_S)
-        except Exception as exc:  # kombu, redis and amqp each raise their own kinds
-            raise ApiProblem(
-                503, f"cannot read queue depths from the broker at {redact_url(ctx.broker_url)}: {exc}"
-            ) from None
-        return [
-            {
-                "queue": queue,
-                "depth": depths.get(queue, 0),
-                "consumers": [agent.id for agent in live if queue in agent.queues],
-            }
-            for queue in queues
-        ]
+        return queue_listing()
+
+
+def queue_listing() -> list[dict[str, Any]]:
+    """The queues GET /queues lists, with their depths and consumers (shared with the dashboard).
+
+    Raises:
+        ApiProblem: 503 when the broker does not answer within BROKER_TIMEOUT_S.
+    """
+    ctx = context()
+    live = ctx.agents.live()
+    queues = sorted(ctx.agents.known_queues())
+    try:
+        depths = bounded(lambda: queue_depths(ctx.celery, queues), BROKER_TIMEOUT_S)
+    except Exception as exc:  # kombu, redis and amqp each raise their own kinds
+        raise ApiProblem(
+            503, f"cannot read queue depths from the broker at {redact_url(ctx.broker_url)}: {exc}"
+        ) from None
+    return [
+        {
+            "queue": queue,
+            "depth": depths.get(queue, 0),
+            "consumers": [agent.id for agent in live if queue in agent.queues],
+        }
+        for queue in queues
+    ]

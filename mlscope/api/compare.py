@@ -18,7 +18,7 @@ from .problems import ApiProblem
 from .schemas import CompareQuerySchema, CompareSchema
 from .streams import CSV_MIMETYPE, csv_lines
 
-__all__ = ["blp", "rows_to_csv"]
+__all__ = ["blp", "comparison_rows", "rows_to_csv"]
 
 blp = ApiBlueprint(
     "compare",
@@ -48,6 +48,28 @@ def _resolve(prefixes: Sequence[str]) -> list[str]:
     return resolved
 
 
+def comparison_rows(query: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows GET /compare answers for `query` (loaded by CompareQuerySchema): the store's comparison,
+    priced. The dashboard's comparison page draws these same rows.
+
+    Raises:
+        ApiProblem: 422 naming the id that matches no evaluation (or several).
+        UserError: naming a malformed price.
+    """
+    prices = parse_prices(query.get("price_per_hour") or (), "price_per_hour")
+    rows = context().store.compare(
+        ids=_resolve(query.get("ids") or ()),
+        models=query.get("models") or (),
+        frameworks=query.get("frameworks") or (),
+        system_ids=query.get("systems") or (),
+        batch_sizes=query.get("batch_sizes") or (),
+        scenarios=query.get("scenarios") or (),
+        since=query.get("since"),
+        until=query.get("until"),
+    )
+    return prices.price_rows(rows)
+
+
 def _wants_csv(query: dict[str, Any]) -> bool:
     if "format" in query:
         return bool(query["format"] == "csv")
@@ -72,18 +94,7 @@ class Compare(MethodView):
         evaluation of each; every filter narrows the evaluations drawn on. `price_per_hour` prices
         the rows recorded without a price (their cost columns are null otherwise).
         """
-        prices = parse_prices(query.get("price_per_hour") or (), "price_per_hour")
-        rows = context().store.compare(
-            ids=_resolve(query.get("ids") or ()),
-            models=query.get("models") or (),
-            frameworks=query.get("frameworks") or (),
-            system_ids=query.get("systems") or (),
-            batch_sizes=query.get("batch_sizes") or (),
-            scenarios=query.get("scenarios") or (),
-            since=query.get("since"),
-            until=query.get("until"),
-        )
-        rows = prices.price_rows(rows)
+        rows = comparison_rows(query)
         if _wants_csv(query):
             return Response(csv_lines(COMPARE_COLUMNS, _cells(rows)), mimetype=CSV_MIMETYPE)
         return {"columns": list(COMPARE_COLUMNS), "rows": rows}

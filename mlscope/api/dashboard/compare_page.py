@@ -1,0 +1,76 @@
+"""/compare: models × frameworks × systems side by side. The form's state is the URL's query (so a
+comparison is shared by sharing its URL), the rows are the ones GET /api/v1/compare answers for the
+same query (one function computes both), and the CSV link is that API's CSV: the download matches the
+JSON by construction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from flask import render_template, request, url_for
+
+from mlscope.runtime.frameworks import FRAMEWORKS
+
+from ..compare import comparison_rows
+from ..context import context
+from ..problems import ApiProblem
+from ..schemas import CompareQuerySchema
+from .blueprint import PAGES, PageError, parse_query
+from .figures import compare_chart, embed
+
+__all__ = ["COMPARE_LISTS", "compare"]
+
+# The query fields that hold lists: a multi-select repeats them, a text field separates them by commas.
+COMPARE_LISTS = ("ids", "models", "frameworks", "systems", "batch_sizes", "scenarios", "price_per_hour")
+_KEPT = (*COMPARE_LISTS, "since", "until")
+
+
+def _api_query() -> dict[str, str]:
+    """The page's query as the JSON API reads it: each list one comma-separated value."""
+    kept: dict[str, str] = {}
+    for key in _KEPT:
+        values = [v.strip() for v in request.args.getlist(key) if v.strip()]
+        if values:
+            kept[key] = ",".join(values)
+    return kept
+
+
+@PAGES.route("/compare")
+def compare() -> str:
+    """The comparison page: the form, the grouped bars, the table and the CSV link."""
+    query = parse_query(CompareQuerySchema(), lists=COMPARE_LISTS)
+    query.pop("format", None)
+    try:
+        rows = comparison_rows(query)
+    except ApiProblem as problem:  # an id that matches no evaluation: the page's filter is at fault
+        raise PageError(400, problem.detail, problem.errors) from None
+    chosen = _api_query()
+    api_url, page_url = url_for("compare.Compare"), url_for("dashboard.compare")
+    chart = compare_chart(rows)
+    selected = {key: set(value.split(",")) for key, value in chosen.items()}
+    return render_template(
+        "dashboard/compare.html",
+        rows=rows,
+        chart=embed(chart) if chart is not None else None,
+        chosen=chosen,
+        selected=selected,
+        frameworks=sorted(FRAMEWORKS),
+        systems=_systems(),
+        csv_url=f"{api_url}?{urlencode({**chosen, 'format': 'csv'})}",
+        json_url=f"{api_url}?{urlencode(chosen)}" if chosen else api_url,
+        share_url=f"{page_url}?{urlencode(chosen)}" if chosen else page_url,
+    )
+
+
+def _systems() -> list[dict[str, Any]]:
+    """The stored systems as the form offers them: id and a readable label."""
+    systems = []
+    for system in context().store.list_systems():
+        agent = (system.get("agent") or {}).get("id")
+        label = " · ".join(str(part) for part in (agent, system.get("hostname")) if part)
+        systems.append(
+            {"id": system["id"], "label": f"{label} ({system['id'][:8]})" if label else system["id"]}
+        )
+    return systems

@@ -1,0 +1,113 @@
+"""/evaluations/<id>: one evaluation's page. Its status (and whether the result may be trusted), the
+measured points with their validity reasons, cold start, accuracy, and the charts: latency histogram
+and CDF per point, percentiles and throughput against the batch size, cold start, the layer
+breakdown, and a timeline of the stored trace (its longest spans, with a link to the whole trace for
+Perfetto).
+
+The trace is read once, as it streams from the store: the layer breakdown keeps the spans it needs
+(as GET /layers does), the timeline never holds more than MAX_TIMELINE_SPANS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from flask import render_template, url_for
+
+from mlscope.analysis.traces import layers_report
+from mlscope.store import iter_spans
+
+from ..context import context
+from .blueprint import PAGES, status_view
+from .figures import (
+    MAX_TIMELINE_SPANS,
+    batch_chart,
+    cdf_chart,
+    cold_start_chart,
+    embed,
+    histogram_chart,
+    layers_chart,
+    longest_spans,
+    timeline_chart,
+)
+
+__all__ = ["evaluation"]
+
+_LAYER_LEVELS = frozenset({"MODEL", "FRAMEWORK", "LIBRARY"})
+
+
+def _points(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for measurement in measurements:
+        latency = measurement.get("latency_ms") or {}
+        validity = measurement.get("validity") or {}
+        rows.append(
+            {
+                "scenario": measurement["scenario"],
+                "batch_size": measurement["batch_size"],
+                "count": latency.get("count"),
+                "median": latency.get("median"),
+                "p90": latency.get("p90"),
+                "p99": latency.get("p99"),
+                "ci": latency.get("median_ci"),
+                "throughput": measurement.get("throughput"),
+                "valid": validity.get("valid") is True,
+                "reasons": validity.get("reasons") or [],
+            }
+        )
+    return rows
+
+
+def _trace_charts(evaluation_id: str) -> tuple[list[dict[str, Any]], int]:
+    """The layer breakdown and timeline charts of the stored trace, and how many spans it has."""
+    store = context().store
+    total = store.count_spans(evaluation_id)
+    if total == 0:
+        return [], 0
+    layer_spans: list[dict[str, Any]] = []
+
+    def streamed() -> Iterator[dict[str, Any]]:
+        for span in iter_spans(store, evaluation_id):
+            if span["level"] in _LAYER_LEVELS:
+                layer_spans.append(span)
+            yield span
+
+    shown = longest_spans(streamed(), MAX_TIMELINE_SPANS)
+    charts = []
+    layers = layers_chart(layers_report(layer_spans)["rows"]) if layer_spans else None
+    if layers is not None:
+        charts.append(embed(layers))
+    timeline = timeline_chart(shown, total)
+    if timeline is not None:
+        charts.append(embed(timeline))
+    return charts, total
+
+
+@PAGES.route("/evaluations/<string:evaluation_id>")
+def evaluation(evaluation_id: str) -> str:
+    """One evaluation (by its id or a unique prefix): an unknown id is a 404 page."""
+    result = context().store.get_evaluation(evaluation_id, include_raw=True)
+    full_id = result["id"]
+    measurements = result.get("measurements") or []
+    charts = [
+        embed(chart)
+        for chart in (
+            histogram_chart(measurements),
+            cdf_chart(measurements),
+            batch_chart(measurements),
+            cold_start_chart(result.get("cold_start")),
+        )
+        if chart is not None
+    ]
+    trace_charts, span_count = _trace_charts(full_id)
+    return render_template(
+        "dashboard/evaluation.html",
+        result=result,
+        status=status_view(result),
+        points=_points(measurements),
+        charts=charts + trace_charts,
+        span_count=span_count,
+        json_url=url_for("evaluations.EvaluationById", evaluation_id=full_id),
+        trace_url=url_for("evaluations.EvaluationTrace", evaluation_id=full_id, format="chrome"),
+    )

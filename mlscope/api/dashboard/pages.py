@@ -1,0 +1,161 @@
+"""The dashboard's list pages: the overview (the farm's live agents and queues, recent evaluations),
+the evaluations with their filters, the model catalogue and the submit form.
+
+Each reads the store and the registries through the same ApiContext, and the same listing functions,
+as the JSON API; filters are loaded by the API's own query schemas.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from urllib.parse import urlencode
+
+from flask import render_template, request
+
+from mlscope.contract.names import STATUSES, TRACE_LEVELS
+from mlscope.runtime.frameworks import FRAMEWORKS
+
+from ..catalog import model_listing, queue_listing
+from ..context import context
+from ..problems import ApiProblem
+from ..schemas import ListQuerySchema, ModelQuerySchema
+from .blueprint import PAGES, PageError, parse_query, status_view
+
+__all__ = ["MODELS_PER_PAGE", "RECENT_EVALUATIONS"]
+
+RECENT_EVALUATIONS = 10
+MODELS_PER_PAGE = 100
+_LIST_FILTERS = ("model", "framework", "system", "status")
+
+
+def _rows(evaluations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Evaluations as the list tables show them (without their measurements, which can be many)."""
+    rows = []
+    for evaluation in evaluations:
+        system = evaluation.get("system") or {}
+        agent = (system.get("agent") or {}).get("id")
+        rows.append(
+            {
+                "id": evaluation["id"],
+                "model": (evaluation.get("model") or {}).get("name"),
+                "framework": (evaluation.get("framework") or {}).get("name"),
+                "system": agent or system.get("hostname") or system.get("id") or "",
+                "device": evaluation.get("device"),
+                "points": len(evaluation.get("measurements") or []),
+                "created_at": evaluation.get("created_at"),
+                "status": status_view(evaluation),
+            }
+        )
+    return rows
+
+
+def _agents() -> list[dict[str, Any]]:
+    now = time.time()
+    return [
+        {
+            **agent.to_dict(),
+            "seconds_since_heartbeat": max(0.0, now - agent.heartbeat_at),
+        }
+        for agent in context().agents.live()
+    ]
+
+
+@PAGES.route("/")
+def overview() -> str:
+    """The farm at a glance: live agents with capabilities and current job, queue depths, and the
+    latest evaluations."""
+    store = context().store
+    try:
+        queues: list[dict[str, Any]] | None = queue_listing()
+        queue_error = None
+    except ApiProblem as problem:  # the broker is down: the rest of the page still says something
+        queues, queue_error = None, problem.detail
+    recent, _ = store.page_evaluations(limit=RECENT_EVALUATIONS)
+    counts = {status: store.count_evaluations(status=status) for status in STATUSES}
+    return render_template(
+        "dashboard/overview.html",
+        agents=_agents(),
+        queues=queues,
+        queue_error=queue_error,
+        rows=_rows(recent),
+        counts=counts,
+    )
+
+
+@PAGES.route("/evaluations")
+def evaluations() -> str:
+    """Evaluations, newest first, filtered by model, framework, system and status; queued and running
+    rows follow their status live (dashboard.js polls the JSON API)."""
+    query = parse_query(ListQuerySchema())
+    store = context().store
+    filters = {
+        "model": query.get("model"),
+        "framework": query.get("framework"),
+        "system_id": query.get("system"),
+        "status": query.get("status"),
+        "since": query.get("since"),
+        "until": query.get("until"),
+    }
+    limit, offset = query["limit"], query["offset"]
+    items, _ = store.page_evaluations(**filters, limit=limit, offset=offset)
+    total = store.count_evaluations(**filters)
+    kept = {key: request.args[key] for key in (*_LIST_FILTERS, "since", "until") if request.args.get(key)}
+
+    def page_url(start: int) -> str:
+        return "?" + urlencode({**kept, "limit": limit, "offset": start})
+
+    return render_template(
+        "dashboard/evaluations.html",
+        rows=_rows(items),
+        total=total,
+        limit=limit,
+        offset=offset,
+        filters=kept,
+        statuses=STATUSES,
+        frameworks=sorted(FRAMEWORKS),
+        systems=store.list_systems(),
+        previous_url=page_url(max(0, offset - limit)) if offset > 0 else None,
+        next_url=page_url(offset + limit) if offset + limit < total else None,
+    )
+
+
+@PAGES.route("/models")
+def models() -> str:
+    """The model catalogue, with GET /api/v1/models's filters (task, framework, family, search)."""
+    query = parse_query(ModelQuerySchema())
+    page = request.args.get("page", "1")
+    if not page.isdigit() or int(page) < 1:
+        raise PageError(400, f"page: {page!r} is not a page number", {"page": ["must be an integer ≥ 1"]})
+    number = int(page)
+    listed = model_listing(query)
+    start = (number - 1) * MODELS_PER_PAGE
+    kept = {
+        key: request.args[key] for key in ("task", "framework", "family", "search") if request.args.get(key)
+    }
+    more = start + MODELS_PER_PAGE < len(listed)
+    return render_template(
+        "dashboard/models.html",
+        models=listed[start : start + MODELS_PER_PAGE],
+        total=len(listed),
+        start=start,
+        filters=kept,
+        tasks=sorted({m["task"] for m in model_listing({})}),
+        frameworks=sorted(FRAMEWORKS),
+        previous_url="?" + urlencode({**kept, "page": number - 1}) if number > 1 else None,
+        next_url="?" + urlencode({**kept, "page": number + 1}) if more else None,
+    )
+
+
+@PAGES.route("/submit")
+def submit() -> str:
+    """The submit form: dashboard.js posts it, with the bearer token the user typed, to
+    POST /api/v1/evaluations, which validates it; field errors come back from its problem document."""
+    manifests = sorted(name for name, origin, _ in context().models.listing() if origin == "manifest")
+    return render_template(
+        "dashboard/submit.html",
+        models=manifests,
+        frameworks=sorted(FRAMEWORKS),
+        trace_levels=TRACE_LEVELS,
+        model=request.args.get("model", ""),
+    )

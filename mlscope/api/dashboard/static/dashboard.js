@@ -1,0 +1,138 @@
+// The dashboard's only script: draws the charts a page embeds (plotly.js), follows queued and running
+// evaluations through the JSON API, and sends the submit form with the user's bearer token.
+"use strict";
+
+const POLL_MS = 2000;
+const ENDED = new Set(["succeeded", "failed", "cancelled"]);
+const TOKEN_KEY = "mlscope-token";
+const API = "/api/v1/evaluations/";
+
+// Each chart is a <script type="application/json" class="chart-data"> holding a plotly figure, right
+// after the <div class="plot"> it is drawn in.
+function drawCharts() {
+  if (typeof Plotly === "undefined") return;
+  for (const data of document.querySelectorAll("script.chart-data")) {
+    const figure = JSON.parse(data.textContent);
+    const target = data.previousElementSibling;
+    Plotly.newPlot(target, figure.data, figure.layout, { responsive: true, displaylogo: false });
+  }
+}
+
+async function readStatus(id) {
+  const answer = await fetch(API + encodeURIComponent(id), { headers: { Accept: "application/json" } });
+  if (!answer.ok) return null;
+  return (await answer.json()).status;
+}
+
+// Elements with data-live-status="<id>" show that evaluation's status until it ends; the page is then
+// reloaded, so the server renders the result (and whether it is valid) as it does for any other.
+function followStatuses() {
+  const live = [...document.querySelectorAll("[data-live-status]")];
+  if (!live.length) return;
+  const timer = setInterval(async () => {
+    let ended = false;
+    for (const element of live) {
+      const status = await readStatus(element.dataset.liveStatus);
+      if (!status) continue;
+      const badge = element.classList.contains("status") ? element : element.querySelector(".status");
+      if (badge) badge.textContent = status;
+      if (ENDED.has(status)) ended = true;
+    }
+    if (ended) {
+      clearInterval(timer);
+      window.location.reload();
+    }
+  }, POLL_MS);
+}
+
+function listOf(text) {
+  return text.split(",").map((part) => part.trim()).filter((part) => part !== "")
+    .map((part) => (/^-?\d+$/.test(part) ? Number(part) : part));
+}
+
+function showProblem(problem) {
+  const detail = document.getElementById("submit-problem");
+  const list = document.getElementById("submit-errors");
+  detail.textContent = problem.detail || problem.title || "the API refused the request";
+  detail.hidden = false;
+  list.replaceChildren();
+  for (const [field, messages] of Object.entries(problem.errors || {})) {
+    const item = document.createElement("li");
+    const name = document.createElement("code");
+    name.textContent = field;
+    item.append(name, ": " + messages.join(" "));
+    item.dataset.field = field;
+    list.append(item);
+  }
+  list.hidden = !list.children.length;
+}
+
+function followSubmitted(form, accepted) {
+  const page = form.dataset.page.replace("EVALUATION_ID", encodeURIComponent(accepted.id));
+  const link = document.getElementById("submitted-link");
+  link.href = page;
+  link.textContent = accepted.id;
+  document.getElementById("submitted-queue").textContent = accepted.queue;
+  const warnings = document.getElementById("submit-warnings");
+  warnings.replaceChildren(...(accepted.warnings || []).map((text) => {
+    const item = document.createElement("li");
+    item.textContent = text;
+    return item;
+  }));
+  document.getElementById("submit-accepted").hidden = false;
+  const status = document.getElementById("submitted-status");
+  const timer = setInterval(async () => {
+    const now = await readStatus(accepted.id);
+    if (!now) return;
+    status.textContent = now;
+    if (ENDED.has(now)) {
+      clearInterval(timer);
+      window.location.assign(page);
+    }
+  }, POLL_MS);
+}
+
+function setUpSubmitForm() {
+  const form = document.getElementById("submit-form");
+  if (!form) return;
+  form.elements.token.value = sessionStorage.getItem(TOKEN_KEY) || "";
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    document.getElementById("submit-problem").hidden = true;
+    document.getElementById("submit-errors").hidden = true;
+    const fields = form.elements;
+    const token = fields.token.value.trim();
+    sessionStorage.setItem(TOKEN_KEY, token);
+    // The API validates everything: the form only shapes what was typed into its JSON body.
+    const body = {
+      model: fields.model.value.trim(),
+      framework: fields.framework.value,
+      target: fields.target.value.trim() || "cpu",
+      batch_sizes: listOf(fields.batch_sizes.value),
+      trace_level: fields.trace_level.value,
+    };
+    const measure = fields.measure.value.trim();
+    if (measure) {
+      try {
+        body.measure = JSON.parse(measure);
+      } catch (error) {
+        showProblem({ detail: "measure: is not valid JSON", errors: { measure: ["is not valid JSON"] } });
+        return;
+      }
+    }
+    const answer = await fetch(form.dataset.endpoint, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Authorization: "Bearer " + token },
+      body: JSON.stringify(body),
+    });
+    const document_ = await answer.json();
+    if (answer.status === 202) followSubmitted(form, document_);
+    else showProblem(document_);
+  });
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  drawCharts();
+  followStatuses();
+  setUpSubmitForm();
+});

@@ -1,0 +1,348 @@
+"""The dashboard's pages without a browser: Flask's test client against the real app, on the real Redis
+(broker and agent registry) and a real SQLite store holding results written through the Store API.
+
+Each page answers 200 with what it should show; bad input is a 404 or 400 page (HTML, never a stack
+trace); no page names a file outside the API; plotly.js is served from the installed package, gzipped
+when asked. The browser tests (tests/browser) check the same pages drawn by Chromium.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from flask import Flask
+from flask.testing import FlaskClient
+
+from mlscope.api import create_app
+from mlscope.contract.settings import Settings, load_settings
+from mlscope.registry.agents import AgentInfo, AgentRegistry
+from mlscope.store import Store
+from tests.contract.builders import COLD_START, make_measurement, make_system
+from tests.contract.builders import submit as store_submit
+
+DASHBOARD_REDIS_DB = 13
+REDIS_URL = f"redis://127.0.0.1:6379/{DASHBOARD_REDIS_DB}"
+TOKEN = "dashboard-test-token"
+HTML = "text/html"
+# Every src= and href= of a page: each must name this API (a path), an anchor, a query or inline data.
+_LINK = re.compile(r"""(?:src|href)\s*=\s*["']([^"']*)["']""")
+
+
+@pytest.fixture
+def redis_db() -> Iterator[redis.Redis]:
+    connection = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
+    try:
+        connection.ping()
+    except redis.RedisError as exc:
+        if os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}:
+            pytest.fail(f"Redis at {REDIS_URL} is unreachable: {exc}")
+        pytest.skip(f"Redis at {REDIS_URL} is unreachable: {exc}")
+    connection.flushdb()
+    yield connection
+    connection.flushdb()
+    connection.close()
+
+
+@pytest.fixture
+def settings(mlscope_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, redis_db: redis.Redis) -> Settings:
+    monkeypatch.setenv("MLSCOPE_BROKER_URL", REDIS_URL)
+    monkeypatch.setenv("MLSCOPE_API_TOKENS", TOKEN)
+    return load_settings()
+
+
+@pytest.fixture
+def app(settings: Settings) -> Iterator[Flask]:
+    made = create_app(settings)
+    yield made
+    made.extensions["mlscope"].store.close()
+    made.extensions["mlscope"].agents.close()
+
+
+@pytest.fixture
+def http(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+@pytest.fixture
+def store(app: Flask) -> Store:
+    found: Store = app.extensions["mlscope"].store
+    return found
+
+
+def _valid(measurement: dict[str, Any]) -> dict[str, Any]:
+    return {**measurement, "validity": {"valid": True, "reasons": []}}
+
+
+def finished(
+    store: Store, *, model: str = "resnet18", system: int = 1, valid: bool = True, mean: float = 2.0
+) -> str:
+    """A succeeded evaluation with single_stream points at batch 1 and 8, each with raw latencies."""
+    evaluation_id = store_submit(store, model=model)
+    store.start_evaluation(evaluation_id)
+    points = [make_measurement("single_stream", size, mean=mean * size) for size in (1, 8)]
+    store.finish_evaluation(
+        evaluation_id,
+        system=make_system(system, agent={"id": f"agent-{system}"}),
+        framework={"name": "pytorch", "version": "2.3.0"},
+        cold_start=COLD_START,
+        measurements=[_valid(p) for p in points] if valid else points,
+    )
+    return evaluation_id
+
+
+def page(http: FlaskClient, url: str, status: int = 200) -> str:
+    response = http.get(url, headers={"Accept": HTML})
+    text = response.get_data(as_text=True)
+    assert response.status_code == status, text[:2000]
+    assert response.mimetype == HTML
+    assert "Traceback" not in text
+    links = _LINK.findall(text)
+    outside = [link for link in links if not link.startswith(("/", "#", "?", "data:"))]
+    assert not outside, f"{url} names files outside the API: {outside}"
+    return text
+
+
+def charts(text: str) -> dict[str, list[dict[str, Any]]]:
+    """The charts a page embeds, by kind: each {"series", "points", "figure"}."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    pattern = (
+        r'<script type="application/json" class="chart-data" data-kind="([^"]+)"\s+'
+        r'data-series="(\d+)" data-points="(\d+)">(.*?)</script>'
+    )
+    for kind, series, points, body in re.findall(pattern, text, flags=re.S):
+        figure = json.loads(body)
+        assert len(figure["data"]) == int(series)
+        assert sum(len(trace["x"]) for trace in figure["data"]) == int(points)
+        found.setdefault(kind, []).append({"series": int(series), "points": int(points), "figure": figure})
+    return found
+
+
+def test_the_overview_shows_live_agents_their_jobs_queues_and_recent_evaluations(
+    http: FlaskClient, store: Store, settings: Settings
+) -> None:
+    # Given a live agent running a job, and an evaluation waiting on its queue
+    running = store_submit(store, model="resnet18")
+    store.start_evaluation(running)
+    registry = AgentRegistry(REDIS_URL, ttl_s=60)
+    try:
+        registry.register(
+            AgentInfo(
+                id="agent-7",
+                hostname="host-7",
+                capabilities=("cpu", "cpu.x86_64"),
+                frameworks={"pytorch": "2.3.0"},
+                runners=("process",),
+                queues=("pytorch@cpu", "pytorch@cpu.x86_64"),
+                current_job=running,
+            )
+        )
+        # When the overview is read
+        text = page(http, "/")
+    finally:
+        registry.close()
+
+    # Then it names the agent, its capabilities, its current job and its queues, and the evaluation
+    assert "agent-7" in text and "cpu.x86_64" in text and "pytorch 2.3.0" in text
+    assert f'href="/evaluations/{running}"' in text
+    assert "<code>pytorch@cpu</code>" in text
+    assert f'data-live-status="{running}"' in text  # running: followed live
+
+
+def test_an_evaluation_whose_points_are_all_invalid_is_not_shown_as_plainly_succeeded(
+    http: FlaskClient, store: Store
+) -> None:
+    good = finished(store, valid=True)
+    bad = finished(store, valid=False)
+
+    listing = page(http, "/evaluations")
+    rows = {row_id: body for row_id, body in re.findall(r'<tr data-id="([^"]+)">(.*?)</tr>', listing, re.S)}
+
+    assert "NOT VALID" in rows[bad] and "every measurement invalid" in rows[bad]
+    assert "NOT VALID" not in rows[good] and ">succeeded<" in rows[good]
+    assert "succeeded · NOT VALID" in page(http, f"/evaluations/{bad}")
+    assert "NOT VALID" not in page(http, f"/evaluations/{good}")
+
+
+def test_the_evaluations_list_filters_and_pages(http: FlaskClient, store: Store) -> None:
+    ids = [finished(store, model="resnet18") for _ in range(3)]
+    other = finished(store, model="mobilenet")
+    queued = store_submit(store, model="resnet18")
+
+    only_resnet = page(http, "/evaluations?model=resnet18&framework=&status=succeeded")
+    assert all(i in only_resnet for i in ids) and other not in only_resnet and queued not in only_resnet
+    assert "Evaluations <small>(3)</small>" in only_resnet
+
+    first = page(http, "/evaluations?model=resnet18&limit=2")
+    second = page(http, "/evaluations?model=resnet18&limit=2&offset=2")
+    shown = set(re.findall(r'<tr data-id="([^"]+)"', first)) | set(
+        re.findall(r'<tr data-id="([^"]+)"', second)
+    )
+    assert shown == {*ids, queued}
+    assert "offset=2" in first and "older" in first
+
+
+def test_an_evaluation_page_draws_its_points_with_a_chart_per_view(http: FlaskClient, store: Store) -> None:
+    evaluation_id = finished(store)
+
+    text = page(http, f"/evaluations/{evaluation_id[:8]}")  # a unique prefix is enough
+    drawn = charts(text)
+
+    # Two points, each with raw latencies: a histogram and a CDF series per point
+    assert drawn["latency"][0]["series"] == 2 and drawn["cdf"][0]["series"] == 2
+    # median, p90, p99 and throughput against the batch size, two batch sizes each
+    assert drawn["batch"][0]["series"] == 4 and drawn["batch"][0]["points"] == 8
+    assert drawn["cold-start"][0]["points"] == 3
+    assert "timeline" not in drawn  # no spans stored
+    assert '<script src="/static/vendor/plotly.min.js?v=' in text
+    assert f'href="/api/v1/evaluations/{evaluation_id}"' in text
+
+
+def test_a_long_trace_is_shown_as_its_longest_spans_with_a_link_to_the_whole(
+    http: FlaskClient, store: Store
+) -> None:
+    # Given an evaluation with 2,500 stored spans, some of them layers
+    evaluation_id = finished(store)
+    trace_id = "ab" * 16
+    spans = [
+        {
+            "trace_id": trace_id,
+            "span_id": f"{i + 1:016x}",
+            "parent_id": None,
+            "name": f"layer{i % 7}",
+            "level": "FRAMEWORK",
+            "start_ns": 1_000 * i,
+            "end_ns": 1_000 * i + 100 + i,
+            "attributes": {"layer_type": f"Conv{i % 3}", "batch_size": 1},
+        }
+        for i in range(2500)
+    ]
+    store.save_spans(evaluation_id, spans)
+
+    text = page(http, f"/evaluations/{evaluation_id}")
+    drawn = charts(text)
+
+    timeline = drawn["timeline"][0]
+    assert timeline["points"] == 2000
+    assert "showing 2,000 of 2,500 spans" in text
+    # The longest were kept: span i lasts 100 + i ns, so the shortest kept is span 500
+    kept = {name for trace in timeline["figure"]["data"] for name in trace["y"]}
+    assert kept <= {f"FRAMEWORK: layer{i}" for i in range(7)}
+    assert min(min(trace["x"]) for trace in timeline["figure"]["data"]) == pytest.approx((100 + 500) / 1e6)
+    assert drawn["layers"][0]["series"] == 1 and set(drawn["layers"][0]["figure"]["data"][0]["y"]) == {
+        "Conv0",
+        "Conv1",
+        "Conv2",
+    }
+    assert f'href="/api/v1/evaluations/{evaluation_id}/trace?format=chrome"' in text
+
+
+def test_the_comparison_page_draws_the_apis_rows_and_links_its_csv(http: FlaskClient, store: Store) -> None:
+    # Given resnet18 measured on two systems, and mobilenet on one
+    finished(store, model="resnet18", system=1, mean=2.0)
+    finished(store, model="resnet18", system=3, mean=3.0)
+    finished(store, model="mobilenet", system=1, mean=1.0)
+
+    text = page(http, "/compare?models=resnet18&frameworks=pytorch&batch_sizes=1&batch_sizes=8")
+    (bars,) = charts(text)["compare"]
+
+    # x: model @ batch; one series per framework × system, whiskers from the median's interval
+    assert bars["series"] == 2 and bars["points"] == 4
+    assert {tuple(trace["x"]) for trace in bars["figure"]["data"]} == {("resnet18 @ 1", "resnet18 @ 8")}
+    assert all("error_y" in trace for trace in bars["figure"]["data"])
+    csv_url = re.search(r'id="csv-download" href="([^"]+)"', text)
+    assert csv_url is not None
+    csv_link = csv_url.group(1).replace("&amp;", "&")
+    assert csv_link == "/api/v1/compare?models=resnet18&frameworks=pytorch&batch_sizes=1%2C8&format=csv"
+    # The CSV it links is the API's, and holds the rows of the API's JSON for the same query
+    rows = http.get("/api/v1/compare?models=resnet18&frameworks=pytorch&batch_sizes=1,8").get_json()["rows"]
+    table = list(csv.DictReader(io.StringIO(http.get(csv_link).get_data(as_text=True))))
+    assert [(r["evaluation_id"], r["batch_size"]) for r in table] == [
+        (r["evaluation_id"], str(r["batch_size"])) for r in rows
+    ]
+    assert (
+        'id="share-url" href="/compare?models=resnet18&amp;frameworks=pytorch&amp;batch_sizes=1%2C8"' in text
+    )
+
+
+def test_the_catalogue_and_the_submit_form(http: FlaskClient) -> None:
+    catalogue = page(http, "/models?search=tiny")
+    assert "<code>test_tiny_mlp</code>" in catalogue
+    assert "resnet18" not in page(http, "/models?framework=onnxruntime&search=tiny_mlp")
+
+    form = page(http, "/submit?model=test_tiny_mlp")
+    assert 'id="submit-form"' in form and 'data-endpoint="/api/v1/evaluations"' in form
+    assert 'value="test_tiny_mlp"' in form and 'type="password"' in form
+
+
+@pytest.mark.parametrize(
+    ("url", "status", "named"),
+    [
+        ("/evaluations/0123456789abcdef", 404, "0123456789abcdef"),
+        ("/evaluations?status=finished", 400, "status"),
+        ("/evaluations?limit=x", 400, "limit"),
+        ("/evaluations?since=yesterday", 400, "since"),
+        ("/compare?batch_sizes=1,x", 400, "batch_sizes"),
+        ("/compare?ids=ffffffffffff", 400, "ids.0"),
+        ("/models?page=0", 400, "page"),
+        ("/no/such/page", 404, "/no/such/page"),
+    ],
+)
+def test_bad_input_on_a_page_is_a_404_or_400_page_naming_what_is_wrong(
+    http: FlaskClient, store: Store, url: str, status: int, named: str
+) -> None:
+    finished(store)
+    text = page(http, url, status)
+    assert f"<h1>{status} ·" in text and named in text
+
+
+def test_the_json_api_keeps_its_problem_documents(http: FlaskClient) -> None:
+    for url in ("/api/v1/no-such-resource", "/api/v1/evaluations/0123456789abcdef"):
+        response = http.get(url)
+        assert response.status_code == 404 and response.mimetype == "application/problem+json"
+
+
+def test_plotly_js_is_served_from_the_installed_package_gzipped_when_asked_and_cached(
+    http: FlaskClient,
+) -> None:
+    from importlib import resources
+
+    original = (resources.files("plotly") / "package_data" / "plotly.min.js").read_bytes()
+
+    plain = http.get("/static/vendor/plotly.min.js", headers={"Accept-Encoding": "identity"})
+    zipped = http.get("/static/vendor/plotly.min.js", headers={"Accept-Encoding": "gzip, deflate"})
+
+    assert plain.status_code == 200 and plain.data == original and "Content-Encoding" not in plain.headers
+    assert zipped.headers["Content-Encoding"] == "gzip" and gzip.decompress(zipped.data) == original
+    assert len(zipped.data) < len(original) / 2
+    assert "immutable" in zipped.headers["Cache-Control"] and zipped.headers["Vary"] == "Accept-Encoding"
+    again = http.get("/static/vendor/plotly.min.js", headers={"If-None-Match": zipped.headers["ETag"]})
+    assert again.status_code == 304 and not again.data
+    for asset in ("/static/dashboard.js", "/static/dashboard.css", "/api/docs/assets/swagger-ui.css"):
+        assert http.get(asset).status_code == 200, asset
+    assert http.get("/api/docs/assets/index.html").status_code == 404  # only the files the page loads
+
+
+def test_when_reads_need_a_token_pages_say_so_and_assets_stay_open(
+    mlscope_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, redis_db: redis.Redis
+) -> None:
+    monkeypatch.setenv("MLSCOPE_BROKER_URL", REDIS_URL)
+    monkeypatch.setenv("MLSCOPE_API_TOKENS", TOKEN)
+    monkeypatch.setenv("MLSCOPE_API_READS", "token")
+    app = create_app(load_settings())
+    try:
+        http = app.test_client()
+        text = page(http, "/evaluations", 401)
+        assert "reads need a token" in text
+        assert http.get("/static/dashboard.js").status_code == 200
+    finally:
+        app.extensions["mlscope"].store.close()
+        app.extensions["mlscope"].agents.close()
