@@ -112,6 +112,15 @@ def plotly_script() -> Response:
         abort(404)
 
 
+@ASSETS.route("/favicon.ico")
+def favicon() -> Response:
+    """No icon (browsers ask for one on pages that name none, such as the Swagger page): an empty answer
+    they keep for a day, rather than a 404 in their console."""
+    response = Response(status=204)
+    response.headers["Cache-Control"] = "public, max-age=86400"
+    return response
+
+
 def _swagger_ui_dir() -> Path | None:
     # swagger_ui_bundle ships no type information: its one attribute is read by name.
     try:
