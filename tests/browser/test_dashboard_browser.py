@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from mlscope.analysis.chart_builders import batch_curve, compare_bars, latency_cdf, latency_histogram
 from mlscope.api.streams import csv_cell
 from tests.contract.conftest import postgres_url  # noqa: F401 - a fixture, used by name
 from tests.integration.farm import REDIS_URL, TOKEN, Farm, empty_redis_db
@@ -228,16 +229,24 @@ def test_an_evaluation_page_draws_every_chart_its_result_calls_for(
 ) -> None:
     visit(tab, farm, f"/evaluations/{results.traced['id']}")
     charts = drawn_charts(tab)
-    points = len(results.traced["measurements"])
+    result = farm.client.evaluation(results.traced["id"], raw=True)
+    points = len(result["measurements"])
 
-    assert points == len(BATCH_SIZES)
-    assert charts["latency"]["traces"] == points and charts["cdf"]["traces"] == points
-    # median, p90, p99 and throughput of the one scenario, at each batch size
-    assert charts["batch"]["traces"] == 4 and charts["batch"]["points"] == 4 * len(BATCH_SIZES)
-    assert charts["cold-start"]["points"] == 3
-    assert charts["layers"]["traces"] >= 1 and charts["timeline"]["points"] >= 1
+    # What plotly drew is what the page embedded ...
     for kind, chart in charts.items():
         assert (chart["traces"], chart["points"]) == (chart["series"], chart["embeddedPoints"]), kind
+    # ... which is what the shared builders make of the stored result
+    for kind, build in (("latency", latency_histogram), ("cdf", latency_cdf), ("batch", batch_curve)):
+        expected = build(result)
+        assert charts[kind]["traces"] == len(expected.series), kind
+        assert charts[kind]["points"] == sum(s.points for s in expected.series), kind
+    assert points == len(BATCH_SIZES)
+    assert charts["latency"]["traces"] == points and charts["cdf"]["traces"] == points
+    # p50, p90, p99 and throughput at each batch size (and a mark per invalid point, if any)
+    assert charts["batch"]["traces"] >= 4 and charts["batch"]["points"] >= 4 * len(BATCH_SIZES)
+    assert charts["cold-start"]["points"] >= 3
+    # Traced to FRAMEWORK: the layer breakdown and the timeline of the stored spans
+    assert charts["layers"]["traces"] >= 1 and charts["timeline"]["points"] >= 1
     download = tab.page.locator("#trace-download")
     assert download.get_attribute("href") == f"/api/v1/evaluations/{results.traced['id']}/trace?format=chrome"
     assert "timeline" not in drawn_charts_of(tab, farm, results.plain["id"])  # not traced: no timeline
@@ -257,8 +266,11 @@ def test_the_comparison_draws_a_bar_per_point_and_its_csv_is_the_apis_json(
     rows = table["rows"]
 
     bars = drawn_charts(tab)["compare"]
-    # One series per framework × system (two frameworks, one agent), a bar per model @ batch size
-    assert bars["traces"] == 2 and bars["points"] == len(rows) == 2 * len(BATCH_SIZES)
+    expected = compare_bars(rows)
+    # A bar per model @ batch size for each framework × system (two frameworks, one agent); invalid
+    # rows are bars of a series of their own, so the series are 2 or more
+    assert bars["traces"] == len(expected.series) >= 2
+    assert bars["points"] == len(rows) == 2 * len(BATCH_SIZES)
     csv_href = tab.page.locator("#csv-download").get_attribute("href")
     answer = tab.page.request.get(farm.api_url + csv_href)
     assert answer.ok and answer.headers["content-type"].startswith("text/csv")
@@ -269,6 +281,26 @@ def test_the_comparison_draws_a_bar_per_point_and_its_csv_is_the_apis_json(
     share = tab.page.locator("#share-url").get_attribute("href")
     visit(tab, farm, share)
     assert tab.page.locator("table.compare-rows tbody tr").count() == len(rows)
+    assert_clean(tab, farm)
+
+
+def test_the_evaluations_list_follows_a_waiting_evaluation_until_it_ends(
+    tab: Watched, farm: Farm, results: Results
+) -> None:
+    # Given an evaluation waiting on a queue no worker serves
+    waiting = farm.client.submit(
+        {"model": MODEL, "framework": "pytorch", "target": farm.capability("nobody"), "measure": QUICK}
+    )
+    visit(tab, farm, "/evaluations")
+    row = tab.page.locator(f"tr[data-id='{waiting['id']}']")
+    assert row.locator("[data-live-status]").inner_text() == "queued"
+
+    # When it is cancelled through the API, the page, polling the JSON API, sees it end and reloads
+    with tab.page.expect_navigation(wait_until="networkidle"):
+        farm.client.cancel(waiting["id"])
+    row = tab.page.locator(f"tr[data-id='{waiting['id']}']")
+    assert row.locator(".status").inner_text() == "cancelled"
+    assert row.locator("[data-live-status]").count() == 0  # rendered again: no longer followed
     assert_clean(tab, farm)
 
 

@@ -18,7 +18,7 @@ from ..context import context
 from ..problems import ApiProblem
 from ..schemas import CompareQuerySchema
 from .blueprint import PAGES, PageError, parse_query
-from .figures import compare_chart, embed
+from .figures import comparison_chart
 
 __all__ = ["COMPARE_LISTS", "compare"]
 
@@ -48,12 +48,11 @@ def compare() -> str:
         raise PageError(400, problem.detail, problem.errors) from None
     chosen = _api_query()
     api_url, page_url = url_for("compare.Compare"), url_for("dashboard.compare")
-    chart = compare_chart(rows)
     selected = {key: set(value.split(",")) for key, value in chosen.items()}
     return render_template(
         "dashboard/compare.html",
         rows=rows,
-        chart=embed(chart) if chart is not None else None,
+        chart=comparison_chart(rows),
         chosen=chosen,
         selected=selected,
         frameworks=sorted(FRAMEWORKS),

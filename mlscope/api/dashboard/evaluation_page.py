@@ -15,22 +15,11 @@ from typing import Any
 
 from flask import render_template, url_for
 
-from mlscope.analysis.traces import layers_report
 from mlscope.store import iter_spans
 
 from ..context import context
 from .blueprint import PAGES, status_view
-from .figures import (
-    MAX_TIMELINE_SPANS,
-    batch_chart,
-    cdf_chart,
-    cold_start_chart,
-    embed,
-    histogram_chart,
-    layers_chart,
-    longest_spans,
-    timeline_chart,
-)
+from .figures import MAX_TIMELINE_SPANS, evaluation_charts, longest_spans, trace_charts
 
 __all__ = ["evaluation"]
 
@@ -59,29 +48,22 @@ def _points(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _trace_charts(evaluation_id: str) -> tuple[list[dict[str, Any]], int]:
+def _trace_charts(evaluation: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
     """The layer breakdown and timeline charts of the stored trace, and how many spans it has."""
     store = context().store
-    total = store.count_spans(evaluation_id)
+    total = store.count_spans(evaluation["id"])
     if total == 0:
         return [], 0
     layer_spans: list[dict[str, Any]] = []
 
     def streamed() -> Iterator[dict[str, Any]]:
-        for span in iter_spans(store, evaluation_id):
+        for span in iter_spans(store, evaluation["id"]):
             if span["level"] in _LAYER_LEVELS:
                 layer_spans.append(span)
             yield span
 
     shown = longest_spans(streamed(), MAX_TIMELINE_SPANS)
-    charts = []
-    layers = layers_chart(layers_report(layer_spans)["rows"]) if layer_spans else None
-    if layers is not None:
-        charts.append(embed(layers))
-    timeline = timeline_chart(shown, total)
-    if timeline is not None:
-        charts.append(embed(timeline))
-    return charts, total
+    return trace_charts(evaluation, layer_spans, shown, total), total
 
 
 @PAGES.route("/evaluations/<string:evaluation_id>")
@@ -90,23 +72,13 @@ def evaluation(evaluation_id: str) -> str:
     result = context().store.get_evaluation(evaluation_id, include_raw=True)
     full_id = result["id"]
     measurements = result.get("measurements") or []
-    charts = [
-        embed(chart)
-        for chart in (
-            histogram_chart(measurements),
-            cdf_chart(measurements),
-            batch_chart(measurements),
-            cold_start_chart(result.get("cold_start")),
-        )
-        if chart is not None
-    ]
-    trace_charts, span_count = _trace_charts(full_id)
+    trace, span_count = _trace_charts(result)
     return render_template(
         "dashboard/evaluation.html",
         result=result,
         status=status_view(result),
         points=_points(measurements),
-        charts=charts + trace_charts,
+        charts=evaluation_charts(result) + trace,
         span_count=span_count,
         json_url=url_for("evaluations.EvaluationById", evaluation_id=full_id),
         trace_url=url_for("evaluations.EvaluationTrace", evaluation_id=full_id, format="chrome"),

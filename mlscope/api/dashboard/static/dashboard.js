@@ -14,6 +14,10 @@ function drawCharts() {
   for (const data of document.querySelectorAll("script.chart-data")) {
     const figure = JSON.parse(data.textContent);
     const target = data.previousElementSibling;
+    // Long category labels (layer types, trace lanes) get the room they need instead of being cut.
+    for (const axis of ["xaxis", "yaxis"]) {
+      figure.layout[axis] = { ...(figure.layout[axis] || {}), automargin: true };
+    }
     Plotly.newPlot(target, figure.data, figure.layout, { responsive: true, displaylogo: false });
   }
 }
