@@ -343,3 +343,27 @@ def test_when_reads_need_a_token_pages_say_so_and_assets_stay_open(
     finally:
         app.extensions["mlscope"].store.close()
         app.extensions["mlscope"].agents.close()
+
+
+def test_a_trace_that_grows_after_a_view_is_drawn_whole_on_the_next(http: FlaskClient, store: Store) -> None:
+    # Given a page viewed while its trace had 10 spans (the worker's task span comes last, say)
+    evaluation_id = finished(store)
+    spans = [
+        {
+            "trace_id": "cd" * 16,
+            "span_id": f"{i + 1:016x}",
+            "parent_id": None,
+            "name": f"phase{i}",
+            "level": "APPLICATION",
+            "start_ns": 1_000 * i,
+            "end_ns": 1_000 * i + 500,
+            "attributes": {},
+        }
+        for i in range(15)
+    ]
+    store.save_spans(evaluation_id, spans[:10])
+    assert charts(page(http, f"/evaluations/{evaluation_id}"))["timeline"][0]["points"] == 10
+
+    # When 5 more are stored, the next view draws all 15
+    store.save_spans(evaluation_id, spans[10:])
+    assert charts(page(http, f"/evaluations/{evaluation_id}"))["timeline"][0]["points"] == 15

@@ -11,6 +11,7 @@ from __future__ import annotations
 import http
 import logging
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 from flask import Blueprint, render_template, request
@@ -25,7 +26,7 @@ from mlscope.store.errors import AmbiguousEvaluationId, EvaluationNotFound, Stor
 
 from ..problems import ApiProblem, flatten_messages
 
-__all__ = ["PAGES", "PageError", "error_page", "parse_query", "status_view"]
+__all__ = ["PAGES", "PageError", "error_page", "parse_query", "status_view", "when"]
 
 logger = logging.getLogger("mlscope.api")
 
@@ -96,6 +97,18 @@ def status_view(result: Mapping[str, Any]) -> dict[str, Any]:
         }
     css = "warn" if validity["reasons"] else "ok"
     return {"label": status, "css": css, "reasons": validity["reasons"], "active": False}
+
+
+@PAGES.app_template_filter("when")
+def when(value: Any) -> str:
+    """A stored time as a page shows it, to the second and in UTC: "2024-05-01 12:00:03 UTC"."""
+    if not value:
+        return "–"
+    try:
+        moment = datetime.fromisoformat(str(value)).astimezone(timezone.utc)
+    except ValueError:
+        return str(value)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def error_page(status: int, detail: str, errors: Mapping[str, list[str]] | None = None) -> tuple[str, int]:

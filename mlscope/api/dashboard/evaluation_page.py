@@ -10,12 +10,15 @@ The trace is read once, as it streams from the store: the layer breakdown keeps 
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
-from flask import render_template, url_for
+from flask import current_app, render_template, url_for
 
 from mlscope.store import iter_spans
+from mlscope.store.records import subsample_latencies
 
 from ..context import context
 from .blueprint import PAGES, status_view
@@ -24,6 +27,10 @@ from .figures import MAX_TIMELINE_SPANS, evaluation_charts, longest_spans, trace
 __all__ = ["evaluation"]
 
 _LAYER_LEVELS = frozenset({"MODEL", "FRAMEWORK", "LIBRARY"})
+# A point may keep millions of raw latencies; its histogram and CDF are drawn from at most this many
+# (every k-th, in order; the charts' notes say so). Its summary always covers every sample.
+MAX_RAW_LATENCIES = 100_000
+TRACE_CHARTS_CACHED = 16
 
 
 def _points(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -48,12 +55,46 @@ def _points(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+class _TraceChartCache:
+    """The trace charts of the last few evaluations viewed, by (evaluation id, span count).
+
+    Reading a 50,000-span trace takes the store about a second; stored spans never change (saving one
+    again stores nothing new), and a trace that grows or is pruned has a new count, so a page viewed
+    again is served from here.
+    """
+
+    def __init__(self, size: int = TRACE_CHARTS_CACHED) -> None:
+        self._size = size
+        self._charts: OrderedDict[tuple[str, int], list[dict[str, Any]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, int]) -> list[dict[str, Any]] | None:
+        with self._lock:
+            found = self._charts.get(key)
+            if found is not None:
+                self._charts.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[str, int], charts: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._charts[key] = charts
+            while len(self._charts) > self._size:
+                self._charts.popitem(last=False)
+
+
 def _trace_charts(evaluation: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
     """The layer breakdown and timeline charts of the stored trace, and how many spans it has."""
     store = context().store
     total = store.count_spans(evaluation["id"])
     if total == 0:
         return [], 0
+    cache: _TraceChartCache = current_app.extensions.setdefault(
+        "mlscope.dashboard.traces", _TraceChartCache()
+    )
+    key = (evaluation["id"], total)
+    cached = cache.get(key)
+    if cached is not None:
+        return cached, total
     layer_spans: list[dict[str, Any]] = []
 
     def streamed() -> Iterator[dict[str, Any]]:
@@ -63,7 +104,9 @@ def _trace_charts(evaluation: dict[str, Any]) -> tuple[list[dict[str, Any]], int
             yield span
 
     shown = longest_spans(streamed(), MAX_TIMELINE_SPANS)
-    return trace_charts(evaluation, layer_spans, shown, total), total
+    charts = trace_charts(evaluation, layer_spans, shown, total)
+    cache.put(key, charts)
+    return charts, total
 
 
 @PAGES.route("/evaluations/<string:evaluation_id>")
@@ -71,7 +114,8 @@ def evaluation(evaluation_id: str) -> str:
     """One evaluation (by its id or a unique prefix): an unknown id is a 404 page."""
     result = context().store.get_evaluation(evaluation_id, include_raw=True)
     full_id = result["id"]
-    measurements = result.get("measurements") or []
+    measurements = [subsample_latencies(m, MAX_RAW_LATENCIES) for m in result.get("measurements") or []]
+    result["measurements"] = measurements
     trace, span_count = _trace_charts(result)
     return render_template(
         "dashboard/evaluation.html",

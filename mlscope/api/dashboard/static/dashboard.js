@@ -5,7 +5,6 @@
 const POLL_MS = 2000;
 const ENDED = new Set(["succeeded", "failed", "cancelled"]);
 const TOKEN_KEY = "mlscope-token";
-const API = "/api/v1/evaluations/";
 
 // Each chart is a <script type="application/json" class="chart-data"> holding a plotly figure, right
 // after the <div class="plot"> it is drawn in.
@@ -23,7 +22,8 @@ function drawCharts() {
 }
 
 async function readStatus(id) {
-  const answer = await fetch(API + encodeURIComponent(id), { headers: { Accept: "application/json" } });
+  const api = document.body.dataset.evaluationsApi;
+  const answer = await fetch(`${api}/${encodeURIComponent(id)}`, { headers: { Accept: "application/json" } });
   if (!answer.ok) return null;
   return (await answer.json()).status;
 }
