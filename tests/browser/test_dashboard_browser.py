@@ -30,6 +30,8 @@ from tests.contract.conftest import postgres_url  # noqa: F401 - a fixture, used
 from tests.integration.farm import REDIS_URL, TOKEN, Farm, empty_redis_db
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+# Real frameworks run on a real worker, on the real PostgreSQL.
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 MODEL = "test_tiny_mlp"
 QUICK = {
