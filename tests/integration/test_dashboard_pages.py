@@ -273,6 +273,12 @@ def test_the_comparison_page_draws_the_apis_rows_and_links_its_csv(http: FlaskCl
 def test_the_catalogue_and_the_submit_form(http: FlaskClient) -> None:
     catalogue = page(http, "/models?search=tiny")
     assert "<code>test_tiny_mlp</code>" in catalogue
+    first, second = page(http, "/models"), page(http, "/models?page=2")
+    assert "next →" in first and "← previous" in second
+    assert set(re.findall(r"<td><code>([^<]+)</code></td>", first)).isdisjoint(
+        re.findall(r"<td><code>([^<]+)</code></td>", second)
+    )
+    assert "unknown field" in page(http, "/models?color=red", 400).lower()
     assert "resnet18" not in page(http, "/models?framework=onnxruntime&search=tiny_mlp")
 
     form = page(http, "/submit?model=test_tiny_mlp")

@@ -49,16 +49,19 @@ class PageError(Exception):
         self.errors = dict(errors or {})
 
 
-def parse_query(schema: Schema, *, lists: tuple[str, ...] = ()) -> dict[str, Any]:
+def parse_query(schema: Schema, *, lists: tuple[str, ...] = (), own: tuple[str, ...] = ()) -> dict[str, Any]:
     """The page's query string loaded by one of the JSON API's schemas, so a page accepts exactly what
     the API does. Empty fields (a form's blank inputs) count as absent; the `lists` fields may be
-    repeated (a multi-select) or comma-separated and are joined into the comma list the schema reads.
+    repeated (a multi-select) or comma-separated and are joined into the comma list the schema reads;
+    the `own` fields are the page's (its page number) and left to it.
 
     Raises:
         PageError: 400 naming each malformed field and what it expects.
     """
     given: MultiDict[str, str] = MultiDict()
     for key in request.args:
+        if key in own:
+            continue
         values = [v.strip() for v in request.args.getlist(key) if v.strip()]
         if not values:
             continue

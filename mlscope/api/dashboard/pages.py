@@ -123,7 +123,7 @@ def evaluations() -> str:
 @PAGES.route("/models")
 def models() -> str:
     """The model catalogue, with GET /api/v1/models's filters (task, framework, family, search)."""
-    query = parse_query(ModelQuerySchema())
+    query = parse_query(ModelQuerySchema(), own=("page",))
     page = request.args.get("page", "1")
     if not page.isdigit() or int(page) < 1:
         raise PageError(400, f"page: {page!r} is not a page number", {"page": ["must be an integer ≥ 1"]})
