@@ -281,7 +281,9 @@ def test_the_catalogue_and_the_submit_form(http: FlaskClient) -> None:
     assert "unknown field" in page(http, "/models?color=red", 400).lower()
     assert "resnet18" not in page(http, "/models?framework=onnxruntime&search=tiny_mlp")
 
-    form = page(http, "/submit?model=test_tiny_mlp")
+    assert 'href="/submit?model=test_tiny_mlp&amp;framework=onnxruntime"' in catalogue
+    form = page(http, "/submit?model=test_tiny_mlp&framework=onnxruntime")
+    assert "<option selected>onnxruntime</option>" in form
     assert 'id="submit-form"' in form and 'data-endpoint="/api/v1/evaluations"' in form
     assert 'value="test_tiny_mlp"' in form and 'type="password"' in form
 

@@ -158,4 +158,5 @@ def submit() -> str:
         frameworks=sorted(FRAMEWORKS),
         trace_levels=TRACE_LEVELS,
         model=request.args.get("model", ""),
+        framework=request.args.get("framework", ""),
     )
