@@ -201,9 +201,9 @@ def latency_cdf(evaluation: Mapping[str, Any]) -> Chart:
 _PERCENTILES = (("median", "p50"), ("p90", "p90"), ("p99", "p99"))
 
 
-def _x_type(values: Iterable[float]) -> str:
+def _x_type(values: Iterable[Any]) -> str:
     """log when the values span a factor of 8 or more (batch sizes 1..64), else linear."""
-    positive = [v for v in values if v and v > 0]
+    positive = [float(v) for v in values if v is not None and v > 0]
     return "log" if positive and max(positive) / min(positive) >= 8 else "linear"
 
 
@@ -361,6 +361,9 @@ def throughput_latency(evaluations: Sequence[Mapping[str, Any]]) -> Chart:
         x_label="achieved throughput (samples/s; a search's probes: queries/s)",
         y_label="latency (ms)",
         series=tuple(series),
+        # Setups a hundred times apart (a tiny model and a large one) stay readable on log axes.
+        x_type="log" if _x_type(v for s in series for v in s.x) == "log" else "linear",
+        y_type="log" if _x_type(v for s in series for v in s.y) == "log" else "linear",
         notes=invalid_note(named) + notes,
     )
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .charts import INVALID
+
 __all__ = [
     "INVALID",
     "evaluation_id",
@@ -18,8 +20,6 @@ __all__ = [
     "point_name",
     "short_reasons",
 ]
-
-INVALID = "(invalid)"
 
 
 def evaluation_id(evaluation: Mapping[str, Any]) -> str:
