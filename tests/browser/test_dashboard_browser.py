@@ -249,6 +249,7 @@ def test_an_evaluation_page_draws_every_chart_its_result_calls_for(
     assert charts["cold-start"]["points"] >= 3
     # Traced to FRAMEWORK: the layer breakdown and the timeline of the stored spans
     assert charts["layers"]["traces"] >= 1 and charts["timeline"]["points"] >= 1
+    assert tab.page.locator("table.hotspots tbody tr").count() >= 1
     download = tab.page.locator("#trace-download")
     assert download.get_attribute("href") == f"/api/v1/evaluations/{results.traced['id']}/trace?format=chrome"
     assert "timeline" not in drawn_charts_of(tab, farm, results.plain["id"])  # not traced: no timeline

@@ -239,6 +239,12 @@ def test_a_long_trace_is_shown_as_its_longest_spans_with_a_link_to_the_whole(
     assert shortest == pytest.approx((100 + 500) / 1e6)
     (layers,) = drawn["layers"][0]["figure"]["data"]
     assert set(layers["y"]) == {"Conv0", "Conv1", "Conv2"}
+    # The layers that took the most time, by name
+    hotspots = re.search(r'<table class="hotspots">(.*?)</table>', text, re.S)
+    assert hotspots is not None and "FRAMEWORK pass" in text
+    assert set(re.findall(r"<td><code>([^<]+)</code></td>", hotspots.group(1))) == {
+        f"layer{i}" for i in range(7)
+    }
     assert f'href="/api/v1/evaluations/{evaluation_id}/trace?format=chrome"' in text
 
 

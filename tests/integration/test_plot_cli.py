@@ -303,7 +303,10 @@ def test_the_api_answers_the_same_chart(stored: Stored, capsys: pytest.CaptureFi
             ("{id},{other}", "--kind", "cdf", "-o", "x.png"),
             "--kind cdf draws one evaluation: expected one id",
         ),
-        (("{other}", "--kind", "layers", "-o", "x.png"), "has no layer spans (trace level NO_TRACE): run it with --trace-level framework"),
+        (
+            ("{other}", "--kind", "layers", "-o", "x.png"),
+            "has no layer spans (trace level NO_TRACE): run it with --trace-level framework",
+        ),
         (("{other}", "--kind", "timeline", "-o", "x.png"), "no spans: run with --trace-level framework"),
     ],
 )

@@ -13,10 +13,12 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from flask import current_app, render_template, url_for
 
+from mlscope.analysis.traces import hotspots
 from mlscope.store import iter_spans
 from mlscope.store.records import subsample_latencies
 
@@ -24,13 +26,14 @@ from ..context import context
 from .blueprint import PAGES, status_view
 from .figures import MAX_TIMELINE_SPANS, evaluation_charts, longest_spans, trace_charts
 
-__all__ = ["evaluation"]
+__all__ = ["TraceView", "evaluation"]
 
 _LAYER_LEVELS = frozenset({"MODEL", "FRAMEWORK", "LIBRARY"})
 # A point may keep millions of raw latencies; its histogram and CDF are drawn from at most this many
 # (every k-th, in order; the charts' notes say so). Its summary always covers every sample.
 MAX_RAW_LATENCIES = 100_000
-TRACE_CHARTS_CACHED = 16
+TRACE_VIEWS_CACHED = 16
+HOTSPOTS = 10
 
 
 def _points(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -55,46 +58,62 @@ def _points(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-class _TraceChartCache:
-    """The trace charts of the last few evaluations viewed, by (evaluation id, span count).
+@dataclass(frozen=True)
+class TraceView:
+    """What an evaluation's page shows of its stored trace.
+
+    Attributes:
+        total: how many spans it has.
+        charts: the layer breakdown and the timeline, embedded.
+        hotspots: the operators (LIBRARY pass) or layers (FRAMEWORK pass) that took the most time,
+            HOTSPOTS per batch size (analysis.traces.hotspots rows).
+        hotspot_level: the pass they come from.
+    """
+
+    total: int = 0
+    charts: list[dict[str, Any]] = field(default_factory=list)
+    hotspots: list[dict[str, Any]] = field(default_factory=list)
+    hotspot_level: str | None = None
+
+
+class _TraceViewCache:
+    """The trace views of the last few evaluations viewed, by (evaluation id, span count).
 
     Reading a 50,000-span trace takes the store about a second; stored spans never change (saving one
     again stores nothing new), and a trace that grows or is pruned has a new count, so a page viewed
     again is served from here.
     """
 
-    def __init__(self, size: int = TRACE_CHARTS_CACHED) -> None:
+    def __init__(self, size: int = TRACE_VIEWS_CACHED) -> None:
         self._size = size
-        self._charts: OrderedDict[tuple[str, int], list[dict[str, Any]]] = OrderedDict()
+        self._views: OrderedDict[tuple[str, int], TraceView] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, int]) -> list[dict[str, Any]] | None:
+    def get(self, key: tuple[str, int]) -> TraceView | None:
         with self._lock:
-            found = self._charts.get(key)
+            found = self._views.get(key)
             if found is not None:
-                self._charts.move_to_end(key)
+                self._views.move_to_end(key)
             return found
 
-    def put(self, key: tuple[str, int], charts: list[dict[str, Any]]) -> None:
+    def put(self, key: tuple[str, int], view: TraceView) -> None:
         with self._lock:
-            self._charts[key] = charts
-            while len(self._charts) > self._size:
-                self._charts.popitem(last=False)
+            self._views[key] = view
+            while len(self._views) > self._size:
+                self._views.popitem(last=False)
 
 
-def _trace_charts(evaluation: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
-    """The layer breakdown and timeline charts of the stored trace, and how many spans it has."""
+def _trace_view(evaluation: dict[str, Any]) -> TraceView:
+    """The stored trace's charts and hotspots, read once as it streams from the store."""
     store = context().store
     total = store.count_spans(evaluation["id"])
     if total == 0:
-        return [], 0
-    cache: _TraceChartCache = current_app.extensions.setdefault(
-        "mlscope.dashboard.traces", _TraceChartCache()
-    )
+        return TraceView()
+    cache: _TraceViewCache = current_app.extensions.setdefault("mlscope.dashboard.traces", _TraceViewCache())
     key = (evaluation["id"], total)
     cached = cache.get(key)
     if cached is not None:
-        return cached, total
+        return cached
     layer_spans: list[dict[str, Any]] = []
 
     def streamed() -> Iterator[dict[str, Any]]:
@@ -104,9 +123,16 @@ def _trace_charts(evaluation: dict[str, Any]) -> tuple[list[dict[str, Any]], int
             yield span
 
     shown = longest_spans(streamed(), MAX_TIMELINE_SPANS)
-    charts = trace_charts(evaluation, layer_spans, shown, total)
-    cache.put(key, charts)
-    return charts, total
+    levels = {span["level"] for span in layer_spans}
+    level = next((lv for lv in ("LIBRARY", "FRAMEWORK") if lv in levels), None)
+    view = TraceView(
+        total=total,
+        charts=trace_charts(evaluation, layer_spans, shown, total),
+        hotspots=hotspots(layer_spans, level=level, n=HOTSPOTS) if level else [],
+        hotspot_level=level,
+    )
+    cache.put(key, view)
+    return view
 
 
 @PAGES.route("/evaluations/<string:evaluation_id>")
@@ -116,14 +142,15 @@ def evaluation(evaluation_id: str) -> str:
     full_id = result["id"]
     measurements = [subsample_latencies(m, MAX_RAW_LATENCIES) for m in result.get("measurements") or []]
     result["measurements"] = measurements
-    trace, span_count = _trace_charts(result)
+    trace = _trace_view(result)
     return render_template(
         "dashboard/evaluation.html",
         result=result,
         status=status_view(result),
         points=_points(measurements),
-        charts=evaluation_charts(result) + trace,
-        span_count=span_count,
+        charts=evaluation_charts(result) + trace.charts,
+        trace=trace,
+        span_count=trace.total,
         json_url=url_for("evaluations.EvaluationById", evaluation_id=full_id),
         trace_url=url_for("evaluations.EvaluationTrace", evaluation_id=full_id, format="chrome"),
     )
