@@ -82,8 +82,10 @@ def clock_text(seconds: float) -> str:
 
 
 class _EtaColumn(ProgressColumn):
-    """The time left at the mean pace so far (elapsed / done × left), once one whole item is done; a
-    row may instead say what it knows (a search's bracket) in its `eta` field."""
+    """The time left at the mean pace of the items done (the time they took / how many, × those
+    left, less what the item under way has had), once one whole item is done; a row may instead
+    say what it knows (a search's bracket) in its `eta` field. Between items it counts down rather
+    than growing with the item under way."""
 
     def render(self, task: Task) -> Text:
         instead = task.fields.get("eta")
@@ -91,10 +93,12 @@ class _EtaColumn(ProgressColumn):
             return Text(str(instead), style="progress.remaining")
         if task.finished or task.total is None:
             return Text("")
-        elapsed = task.elapsed
-        if task.completed < 1 or not elapsed:
+        done_at = task.fields.get("done_at")
+        if task.completed < 1 or done_at is None or task.start_time is None:
             return Text("ETA -:--:--", style="progress.remaining")
-        left = elapsed / task.completed * (task.total - task.completed)
+        spent = done_at - task.start_time
+        since = (task.elapsed or 0.0) - spent
+        left = max(0.0, spent / task.completed * (task.total - task.completed) - since)
         return Text(f"ETA {clock_text(left)}", style="progress.remaining")
 
 
@@ -105,6 +109,9 @@ class ProgressRow:
     def __init__(self, progress: Progress | None, task: TaskID | None) -> None:
         self._progress = progress
         self._task = task
+        self._state: Task | None = None
+        if progress is not None:
+            self._state = next(t for t in progress.tasks if t.id == task)
 
     def update(
         self,
@@ -120,9 +127,11 @@ class ProgressRow:
         eta: shown in place of the ETA (a search's bracket); "" goes back to the ETA.
         total: a new number of items.
         """
-        if self._progress is None or self._task is None:
+        if self._progress is None or self._task is None or self._state is None:
             return
         fields: dict[str, Any] = {}
+        if done is not None and done != self._state.completed:
+            fields["done_at"] = self._progress.get_time()  # the pace is that of items done
         if now is not None:
             fields["now"] = now
         if eta is not None:
@@ -131,9 +140,9 @@ class ProgressRow:
 
     def finish(self, now: str) -> None:
         """Every item done (ended, in whatever way `now` says)."""
-        if self._progress is None or self._task is None:
+        if self._progress is None or self._task is None or self._state is None:
             return
-        total = self._progress.tasks[self._task].total
+        total = self._state.total
         self._progress.update(self._task, completed=total, now=now, eta="")
         self._progress.stop_task(self._task)
 

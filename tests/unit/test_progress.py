@@ -60,10 +60,17 @@ def test_a_row_names_the_current_item_counts_and_an_eta_once_one_item_finished()
         board.start()
         clock.now = 12.0
         row.update(done=1, now="resnet18/onnxruntime batch 1,8 on agent:b; 2 queued")
-    # Then 1/4, 12 s elapsed, and the three left at that pace: 36 s
+        board.stop()
+        # Then 1/4, 12 s elapsed, and the three left at that pace: 36 s
+        shown = last_frame(out)
+        assert "resnet18/onnxruntime batch 1,8 on agent:b; 2 queued" in shown
+        assert "1/4" in shown and "0:00:12" in shown and "ETA 0:00:36" in shown
+        # When 8 s more pass with the second still under way, Then the ETA counts down
+        board.start()
+        clock.now = 20.0
+        row.update(done=1)
     shown = last_frame(out)
-    assert "resnet18/onnxruntime batch 1,8 on agent:b; 2 queued" in shown
-    assert "1/4" in shown and "0:00:12" in shown and "ETA 0:00:36" in shown
+    assert "1/4" in shown and "0:00:20" in shown and "ETA 0:00:28" in shown
 
 
 def test_a_finished_row_says_how_it_ended_and_gives_no_eta() -> None:
