@@ -15,24 +15,17 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.text import Text
 
 from mlscope.cli.render import err_console
 from mlscope.contract.errors import UserError
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, ProgressColumn, Task, TaskID
 
 __all__ = [
     "MODES",
@@ -81,25 +74,30 @@ def clock_text(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
-class _EtaColumn(ProgressColumn):
+def _eta_column() -> ProgressColumn:
     """The time left at the mean pace of the items done (the time they took / how many, × those
     left, less what the item under way has had), once one whole item is done; a row may instead
     say what it knows (a search's bracket) in its `eta` field. Between items it counts down rather
     than growing with the item under way."""
+    # Imported here: only a board that draws needs Rich's progress (`mlscope --help` does not).
+    from rich.progress import ProgressColumn
 
-    def render(self, task: Task) -> Text:
-        instead = task.fields.get("eta")
-        if instead:
-            return Text(str(instead), style="progress.remaining")
-        if task.finished or task.total is None:
-            return Text("")
-        done_at = task.fields.get("done_at")
-        if task.completed < 1 or done_at is None or task.start_time is None:
-            return Text("ETA -:--:--", style="progress.remaining")
-        spent = done_at - task.start_time
-        since = (task.elapsed or 0.0) - spent
-        left = max(0.0, spent / task.completed * (task.total - task.completed) - since)
-        return Text(f"ETA {clock_text(left)}", style="progress.remaining")
+    class EtaColumn(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            instead = task.fields.get("eta")
+            if instead:
+                return Text(str(instead), style="progress.remaining")
+            if task.finished or task.total is None:
+                return Text("")
+            done_at = task.fields.get("done_at")
+            if task.completed < 1 or done_at is None or task.start_time is None:
+                return Text("ETA -:--:--", style="progress.remaining")
+            spent = done_at - task.start_time
+            since = (task.elapsed or 0.0) - spent
+            left = max(0.0, spent / task.completed * (task.total - task.completed) - since)
+            return Text(f"ETA {clock_text(left)}", style="progress.remaining")
+
+    return EtaColumn()
 
 
 class ProgressRow:
@@ -160,13 +158,15 @@ class ProgressBoard:
         self.enabled = console is not None
         self._progress: Progress | None = None
         if console is not None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
             self._progress = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(bar_width=24),
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[now]}"),
                 TimeElapsedColumn(),
-                _EtaColumn(),
+                _eta_column(),
                 console=console,
                 get_time=clock,
                 # Lines printed to stdout while the board is up go above it only when stdout is the

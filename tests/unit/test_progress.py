@@ -175,9 +175,10 @@ def test_progress_is_off_under_json_and_off_a_terminal_unless_forced(monkeypatch
 
 def test_a_terminal_gets_progress_unless_never(monkeypatch: pytest.MonkeyPatch) -> None:
     # Given stderr's console is a terminal
-    monkeypatch.setattr(progress.err_console, "_force_terminal", True)
+    tty, _ = terminal()
+    monkeypatch.setattr(progress, "err_console", tty)
     monkeypatch.delenv(PROGRESS_ENV, raising=False)
-    assert progress_console(quiet=False) is progress.err_console
+    assert progress_console(quiet=False) is tty
     assert progress_console(quiet=True) is None
     monkeypatch.setenv(PROGRESS_ENV, "never")
     assert progress_console(quiet=False) is None
