@@ -55,6 +55,7 @@ def progress_console(*, quiet: bool) -> Console | None:
     """
     raw = os.environ.get(PROGRESS_ENV, "")
     mode = raw.strip().lower() or "auto"
+    # Checked even when quiet: `mlscope` checks it up front (with quiet) for every verb.
     if mode not in MODES:
         raise UserError(f"{PROGRESS_ENV}={raw!r}: expected one of {', '.join(MODES)}", field=PROGRESS_ENV)
     if quiet or mode == "never":

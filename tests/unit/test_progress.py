@@ -250,3 +250,21 @@ def test_run_draws_a_row_per_evaluation_a_row_for_all_and_a_searchs_probes(
     assert any("test_tiny_mlp on onnxruntime" in row and "2/2" in row and "succeeded" in row for row in rows)
     assert any("test_tiny_mlp on pytorch" in row and "0/2" in row for row in rows), rows
     assert any("2 evaluations" in row and "2/4" in row for row in rows), rows
+
+
+def test_a_wrong_mode_stops_any_verb_before_it_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a wrong MLSCOPE_PROGRESS and an API that nothing answers at
+    monkeypatch.setenv(PROGRESS_ENV, "yes")
+    monkeypatch.setenv("MLSCOPE_API_URL", "http://127.0.0.1:9")
+    from mlscope.cli import main
+
+    # When a comparison is asked for
+    with pytest.raises(SystemExit) as ended:
+        main(["compare", "-m", "resnet18", "-f", "pytorch", "--json"])
+    # Then exit 2 naming the variable, before anything tried to reach the farm
+    assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert "MLSCOPE_PROGRESS='yes': expected one of auto, always, never" in err
+    assert "API" not in err and "Traceback" not in err
