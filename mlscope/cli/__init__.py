@@ -26,6 +26,7 @@ from mlscope.cli.history import history
 from mlscope.cli.image import image
 from mlscope.cli.models import models
 from mlscope.cli.parity import parity
+from mlscope.cli.progress import progress_console
 from mlscope.cli.regressions import regressions
 from mlscope.cli.render import fail, internal_error, interrupted, unavailable
 from mlscope.cli.rerun import rerun
@@ -47,6 +48,8 @@ def cli() -> None:
 
     Start with `mlscope models`, then `mlscope run resnet18`.
     """
+    # A wrong MLSCOPE_PROGRESS fails here, before any work: not after a farm has taken the jobs.
+    progress_console(quiet=True)
 
 
 for _verb in (
