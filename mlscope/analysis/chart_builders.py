@@ -108,15 +108,17 @@ def _measured_or_empty(evaluation: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _sampled_notes(measurements: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
-    notes = []
-    for m in measurements:
-        sampled = m.get("latencies_sampled")
-        if sampled:
-            notes.append(
-                f"{point_name(m)}: every {sampled.get('every', '?')}th latency, "
-                f"{sampled.get('kept', '?'):,} of {sampled.get('of', '?'):,}"
-            )
-    return tuple(notes)
+    """A note per point whose raw latencies the store kept a subsample of (records/evaluations.py)."""
+
+    def count(value: Any) -> str:
+        return f"{value:,}" if isinstance(value, int) else "?"
+
+    return tuple(
+        f"{point_name(m)}: a subsample of the latencies, {count(sampled.get('kept'))} of "
+        f"{count(sampled.get('of'))} (one in every {count(sampled.get('every'))})"
+        for m in measurements
+        if (sampled := m.get("latencies_sampled"))
+    )
 
 
 def latency_histogram(evaluation: Mapping[str, Any]) -> Chart:
