@@ -377,6 +377,14 @@ def _system_of(row: Mapping[str, Any]) -> str:
     return str(row.get("agent_id") or row.get("hostname") or (row.get("system_id") or "-")[:8])
 
 
+def _bar_text(row: Mapping[str, Any]) -> str:
+    """A comparison bar's hover text: its median and count, and an invalid row's reasons in full."""
+    text = f"{row['median_ms']:.3f} ms, {row.get('count') or '?'} latencies"
+    if not row.get("valid", True):
+        text += f"; invalid: {'; '.join(row.get('reasons') or ['no reason recorded'])}"
+    return text
+
+
 def compare_bars(rows: Sequence[Mapping[str, Any]]) -> Chart:
     """Grouped bars of the comparison: x "model @ batch" (and the scenario when rows mix them), one
     series per framework × system (and device when rows mix them), y the median with its
@@ -424,7 +432,7 @@ def compare_bars(rows: Sequence[Mapping[str, Any]]) -> Chart:
             kind="bar",
             error_low=[r.get("ci_low_ms") for r in members],
             error_high=[r.get("ci_high_ms") for r in members],
-            text=[f"{r['median_ms']:.3f} ms, {r.get('count') or '?'} latencies" for r in members],
+            text=[_bar_text(r) for r in members],
         )
         for name, members in groups.items()
     ]

@@ -273,6 +273,9 @@ def test_compare_bars_groups_by_framework_and_system_and_marks_invalid_rows() ->
     ]
     assert list(by_name["onnxruntime · a"].x) == ["resnet18 @ 1", "resnet18 @ 8"]
     assert list(by_name["pytorch · a (invalid)"].y) == [12.0]
+    assert list(by_name["pytorch · a (invalid)"].text or []) == [
+        "12.000 ms, 300 latencies; invalid: thermal throttling"
+    ]
     # ... whiskers at the interval's ends
     assert list(by_name["onnxruntime · a"].error_low or []) == pytest.approx([1.9, 8.9])
     assert list(by_name["onnxruntime · a"].error_high or []) == pytest.approx([2.2, 9.2])
