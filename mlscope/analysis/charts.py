@@ -17,9 +17,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["CHART_KINDS", "Chart", "Series", "to_plotly"]
+__all__ = ["CHART_KINDS", "INVALID", "Chart", "Series", "to_plotly"]
 
 CHART_KINDS = ("latency", "cdf", "batch", "throughput-latency", "layers", "compare", "cold-start", "timeline")
+
+# The end of the name of a series holding points whose measurement is not valid.
+INVALID = "(invalid)"
 
 SeriesKind = Literal["line", "bar", "scatter", "step", "hbar"]
 AxisType = Literal["linear", "log", "category"]
@@ -137,6 +140,12 @@ def _trace(series: Series, barmode: str) -> dict[str, Any]:
             ],
         }
         trace["error_x" if series.kind == "hbar" else "error_y"] = error
+    if series.name.endswith(INVALID):
+        # Drawn apart from valid points: hatched bars, crosses (as the PNG and SVG draw them).
+        if series.kind in ("bar", "hbar"):
+            trace["marker"] = {"pattern": {"shape": "/"}, "line": {"width": 1}}
+        elif series.kind == "scatter":
+            trace["marker"] = {"symbol": "x", "size": 11, "color": "red"}
     if series.axis == "y2":
         trace["yaxis"] = "y2"
     if series.text is not None:
@@ -152,6 +161,8 @@ def to_plotly(chart: Chart) -> dict[str, Any]:
         "xaxis": {"title": {"text": chart.x_label}, "type": chart.x_type},
         "yaxis": {"title": {"text": chart.y_label}, "type": chart.y_type},
         "barmode": chart.barmode,
+        # Shown for one series too: its name may be what says the points are invalid.
+        "showlegend": True,
         "legend": {"orientation": "h"},
         "margin": {"t": 60, "r": 60},
     }

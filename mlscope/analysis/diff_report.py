@@ -23,7 +23,17 @@ from mlscope.store.paging import MAX_LIST_LIMIT
 
 from .diff import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, MIN_OTHER_RUNS, compare_samples
 
-__all__ = ["FILTER_KEYS", "MAX_SCANNED", "Picked", "check_levels", "diff_evaluations", "pick_evaluation"]
+__all__ = [
+    "FILTER_KEYS",
+    "MAX_SCANNED",
+    "Picked",
+    "check_levels",
+    "diff_evaluations",
+    "matches_filter",
+    "measures_filter",
+    "parse_filter",
+    "pick_evaluation",
+]
 
 # The keys a side's filter may name.
 FILTER_KEYS = ("model", "framework", "system", "device", "scenario", "batch_size")
@@ -45,7 +55,7 @@ class Picked:
 
     def measurements(self) -> list[dict[str, Any]]:
         """The side's measurements, narrowed to the filter's scenario and batch size where it named them."""
-        return [m for m in self.evaluation["measurements"] if _measures(m, self.only)]
+        return [m for m in self.evaluation["measurements"] if measures_filter(m, self.only)]
 
     @property
     def system_id(self) -> str | None:
@@ -98,7 +108,7 @@ def pick_evaluation(store: Store, selector: str, *, side: str = "a") -> Picked:
     """
     selector = selector.strip()
     if "=" in selector:
-        return _pick_by_filter(store, _parse_filter(selector, side), side)
+        return _pick_by_filter(store, parse_filter(selector, side), side)
     try:
         evaluation = store.get_evaluation(store.resolve_id(selector), include_raw=True)
     except UserError as exc:
@@ -112,7 +122,13 @@ def pick_evaluation(store: Store, selector: str, *, side: str = "a") -> Picked:
     return Picked(evaluation, f"id {evaluation['id']}")
 
 
-def _parse_filter(selector: str, side: str) -> dict[str, str]:
+def parse_filter(selector: str, side: str) -> dict[str, str]:
+    """A filter `key=value,...` as {key: value}.
+
+    Raises:
+        UserError (field `side`): a part that is not key=value, a key outside FILTER_KEYS, or a
+            batch_size that is not a whole number.
+    """
     wanted: dict[str, str] = {}
     for part in selector.split(","):
         key, equals, value = (text.strip() for text in part.partition("="))
@@ -134,16 +150,18 @@ def _parse_filter(selector: str, side: str) -> dict[str, str]:
     return wanted
 
 
-def _matches(evaluation: Mapping[str, Any], wanted: Mapping[str, str]) -> bool:
+def matches_filter(evaluation: Mapping[str, Any], wanted: Mapping[str, str]) -> bool:
+    """Whether an evaluation (public shape) is on the system (id prefix) and device `wanted` names and
+    measured a point at its scenario and batch size (model and framework are the listing's filters)."""
     system_id = (evaluation.get("system") or {}).get("id") or ""
     if "system" in wanted and not system_id.startswith(wanted["system"]):
         return False
     if "device" in wanted and evaluation["device"] != wanted["device"]:
         return False
-    return any(_measures(measurement, wanted) for measurement in evaluation["measurements"])
+    return any(measures_filter(measurement, wanted) for measurement in evaluation["measurements"])
 
 
-def _measures(measurement: Mapping[str, Any], wanted: Mapping[str, str]) -> bool:
+def measures_filter(measurement: Mapping[str, Any], wanted: Mapping[str, str]) -> bool:
     """Whether the measurement is at the scenario and batch size `wanted` names (any, where it names none)."""
     return measurement["scenario"] == wanted.get("scenario", measurement["scenario"]) and str(
         measurement["batch_size"]
@@ -168,7 +186,7 @@ def _pick_by_filter(store: Store, wanted: dict[str, str], side: str) -> Picked:
     described = ",".join(f"{key}={value}" for key, value in wanted.items())
     try:
         for evaluation in _newest_succeeded(store, wanted):
-            if _matches(evaluation, wanted):
+            if matches_filter(evaluation, wanted):
                 full = store.get_evaluation(evaluation["id"], include_raw=True)
                 how = f"the latest succeeded evaluation matching {described}: {full['id']}"
                 point: dict[str, str] = {k: wanted[k] for k in ("scenario", "batch_size") if k in wanted}

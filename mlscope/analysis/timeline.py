@@ -14,7 +14,7 @@ from mlscope.store.records import SPAN_LEVELS
 
 from .spans import attributes_of, duration_of
 
-__all__ = ["chrome_trace", "trace_summary"]
+__all__ = ["chrome_trace", "span_lane", "trace_summary"]
 
 # The processes of an evaluation in the order a timeline shows them (attributes["mlscope.process"]).
 _PROCESS_ORDER = ("api", "worker", "predictor")
@@ -85,7 +85,7 @@ def trace_summary(spans: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _lane(span: Mapping[str, Any]) -> tuple[int, str]:
+def span_lane(span: Mapping[str, Any]) -> tuple[int, str]:
     """The timeline row a span belongs on within its process, as (order, name): one per level, the
     LIBRARY work per profiler thread, and device kernels per (device, stream)."""
     attributes = attributes_of(span)
@@ -201,7 +201,7 @@ def chrome_trace(evaluation: Mapping[str, Any], spans: Iterable[Mapping[str, Any
         if span["level"] == "HARDWARE":
             counters += _counter_events(span, pid, origin)
         else:
-            lanes.setdefault((pid, _lane(span)), []).append(span)
+            lanes.setdefault((pid, span_lane(span)), []).append(span)
     events = [_metadata("process_name", pid, 0, {"name": f"mlscope {name}"}) for name, pid in pids.items()]
     events += [_metadata("process_sort_index", pid, 0, {"sort_index": pid}) for pid in pids.values()]
     next_tid: dict[int, int] = {}

@@ -26,6 +26,7 @@ from mlscope.cli.history import history
 from mlscope.cli.image import image
 from mlscope.cli.models import models
 from mlscope.cli.parity import parity
+from mlscope.cli.plot import plot
 from mlscope.cli.progress import progress_console
 from mlscope.cli.regressions import regressions
 from mlscope.cli.render import fail, internal_error, interrupted, unavailable
@@ -71,6 +72,7 @@ for _verb in (
     rerun,
     history,
     regressions,
+    plot,
 ):
     cli.add_command(_verb)
 

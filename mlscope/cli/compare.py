@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from mlscope.cli.options import evaluation_options, json_flag, request_fields, split_csv
+from mlscope.cli.options import evaluation_options, json_flag, plot_option, request_fields, split_csv
 from mlscope.cli.remote import api_client, follow, upload_local_dataset, upload_local_models
 from mlscope.cli.render import console, err_console, new_table, note, print_json_lines, short_id, warn
 from mlscope.cli.render_cost import PRICE_OPTION, ReadTimePrices, cost_cell, parse_prices
@@ -60,6 +60,10 @@ __all__ = ["compare", "compare_command", "compare_table"]
     help="Price rows recorded without a price: PRICE per hour for every system, or SYSTEM=PRICE for "
     "one (an agent id, instance type, hostname or system id prefix); repeatable.",
 )
+@plot_option(
+    "Also write the comparison as a chart (.png, .svg, .html): median per model @ batch, one bar per "
+    "framework × system, its interval as whiskers."
+)
 @json_flag("Print the comparison rows as JSON lines.")
 def compare(
     models: str,
@@ -69,6 +73,7 @@ def compare(
     output: str | None,
     wait_timeout: float | None,
     prices: tuple[str, ...],
+    plot_file: str | None,
     as_json: bool,
     **fields: Any,
 ) -> None:
@@ -82,7 +87,20 @@ def compare(
         **request_fields(**fields),
     }
     read_time = parse_prices(prices)  # checked before anything is submitted
-    sys.exit(compare_command(body, output=output, timeout_s=wait_timeout, as_json=as_json, prices=read_time))
+    if plot_file is not None:
+        from mlscope.analysis.chart_render import check_chart_path
+
+        check_chart_path(plot_file, "--plot")
+    sys.exit(
+        compare_command(
+            body,
+            output=output,
+            timeout_s=wait_timeout,
+            as_json=as_json,
+            prices=read_time,
+            plot_file=plot_file,
+        )
+    )
 
 
 def _cell(value: Any, column: str) -> str:
@@ -176,11 +194,13 @@ def compare_command(
     as_json: bool,
     now: Callable[[], float] = time.time,
     prices: ReadTimePrices | None = None,
+    plot_file: str | None = None,
 ) -> int:
     """Submit the comparison, follow it, write PREFIX.csv and PREFIX.json and show the rows.
 
     Args:
         prices: prices given at read time, for rows recorded without one.
+        plot_file: where to write the rows as a chart (compare bars), or None.
 
     Returns: the exit code (0 every evaluation succeeded, 1 some did not).
     """
@@ -232,10 +252,25 @@ def compare_command(
                 )
                 note(f"{where}: {reason}")
     err_console.print(f"wrote {csv_path} and {json_path}")
+    if plot_file is not None:
+        _write_plot(rows, plot_file)
     failed = sum(1 for r in results if r["status"] != "succeeded")
     if failed:
         err_console.print(f"[red]{failed} of {len(ids)} evaluation(s) did not succeed[/red]")
     return 1 if failed else 0
+
+
+def _write_plot(rows: list[dict[str, Any]], plot_file: str) -> None:
+    """The rows as compare bars at `plot_file`; a warning, not a failure, when no row has a median (the
+    table and files are written already)."""
+    from mlscope.cli.plot import results_chart, write_plot
+
+    try:
+        chart = results_chart([], rows)
+    except UserError as exc:
+        warn(f"no plot written to {plot_file}: {exc.message}")
+        return
+    write_plot(chart, plot_file)
 
 
 def _print_whole(table: Table) -> None:

@@ -31,6 +31,11 @@ def split_csv(value: str | None) -> list[str]:
     return [item.strip() for item in (value or "").split(",") if item.strip()]
 
 
+def plot_option(help_text: str) -> Callable[[F], F]:
+    """`--plot FILE` (the parameter `plot_file`): a chart written beside the table (.png, .svg, .html)."""
+    return click.option("--plot", "plot_file", metavar="FILE", help=help_text)
+
+
 def json_flag(help_text: str) -> Callable[[F], F]:
     """`--json` (the parameter `as_json`), saying what it prints."""
     return click.option("--json", "as_json", is_flag=True, help=help_text)

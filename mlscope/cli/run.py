@@ -10,7 +10,7 @@ import click
 from rich.markup import escape
 
 from mlscope.cli.generation_options import check_endpoint_frameworks
-from mlscope.cli.options import evaluation_options, json_flag, request_fields, split_csv
+from mlscope.cli.options import evaluation_options, json_flag, plot_option, request_fields, split_csv
 from mlscope.cli.progress import ProgressBoard, SearchBracket, progress_board
 from mlscope.cli.render import (
     console,
@@ -20,6 +20,7 @@ from mlscope.cli.render import (
     print_sections,
     print_validity_notes,
     short_id,
+    warn,
 )
 from mlscope.cli.render_load import probe_line
 from mlscope.contract.settings import load_settings
@@ -40,12 +41,20 @@ __all__ = ["evaluate_with_bars", "run", "run_command"]
     help="Comma-separated frameworks [default: every installed one with a manifest for MODEL].",
 )
 @evaluation_options
+@plot_option(
+    "Also write a chart of what ran (.png, .svg, .html): the batch curve, or the latency histogram for "
+    "one batch size; for several frameworks, their medians side by side."
+)
 @json_flag("Print each result as one JSON line on stdout.")
-def run(model: str, frameworks: str | None, as_json: bool, **fields: Any) -> None:
+def run(model: str, frameworks: str | None, plot_file: str | None, as_json: bool, **fields: Any) -> None:
     """Evaluate MODEL on this machine and store the results."""
+    if plot_file is not None:
+        from mlscope.analysis.chart_render import check_chart_path
+
+        check_chart_path(plot_file, "--plot")  # before the run, not after it
     document = request_fields(**fields)
     names = check_endpoint_frameworks(split_csv(frameworks), document.get("generation") or {})
-    sys.exit(run_command(model, names, document, as_json=as_json))
+    sys.exit(run_command(model, names, document, as_json=as_json, plot_file=plot_file))
 
 
 def _points(admitted: Admission) -> int:
@@ -135,15 +144,43 @@ def _interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def run_command(model: str, frameworks: list[str], document: dict[str, Any], *, as_json: bool) -> int:
-    """Returns: the exit code (`render.exit_code`: 0 all succeeded and valid, 1 some evaluation
+def run_command(
+    model: str,
+    frameworks: list[str],
+    document: dict[str, Any],
+    *,
+    as_json: bool,
+    plot_file: str | None = None,
+) -> int:
+    """Args:
+        plot_file: where to write a chart of the results (see `_write_plot`), or None.
+
+    Returns: the exit code (`render.exit_code`: 0 all succeeded and valid, 1 some evaluation
     failed, 3 a result is not valid)."""
     results = evaluate_with_bars(model, frameworks, document, as_json=as_json)
     if as_json:
         print_json_lines(results)
     else:
         _print_human(results)
+    if plot_file is not None:
+        _write_plot(results, plot_file)
     return exit_code(results)
+
+
+def _write_plot(results: list[dict[str, Any]], plot_file: str) -> None:
+    """The chart of the succeeded results (`plot.results_chart`), read back from the store with their raw
+    latencies; a warning instead when none succeeded."""
+    from mlscope.cli.plot import results_chart, write_plot
+    from mlscope.store import open_store
+
+    ids = [r["id"] for r in results if r["status"] == "succeeded"]
+    if not ids:
+        warn(f"no plot written to {plot_file}: no evaluation succeeded")
+        return
+    with open_store(load_settings().store_url) as store:
+        succeeded = [store.get_evaluation(id, include_raw=True) for id in ids]
+        rows = store.compare(ids=ids) if len(ids) > 1 else None
+    write_plot(results_chart(succeeded, rows), plot_file)
 
 
 def evaluate_with_bars(
