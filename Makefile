@@ -36,6 +36,7 @@ typecheck: $(STAMP)
 
 services:
 	@bash ops/ci/services.sh
+	@bash ops/ci/browser.sh
 
 # A Docker engine, the offline base image and the predictor images (each step skipped when done).
 docker: $(STAMP)

@@ -232,6 +232,9 @@ def main() -> None:
     )
     args = parser.parse_args()
 
+    from rich.markup import escape
+
+    from mlscope.cli.progress import progress_board
     from mlscope.registry.catalogue import Catalogue
 
     frameworks = [name.strip() for name in args.frameworks.split(",") if name.strip()]
@@ -250,22 +253,32 @@ def main() -> None:
     interrupted = False
     # SIGTERM (a time limit, `kill`) ends the sweep as Ctrl-C does: the totals of what ran are printed.
     signal.signal(signal.SIGTERM, lambda signum, frame: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # Measured failures are tried again: a new library version may have fixed them.
+    tried = [[n for n in frameworks if n in entry.frameworks or n in entry.unsupported] for entry in entries]
+    # The sweep's progress on stderr (none under --json or off a terminal): entry and framework now,
+    # pairs done of all, elapsed, ETA. A row printed meanwhile goes above it when stdout is the terminal.
+    board = progress_board(quiet=args.json)
+    sweep = board.add("catalogue", total=sum(len(names) for names in tried))
+    board.start()
     try:
-        for entry in entries:
+        for entry, names in zip(entries, tried, strict=True):
             row: dict[str, dict[str, Any]] = {}
-            for name in frameworks:
-                # Measured failures are tried again: a new library version may have fixed them.
-                if name in entry.frameworks or name in entry.unsupported:
-                    row[name] = sweep_one(entry.ref, name, cache, args.runs, args.timeout_s)
-                    results.append(row[name])
+            for name in names:
+                sweep.update(now=escape(f"{entry.ref} on {name}"))
+                row[name] = sweep_one(entry.ref, name, cache, args.runs, args.timeout_s)
+                results.append(row[name])
+                sweep.update(done=len(results))
             if args.keep_cache is None:  # exported graphs reach gigabytes; each is used by one entry
                 shutil.rmtree(cache / "onnx", ignore_errors=True)
-            print(_row(entry, row, frameworks), file=out, flush=True)
+            # sys.stdout looked up now: while the board is up it may be the board's proxy.
+            print(_row(entry, row, frameworks), file=sys.stderr if args.json else sys.stdout, flush=True)
             done.append(entry)
     except KeyboardInterrupt:
+        board.stop()
         interrupted = True
         print(f"interrupted: the totals below cover the {len(done)} entries done of {len(entries)}", file=out)
     finally:
+        board.stop()
         if args.keep_cache is None:
             shutil.rmtree(cache, ignore_errors=True)
     finished = {entry.ref for entry in done}

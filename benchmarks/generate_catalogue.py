@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import transformers
+from rich.markup import escape
 
+from mlscope.cli.progress import progress_board
 from mlscope.contract.generation import GenerationSettings
 from mlscope.registry.catalogue import Catalogue
 from mlscope.registry.references import ModelOptions, apply_options
@@ -115,8 +117,12 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     counts = {"ok": 0, "error": 0}
-    with tempfile.TemporaryDirectory() as cache:
+    # Progress on stderr (none off a terminal): the family now, families done of all, elapsed, ETA.
+    board = progress_board(quiet=False)
+    sweep = board.add("generative families", total=len(entries))
+    with tempfile.TemporaryDirectory() as cache, board:
         for entry in entries:
+            sweep.update(now=escape(entry.family))
             spec = entry.source["transformers"]
             config = dict(spec.get("config") or {})
             attempts = (
@@ -139,6 +145,7 @@ def main() -> None:
             params = f"{row['params'] / 1e6:9.2f}M" if "params" in row else f"{'-':>10}"
             build = f"{row['build_s']:8.1f}" if "build_s" in row else f"{'-':>8}"
             print(f"{entry.family:20} {params} {build} {figures}  {row['status']}", flush=True)
+            sweep.update(done=counts["ok"] + counts["error"])
     print(f"{counts['ok']} ok, {counts['error']} failed, of {len(entries)} families")
 
 

@@ -108,15 +108,17 @@ def _measured_or_empty(evaluation: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _sampled_notes(measurements: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
-    notes = []
-    for m in measurements:
-        sampled = m.get("latencies_sampled")
-        if sampled:
-            notes.append(
-                f"{point_name(m)}: every {sampled.get('every', '?')}th latency, "
-                f"{sampled.get('kept', '?'):,} of {sampled.get('of', '?'):,}"
-            )
-    return tuple(notes)
+    """A note per point whose raw latencies the store kept a subsample of (records/evaluations.py)."""
+
+    def count(value: Any) -> str:
+        return f"{value:,}" if isinstance(value, int) else "?"
+
+    return tuple(
+        f"{point_name(m)}: a subsample of the latencies, {count(sampled.get('kept'))} of "
+        f"{count(sampled.get('of'))} (one in every {count(sampled.get('every'))})"
+        for m in measurements
+        if (sampled := m.get("latencies_sampled"))
+    )
 
 
 def latency_histogram(evaluation: Mapping[str, Any]) -> Chart:
@@ -375,6 +377,14 @@ def _system_of(row: Mapping[str, Any]) -> str:
     return str(row.get("agent_id") or row.get("hostname") or (row.get("system_id") or "-")[:8])
 
 
+def _bar_text(row: Mapping[str, Any]) -> str:
+    """A comparison bar's hover text: its median and count, and an invalid row's reasons in full."""
+    text = f"{row['median_ms']:.3f} ms, {row.get('count') or '?'} latencies"
+    if not row.get("valid", True):
+        text += f"; invalid: {'; '.join(row.get('reasons') or ['no reason recorded'])}"
+    return text
+
+
 def compare_bars(rows: Sequence[Mapping[str, Any]]) -> Chart:
     """Grouped bars of the comparison: x "model @ batch" (and the scenario when rows mix them), one
     series per framework × system (and device when rows mix them), y the median with its
@@ -422,7 +432,7 @@ def compare_bars(rows: Sequence[Mapping[str, Any]]) -> Chart:
             kind="bar",
             error_low=[r.get("ci_low_ms") for r in members],
             error_high=[r.get("ci_high_ms") for r in members],
-            text=[f"{r['median_ms']:.3f} ms, {r.get('count') or '?'} latencies" for r in members],
+            text=[_bar_text(r) for r in members],
         )
         for name, members in groups.items()
     ]

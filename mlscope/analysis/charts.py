@@ -161,6 +161,8 @@ def to_plotly(chart: Chart) -> dict[str, Any]:
         "xaxis": {"title": {"text": chart.x_label}, "type": chart.x_type},
         "yaxis": {"title": {"text": chart.y_label}, "type": chart.y_type},
         "barmode": chart.barmode,
+        # Shown for one series too: its name may be what says the points are invalid.
+        "showlegend": True,
         "legend": {"orientation": "h"},
         "margin": {"t": 60, "r": 60},
     }

@@ -27,6 +27,7 @@ from mlscope.cli.image import image
 from mlscope.cli.models import models
 from mlscope.cli.parity import parity
 from mlscope.cli.plot import plot
+from mlscope.cli.progress import progress_console
 from mlscope.cli.regressions import regressions
 from mlscope.cli.render import fail, internal_error, interrupted, unavailable
 from mlscope.cli.rerun import rerun
@@ -48,6 +49,8 @@ def cli() -> None:
 
     Start with `mlscope models`, then `mlscope run resnet18`.
     """
+    # A wrong MLSCOPE_PROGRESS fails here, before any work: not after a farm has taken the jobs.
+    progress_console(quiet=True)
 
 
 for _verb in (

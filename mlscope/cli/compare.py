@@ -228,7 +228,7 @@ def compare_command(
         item["id"]: f"{item['model']}/{item['framework']}@{item['target']}" for item in answer["evaluations"]
     }
     err_console.print(f"submitted {len(ids)} evaluation(s)")
-    results = follow(client, ids, timeout_s)
+    results = follow(client, ids, timeout_s, quiet=as_json)
     for result in results:
         if result["status"] != "succeeded":
             error = result.get("error") or {}

@@ -72,10 +72,15 @@ def plot(
     """Draw stored results as a chart.
 
     ID|FILTER is an evaluation id or a unique prefix of one (several, comma-separated, for
-    throughput-latency and compare), or a filter such as
-    model=resnet18,framework=onnxruntime[,system=ID,device=cpu,scenario=single_stream,batch_size=1]:
-    the latest succeeded evaluation matching it, or for throughput-latency the latest of each setup
-    (model, framework version, system, device) and for compare every comparison row it matches.
+    throughput-latency and compare), or a filter: the latest succeeded evaluation matching it; for
+    throughput-latency the latest of each setup (model, framework version, system, device); for
+    compare every comparison row it matches. A filter, with any of its keys:
+
+    \b
+        model=resnet18,framework=onnxruntime,system=ID,device=cpu,scenario=single_stream,batch_size=1
+
+    Points whose measurement is not valid are drawn in series named "(invalid)" and counted in a
+    note under the chart.
     """
     from mlscope.analysis.chart_render import check_chart_path
     from mlscope.cli.plot_sources import ApiSource, StoreSource

@@ -1,14 +1,15 @@
 """What the verbs that talk to the farm's API share (`submit`, `agents`, `compare`): a client from the
 settings, as any script would make one, ONNX files on this machine uploaded before they are named,
-and one progress bar while evaluations run."""
+and one progress row while evaluations run."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 import click
+from rich.markup import escape
 
-from mlscope.cli.render import err_console
+from mlscope.cli.progress import progress_board
 from mlscope.contract.names import TERMINAL_STATUSES
 from mlscope.contract.settings import load_settings
 
@@ -70,26 +71,38 @@ def upload_local_dataset(client: Client, document: dict[str, Any]) -> dict[str, 
     return {**document, "dataset": answer["ref"]}
 
 
-def follow(client: Client, ids: list[str], timeout_s: float | None) -> list[dict[str, Any]]:
-    """Poll until every evaluation has ended, with one progress bar for all of them."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def follow(client: Client, ids: list[str], timeout_s: float | None, *, quiet: bool) -> list[dict[str, Any]]:
+    """Poll until every evaluation has ended, with one progress row for all of them (none when
+    `quiet`, see cli/progress.py): which run now, done/total, elapsed, and the ETA at the pace of
+    the ones done so far (several agents at once make that pace faster than any one evaluation)."""
+    board = progress_board(quiet=quiet)
+    row = board.add("evaluations", total=len(ids), now="queued")
 
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[states]}"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=err_console, transient=False) as progress:
-        task = progress.add_task("evaluations", total=len(ids), states="queued")
+    def update(current: dict[str, dict[str, Any]]) -> None:
+        running = [e for e in current.values() if e["status"] == "running"]
+        queued = sum(1 for e in current.values() if e["status"] not in TERMINAL_STATUSES and e not in running)
+        done = sum(1 for e in current.values() if e["status"] in TERMINAL_STATUSES)
+        now = [_running_label(e) for e in running[:_SHOWN_RUNNING]]
+        if len(running) > _SHOWN_RUNNING:
+            now.append(f"{len(running) - _SHOWN_RUNNING} more running")
+        if queued:
+            now.append(f"{queued} queued")
+        row.update(done=done, now=escape("; ".join(now)))
 
-        def update(current: dict[str, dict[str, Any]]) -> None:
-            counts: dict[str, int] = {}
-            for evaluation in current.values():
-                counts[evaluation["status"]] = counts.get(evaluation["status"], 0) + 1
-            done = sum(counts.get(s, 0) for s in TERMINAL_STATUSES)
-            states = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-            progress.update(task, completed=done, states=states)
-
+    with board:
         return client.wait(ids, timeout_s=timeout_s, on_update=update)
+
+
+# Running evaluations named on the progress row; more are counted.
+_SHOWN_RUNNING = 2
+
+
+def _running_label(evaluation: dict[str, Any]) -> str:
+    """e.g. "resnet18/pytorch batch 1,8 on agent:a"."""
+    request = evaluation.get("request") or {}
+    model = (evaluation.get("model") or {}).get("name") or request.get("model", "?")
+    framework = (evaluation.get("framework") or {}).get("name") or request.get("framework", "?")
+    sizes = ",".join(str(size) for size in request.get("batch_sizes") or [])
+    batch = f" batch {sizes}" if sizes else ""
+    target = f" on {request['target']}" if request.get("target") else ""
+    return f"{model}/{framework}{batch}{target}"

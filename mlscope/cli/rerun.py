@@ -53,7 +53,7 @@ def rerun(
     if target is None:
         recorded, result, diff = _rerun_here(evaluation_id, threshold, allow_changes, as_json)
     else:
-        recorded, result, diff = _rerun_on(evaluation_id, target, threshold, wait_timeout)
+        recorded, result, diff = _rerun_on(evaluation_id, target, threshold, wait_timeout, as_json)
     sys.exit(_report(recorded, result, diff, as_json))
 
 
@@ -87,7 +87,7 @@ def _rerun_here(
 
 
 def _rerun_on(
-    evaluation_id: str, target: str, threshold: float, wait_timeout: float | None
+    evaluation_id: str, target: str, threshold: float, wait_timeout: float | None, as_json: bool
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
     from mlscope.analysis.rerun import rerun_request
     from mlscope.cli.remote import api_client, follow
@@ -100,7 +100,7 @@ def _rerun_on(
     err_console.print(
         f"rerun of {short_id(recorded['id'])} queued as {short_id(answer['id'])} on {answer['queue']}"
     )
-    (result,) = follow(client, [answer["id"]], wait_timeout)
+    (result,) = follow(client, [answer["id"]], wait_timeout, quiet=as_json)
     diff = _diff_if_both_succeeded(
         recorded, result, lambda: client.diff(recorded["id"], result["id"], threshold=threshold)
     )

@@ -7,12 +7,13 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import click
+from rich.markup import escape
 
 from mlscope.cli.generation_options import check_endpoint_frameworks
 from mlscope.cli.options import evaluation_options, json_flag, plot_option, request_fields, split_csv
+from mlscope.cli.progress import ProgressBoard, SearchBracket, progress_board
 from mlscope.cli.render import (
     console,
-    err_console,
     exit_code,
     measurement_table,
     print_json_lines,
@@ -25,8 +26,6 @@ from mlscope.cli.render_load import probe_line
 from mlscope.contract.settings import load_settings
 
 if TYPE_CHECKING:
-    from rich.progress import Progress, TaskID
-
     from mlscope.workers.admission import Admission
 
 __all__ = ["evaluate_with_bars", "run", "run_command"]
@@ -58,18 +57,24 @@ def run(model: str, frameworks: str | None, plot_file: str | None, as_json: bool
     sys.exit(run_command(model, names, document, as_json=as_json, plot_file=plot_file))
 
 
-class _ProgressView:
-    """Turns a job's events into one progress bar per evaluation."""
+def _points(admitted: Admission) -> int:
+    return len(admitted.request.batch_sizes) * len(admitted.request.scenarios)
 
-    def __init__(self, progress: Progress, admitted: Admission, *, show_probes: bool = True) -> None:
+
+class _ProgressView:
+    """Turns a job's events into its progress row: the point measured now (scenario, batch size, a
+    search's latest probe), points done of all, elapsed, and the ETA — during a search, the bracket
+    it has narrowed the answer to instead."""
+
+    def __init__(self, board: ProgressBoard, admitted: Admission) -> None:
         request = admitted.request
-        self.progress = progress
-        self.show_probes = show_probes
+        self.board = board
         self.qps = request.load.get("qps")
         self.label = f"{request.model} on {request.framework}"
-        self.points = len(request.batch_sizes) * len(request.scenarios)
-        self.done = 0
-        self.task: TaskID = progress.add_task(self.label, total=self.points, phase="waiting")
+        self.points = _points(admitted)
+        self.done = 0.0
+        self.search = SearchBracket()
+        self.row = board.add(self.label, total=self.points)
 
     def __call__(self, event: dict[str, Any]) -> None:
         kind = event.get("event")
@@ -80,46 +85,54 @@ class _ProgressView:
                 qps = event.get("target_qps", self.qps)
                 if event["scenario"] == "server" and qps is not None:
                     phase += f" @ {qps:g} qps"
-            self.progress.update(self.task, phase=phase)
+            self.search = SearchBracket()
+            self.row.update(now=escape(phase), eta="")
         elif kind == "probe":
-            # A latency search's step: one line above the bars, so the search is seen moving.
-            if self.show_probes:
-                self.progress.console.print(probe_line(self.label, event))
-            target = event.get("target_qps")
-            if target is not None:
-                self.progress.update(
-                    self.task,
-                    phase=f"{event.get('scenario', 'server')} batch {event.get('batch_size')} "
-                    f"search @ {target:g} qps",
-                )
+            # A latency search's step: one line above the rows, so the search is seen moving.
+            self.board.line(probe_line(self.label, event))
+            probe = self.search.add(event)
+            where = f"{escape(str(event.get('scenario', 'server')))} batch {event.get('batch_size')}"
+            self.row.update(now=f"{where} search, {probe}", eta=self.search.bracket())
         elif kind == "progress":
-            self.progress.update(self.task, completed=self.done + min(event["fraction"], 0.99))
+            self.done = int(self.done) + min(event["fraction"], 0.99)
+            self.row.update(done=self.done)
         elif kind == "measurement":
-            self.done += 1
-            self.progress.update(self.task, completed=self.done)
+            self.done = int(self.done) + 1
+            self.search = SearchBracket()
+            self.row.update(done=self.done, eta="")
 
     def finish(self, status: str) -> None:
-        self.progress.update(self.task, completed=self.points, phase=status)
+        self.done = self.points
+        self.row.finish(escape(status))
 
 
 class _ProgressBars:
-    """The run's watcher: a bar per evaluation, the display started when the first one starts (so a
-    request refused at admission prints nothing but its error)."""
+    """The run's watcher: a row per evaluation, and over several a first row for them all (points
+    done of every evaluation's, with the ETA at the pace so far). The display starts when the first
+    evaluation starts."""
 
-    def __init__(self, progress: Progress, *, show_probes: bool = True) -> None:
-        self.progress = progress
-        self.show_probes = show_probes
+    def __init__(self, board: ProgressBoard, admitted: list[Admission]) -> None:
+        self.board = board
         self.view: _ProgressView | None = None
+        self.ended_points = 0
+        self.all = None
+        if len(admitted) > 1:
+            self.all = board.add(f"{len(admitted)} evaluations", total=sum(_points(a) for a in admitted))
 
     def __call__(self, admitted: Admission, event: dict[str, Any]) -> None:
         kind = event.get("event")
         if kind == "start":
-            self.progress.start()
-            self.view = _ProgressView(self.progress, admitted, show_probes=self.show_probes)
+            if self.view is None:
+                self.board.start()
+            self.view = _ProgressView(self.board, admitted)
         elif self.view is not None and kind == "end":
             self.view.finish(event["status"])
+            self.ended_points += self.view.points
         elif self.view is not None:
             self.view(event)
+        if self.all is not None and self.view is not None:
+            done = self.ended_points if kind == "end" else self.ended_points + self.view.done
+            self.all.update(done=done, now=escape(self.view.label))
 
 
 def _interrupt_on_sigterm() -> None:
@@ -178,29 +191,28 @@ def evaluate_with_bars(
     as_json: bool,
     admitted: list[Admission] | None = None,
 ) -> list[dict[str, Any]]:
-    """Evaluate here with a progress bar per evaluation on stderr (transient under --json); SIGTERM
-    cancels as Ctrl-C does. Returns the stored results."""
+    """Evaluate here with a progress row per evaluation on stderr (none under --json or off a
+    terminal, see cli/progress.py); SIGTERM cancels as Ctrl-C does. Returns the stored results."""
     # Imported here, not above: `mlscope --help` and the other verbs need none of this.
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from mlscope.workers.local import evaluate_here
+    from mlscope.workers.local import admit_all, evaluate_here
 
     _interrupt_on_sigterm()
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[phase]}"),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=as_json,
-    )
-    bars = _ProgressBars(progress, show_probes=not as_json)
+    settings = load_settings()
+    board = progress_board(quiet=as_json)
+    # Admitted before the display starts: a refused request prints nothing but its error.
+    if admitted is None:
+        admitted = admit_all(model, frameworks or None, document, settings=settings)
     try:
         return evaluate_here(
-            model, frameworks or None, document, settings=load_settings(), watch=bars, admitted=admitted
+            model,
+            frameworks or None,
+            document,
+            settings=settings,
+            watch=_ProgressBars(board, admitted),
+            admitted=admitted,
         )
     finally:
-        progress.stop()
+        board.stop()
 
 
 def _print_human(results: list[dict[str, Any]]) -> None:

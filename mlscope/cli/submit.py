@@ -67,7 +67,7 @@ def submit_command(document: dict[str, Any], *, wait: bool, timeout_s: float | N
         else:
             console.print(f"{answer['id']} queued on {answer['queue']}")
         return 0
-    (result,) = follow(client, [answer["id"]], timeout_s)
+    (result,) = follow(client, [answer["id"]], timeout_s, quiet=as_json)
     if as_json:
         print_json_line(result)
     else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -191,10 +192,10 @@ def test_bad_requests_over_http_get_4xx_naming_the_field(farm: Farm) -> None:
     assert caught.value.status == 401
 
 
-def _mlscope(farm: Farm, *args: str) -> subprocess.CompletedProcess[str]:
+def _mlscope(farm: Farm, *args: str, progress: str = "auto") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "mlscope", *args],
-        env={**farm.env, "MLSCOPE_API_TOKEN": TOKEN},
+        env={**farm.env, "MLSCOPE_API_TOKEN": TOKEN, "MLSCOPE_PROGRESS": progress},
         cwd=farm.tmp,
         capture_output=True,
         text=True,
@@ -217,10 +218,13 @@ def test_the_cli_lists_agents_submits_and_compares(farm: Farm) -> None:
     assert all("pytorch" in agent["frameworks"] and "process" in agent["runners"] for agent in listed)
 
     submitted = _mlscope(
-        farm, "submit", MODEL, "-f", "pytorch", "--on", "agent:cli-b", "--wait", "--json", *quick
-    )
+        farm, "submit", MODEL, "-f", "pytorch", "--on", "agent:cli-b", "--wait", "--json", *quick,
+        progress="always",
+    )  # fmt: skip
     # 3: succeeded, but a short run on a busy machine may not be valid (its status is checked below)
     assert submitted.returncode in (0, 3), submitted.stderr
+    # --json: no progress on stderr even when it is forced
+    assert "evaluations" not in submitted.stderr and "\x1b[" not in submitted.stderr, submitted.stderr
     result = json.loads(submitted.stdout)
     assert result["status"] == "succeeded" and result["system"]["agent"]["id"] == "cli-b"
 
@@ -239,9 +243,13 @@ def test_the_cli_lists_agents_submits_and_compares(farm: Farm) -> None:
 
     compared = _mlscope(
         farm, "compare", "--models", MODEL, "--frameworks", "pytorch", "--on", "cpu.x86_64",
-        "--batch-sizes", "1,2", "--output", "cmp", *quick,
+        "--batch-sizes", "1,2", "--output", "cmp", *quick, progress="always",
     )  # fmt: skip
     assert compared.returncode == 0, compared.stderr
+    # Progress, forced into this pipe: what ran (model/framework, batch sizes, agent), then 2/2
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", compared.stderr)
+    assert re.search(r"test_tiny_mlp/pytorch batch 1,2 on agent:cli-[ab]", shown), shown
+    assert re.search(r"evaluations\s.*2/2 .*\d:\d\d:\d\d", shown), shown
     assert "cli-a" in compared.stdout and "cli-b" in compared.stdout  # the table names both systems
     with open(farm.tmp / "cmp.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -331,3 +332,62 @@ def test_run_refuses_a_plot_it_could_not_write_before_running(
     assert f"--plot {tmp_path / 'x.gif'}: cannot tell the format from '.gif'" in capsys.readouterr().err
     with mock.patch.dict(os.environ, stored.env), open_store(load_settings().store_url) as store:
         assert store.count_evaluations() == 2  # nothing ran
+
+
+def test_the_page_draws_in_a_real_browser_with_nothing_fetched(
+    stored: Stored, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no Chromium on this machine (Debian's chromium package)")
+    from playwright.sync_api import sync_playwright
+
+    # Given the comparison as a page
+    page_file = stored.folder / "compare.html"
+    code, _, err = plot(stored, capsys, "model=test_tiny_mlp", "--kind", "compare", "-o", str(page_file))
+    assert code == 0, err
+    chart = chart_of(stored, capsys, "model=test_tiny_mlp", "--kind", "compare")
+    # When Chromium opens it from the file
+    fetched: list[str] = []
+    errors: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.on("request", lambda request: fetched.append(request.url))
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(page_file.as_uri())
+            page.wait_for_selector("g.trace.bars")
+            traces = page.evaluate("document.querySelectorAll('g.trace.bars').length")
+            legend = page.evaluate("[...document.querySelectorAll('.legendtext')].map(e => e.textContent)")
+            title = page.evaluate("document.querySelector('.gtitle').textContent")
+        finally:
+            browser.close()
+    # Then it draws every series, named in the legend (the invalid one as such), with no error and
+    # nothing requested but the file itself
+    assert traces == len(chart["series"]) and legend == names(chart)
+    assert "pytorch · host-2 (invalid)" in legend and title == chart["title"]
+    assert errors == [] and fetched == [page_file.as_uri()]
+
+
+def test_compare_plot_is_checked_before_submitting_and_drawn_from_the_rows(
+    stored: Stored, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from mlscope.cli.compare import _write_plot
+
+    # Given a --plot file of no known format, then compare refuses before anything reaches the farm
+    capsys.readouterr()
+    unreachable = {**stored.env, "MLSCOPE_API_URL": "http://127.0.0.1:9"}
+    with mock.patch.dict(os.environ, unreachable), pytest.raises(SystemExit) as exited:
+        main(["compare", "-m", "test_tiny_mlp", "-f", "onnxruntime", "--plot", str(tmp_path / "x.txt")])
+    assert exited.value.code == 2
+    assert f"--plot {tmp_path / 'x.txt'}: cannot tell the format" in capsys.readouterr().err
+    # Given the comparison's rows, then the plot is their compare bars, written and said so
+    with mock.patch.dict(os.environ, stored.env), open_store(load_settings().store_url) as store:
+        rows = store.compare(models=["test_tiny_mlp"])
+    _write_plot(rows, str(tmp_path / "compare.png"))
+    assert f"plot written to {tmp_path / 'compare.png'}" in capsys.readouterr().err
+    assert png_description(tmp_path / "compare.png")["kind"] == "compare"
+    # ... and rows with nothing to draw leave a warning, not a failure (the table is written already)
+    _write_plot([], str(tmp_path / "empty.png"))
+    assert "no plot written to" in capsys.readouterr().err and not (tmp_path / "empty.png").exists()

@@ -7,6 +7,7 @@ Given / When / Then in each test's comments. Figures are never asserted against 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -330,3 +331,32 @@ def test_a_run_whose_every_point_is_invalid_exits_3_and_is_listed_as_not_valid(
     listed = mlscope(mlscope_env, "results", "list")
     assert listed.returncode == 0, listed.stderr
     assert "succeeded, NOT" in listed.stdout  # "succeeded, NOT VALID: ...", wrapped in its column
+
+
+def test_progress_is_drawn_when_forced_and_never_under_json_or_into_a_pipe(
+    mlscope_env: dict[str, str],
+) -> None:
+    # Given a run of one model on two frameworks at two batch sizes (inline: quick)
+    args = ["run", "test_tiny_mlp", "-f", "pytorch,onnxruntime", "-b", "1,4", "--runner", "inline", *FAST]
+    # When progress is forced (stderr here is a pipe, as in a script)
+    forced = mlscope({**mlscope_env, "MLSCOPE_PROGRESS": "always"}, *args)
+    # Then stderr shows a row per evaluation and one for both, as they ended: points done, elapsed
+    assert forced.returncode == 0, forced.stderr
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", forced.stderr).replace("\r", "\n")
+    last = [line for line in shown.splitlines() if line.strip()][-3:]  # the rows as they were left
+    assert re.match(r"2 evaluations\s.*4/4 .*\d:\d\d:\d\d", last[0]), last
+    assert re.match(r"test_tiny_mlp on pytorch\s.*2/2 succeeded\s+\d:\d\d:\d\d", last[1]), last
+    assert re.match(r"test_tiny_mlp on onnxruntime\s.*2/2 succeeded\s+\d:\d\d:\d\d", last[2]), last
+    # And while the second ran, an ETA at the pace of the points done
+    assert re.search(r"2 evaluations\s.*[123]/4 .*ETA \d:\d\d:\d\d", shown), shown
+    # When the same runs with --json, forced or not, or without forcing into a pipe
+    for env, extra in (
+        ({**mlscope_env, "MLSCOPE_PROGRESS": "always"}, ["--json"]),
+        ({k: v for k, v in mlscope_env.items() if k != "MLSCOPE_PROGRESS"}, []),
+    ):
+        quiet = mlscope(env, *args, *extra)
+        # Then stderr has no progress at all: no rows, no carriage return, no cursor movement
+        assert quiet.returncode == 0, quiet.stderr
+        assert "test_tiny_mlp on" not in quiet.stderr and "evaluations" not in quiet.stderr
+        assert "\r" not in quiet.stderr and "\x1b[" not in quiet.stderr, quiet.stderr
+        assert "test_tiny_mlp" in quiet.stdout  # the results themselves are on stdout

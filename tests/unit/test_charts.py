@@ -127,7 +127,9 @@ def test_histogram_of_identical_latencies_and_of_no_raw_latencies() -> None:
 def test_histogram_says_when_the_latencies_are_a_subsample() -> None:
     point = {**measurement(1, FAST), "latencies_sampled": {"kept": 600, "of": 1800, "every": 3}}
     chart = latency_histogram(evaluation([point]))
-    assert chart.notes == ("single_stream · batch 1: every 3th latency, 600 of 1,800",)
+    assert chart.notes == (
+        "single_stream · batch 1: a subsample of the latencies, 600 of 1,800 (one in every 3)",
+    )
 
 
 def test_cdf_steps_through_every_latency_thinned_for_many() -> None:
@@ -271,6 +273,9 @@ def test_compare_bars_groups_by_framework_and_system_and_marks_invalid_rows() ->
     ]
     assert list(by_name["onnxruntime · a"].x) == ["resnet18 @ 1", "resnet18 @ 8"]
     assert list(by_name["pytorch · a (invalid)"].y) == [12.0]
+    assert list(by_name["pytorch · a (invalid)"].text or []) == [
+        "12.000 ms, 300 latencies; invalid: thermal throttling"
+    ]
     # ... whiskers at the interval's ends
     assert list(by_name["onnxruntime · a"].error_low or []) == pytest.approx([1.9, 8.9])
     assert list(by_name["onnxruntime · a"].error_high or []) == pytest.approx([2.2, 9.2])
@@ -390,3 +395,27 @@ def test_every_chart_kind_becomes_a_plotly_figure() -> None:
         figure = json.loads(json.dumps(to_plotly(chart)))
         assert [trace["name"] for trace in figure["data"]] == [s.name for s in chart.series]
         json.dumps(chart.to_dict())
+
+
+def test_an_invalid_series_is_drawn_apart_in_plotly_and_the_legend_always_shows() -> None:
+    # Given a chart with an invalid bar series and invalid markers
+    figure = to_plotly(compare_bars([row("pytorch", "a", 1, 3.0, valid=False, reasons=["unstable"])]))
+    curve = to_plotly(batch_curve(TWO_POINTS))
+    # Then the bars are hatched, the markers crosses, and a single series still has its legend
+    (bars,) = figure["data"]
+    assert bars["name"] == "pytorch · a (invalid)" and bars["marker"]["pattern"]["shape"] == "/"
+    marks = next(trace for trace in curve["data"] if trace["name"] == "p50 latency (invalid)")
+    assert marks["mode"] == "markers" and marks["marker"]["symbol"] == "x"
+    assert figure["layout"]["showlegend"] is True
+
+
+def test_the_chart_run_and_compare_write_beside_their_table() -> None:
+    from mlscope.cli.plot import results_chart
+
+    one_size = evaluation([measurement(1, FAST)])
+    # One evaluation: its batch curve, or its histogram when it measured one batch size
+    assert results_chart([TWO_POINTS]).kind == "batch"
+    assert results_chart([one_size]).kind == "latency"
+    # Several: their comparison rows when there are any, else latency against throughput
+    assert results_chart([TWO_POINTS, one_size], [row("onnxruntime", "a", 1, 2.0)]).kind == "compare"
+    assert results_chart([TWO_POINTS, one_size]).kind == "throughput-latency"

@@ -34,9 +34,9 @@ def _files(root: Path) -> set[str]:
 
 
 def _package_folders() -> list[str]:
-    """The package's folders an image is built from: mlscope and each part under it."""
-    parts = [p.name for p in (REPO / "mlscope").iterdir() if (p / "__init__.py").is_file()]
-    return ["mlscope", *(f"mlscope/{part}" for part in sorted(parts))]
+    """The package's folders an image is built from: mlscope itself, and each part beneath the
+    predictor runtime and the runtime (what `python -m mlscope.runtime.execute` imports)."""
+    return ["mlscope", *(f"mlscope/{part}" for part in ("contract", "runtime"))]
 
 
 @pytest.fixture
@@ -122,6 +122,8 @@ def test_the_context_holds_the_dockerfile_pins_source_and_ca_only_in_build_ca(
     assert "build/src/pyproject.toml" in files
     for folder in _package_folders():
         assert f"build/src/{folder}/__init__.py" in files, folder
+    # ... and none of the parts the predictor never imports (api, cli, store, workers, ...)
+    assert not [f for f in files if f.startswith(("build/src/mlscope/api/", "build/src/mlscope/cli/"))]
     assert not any("__pycache__" in f or f.endswith(".pyc") for f in files)
     assert not any("tensorflow.requirements" in f for f in files)  # another framework's pins
     # ... the CA bundle sits in build/ca/ of the temporary context only, and is not an input
@@ -148,8 +150,13 @@ def test_the_inputs_hash_follows_what_the_image_is_built_from(tmp_path: Path, ch
 
     first = inputs("first")
     assert inputs("again") == first  # deterministic
-    # When only the README or byte-code changes, the image would be the same: same hash
+    # When only the README, byte-code, the project's dependencies or a part the predictor never
+    # imports changes, the image would be the same: same hash
     (checkout / "README.md").write_text("rewritten\n")
+    (checkout / "pyproject.toml").write_text((checkout / "pyproject.toml").read_text() + "\n# edited\n")
+    (checkout / "mlscope" / "api" / "app.py").write_text(
+        (checkout / "mlscope" / "api" / "app.py").read_text() + "\n"
+    )
     cache = checkout / "mlscope" / "runtime" / "__pycache__"
     cache.mkdir(exist_ok=True)
     (cache / "stray.cpython-311.pyc").write_bytes(b"\0")

@@ -5,10 +5,12 @@ progress line; all from hand-built results in the shape DESIGN.md fixes."""
 from __future__ import annotations
 
 import copy
+import io
 from typing import Any
 
 import pytest
 from rich.console import Console
+from rich.text import Text
 
 from mlscope.cli import render
 from mlscope.cli.render import measurement_table, print_sections
@@ -220,39 +222,48 @@ def test_a_probe_event_reads_as_one_line() -> None:
     )
 
 
-def _progress_view(show_probes: bool, load: dict[str, Any]) -> tuple[Any, Console]:
+def _progress_view(console: Console | None, load: dict[str, Any]) -> Any:
     from types import SimpleNamespace
 
-    from rich.progress import Progress, TextColumn
-
+    from mlscope.cli.progress import ProgressBoard
     from mlscope.cli.run import _ProgressView
 
-    recorder = Console(width=250, record=True, force_terminal=False)
-    progress = Progress(TextColumn("{task.fields[phase]}"), console=recorder)
     request = SimpleNamespace(
         model="resnet18", framework="onnxruntime", batch_sizes=(1,), scenarios=("server",), load=load
     )
-    return _ProgressView(progress, SimpleNamespace(request=request), show_probes=show_probes), recorder
+    return _ProgressView(ProgressBoard(console), SimpleNamespace(request=request))
+
+
+def _drawn(out: io.StringIO) -> tuple[str, str]:
+    """Everything the terminal showed, and the row as it was left (drawn last, after a carriage return)."""
+    raw = out.getvalue()
+    return Text.from_ansi(raw).plain, Text.from_ansi(raw.rsplit("\r", 1)[-1]).plain
 
 
 def test_the_progress_shows_the_rate_and_prints_each_probe() -> None:
-    # Given a run's progress view of a server evaluation at 20 qps
-    view, recorder = _progress_view(True, {"qps": 20.0})
-    # When the measure phase starts, Then the phase names the rate
+    # Given a run's progress view of a server evaluation at 20 qps, on a terminal
+    out = io.StringIO()
+    view = _progress_view(Console(file=out, width=250, force_terminal=True), {"qps": 20.0})
+    view.board.start()
+    # When the measure phase starts, Then its row names the rate
     view({"event": "phase", "phase": "measure", "scenario": "server", "batch_size": 1})
-    assert view.progress.tasks[0].fields["phase"] == "server batch 1 @ 20 qps"
-    # When a search probe ends, Then one line says so and the phase follows the search
+    view.board.stop()
+    assert "server batch 1 @ 20 qps" in _drawn(out)[1]
+    # When a search probe ends, Then one line says so and the row follows the search
+    view.board.start()
     view({"event": "probe", "scenario": "server", "batch_size": 1, "target_qps": 40.0, "achieved_qps": 39.8,
           "percentile_ms": 12.3, "passed": True, "reason": "p99 12.3 ms ≤ 50 ms"})  # fmt: skip
-    printed = recorder.export_text()
+    view.board.stop()
+    printed, row = _drawn(out)
     assert "resnet18 on onnxruntime: server batch 1 probe 40 qps → 39.8 achieved" in printed
-    assert view.progress.tasks[0].fields["phase"] == "server batch 1 search @ 40 qps"
+    assert "server batch 1 search, probe 1: 40 q/s meets" in row and "max ≥ 40 q/s" in row
 
 
-def test_under_json_the_probes_print_nothing() -> None:
-    view, recorder = _progress_view(False, {"find_max_qps": True, "latency_bound_ms": 50.0})
+def test_under_json_the_probes_print_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    view = _progress_view(None, {"find_max_qps": True, "latency_bound_ms": 50.0})
     view({"event": "probe", "scenario": "server", "batch_size": 1, "target_qps": 40.0, "passed": False})
-    assert "probe" not in recorder.export_text()
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
 
 
 def test_a_comparison_shows_the_rates_of_loaded_rows() -> None:
