@@ -8,6 +8,8 @@ STAMP  := $(VENV)/.installed-$(INPUTS_HASH)
 EXTRAS := pytorch,onnxruntime,tensorflow,postgresql,mongodb,farm,otlp,docker,datasets,pretrained,generate,plots,dev
 
 .PHONY: demo test lint typecheck unit services docker bench clean
+# The dashboard's chart library, vendored from npm at build time (ops/dashboard; not committed).
+VENDORED := mlscope/api/dashboard/static/vendor/plotly-basic.min.js
 
 $(STAMP):
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,9 +18,12 @@ $(STAMP):
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
-venv: $(STAMP)
+venv: $(STAMP) $(VENDORED)
 
-demo: $(STAMP)
+$(VENDORED): ops/dashboard/package-lock.json
+	@bash ops/dashboard/vendor.sh
+
+demo: $(STAMP) $(VENDORED)
 	@# A store left by an older mlscope is upgraded (a copy kept beside it); a current one is untouched.
 	$(BIN)/mlscope store upgrade
 	@# Exit code 3: the runs succeeded but a result is not valid on this (busy) machine; the table
@@ -42,7 +47,7 @@ services:
 docker: $(STAMP)
 	@bash ops/ci/docker.sh && bash ops/ci/images.sh
 
-test: $(STAMP) services docker lint typecheck
+test: $(STAMP) $(VENDORED) services docker lint typecheck
 	$(BIN)/python -m pytest -q --durations=25
 
 unit: $(STAMP)

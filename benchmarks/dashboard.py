@@ -2,7 +2,9 @@
 
 1. The evaluation page of an evaluation with 10 points and a 50,000-span trace renders in headless
    Chromium in under 1 s: the browser's own performance timing, from navigation start to the load
-   event and to the moment every chart is drawn (the page's "charts-drawn" performance mark).
+   event, to the first screen drawn with its charts (the page's "first-screen-drawn" mark) and to the
+   last chart drawn (the charts below the first screen are drawn while the browser is idle:
+   "charts-drawn"). The viewport is 1280 x 720.
 2. The comparison page over 10,000 stored evaluations answers in under 300 ms server-side: the
    median time of a GET of /compare (the HTML page, its chart and table) and of /api/v1/compare (the
    JSON it is built from) measured at the client on loopback, after one warm-up call.
@@ -133,7 +135,7 @@ def page_timing(url: str) -> dict[str, float]:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page()
+            page = browser.new_page(viewport={"width": 1280, "height": 720})
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.goto(url, wait_until="load")
@@ -142,8 +144,10 @@ def page_timing(url: str) -> dict[str, float]:
                 """() => {
                     const nav = performance.getEntriesByType('navigation')[0];
                     const drawn = performance.getEntriesByName('charts-drawn')[0];
+                    const first = performance.getEntriesByName('first-screen-drawn')[0];
                     return {response_end: nav.responseEnd, dom_content_loaded: nav.domContentLoadedEventEnd,
-                            load: nav.loadEventEnd, charts_drawn: drawn.startTime,
+                            load: nav.loadEventEnd, first_screen: first.startTime,
+                            charts_drawn: drawn.startTime,
                             transfer_kb: performance.getEntriesByType('resource')
                                 .reduce((s, r) => s + r.transferSize, nav.transferSize) / 1024,
                             charts: document.querySelectorAll('.js-plotly-plot').length};
@@ -211,14 +215,17 @@ def report_page(url: str, evaluation_id: str, spans: int, loads: int) -> None:
     timings = [page_timing(f"{url}/evaluations/{evaluation_id}") for _ in range(loads)]
     print(f"\n1. evaluation page, 10 points, {spans:,}-span trace, headless Chromium ({loads} fresh loads; "
           "ms from navigation start)")  # fmt: skip
-    print(f"   {'load':>4} {'response end':>13} {'DOM ready':>10} {'load event':>11} "
-          f"{'charts drawn':>13} {'charts':>7} {'transfer KB':>12}")  # fmt: skip
+    print(f"   {'load':>4} {'response end':>13} {'DOM ready':>10} {'load event':>11} {'first screen':>13} "
+          f"{'all charts':>11} {'charts':>7} {'transfer KB':>12}")  # fmt: skip
     for i, t in enumerate(timings, 1):
         print(f"   {i:>4} {t['response_end']:>13.0f} {t['dom_content_loaded']:>10.0f} {t['load']:>11.0f} "
-              f"{t['charts_drawn']:>13.0f} {t['charts']:>7} {t['transfer_kb']:>12.0f}")  # fmt: skip
-    drawn = statistics.median(t["charts_drawn"] for t in timings)
-    verdict = "met" if drawn < PAGE_TARGET_MS else "MISSED"
-    print(f"   median charts drawn {drawn:.0f} ms: target < {PAGE_TARGET_MS:.0f} ms {verdict}")
+              f"{t['first_screen']:>13.0f} {t['charts_drawn']:>11.0f} {t['charts']:>7} "
+              f"{t['transfer_kb']:>12.0f}")  # fmt: skip
+    for label, key in (("first screen drawn (the page as first seen)", "first_screen"),
+                       ("every chart drawn (the last while idle)", "charts_drawn")):  # fmt: skip
+        value = statistics.median(t[key] for t in timings)
+        verdict = "met" if value < PAGE_TARGET_MS else "MISSED"
+        print(f"   median {label}: {value:.0f} ms, target < {PAGE_TARGET_MS:.0f} ms {verdict}")
 
 
 def report_compare(url: str, total: int, repeat: int) -> None:

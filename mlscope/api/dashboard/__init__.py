@@ -16,7 +16,7 @@ from werkzeug.exceptions import NotFound
 
 from ..problems import problem_response
 from . import compare_page, evaluation_page, pages  # noqa: F401  (importing them adds their routes)
-from .assets import ASSETS, PLOTLY_JS_URL, SWAGGER_UI_URL, plotly_version
+from .assets import ASSETS, SWAGGER_UI_URL, plotly_js_url
 from .blueprint import PAGES, error_page
 
 __all__ = ["SWAGGER_UI_CONFIG", "SWAGGER_UI_URL", "init_dashboard"]
@@ -43,4 +43,4 @@ def init_dashboard(app: Flask) -> None:
 
     @app.context_processor
     def _assets() -> dict[str, Any]:
-        return {"plotly_js_url": f"{PLOTLY_JS_URL}?v={plotly_version()}"}
+        return {"plotly_js_url": plotly_js_url()}
