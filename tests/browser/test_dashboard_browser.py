@@ -161,7 +161,9 @@ def visit(tab: Watched, farm: Farm, path: str) -> Any:
     """Open `path` and wait until the page and its charts are drawn; its status must be 200."""
     response = tab.page.goto(farm.api_url + path, wait_until="networkidle")
     assert response is not None and response.status == 200, path
-    if tab.page.locator("script.chart-data").count():
+    if tab.page.locator("script.chart-data, [data-trace-view]").count():
+        # The page's script marks "charts-drawn" when the last chart is drawn, the trace section's too
+        tab.page.wait_for_function("performance.getEntriesByName('charts-drawn').length > 0")
         tab.page.wait_for_function(
             "[...document.querySelectorAll('div.plot')].every(div => div.querySelector('.main-svg'))"
         )

@@ -228,7 +228,12 @@ def test_a_long_trace_is_shown_as_its_longest_spans_with_a_link_to_the_whole(
     ]
     store.save_spans(evaluation_id, spans)
 
-    text = page(http, f"/evaluations/{evaluation_id}")
+    # The page itself names the trace section's URL (its script fetches it once shown) and the download
+    shown = page(http, f"/evaluations/{evaluation_id}")
+    assert f'data-trace-view="/evaluations/{evaluation_id}/trace-view"' in shown and "2,500 spans" in shown
+    assert f'href="/api/v1/evaluations/{evaluation_id}/trace?format=chrome"' in shown
+    assert "timeline" not in charts(shown)
+    text = page(http, f"/evaluations/{evaluation_id}/trace-view")
     drawn = charts(text)
 
     timeline = drawn["timeline"][0]
@@ -245,7 +250,8 @@ def test_a_long_trace_is_shown_as_its_longest_spans_with_a_link_to_the_whole(
     assert set(re.findall(r"<td><code>([^<]+)</code></td>", hotspots.group(1))) == {
         f"layer{i}" for i in range(7)
     }
-    assert f'href="/api/v1/evaluations/{evaluation_id}/trace?format=chrome"' in text
+    # An unknown id's trace section is a 404 page, like its page
+    assert "no evaluation" in page(http, "/evaluations/0123456789abcdef/trace-view", 404).lower()
 
 
 def test_the_comparison_page_draws_the_apis_rows_and_links_its_csv(http: FlaskClient, store: Store) -> None:
@@ -385,8 +391,8 @@ def test_a_trace_that_grows_after_a_view_is_drawn_whole_on_the_next(http: FlaskC
         for i in range(15)
     ]
     store.save_spans(evaluation_id, spans[:10])
-    assert charts(page(http, f"/evaluations/{evaluation_id}"))["timeline"][0]["points"] == 10
+    assert charts(page(http, f"/evaluations/{evaluation_id}/trace-view"))["timeline"][0]["points"] == 10
 
     # When 5 more are stored, the next view draws all 15
     store.save_spans(evaluation_id, spans[10:])
-    assert charts(page(http, f"/evaluations/{evaluation_id}"))["timeline"][0]["points"] == 15
+    assert charts(page(http, f"/evaluations/{evaluation_id}/trace-view"))["timeline"][0]["points"] == 15

@@ -4,8 +4,10 @@ and CDF per point, percentiles and throughput against the batch size, cold start
 breakdown, and a timeline of the stored trace (its longest spans, with a link to the whole trace for
 Perfetto).
 
-The trace is read once, as it streams from the store: the layer breakdown keeps the spans it needs
-(as GET /layers does), the timeline never holds more than MAX_TIMELINE_SPANS.
+The trace section is a fragment of its own (/evaluations/<id>/trace-view) the page's script fetches
+once the page is shown. The trace is read once, as it streams from the store: the layer breakdown
+keeps the spans it needs (as GET /layers does), the timeline never holds more than
+MAX_TIMELINE_SPANS.
 """
 
 from __future__ import annotations
@@ -137,20 +139,30 @@ def _trace_view(evaluation: dict[str, Any]) -> TraceView:
 
 @PAGES.route("/evaluations/<string:evaluation_id>")
 def evaluation(evaluation_id: str) -> str:
-    """One evaluation (by its id or a unique prefix): an unknown id is a 404 page."""
-    result = context().store.get_evaluation(evaluation_id, include_raw=True)
+    """One evaluation (by its id or a unique prefix): an unknown id is a 404 page. Its trace section is
+    a placeholder the page's script fills from `trace_view` (reading a large trace must not hold up
+    the page)."""
+    store = context().store
+    result = store.get_evaluation(evaluation_id, include_raw=True)
     full_id = result["id"]
     measurements = [subsample_latencies(m, MAX_RAW_LATENCIES) for m in result.get("measurements") or []]
     result["measurements"] = measurements
-    trace = _trace_view(result)
     return render_template(
         "dashboard/evaluation.html",
         result=result,
         status=status_view(result),
         points=_points(measurements),
-        charts=evaluation_charts(result) + trace.charts,
-        trace=trace,
-        span_count=trace.total,
+        charts=evaluation_charts(result),
+        span_count=store.count_spans(full_id),
         json_url=url_for("evaluations.EvaluationById", evaluation_id=full_id),
         trace_url=url_for("evaluations.EvaluationTrace", evaluation_id=full_id, format="chrome"),
+        trace_view_url=url_for("dashboard.trace_view", evaluation_id=full_id),
     )
+
+
+@PAGES.route("/evaluations/<string:evaluation_id>/trace-view")
+def trace_view(evaluation_id: str) -> str:
+    """The evaluation page's trace section, an HTML fragment: the layer breakdown and timeline charts
+    and the hotspots table of its stored trace (empty when it has none)."""
+    result = context().store.get_evaluation(evaluation_id)
+    return render_template("dashboard/trace_section.html", trace=_trace_view(result))

@@ -27,13 +27,31 @@ function idle() {
     window.requestIdleCallback ? requestIdleCallback(resolve, { timeout: 100 }) : setTimeout(resolve, 0));
 }
 
+// The evaluation page's trace section comes from its own URL (reading a 50,000-span trace takes the
+// store about a second the first time): fetched at once, placed when the first screen is drawn.
+function fetchTraceSection() {
+  const section = document.querySelector("[data-trace-view]");
+  if (!section) return Promise.resolve();
+  return fetch(section.dataset.traceView, { headers: { Accept: "text/html" } })
+    .then((answer) => (answer.ok ? answer.text() : Promise.reject(new Error(`HTTP ${answer.status}`))))
+    .then((html) => { section.innerHTML = html; })
+    .catch((error) => {
+      section.querySelector(".loading").textContent = `The trace could not be read (${error.message}).`;
+    });
+}
+
 async function drawCharts() {
+  const traceSection = fetchTraceSection();
   const charts = [...document.querySelectorAll("script.chart-data")];
   if (charts.length && typeof Plotly === "undefined") return;
   const onScreen = (data) => data.previousElementSibling.getBoundingClientRect().top < window.innerHeight;
-  const pending = new Map(charts.filter((data) => !onScreen(data)).map((data) => [data.previousElementSibling, data]));
-  await Promise.all(charts.filter(onScreen).map(drawChart));
+  const first = new Set(charts.filter(onScreen));
+  await Promise.all([...first].map(drawChart));
   performance.mark("first-screen-drawn");
+  await traceSection;
+  if (typeof Plotly === "undefined") return;  // no plotly.js on this server: the tables still say it all
+  const pending = new Map([...document.querySelectorAll("script.chart-data")].filter((data) => !first.has(data))
+    .map((data) => [data.previousElementSibling, data]));
   const drawing = [];
   const drawPending = (target) => {
     const data = pending.get(target);
