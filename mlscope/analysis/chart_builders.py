@@ -40,6 +40,10 @@ __all__ = [
 # latencies would otherwise make thousands of one-pixel bars).
 HISTOGRAM_MIN_BINS = 10
 HISTOGRAM_MAX_BINS = 80
+# The histogram's bins stop at this multiple of the largest point's p99.
+HISTOGRAM_TAIL = 2.0
+# The CDF's latency axis is logarithmic when the slowest latency is this many times the fastest.
+CDF_LOG_SPREAD = 20.0
 # A CDF of more latencies than this is drawn through this many of its steps (the first and last kept):
 # the eye cannot tell more apart, and a page of 100,000 points is slow.
 CDF_MAX_POINTS = 1000
@@ -136,8 +140,24 @@ def latency_histogram(evaluation: Mapping[str, Any]) -> Chart:
     """
     points = _raw_latencies_ms(evaluation)
     every = np.concatenate([values for _, values in points])
-    bins = len(np.histogram_bin_edges(every, bins="fd")) - 1 if np.ptp(every) > 0 else HISTOGRAM_MIN_BINS
-    edges = np.histogram_bin_edges(every, bins=min(max(bins, HISTOGRAM_MIN_BINS), HISTOGRAM_MAX_BINS))
+    # A few stragglers far out (a 8 ms stall among 0.04 ms inferences) would squeeze every other bar
+    # into the first bin: the bins stop at HISTOGRAM_TAIL × the largest point's p99, and a note counts
+    # what lies beyond (the CDF draws it).
+    upper = min(float(every.max()), HISTOGRAM_TAIL * max(float(np.percentile(v, 99)) for _, v in points))
+    shown = every[every <= upper]
+    bins = len(np.histogram_bin_edges(shown, bins="fd")) - 1 if np.ptp(shown) > 0 else HISTOGRAM_MIN_BINS
+    edges = np.histogram_bin_edges(
+        shown, bins=min(max(bins, HISTOGRAM_MIN_BINS), HISTOGRAM_MAX_BINS), range=(float(every.min()), upper)
+    )
+    beyond = int(np.count_nonzero(every > upper))
+    tail_note = (
+        (
+            f"{beyond:,} of {every.size:,} latencies above {upper:.4g} ms are beyond the chart "
+            f"(the slowest {float(every.max()):.4g} ms): the CDF shows them",
+        )
+        if beyond
+        else ()
+    )
     centres = ((edges[:-1] + edges[1:]) / 2).tolist()
     widths = np.diff(edges).tolist()
     series = []
@@ -162,7 +182,9 @@ def latency_histogram(evaluation: Mapping[str, Any]) -> Chart:
         y_label="share of the point's latencies (%)",
         series=tuple(series),
         barmode="overlay",
-        notes=invalid_note([(point_name(m), m) for m in measurements]) + _sampled_notes(measurements),
+        notes=invalid_note([(point_name(m), m) for m in measurements])
+        + tail_note
+        + _sampled_notes(measurements),
     )
 
 
@@ -182,6 +204,7 @@ def latency_cdf(evaluation: Mapping[str, Any]) -> Chart:
         UserError: the evaluation has no raw latencies.
     """
     points = _raw_latencies_ms(evaluation)
+    every = np.concatenate([values for _, values in points])
     series = []
     for measurement, values in points:
         x, y = _cdf_steps(values)
@@ -194,6 +217,8 @@ def latency_cdf(evaluation: Mapping[str, Any]) -> Chart:
         x_label="latency (ms)",
         y_label="latencies at or below (%)",
         series=tuple(series),
+        # A tail two orders of magnitude out is read on a log axis, the bulk still visible beside it.
+        x_type="log" if every.min() > 0 and every.max() / every.min() >= CDF_LOG_SPREAD else "linear",
         notes=invalid_note([(point_name(m), m) for m in measurements]) + _sampled_notes(measurements),
     )
 

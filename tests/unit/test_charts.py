@@ -124,6 +124,28 @@ def test_histogram_of_identical_latencies_and_of_no_raw_latencies() -> None:
         latency_cdf(evaluation([], status="failed"))
 
 
+def test_a_far_straggler_does_not_squeeze_the_histogram_and_the_cdf_reads_it_on_a_log_axis() -> None:
+    # Given 999 inferences near 0.04 ms and one 8 ms stall (a real tiny model's run had such a tail)
+    rng = np.random.default_rng(3)
+    values = np.concatenate([0.04 + 0.002 * rng.standard_normal(999), [8.0]])
+    chart = latency_histogram(evaluation([measurement(1, values)]))
+    # Then the bins stop at twice the p99, so the bulk spreads over many bins, not the first one
+    (series,) = chart.series
+    high = series.x[-1] + series.width[-1] / 2  # type: ignore[index]
+    assert high == pytest.approx(2 * np.percentile(values, 99), rel=1e-4)  # stored as integer ns
+    assert max(series.y) < 50
+    # ... the straggler is counted in a note, and the shares drawn leave it out (they sum to 99.9%)
+    (note,) = chart.notes
+    assert note.startswith("1 of 1,000 latencies above 0.089") and "(the slowest 8 ms)" in note
+    assert sum(series.y) == pytest.approx(99.9)
+    # ... and the CDF keeps it, on a logarithmic latency axis
+    cdf = latency_cdf(evaluation([measurement(1, values)]))
+    assert cdf.x_type == "log" and max(cdf.series[0].x) == pytest.approx(8.0)
+    # Without such a tail: every latency in the bins, a linear axis, no note
+    assert latency_cdf(evaluation([measurement(1, FAST)])).x_type == "linear"
+    assert not latency_histogram(evaluation([measurement(1, FAST)])).notes
+
+
 def test_histogram_says_when_the_latencies_are_a_subsample() -> None:
     point = {**measurement(1, FAST), "latencies_sampled": {"kept": 600, "of": 1800, "every": 3}}
     chart = latency_histogram(evaluation([point]))
