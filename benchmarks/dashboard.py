@@ -20,8 +20,8 @@ Playwright.
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
+import sys
 import tempfile
 import time
 from datetime import datetime, timezone
@@ -33,19 +33,15 @@ import requests
 from _store_fill import Evaluations, SQLiteBackend, _point, fill
 from store_scale import Api
 
-from mlscope.store import open_store
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from mlscope.store import open_store  # noqa: E402
+from tests.fixtures.browser import CHROMIUM_ARGS, chromium_path  # noqa: E402
 
 PAGE_TARGET_MS = 1000.0
 COMPARE_TARGET_MS = 300.0
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 LAYERS_PER_INFERENCE = 960
 PROFILED_INFERENCES = 5
 
@@ -129,7 +125,7 @@ def page_timing(url: str) -> dict[str, float]:
     """Load `url` in a fresh headless Chromium; the browser's own timing of it, in ms."""
     from playwright.sync_api import sync_playwright
 
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    chromium = chromium_path()
     if chromium is None:
         raise SystemExit("no chromium here: install Debian's chromium (make test does)")
     with sync_playwright() as p:

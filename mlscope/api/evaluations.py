@@ -26,7 +26,7 @@ from .schemas import (
 )
 from .submit import BrokerUnavailable, LiveAgents, enqueue, plan_batch, plan_one, submit_span
 
-__all__ = ["blp"]
+__all__ = ["blp", "list_filters"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 logger = logging.getLogger("mlscope.api")
@@ -62,6 +62,19 @@ def _a_write(broker_failure: str) -> Callable[[F], F]:
     return document
 
 
+def list_filters(query: dict[str, Any]) -> dict[str, Any]:
+    """The store's filters (Store.page_evaluations) from a ListQuerySchema query: what GET
+    /api/v1/evaluations and the dashboard's list both filter by."""
+    return {
+        "model": query.get("model"),
+        "framework": query.get("framework"),
+        "system_id": query.get("system"),
+        "status": query.get("status"),
+        "since": query.get("since"),
+        "until": query.get("until"),
+    }
+
+
 def _url(evaluation_id: str) -> str:
     return url_for("evaluations.EvaluationById", evaluation_id=evaluation_id)
 
@@ -87,14 +100,7 @@ class Evaluations(MethodView):
         put while evaluations are added.
         """
         store = context().store
-        filters = {
-            "model": query.get("model"),
-            "framework": query.get("framework"),
-            "system_id": query.get("system"),
-            "status": query.get("status"),
-            "since": query.get("since"),
-            "until": query.get("until"),
-        }
+        filters = list_filters(query)
         items, next_cursor = store.page_evaluations(
             **filters, limit=query["limit"], offset=query["offset"], cursor=query.get("cursor")
         )

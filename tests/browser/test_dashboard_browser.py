@@ -15,7 +15,6 @@ import csv
 import io
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ import pytest
 from mlscope.analysis.chart_builders import batch_curve, compare_bars, latency_cdf, latency_histogram
 from mlscope.api.streams import csv_cell
 from tests.contract.conftest import postgres_url  # noqa: F401 - a fixture, used by name
+from tests.fixtures.browser import CHROMIUM_ARGS, require_chromium
 from tests.integration.farm import REDIS_URL, TOKEN, Farm, empty_redis_db
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
@@ -44,26 +44,8 @@ QUICK = {
     "trace_warmup": 1,
 }
 BATCH_SIZES = [1, 4]
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 # A worker's first job loads its framework: generous, as on a busy CI machine.
 RUN_TIMEOUT_S = 180
-
-
-def _chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None and Path("/usr/bin/chromium").exists():
-        found = "/usr/bin/chromium"
-    if found is None:
-        pytest.skip("no chromium binary on this machine (Debian: apt-get install chromium)")
-    return found
 
 
 @dataclass
@@ -117,7 +99,7 @@ def results(farm: Farm) -> Results:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    executable = _chromium()
+    executable = require_chromium()
     with playwright_api.sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         try:

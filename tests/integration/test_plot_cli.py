@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -33,6 +32,7 @@ from mlscope.contract.settings import load_settings
 from mlscope.store import iter_spans, open_store
 from tests.conftest import REPO, RUNTIME_MANIFESTS
 from tests.contract.builders import finish, make_measurement, make_system, submit
+from tests.fixtures.browser import CHROMIUM_ARGS, require_chromium
 
 pytestmark = pytest.mark.slow
 
@@ -337,9 +337,7 @@ def test_run_refuses_a_plot_it_could_not_write_before_running(
 def test_the_page_draws_in_a_real_browser_with_nothing_fetched(
     stored: Stored, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("no Chromium on this machine (Debian's chromium package)")
+    chromium = require_chromium()
     from playwright.sync_api import sync_playwright
 
     # Given the comparison as a page
@@ -351,7 +349,7 @@ def test_the_page_draws_in_a_real_browser_with_nothing_fetched(
     fetched: list[str] = []
     errors: list[str] = []
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page()
             page.on("request", lambda request: fetched.append(request.url))

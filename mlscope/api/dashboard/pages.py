@@ -18,6 +18,7 @@ from mlscope.runtime.frameworks import FRAMEWORKS
 
 from ..catalog import model_listing, queue_listing
 from ..context import context
+from ..evaluations import list_filters
 from ..problems import ApiProblem
 from ..schemas import ListQuerySchema, ModelQuerySchema
 from .blueprint import PAGES, PageError, parse_query, status_view
@@ -89,14 +90,7 @@ def evaluations() -> str:
     rows follow their status live (dashboard.js polls the JSON API)."""
     query = parse_query(ListQuerySchema())
     store = context().store
-    filters = {
-        "model": query.get("model"),
-        "framework": query.get("framework"),
-        "system_id": query.get("system"),
-        "status": query.get("status"),
-        "since": query.get("since"),
-        "until": query.get("until"),
-    }
+    filters = list_filters(query)
     limit, offset = query["limit"], query["offset"]
     items, _ = store.page_evaluations(**filters, limit=limit, offset=offset)
     total = store.count_evaluations(**filters)
