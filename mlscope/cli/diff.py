@@ -21,7 +21,7 @@ from mlscope.analysis.diff import (
     NO_DIFFERENCE,
     SLOWER,
 )
-from mlscope.cli.options import json_flag
+from mlscope.cli.options import json_flag, plot_option
 from mlscope.cli.render import console, new_table, note, short_id
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
@@ -49,6 +49,7 @@ __all__ = ["change_text", "diff", "power_text", "print_report"]
     help="Judge A against its history series (the runs before it since the series' last change "
     "point) instead of against a B.",
 )
+@plot_option("Also write the ratios B / A with their intervals as a chart (.png, .svg or .html).")
 @json_flag("Print the diff as JSON: per point ratio, ci, verdict, power and the rest.")
 def diff(
     a: str,
@@ -57,6 +58,7 @@ def diff(
     confidence: float,
     same_system: bool,
     against_history: bool,
+    plot_file: str | None,
     as_json: bool,
 ) -> None:
     """Compare evaluation B with evaluation A at every (scenario, batch size) both measured, or with
@@ -76,6 +78,12 @@ def diff(
             else "missing B: the evaluation to compare with A (or --against-history)",
             field="b",
         )
+    if plot_file is not None:
+        from mlscope.analysis.chart_render import check_chart_path
+
+        if against_history:
+            raise UserError("--plot draws B against A: not with --against-history", field="plot")
+        check_chart_path(plot_file, "--plot")  # before the work, not after it
     with open_store(load_settings().store_url) as store:
         if against_history:
             _against_history(store, a, threshold, as_json)
@@ -86,8 +94,13 @@ def diff(
         )
     if as_json:
         print(json.dumps(report, indent=2))
-        return
-    print_report(report)
+    else:
+        print_report(report)
+    if plot_file is not None:
+        from mlscope.analysis.chart_verdicts import diff_ratios
+        from mlscope.cli.plot import write_plot
+
+        write_plot(diff_ratios(report), plot_file)
 
 
 def _against_history(store: Any, a: str, threshold: float, as_json: bool) -> None:

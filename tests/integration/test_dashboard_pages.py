@@ -282,6 +282,35 @@ def test_the_comparison_page_draws_the_apis_rows_and_links_its_csv(http: FlaskCl
     )
 
 
+def test_the_diff_page_gives_the_apis_verdict_per_point_with_its_chart(
+    http: FlaskClient, store: Store
+) -> None:
+    # Given A, and B twice as fast at both batch sizes
+    a, b = finished(store, mean=2.0), finished(store, mean=1.0, system=2)
+    # Without A and B the page is the form
+    assert 'name="a"' in page(http, "/diff") and "diff-points" not in page(http, "/diff")
+    # When the page compares them
+    text = page(http, f"/diff?a={a}&b={b[:8]}")
+    # Then each point's verdict is the JSON API's, and so are its ratios
+    api = http.get(f"/api/v1/compare/diff?a={a}&b={b}").get_json()
+    verdicts = re.findall(r"<td><strong>([^<]+)</strong></td>", text)
+    assert verdicts == [point["verdict"] for point in api["points"]] == ["faster", "faster"]
+    for point in api["points"]:
+        assert f"{point['ratio']:.3f}" in text
+    # ... drawn as one "B faster" series with a marker per point, whiskers its intervals
+    (chart,) = charts(text)["diff"]
+    assert chart["series"] == 1 and chart["points"] == 2
+    (trace,) = chart["figure"]["data"]
+    assert trace["name"] == "B faster" and "error_y" in trace
+    assert trace["y"] == pytest.approx([point["ratio"] for point in api["points"]])
+    # ... with links to both evaluations and to the same report as JSON
+    assert f'href="/evaluations/{a}"' in text and f'href="/evaluations/{b}"' in text
+    assert 'id="diff-json" href="/api/v1/compare/diff?' in text
+    # A side that names nothing, or a threshold out of range, is a 400 page naming the field
+    assert "no evaluation" in page(http, f"/diff?a=0123456789abcdef&b={b}", 400)
+    assert "threshold" in page(http, f"/diff?a={a}&b={b}&threshold=2", 400)
+
+
 def test_the_catalogue_and_the_submit_form(http: FlaskClient) -> None:
     catalogue = page(http, "/models?search=tiny")
     assert "<code>test_tiny_mlp</code>" in catalogue

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -84,7 +85,7 @@ def test_a_against_a_is_no_detectable_difference(store: Store, capsys: pytest.Ca
 
 
 def test_a_10_percent_slower_copy_reads_slower_by_10_percent(
-    store: Store, capsys: pytest.CaptureFixture[str]
+    store: Store, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     # Given A and a copy of it with every latency scaled by 1.10
     latencies = _latencies(2)
@@ -103,6 +104,12 @@ def test_a_10_percent_slower_copy_reads_slower_by_10_percent(
     # And the table says it in words
     _diff(a, b)
     assert "slower by 10.0% (95% CI" in capsys.readouterr().out
+    # ... and --plot draws the ratio with its interval as a "B slower" series (an SVG keeps its text)
+    drawn = tmp_path / "diff.svg"
+    _diff(a, b, "--plot", str(drawn))
+    assert f"plot written to {drawn}" in capsys.readouterr().err
+    svg = drawn.read_text()
+    assert "B slower" in svg and "median B / median A" in svg
 
 
 def test_a_filter_picks_the_latest_succeeded_evaluation_and_says_which(

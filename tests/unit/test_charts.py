@@ -441,3 +441,39 @@ def test_the_chart_run_and_compare_write_beside_their_table() -> None:
     # Several: their comparison rows when there are any, else latency against throughput
     assert results_chart([TWO_POINTS, one_size], [row("onnxruntime", "a", 1, 2.0)]).kind == "compare"
     assert results_chart([TWO_POINTS, one_size]).kind == "throughput-latency"
+
+
+def test_a_diff_is_drawn_as_ratios_with_intervals_a_series_per_verdict() -> None:
+    from mlscope.analysis.chart_verdicts import diff_ratios
+
+    def point(batch: int, ratio: float, verdict: str) -> dict[str, Any]:
+        return {"scenario": "single_stream", "batch_size": batch, "ratio": ratio,
+                "ci": [ratio * 0.98, ratio * 1.02], "verdict": verdict, "superiority": 0.5}  # fmt: skip
+
+    side = {"model": "resnet18", "framework": "onnxruntime", "framework_version": "1.17.0", "hostname": "h"}
+    report = {
+        "a": side,
+        "b": {**side, "framework": "pytorch"},
+        "threshold": 0.02,
+        "confidence": 0.95,
+        "points": [
+            point(1, 0.8, "faster"),
+            point(8, 1.3, "slower"),
+            point(16, 1.0, "no detectable difference"),
+        ],
+        "refused": [{"scenario": "single_stream", "batch_size": 32, "reason": "A invalid: variable"}],
+    }
+    chart = diff_ratios(report)
+    assert [s.name for s in chart.series] == ["B faster", "B slower", "no detectable difference"]
+    assert [list(s.x) for s in chart.series] == [
+        ["single_stream · batch 1"],
+        ["single_stream · batch 8"],
+        ["single_stream · batch 16"],
+    ]
+    assert list(chart.series[1].error_high or []) == pytest.approx([1.3 * 1.02])
+    assert chart.notes[0] == "A: resnet18 · onnxruntime 1.17.0 · h · B: resnet18 · pytorch 1.17.0 · h"
+    assert "±2%" in chart.notes[1] and chart.notes[2].startswith(
+        "1 point(s) not compared: single_stream · batch 32"
+    )
+    with pytest.raises(UserError, match="compared no point"):
+        diff_ratios({**report, "points": []})

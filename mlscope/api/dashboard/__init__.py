@@ -15,7 +15,7 @@ from flask import Flask, request
 from werkzeug.exceptions import NotFound
 
 from ..problems import problem_response
-from . import compare_page, evaluation_page, pages  # noqa: F401  (importing them adds their routes)
+from . import compare_page, diff_page, evaluation_page, pages  # noqa: F401  (importing them adds their routes)
 from .assets import ASSETS, SWAGGER_UI_URL, plotly_js_url
 from .blueprint import PAGES, error_page
 

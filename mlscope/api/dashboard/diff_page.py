@@ -1,0 +1,87 @@
+"""/diff: is evaluation B faster than evaluation A? The verdict `mlscope diff` and GET
+/api/v1/compare/diff give (one function computes all three: analysis.diff_report), as a page: per point
+the ratio of medians with its interval, the verdict at the threshold, the probability that a B latency
+beats an A latency and what the pair could have detected, with the ratios drawn.
+
+A and B are evaluation ids (or unique prefixes) or filters (`model=resnet18,framework=onnxruntime`)
+picking the latest matching evaluation, as everywhere else; the page's URL is the question, to share.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from flask import render_template, request, url_for
+
+from mlscope.analysis.chart_verdicts import diff_ratios
+from mlscope.analysis.diff_report import diff_evaluations
+from mlscope.contract.errors import UserError
+
+from ..context import context
+from ..diff import DiffQuerySchema
+from .blueprint import PAGES, PageError, parse_query
+from .figures import embed
+
+__all__ = ["diff"]
+
+
+@PAGES.route("/diff")
+def diff() -> str:
+    """The form alone without A and B; with them, the verdict per point. A side that names nothing, or a
+    pair with no point in common, is a 400 page naming the field."""
+    if not any(request.args.get(key, "").strip() for key in ("a", "b")):
+        return render_template("dashboard/diff.html", report=None, chosen={}, rows=[], chart=None)
+    query = parse_query(DiffQuerySchema())
+    try:
+        report = diff_evaluations(
+            context().store,
+            query["a"],
+            query["b"],
+            threshold=query["threshold"],
+            confidence=query["confidence"],
+            same_system=query["same_system"],
+        )
+    except UserError as exc:
+        field = exc.field or "b"
+        raise PageError(400, "A and B cannot be compared", {field: [exc.message]}) from None
+    kept = ("a", "b", "threshold", "confidence")
+    chosen = {key: request.args[key] for key in kept if request.args.get(key)}
+    return render_template(
+        "dashboard/diff.html",
+        report=report,
+        chosen=chosen,
+        rows=_rows(report),
+        chart=embed(diff_ratios(report)) if report["points"] else None,
+        json_url=f"{url_for('compare.CompareDiff')}?{urlencode(chosen)}",
+    )
+
+
+def _change(ratio: float) -> str:
+    return f"{(ratio - 1) * 100:+.1f}%"
+
+
+def _rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each compared point as the table shows it."""
+    rows = []
+    for point in report["points"]:
+        power = point.get("power") or {}
+        quantiles = point.get("quantiles") or {}
+        low, high = point["ci"]
+        detectable = power.get("detectable")
+        rows.append(
+            {
+                "scenario": point["scenario"],
+                "batch_size": point["batch_size"],
+                "verdict": point["verdict"],
+                "ratio": f"{point['ratio']:.3f}",
+                "change": _change(point["ratio"]),
+                "interval": f"{_change(low)} … {_change(high)}",
+                "p90": _change(quantiles["p90"]["ratio"]) if "p90" in quantiles else "–",
+                "p99": _change(quantiles["p99"]["ratio"]) if "p99" in quantiles else "–",
+                "superiority": f"{point['superiority']:.2f}",
+                "detectable": f"±{detectable * 100:.1f}%" if detectable is not None else "–",
+                "counts": point.get("counts") or [],
+            }
+        )
+    return rows
