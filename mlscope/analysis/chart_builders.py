@@ -24,8 +24,10 @@ from .chart_traces import layer_bars, timeline
 from .charts import Chart, Series
 
 __all__ = [
+    "CDF_LOG_SPREAD",
     "HISTOGRAM_MAX_BINS",
     "batch_curve",
+    "cdf_steps",
     "cold_start_bars",
     "compare_bars",
     "evaluation_label",
@@ -188,7 +190,7 @@ def latency_histogram(evaluation: Mapping[str, Any]) -> Chart:
     )
 
 
-def _cdf_steps(values: np.ndarray) -> tuple[list[float], list[float]]:
+def cdf_steps(values: np.ndarray) -> tuple[list[float], list[float]]:
     """The empirical CDF's steps (latency, % at or below), thinned to CDF_MAX_POINTS."""
     ordered = np.sort(values)
     n = len(ordered)
@@ -207,7 +209,7 @@ def latency_cdf(evaluation: Mapping[str, Any]) -> Chart:
     every = np.concatenate([values for _, values in points])
     series = []
     for measurement, values in points:
-        x, y = _cdf_steps(values)
+        x, y = cdf_steps(values)
         name = point_name(measurement) + ("" if is_valid(measurement) else f" {INVALID}")
         series.append(Series(name=name, x=x, y=y, kind="step"))
     measurements = [m for m, _ in points]

@@ -8,7 +8,8 @@ seen, and a test can count a chart's series and points from its description.
 
 Kinds (CHART_KINDS): latency (histogram per point), cdf, batch (percentiles and throughput against the
 batch size), throughput-latency, layers, compare (grouped bars with the median's interval as whiskers),
-cold-start and timeline (a stored trace's spans).
+cold-start, timeline (a stored trace's spans) and generation (a generate evaluation's TTFT and TPOT
+per request); the dashboard's /diff page draws a "diff" (analysis.chart_verdicts).
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from typing import Any, Literal
 
 __all__ = ["CHART_KINDS", "INVALID", "Chart", "Series", "to_plotly"]
 
-CHART_KINDS = ("latency", "cdf", "batch", "throughput-latency", "layers", "compare", "cold-start", "timeline")
+CHART_KINDS = (
+    "latency", "cdf", "batch", "throughput-latency", "layers", "compare", "cold-start", "timeline",
+    "generation",
+)  # fmt: skip
 
 # The end of the name of a series holding points whose measurement is not valid.
 INVALID = "(invalid)"

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["build_chart", "plot", "results_chart", "write_plot"]
 
 # Kinds drawn from one evaluation; throughput-latency draws several, compare draws comparison rows.
-ONE_EVALUATION = ("latency", "cdf", "batch", "layers", "cold-start", "timeline")
+ONE_EVALUATION = ("latency", "cdf", "batch", "layers", "cold-start", "timeline", "generation")
 # The setups a throughput-latency filter draws at most (the latest evaluation of each).
 MAX_EVALUATIONS = 8
 
@@ -38,7 +38,8 @@ MAX_EVALUATIONS = 8
     type=click.Choice(CHART_KINDS),
     help="latency (histogram per point), cdf, batch (percentiles and throughput by batch size), "
     "throughput-latency (several evaluations), layers (time per layer type, from a trace), compare "
-    "(median per model @ batch, one bar per framework × system), cold-start, timeline (a trace's spans).",
+    "(median per model @ batch, one bar per framework × system), cold-start, timeline (a trace's spans), "
+    "generation (TTFT and TPOT per request of a generate evaluation).",
 )
 @click.option(
     "-o",
@@ -139,7 +140,14 @@ def build_chart(
             build.timeline(spans, max_spans=max_spans),
             title=f"trace timeline: {build.evaluation_label(evaluation)}",
         )
-    one = {"latency": build.latency_histogram, "cdf": build.latency_cdf, "batch": build.batch_curve}
+    from mlscope.analysis.chart_generation import request_cdf
+
+    one = {
+        "latency": build.latency_histogram,
+        "cdf": build.latency_cdf,
+        "batch": build.batch_curve,
+        "generation": request_cdf,
+    }
     return one.get(kind, build.cold_start_bars)(evaluation)
 
 

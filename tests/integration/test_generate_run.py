@@ -4,6 +4,8 @@ run against an endpoint that drops every stream mid-way (the run completes, the 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from mlscope.contract.generation import GenerationSettings
@@ -16,7 +18,7 @@ QUICK = ("--min-seconds", "0.1", "--max-seconds", "3")
 
 @pytest.mark.slow
 def test_compare_served_measures_the_same_requests_in_process_and_behind_a_real_server(
-    mlscope_env: dict[str, str],
+    mlscope_env: dict[str, str], tmp_path: Path
 ) -> None:
     done = mlscope(
         mlscope_env,
@@ -40,6 +42,12 @@ def test_compare_served_measures_the_same_requests_in_process_and_behind_a_real_
     overhead = generation["serving_overhead"]["ttft_ms"]
     assert overhead["added_ms"] > 0 and overhead["ratio"] > 1
     assert served["via"] == "endpoint" and served["server"].startswith("transformers serve")
+    # The requests' TTFT and TPOT, drawn: a CDF of each (an SVG keeps its text)
+    drawn = tmp_path / "generation.svg"
+    plotted = mlscope(mlscope_env, "plot", result["id"], "--kind", "generation", "-o", str(drawn))
+    assert plotted.returncode == 0, plotted.stderr
+    svg = drawn.read_text()
+    assert "TTFT · generate · batch 1" in svg and "TPOT · generate · batch 1" in svg
 
 
 def test_an_endpoint_that_drops_every_stream_gives_a_finished_run_with_its_failures_counted(
@@ -63,3 +71,6 @@ def test_an_endpoint_that_drops_every_stream_gives_a_finished_run_with_its_failu
     assert point["validity"]["valid"] is False and point["latency_ms"]["median"] is None
     listed = json_lines(mlscope(mlscope_env, "results", "list", "--json").stdout)
     assert [row["id"] for row in listed] == [result["id"]]
+    # A chart of its requests has nothing to draw, and says why (exit 2), not an empty image
+    plotted = mlscope(mlscope_env, "plot", result["id"], "--kind", "generation", "--json")
+    assert plotted.returncode == 2 and "every request failed" in plotted.stderr

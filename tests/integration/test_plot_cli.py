@@ -189,13 +189,18 @@ def test_latency_histogram_and_cdf_of_the_real_run(
     counts = {m["batch_size"]: m["latency_ms"]["count"] for m in stored.result["measurements"]}
     invalid = invalid_batches(stored.result)
     expected = [f"single_stream · batch {b}" + (" (invalid)" if b in invalid else "") for b in sorted(counts)]
-    # When the histogram is drawn: one series per point, on the same bins, each summing to 100%
+    # When the histogram is drawn: one series per point, on the same bins, each summing to 100% but for
+    # the stragglers beyond twice the largest p99 (at most 1% of each point), which a note counts
     histogram = chart_of(stored, capsys, stored.id, "--kind", "latency")
     assert names(histogram) == expected and histogram["barmode"] == "overlay"
     first, second = histogram["series"]
     assert first["x"] == second["x"] and first["width"] == second["width"]
-    assert sum(first["y"]) == pytest.approx(100.0) and sum(second["y"]) == pytest.approx(100.0)
-    assert (len(histogram["notes"]) > 0) == bool(invalid)
+    notes = histogram["notes"]
+    beyond = [note for note in notes if "beyond the chart" in note]
+    for series in (first, second):
+        assert 99.0 - 1e-9 <= sum(series["y"]) <= 100.0 + 1e-9
+        assert (sum(series["y"]) < 100.0 - 1e-9) <= bool(beyond)
+    assert any("points invalid" in note for note in notes) == bool(invalid)
     # ... the CDF: a step per stored latency (up to 1,000), up to 100%
     cdf = chart_of(stored, capsys, stored.id, "--kind", "cdf")
     for series, batch_size in zip(cdf["series"], sorted(counts), strict=True):

@@ -21,6 +21,7 @@ from mlscope.analysis.chart_builders import (
     throughput_latency,
     timeline,
 )
+from mlscope.analysis.chart_generation import request_cdf
 from mlscope.analysis.charts import CHART_KINDS, Chart, to_plotly
 from mlscope.contract.errors import UserError
 
@@ -400,6 +401,26 @@ def test_timeline_keeps_the_longest_spans_and_says_so() -> None:
         timeline([])
 
 
+# A generate evaluation: one point of 4 requests, one of which failed, under a TTFT bound.
+GENERATED = evaluation(
+    [
+        {
+            **measurement(1, FAST),
+            "scenario": "generate",
+            "generation": {
+                "per_request": {
+                    "ttft_ms": [20.0, 25.0, None, 30.0],
+                    "tpot_ms": [1.0, 1.2, None, 1.1],
+                    "e2e_ms": [40.0, 45.0, None, 50.0],
+                    "error": [None, None, "HTTP 500", None],
+                },
+                "slo": {"ttft_ms": 28.0},
+            },
+        }
+    ]
+)
+
+
 def test_every_chart_kind_becomes_a_plotly_figure() -> None:
     # Given a chart of every kind, then each is JSON-able data and plotly traces named as its series
     charts: list[Chart] = [
@@ -411,6 +432,7 @@ def test_every_chart_kind_becomes_a_plotly_figure() -> None:
         compare_bars([row("onnxruntime", "a", 1, 2.0)]),
         cold_start_bars(TWO_POINTS),
         timeline(framework_pass()),
+        request_cdf(GENERATED),
     ]
     assert sorted(c.kind for c in charts) == sorted(CHART_KINDS)
     for chart in charts:
@@ -477,3 +499,18 @@ def test_a_diff_is_drawn_as_ratios_with_intervals_a_series_per_verdict() -> None
     )
     with pytest.raises(UserError, match="compared no point"):
         diff_ratios({**report, "points": []})
+
+
+def test_a_generate_evaluation_draws_ttft_and_tpot_per_request() -> None:
+    chart = request_cdf(GENERATED)
+    # A CDF of each metric over the requests that answered, on a log axis (TTFT is 20x TPOT and more)
+    assert [s.name for s in chart.series] == ["TTFT · generate · batch 1", "TPOT · generate · batch 1"]
+    assert list(chart.series[0].x) == [20.0, 25.0, 30.0] and list(chart.series[1].y)[-1] == pytest.approx(
+        100.0
+    )
+    assert chart.x_type == "log"
+    # ... the failed request and the SLO said in notes
+    assert chart.notes == ("generate · batch 1: 1 of 4 failed", "SLO: TTFT ≤ 28 ms")
+    # An evaluation of another scenario has no such figures: a clear error
+    with pytest.raises(UserError, match="only the generate scenario keeps them"):
+        request_cdf(TWO_POINTS)

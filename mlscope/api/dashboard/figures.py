@@ -28,6 +28,7 @@ from mlscope.analysis.chart_builders import (
     throughput_latency,
     timeline,
 )
+from mlscope.analysis.chart_generation import request_cdf
 from mlscope.analysis.charts import Chart, to_plotly
 from mlscope.contract.errors import UserError
 
@@ -69,12 +70,14 @@ def _drawn(build: Callable[[], Chart]) -> list[dict[str, Any]]:
 
 def evaluation_charts(evaluation: Mapping[str, Any]) -> list[dict[str, Any]]:
     """An evaluation's charts of its measurements: latency histogram and CDF per point (from its raw
-    latencies), percentiles and throughput against the batch size, a load search's curve, cold start."""
+    latencies), percentiles and throughput against the batch size, a load search's curve, a generate
+    evaluation's TTFT and TPOT per request, cold start."""
     return [
         *_drawn(lambda: latency_histogram(evaluation)),
         *_drawn(lambda: latency_cdf(evaluation)),
         *_drawn(lambda: batch_curve(evaluation)),
         *_drawn(lambda: throughput_latency([evaluation])),
+        *_drawn(lambda: request_cdf(evaluation)),
         *_drawn(lambda: cold_start_bars(evaluation)),
     ]
 
