@@ -19,6 +19,7 @@ import numpy as np
 
 from mlscope.contract.errors import UserError
 
+from .chart_compare import compare_bars
 from .chart_labels import INVALID, evaluation_id, evaluation_label, invalid_note, is_valid, point_name
 from .chart_traces import layer_bars, timeline
 from .charts import Chart, Series
@@ -397,91 +398,7 @@ def throughput_latency(evaluations: Sequence[Mapping[str, Any]]) -> Chart:
     )
 
 
-# ----- comparison and cold start ------------------------------------------------------------------
-
-
-def _system_of(row: Mapping[str, Any]) -> str:
-    return str(row.get("agent_id") or row.get("hostname") or (row.get("system_id") or "-")[:8])
-
-
-def _bar_text(row: Mapping[str, Any]) -> str:
-    """A comparison bar's hover text: its median and count, and an invalid row's reasons in full."""
-    text = f"{row['median_ms']:.3f} ms, {row.get('count') or '?'} latencies"
-    if not row.get("valid", True):
-        text += f"; invalid: {'; '.join(row.get('reasons') or ['no reason recorded'])}"
-    return text
-
-
-def compare_bars(rows: Sequence[Mapping[str, Any]]) -> Chart:
-    """Grouped bars of the comparison: x "model @ batch" (and the scenario when rows mix them), one
-    series per framework × system (and device when rows mix them), y the median with its
-    confidence interval as whiskers; an invalid row's bar is in a series "... (invalid)".
-
-    Args:
-        rows: comparison rows (Store.compare, GET /compare).
-
-    Raises:
-        UserError: no row has a median.
-    """
-    drawn = [row for row in rows if row.get("median_ms") is not None]
-    if not drawn:
-        raise UserError(
-            f"nothing to compare: {len(rows)} row(s), none with a median latency; expected rows of "
-            "succeeded evaluations (check the filter)",
-            field="rows",
-        )
-    mixed_scenarios = len({row["scenario"] for row in drawn}) > 1
-    mixed_devices = len({row.get("device") for row in drawn}) > 1
-    versions: dict[str, set[Any]] = {}
-    for row in drawn:
-        versions.setdefault(row["framework"], set()).add(row.get("framework_version"))
-
-    def category(row: Mapping[str, Any]) -> str:
-        scenario = f" {row['scenario']}" if mixed_scenarios else ""
-        return f"{row['model']} @ {row['batch_size']}{scenario}"
-
-    def group(row: Mapping[str, Any]) -> str:
-        framework = row["framework"]
-        if len(versions[framework]) > 1 and row.get("framework_version"):
-            framework += f" {row['framework_version']}"
-        device = f" {row.get('device')}" if mixed_devices else ""
-        return f"{framework} · {_system_of(row)}{device}"
-
-    groups: dict[str, list[Mapping[str, Any]]] = {}
-    for row in drawn:
-        name = group(row) + ("" if row.get("valid", True) else f" {INVALID}")
-        groups.setdefault(name, []).append(row)
-    series = [
-        Series(
-            name=name,
-            x=[category(r) for r in members],
-            y=[r["median_ms"] for r in members],
-            kind="bar",
-            error_low=[r.get("ci_low_ms") for r in members],
-            error_high=[r.get("ci_high_ms") for r in members],
-            text=[_bar_text(r) for r in members],
-        )
-        for name, members in groups.items()
-    ]
-    named = [
-        (
-            f"{group(r)} {category(r)}",
-            {"validity": {"valid": r.get("valid", True), "reasons": r.get("reasons")}},
-        )
-        for r in drawn
-    ]
-    notes = invalid_note(named)
-    if len(drawn) < len(rows):
-        notes += (f"{len(rows) - len(drawn)} row(s) without a median latency not drawn",)
-    return Chart(
-        kind="compare",
-        title="median latency compared",
-        x_label="model @ batch size",
-        y_label="median latency (ms)",
-        series=tuple(series),
-        x_type="category",
-        notes=(*notes, "whiskers: the median's confidence interval"),
-    )
+# ----- cold start ---------------------------------------------------------------------------------
 
 
 def cold_start_bars(evaluation: Mapping[str, Any]) -> Chart:

@@ -9,7 +9,7 @@ seen, and a test can count a chart's series and points from its description.
 Kinds (CHART_KINDS): latency (histogram per point), cdf, batch (percentiles and throughput against the
 batch size), throughput-latency, layers, compare (grouped bars with the median's interval as whiskers),
 cold-start, timeline (a stored trace's spans) and generation (a generate evaluation's TTFT and TPOT
-per request); the dashboard's /diff page draws a "diff" (analysis.chart_verdicts).
+per request); the dashboard's /diff page draws a "diff" (analysis.chart_compare).
 """
 
 from __future__ import annotations

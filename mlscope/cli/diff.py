@@ -97,7 +97,7 @@ def diff(
     else:
         print_report(report)
     if plot_file is not None:
-        from mlscope.analysis.chart_verdicts import diff_ratios
+        from mlscope.analysis.chart_compare import diff_ratios
         from mlscope.cli.plot import write_plot
 
         write_plot(diff_ratios(report), plot_file)

@@ -29,8 +29,9 @@ def test_a_catalogue_name_runs_on_pytorch_and_onnxruntime(mlscope_env: dict[str,
     # When a catalogue architecture is run by its name on both frameworks
     done = mlscope(mlscope_env, "run", SMALL, "-f", "pytorch,onnxruntime", "-b", "1", "--json", *FAST)
 
-    # Then both succeed, stored under that name with the manifest it resolved to
-    assert done.returncode == 0, done.stderr
+    # Then both succeed, stored under that name with the manifest it resolved to (exit 3: they succeeded
+    # but a point is not valid, as on a machine busy with other work; validity is not what this tests)
+    assert done.returncode in (0, 3), done.stderr
     results = json_lines(done.stdout)
     assert [r["status"] for r in results] == ["succeeded", "succeeded"], [r["error"] for r in results]
     assert {r["model"]["name"] for r in results} == {SMALL}

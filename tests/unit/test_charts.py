@@ -466,7 +466,7 @@ def test_the_chart_run_and_compare_write_beside_their_table() -> None:
 
 
 def test_a_diff_is_drawn_as_ratios_with_intervals_a_series_per_verdict() -> None:
-    from mlscope.analysis.chart_verdicts import diff_ratios
+    from mlscope.analysis.chart_compare import diff_ratios
 
     def point(batch: int, ratio: float, verdict: str) -> dict[str, Any]:
         return {"scenario": "single_stream", "batch_size": batch, "ratio": ratio,

@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 
 from flask import render_template, request, url_for
 
-from mlscope.analysis.chart_verdicts import diff_ratios
+from mlscope.analysis.chart_compare import diff_ratios
 from mlscope.analysis.diff_report import diff_evaluations
 from mlscope.contract.errors import UserError
 
