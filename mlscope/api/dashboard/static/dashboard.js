@@ -15,9 +15,11 @@ const TOKEN_KEY = "mlscope-token";
 function drawChart(data) {
   const figure = JSON.parse(data.textContent);
   const target = data.previousElementSibling;
-  // Long category labels (layer types, trace lanes) get the room they need instead of being cut.
+  // Long category labels (layer types, trace lanes) get the room they need instead of being cut; only
+  // category axes ask for it (an automargin costs plotly another layout pass).
   for (const axis of ["xaxis", "yaxis"]) {
-    figure.layout[axis] = { ...(figure.layout[axis] || {}), automargin: true };
+    const layout = figure.layout[axis] || {};
+    if (layout.type === "category") figure.layout[axis] = { ...layout, automargin: true };
   }
   return Plotly.newPlot(target, figure.data, figure.layout, { responsive: true, displaylogo: false });
 }
