@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -37,6 +36,7 @@ from mlscope.store.records import COMPARE_COLUMNS
 from mlscope.store.sql import SQLStore
 from tests.contract.builders import COLD_START, make_measurement, make_system
 from tests.contract.builders import submit as store_submit
+from tests.fixtures.services import emptied_redis
 
 API_REDIS_DB = 14
 REDIS_URL = f"redis://127.0.0.1:6379/{API_REDIS_DB}"
@@ -46,10 +46,6 @@ MODEL = "test_tiny_mlp"
 PROBLEM = "application/problem+json"
 JSON = "application/json"
 ZERO_BATCH = "invalid request: batch_sizes.0: must be between 1 and 65536"
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
 
 
 def closed_port() -> int:
@@ -62,18 +58,7 @@ def closed_port() -> int:
 @pytest.fixture
 def redis_db() -> Iterator[redis.Redis]:
     """Redis database API_REDIS_DB, emptied; unreachable Redis skips locally and fails in CI."""
-    connection = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
-    try:
-        connection.ping()
-    except redis.RedisError as exc:
-        message = f"Redis at {REDIS_URL} is unreachable: {exc}"
-        if _in_ci():
-            pytest.fail(message)
-        pytest.skip(message)
-    connection.flushdb()
-    yield connection
-    connection.flushdb()
-    connection.close()
+    yield from emptied_redis(REDIS_URL)
 
 
 @pytest.fixture

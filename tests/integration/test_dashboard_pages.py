@@ -28,6 +28,7 @@ from mlscope.registry.agents import AgentInfo, AgentRegistry
 from mlscope.store import Store
 from tests.contract.builders import COLD_START, make_measurement, make_system
 from tests.contract.builders import submit as store_submit
+from tests.fixtures.services import emptied_redis
 
 DASHBOARD_REDIS_DB = 13
 REDIS_URL = f"redis://127.0.0.1:6379/{DASHBOARD_REDIS_DB}"
@@ -39,17 +40,8 @@ _LINK = re.compile(r"""(?:src|href)\s*=\s*["']([^"']*)["']""")
 
 @pytest.fixture
 def redis_db() -> Iterator[redis.Redis]:
-    connection = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
-    try:
-        connection.ping()
-    except redis.RedisError as exc:
-        if os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}:
-            pytest.fail(f"Redis at {REDIS_URL} is unreachable: {exc}")
-        pytest.skip(f"Redis at {REDIS_URL} is unreachable: {exc}")
-    connection.flushdb()
-    yield connection
-    connection.flushdb()
-    connection.close()
+    """Redis database DASHBOARD_REDIS_DB, emptied; unreachable Redis skips locally and fails in CI."""
+    yield from emptied_redis(REDIS_URL)
 
 
 @pytest.fixture

@@ -51,6 +51,11 @@ def _rows(evaluations: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _system_label(system: dict[str, Any]) -> str:
+    """`agent-1 (1a2b3c4d)`: its agent (or host) and its id's start, as the system filter lists it."""
+    return f"{(system.get('agent') or {}).get('id') or system.get('hostname')} ({system['id'][:8]})"
+
+
 def _agents() -> list[dict[str, Any]]:
     now = time.time()
     return [
@@ -108,7 +113,7 @@ def evaluations() -> str:
         filters=kept,
         statuses=STATUSES,
         frameworks=sorted(FRAMEWORKS),
-        systems=store.list_systems(),
+        systems=[(system["id"], _system_label(system)) for system in store.list_systems()],
         previous_url=page_url(max(0, offset - limit)) if offset > 0 else None,
         next_url=page_url(offset + limit) if offset + limit < total else None,
     )
