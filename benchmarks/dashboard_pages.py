@@ -172,6 +172,10 @@ def main() -> None:
             ("overview /", "/"),
             ("evaluations", "/evaluations"),
             (f"evaluation ({args.raw:,} latencies/point, {args.spans:,} spans)", f"/evaluations/{large}"),
+            (
+                f"its trace section ({args.spans:,} spans; cached after the first)",
+                f"/evaluations/{large}/trace-view",
+            ),
             ("compare (every model)", "/compare"),
             (
                 "compare (2 models × 2 frameworks)",
@@ -202,7 +206,7 @@ def main() -> None:
         plain = http.get("/static/vendor/plotly.min.js", headers={"Accept-Encoding": "identity"})
         assert first.status_code == 200
         print(
-            f"\nplotly.min.js {assets.plotly_version()}: {len(plain.get_data()):,} bytes plain, "
+            f"\nplotly.js ({assets.plotly_js_url()}): {len(plain.get_data()):,} bytes plain, "
             f"{len(zipped.get_data()):,} gzipped; first request {first_ms:.0f} ms (read + compress), "
             f"later {statistics.median(later):.1f} ms"
         )
