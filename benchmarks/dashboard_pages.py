@@ -38,53 +38,27 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _store_fill import _point  # noqa: E402
+
+from tests.contract.builders import submit  # noqa: E402
+
 PAGE_TARGET_MS = 500.0
 PAGE_TARGET_BYTES = 1024 * 1024
 
 
 def _measurement(batch_size: int, median: float, raw: int, rng: np.random.Generator) -> dict[str, Any]:
-    latencies = rng.lognormal(np.log(median * 1e6), 0.15, size=raw).astype(np.int64) if raw else None
-    values = latencies / 1e6 if latencies is not None else np.array([median])
-    return {
-        "scenario": "single_stream",
-        "batch_size": batch_size,
-        "latency_ms": {
-            "count": len(values),
-            "mean": float(values.mean()),
-            "median": float(np.median(values)),
-            "p90": float(np.percentile(values, 90)),
-            "p95": float(np.percentile(values, 95)),
-            "p99": float(np.percentile(values, 99)),
-            "p999": float(np.percentile(values, 99.9)),
-            "min": float(values.min()),
-            "max": float(values.max()),
-            "stdev": float(values.std()),
-            "iqr": float(np.subtract(*np.percentile(values, [75, 25]))),
-            "cv": float(values.std() / values.mean()),
-            "trimmed_mean": float(values.mean()),
-            "median_ci": [float(np.median(values)) * 0.99, float(np.median(values)) * 1.01],
-        },
-        "throughput": 1000.0 / float(np.median(values)) * batch_size,
-        "validity": {"valid": True, "reasons": []},
-        **({"latencies_ns": latencies.tolist()} if latencies is not None else {}),
-    }
+    """A single_stream point of `raw` lognormal latencies around `median` ms (the shape of
+    benchmarks/_store_fill.py's points)."""
+    latencies = rng.lognormal(np.log(median * 1e6), 0.15, size=raw).astype(np.int64)
+    ms = np.sort(latencies) / 1e6
+    quantiles = np.percentile(ms, [25, 50, 75, 90, 95, 99, 99.9])
+    return _point(batch_size, latencies, quantiles, float(ms.mean()), float(ms.std()))
 
 
 def _evaluation(
     store: Any, model: str, framework: str, system: int, raw: int, rng: np.random.Generator
 ) -> str:
-    evaluation_id = store.create_evaluation(
-        model={"name": model, "version": "1.0", "manifest_sha256": "a" * 64},
-        manifest={
-            "name": model,
-            "framework": {"name": framework, "version": "*"},
-            "task": "image_classification",
-        },
-        framework={"name": framework, "version": None},
-        runner="process",
-        device="cpu",
-        request={"model": model, "framework": framework, "batch_sizes": [1, 8]},
-    )
+    evaluation_id = submit(store, model=model, framework=framework)
     store.start_evaluation(evaluation_id)
     store.finish_evaluation(
         evaluation_id,

@@ -31,6 +31,7 @@ __all__ = [
     "diff_evaluations",
     "matches_filter",
     "measures_filter",
+    "newest_succeeded",
     "parse_filter",
     "pick_evaluation",
 ]
@@ -168,24 +169,28 @@ def measures_filter(measurement: Mapping[str, Any], wanted: Mapping[str, str]) -
     ) == wanted.get("batch_size", str(measurement["batch_size"]))
 
 
-def _newest_succeeded(store: Store, wanted: Mapping[str, str]) -> Iterator[dict[str, Any]]:
-    for offset in range(0, MAX_SCANNED, MAX_LIST_LIMIT):
+def newest_succeeded(
+    store: Store, wanted: Mapping[str, str], *, scanned: int = MAX_SCANNED, page_size: int = MAX_LIST_LIMIT
+) -> Iterator[dict[str, Any]]:
+    """The succeeded evaluations of the filter's model and framework, newest first, at most `scanned`
+    of them, read `page_size` at a time (the filter's other keys are the caller's to match)."""
+    for offset in range(0, scanned, page_size):
         page = store.list_evaluations(
             model=wanted.get("model"),
             framework=wanted.get("framework"),
             status="succeeded",
-            limit=MAX_LIST_LIMIT,
+            limit=page_size,
             offset=offset,
         )
         yield from page
-        if len(page) < MAX_LIST_LIMIT:
+        if len(page) < page_size:
             return
 
 
 def _pick_by_filter(store: Store, wanted: dict[str, str], side: str) -> Picked:
     described = ",".join(f"{key}={value}" for key, value in wanted.items())
     try:
-        for evaluation in _newest_succeeded(store, wanted):
+        for evaluation in newest_succeeded(store, wanted):
             if matches_filter(evaluation, wanted):
                 full = store.get_evaluation(evaluation["id"], include_raw=True)
                 how = f"the latest succeeded evaluation matching {described}: {full['id']}"

@@ -13,7 +13,13 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from mlscope.analysis.diff_report import matches_filter, measures_filter, parse_filter, pick_evaluation
+from mlscope.analysis.diff_report import (
+    matches_filter,
+    measures_filter,
+    newest_succeeded,
+    parse_filter,
+    pick_evaluation,
+)
 from mlscope.contract.errors import UserError
 
 if TYPE_CHECKING:
@@ -145,21 +151,8 @@ class StoreSource(PlotSource):
         if not is_filter(selector):
             return [self.evaluation(id) for id in split_ids(selector)], 0
         wanted = parse_filter(selector, SELECTOR)
-
-        def newest() -> Iterator[dict[str, Any]]:
-            for offset in range(0, _SCANNED, _PAGE):
-                page = self.store.list_evaluations(
-                    model=wanted.get("model"),
-                    framework=wanted.get("framework"),
-                    status="succeeded",
-                    limit=_PAGE,
-                    offset=offset,
-                )
-                yield from page
-                if len(page) < _PAGE:
-                    return
-
-        return self._latest_per_setup(newest(), wanted, limit)
+        newest = newest_succeeded(self.store, wanted, scanned=_SCANNED, page_size=_PAGE)
+        return self._latest_per_setup(newest, wanted, limit)
 
     def spans(self, evaluation_id: str) -> list[dict[str, Any]]:
         from mlscope.store import iter_spans

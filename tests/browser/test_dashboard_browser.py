@@ -27,6 +27,7 @@ from mlscope.analysis.chart_builders import batch_curve, compare_bars, latency_c
 from mlscope.api.streams import csv_cell
 from tests.contract.conftest import postgres_url  # noqa: F401 - a fixture, used by name
 from tests.fixtures.browser import CHROMIUM_ARGS, require_chromium
+from tests.integration.farm import QUICK_TRACED as QUICK
 from tests.integration.farm import REDIS_URL, TOKEN, Farm, empty_redis_db
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
@@ -34,15 +35,6 @@ playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright i
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 MODEL = "test_tiny_mlp"
-QUICK = {
-    "warmup_count": 2,
-    "warmup_seconds": 0.0,
-    "min_count": 10,
-    "min_seconds": 0.2,
-    "max_seconds": 5,
-    "trace_iterations": 2,
-    "trace_warmup": 1,
-}
 BATCH_SIZES = [1, 4]
 # A worker's first job loads its framework: generous, as on a busy CI machine.
 RUN_TIMEOUT_S = 180

@@ -33,6 +33,17 @@ TOKEN = "farm-test-token"
 # Short enough that a job a killed worker held on Redis comes back within seconds in the tests;
 # the default (two hours) is for jobs that really run that long.
 VISIBILITY_TIMEOUT_S = 6
+# A measure section that keeps a traced job on a tiny model to about a second: short timed loops and
+# two profiled iterations after one warm-up.
+QUICK_TRACED = {
+    "warmup_count": 2,
+    "warmup_seconds": 0.0,
+    "min_count": 10,
+    "min_seconds": 0.2,
+    "max_seconds": 5,
+    "trace_iterations": 2,
+    "trace_warmup": 1,
+}
 
 
 def free_port() -> int:

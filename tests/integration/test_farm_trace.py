@@ -15,19 +15,11 @@ import requests
 
 from mlscope.runtime.trace.spans import TraceContext
 from mlscope.store import open_store
+from tests.integration.farm import QUICK_TRACED as QUICK
 from tests.integration.farm import TOKEN, Farm, wait_until
 from tests.otlp_receiver import OtlpReceiver
 
 MODEL = "test_tiny_mlp"
-QUICK = {
-    "warmup_count": 2,
-    "warmup_seconds": 0.0,
-    "min_count": 10,
-    "min_seconds": 0.2,
-    "max_seconds": 5,
-    "trace_iterations": 2,
-    "trace_warmup": 1,
-}
 
 
 def _ancestors(span: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
