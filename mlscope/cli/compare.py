@@ -87,10 +87,6 @@ def compare(
         **request_fields(**fields),
     }
     read_time = parse_prices(prices)  # checked before anything is submitted
-    if plot_file is not None:
-        from mlscope.analysis.chart_render import check_chart_path
-
-        check_chart_path(plot_file, "--plot")
     sys.exit(
         compare_command(
             body,

@@ -78,12 +78,8 @@ def diff(
             else "missing B: the evaluation to compare with A (or --against-history)",
             field="b",
         )
-    if plot_file is not None:
-        from mlscope.analysis.chart_render import check_chart_path
-
-        if against_history:
-            raise UserError("--plot draws B against A: not with --against-history", field="plot")
-        check_chart_path(plot_file, "--plot")  # before the work, not after it
+    if plot_file is not None and against_history:
+        raise UserError("--plot draws B against A: not with --against-history", field="plot")
     with open_store(load_settings().store_url) as store:
         if against_history:
             _against_history(store, a, threshold, as_json)

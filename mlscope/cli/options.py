@@ -31,9 +31,20 @@ def split_csv(value: str | None) -> list[str]:
     return [item.strip() for item in (value or "").split(",") if item.strip()]
 
 
+def _chart_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A --plot file whose suffix names a chart format, checked as the command line is read: before
+    any work, so a run is never measured only to find its chart cannot be written."""
+    if value is not None:
+        from mlscope.analysis.chart_render import check_chart_path
+
+        check_chart_path(value, "--plot")
+    return value
+
+
 def plot_option(help_text: str) -> Callable[[F], F]:
-    """`--plot FILE` (the parameter `plot_file`): a chart written beside the table (.png, .svg, .html)."""
-    return click.option("--plot", "plot_file", metavar="FILE", help=help_text)
+    """`--plot FILE` (the parameter `plot_file`): a chart written beside the table (.png, .svg, .html),
+    its suffix checked up front."""
+    return click.option("--plot", "plot_file", metavar="FILE", callback=_chart_path, help=help_text)
 
 
 def json_flag(help_text: str) -> Callable[[F], F]:

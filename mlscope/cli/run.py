@@ -48,10 +48,6 @@ __all__ = ["evaluate_with_bars", "run", "run_command"]
 @json_flag("Print each result as one JSON line on stdout.")
 def run(model: str, frameworks: str | None, plot_file: str | None, as_json: bool, **fields: Any) -> None:
     """Evaluate MODEL on this machine and store the results."""
-    if plot_file is not None:
-        from mlscope.analysis.chart_render import check_chart_path
-
-        check_chart_path(plot_file, "--plot")  # before the run, not after it
     document = request_fields(**fields)
     names = check_endpoint_frameworks(split_csv(frameworks), document.get("generation") or {})
     sys.exit(run_command(model, names, document, as_json=as_json, plot_file=plot_file))
