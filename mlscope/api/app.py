@@ -9,6 +9,8 @@ bearer-token checks; Prometheus metrics; the web dashboard at `/` (mlscope.api.d
 from __future__ import annotations
 
 import logging
+import os
+import socket
 
 import waitress
 from celery import Celery
@@ -26,6 +28,7 @@ from mlscope.registry.datasets.uploads import DatasetFiles
 from mlscope.registry.models import ModelRegistry
 from mlscope.registry.uploads import ModelFiles
 from mlscope.store import Store, open_store
+from mlscope.workers.sweeper import Sweeper, sweeping
 
 from . import catalog, compare, datasets, evaluations, history, ops, uploads
 from .auth import init_auth
@@ -164,16 +167,19 @@ def serve(
     app = create_app(settings)
     ctx: ApiContext = app.extensions["mlscope"]
     logger.info("mlscope API on http://%s:%d (docs at /api/docs)", host, port)
+    # The api sweeps too: evaluations of workers that died are resolved even when no worker is left.
+    sweeper = Sweeper(ctx.store, ctx.agents, ctx.celery, holder=f"api:{socket.gethostname()}:{os.getpid()}")
     try:
-        waitress.serve(
-            app,
-            host=host,
-            port=port,
-            threads=threads,
-            ident="mlscope",
-            max_request_body_size=max(ctx.settings.max_upload_bytes, ctx.settings.max_dataset_bytes)
-            + _WAITRESS_BODY_SLACK,
-        )
+        with sweeping(sweeper):
+            waitress.serve(
+                app,
+                host=host,
+                port=port,
+                threads=threads,
+                ident="mlscope",
+                max_request_body_size=max(ctx.settings.max_upload_bytes, ctx.settings.max_dataset_bytes)
+                + _WAITRESS_BODY_SLACK,
+            )
     finally:
         ctx.store.close()
         ctx.agents.close()

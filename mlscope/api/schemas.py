@@ -367,6 +367,10 @@ class AgentSchema(Schema):
     heartbeat_at = fields.Float()
     current_job = fields.String(allow_none=True)
     jobs_done = fields.Integer()
+    spooled = fields.List(
+        fields.String(),
+        metadata={"description": "evaluations whose results it keeps until the store is reachable again"},
+    )
     seconds_since_heartbeat = fields.Float()
 
 

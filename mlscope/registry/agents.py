@@ -23,6 +23,7 @@ DEFAULT_TTL_S = 15.0
 _PREFIX = "mlscope:agent:"
 _INDEX = "mlscope:agents"
 _QUEUES = "mlscope:queues"
+_LOCKS = "mlscope:lock:"
 
 
 class RegistryUnavailable(UserError):
@@ -46,6 +47,7 @@ class AgentInfo:
         started_at, heartbeat_at: wall-clock seconds.
         current_job: the evaluation id it is running, or None when idle.
         jobs_done: how many jobs it has ended since it started.
+        spooled: evaluations whose results it keeps in its spool until the store is reachable.
     """
 
     id: str
@@ -61,12 +63,14 @@ class AgentInfo:
     heartbeat_at: float = field(default_factory=time.time)
     current_job: str | None = None
     jobs_done: int = 0
+    spooled: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["capabilities"] = list(self.capabilities)
         data["runners"] = list(self.runners)
         data["queues"] = list(self.queues)
+        data["spooled"] = list(self.spooled)
         return data
 
     @classmethod
@@ -77,6 +81,7 @@ class AgentInfo:
                 "capabilities": tuple(data["capabilities"]),
                 "runners": tuple(data["runners"]),
                 "queues": tuple(data["queues"]),
+                "spooled": tuple(data.get("spooled", ())),
             }
         )
 
@@ -106,6 +111,30 @@ class AgentRegistry:
         pipe.set(_PREFIX + info.id, data, px=int(self.ttl_s * 1000))
         pipe.sadd(_INDEX, info.id)
         self._call("register an agent", pipe.execute)
+
+    def claim(self, info: AgentInfo) -> bool:
+        """Publish `info` only if no live agent holds its id (one atomic SET NX); True when claimed.
+
+        Two workers starting at once on one host both see the host name free; only one claims it."""
+        data = json.dumps({**info.to_dict(), "heartbeat_at": time.time()})
+        pipe = self._redis.pipeline()
+        pipe.set(_PREFIX + info.id, data, px=int(self.ttl_s * 1000), nx=True)
+        pipe.sadd(_INDEX, info.id)
+        claimed, _ = self._call("claim an agent id", pipe.execute)
+        return bool(claimed)
+
+    def try_lock(self, name: str, holder: str, ttl_s: float) -> bool:
+        """Take (or renew, for the same holder) a farm-wide lock that expires after `ttl_s`: one sweeper at
+        a time, whatever the number of workers and API processes."""
+        key = _LOCKS + name
+        taken = self._call("take a lock", lambda: self._redis.set(key, holder, px=int(ttl_s * 1000), nx=True))
+        if taken:
+            return True
+        current = self._call("read a lock", self._redis.get, key)
+        if current is not None and current.decode() == holder:
+            self._call("renew a lock", self._redis.pexpire, key, int(ttl_s * 1000))
+            return True
+        return False
 
     def heartbeat(self, info: AgentInfo) -> AgentInfo:
         """Renew the agent's key with its current state; returns the state as published."""

@@ -16,7 +16,9 @@ from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.frameworks import get_framework, installed_version
 from mlscope.store import open_store
 from mlscope.workers.admission import Admission, admit
+from mlscope.workers.leases import Lease, run_owner
 from mlscope.workers.pipeline import evaluate
+from mlscope.workers.sweeper import Sweeper
 
 __all__ = ["Watch", "admit_all", "default_frameworks", "evaluate_here"]
 
@@ -110,6 +112,10 @@ def evaluate_here(
         admitted = admit_all(model, frameworks, document, settings=settings)
     results = []
     with open_store(settings.store_url) as store:
+        # An earlier `mlscope run` killed mid-evaluation (SIGKILL, a power cut) left it running: its
+        # lease has lapsed, and it is marked failed ("interrupted") before this run adds its own.
+        Sweeper(store).sweep()
+        lease = Lease(run_owner())
         for item in admitted:
 
             def emit(event: dict[str, Any], item: Admission = item) -> None:
@@ -117,7 +123,7 @@ def evaluate_here(
                     watch(item, event)
 
             emit({"event": "start"})
-            result = evaluate(item, store=store, settings=settings, emit=emit)
+            result = evaluate(item, store=store, settings=settings, emit=emit, lease=lease)
             emit({"event": "end", "id": result["id"], "status": result["status"]})
             results.append(result)
     return results

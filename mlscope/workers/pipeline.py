@@ -14,21 +14,23 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from mlscope.broker.tracing import export_spans
 from mlscope.contract.cost import cost_section
 from mlscope.contract.errors import StoreUnavailable
+from mlscope.contract.job import Job
 from mlscope.contract.settings import Settings
 from mlscope.runtime.system import system_id
 from mlscope.runtime.trace.spans import TraceContext, Tracer
 from mlscope.store import Store
 from mlscope.store.records import subsample_latencies
 from mlscope.workers.admission import Admission
+from mlscope.workers.leases import Lease, kept
 from mlscope.workers.parity import run_parity_check
-from mlscope.workers.runners import get_runner
+from mlscope.workers.runners import Outcome, Runner, get_runner
 
-__all__ = ["RESULT_WRITE_PAUSES_S", "evaluate", "keep_spans", "write_result"]
+__all__ = ["RESULT_WRITE_PAUSES_S", "RetriedWrites", "Writes", "evaluate", "keep_spans", "write_result"]
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -57,6 +59,27 @@ def write_result(write: Callable[[], None], what: str) -> None:
             time.sleep(pause)
 
 
+class Writes(Protocol):
+    """Where the pipeline's writes of an evaluation's end go (its result, its failure, its spans)."""
+
+    def write(self, evaluation_id: str, op: str, **kwargs: Any) -> bool:
+        """Call the store's method `op` for `evaluation_id`; True when the store has taken it now,
+        False when it was kept to be written later (workers.spool)."""
+        ...
+
+
+class RetriedWrites:
+    """Straight to the store, each write tried again while the store is briefly away (`write_result`):
+    `mlscope run`'s writes, whose process waits for them."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def write(self, evaluation_id: str, op: str, **kwargs: Any) -> bool:
+        write_result(lambda: getattr(self.store, op)(evaluation_id, **kwargs), f"{op} of {evaluation_id}")
+        return True
+
+
 def evaluate(
     admitted: Admission,
     *,
@@ -67,6 +90,8 @@ def evaluate(
     system_extra: Mapping[str, Any] | None = None,
     cancel: threading.Event | None = None,
     tracer: Tracer | None = None,
+    lease: Lease | None = None,
+    writes: Writes | None = None,
 ) -> dict[str, Any]:
     """Run an admitted evaluation to its end and return the stored result.
 
@@ -82,22 +107,36 @@ def evaluate(
         tracer: the caller's tracer, whose open span the predictor's spans hang under (a farm
             worker's task span); None starts a trace of its own at the request's trace_level,
             rooted in a span "run" of this process.
+        lease: held on the evaluation while it runs, renewed until it ends (workers.leases); an
+            evaluation started more than `lease.max_attempts` times fails without running.
+        writes: where its end is written (a farm worker's spool); None: straight to `store`.
+
+    Returns:
+        The stored result; when `writes` kept the end for later (the store was unreachable), only
+        {"id", "status", "spooled": True}.
     """
+    ends = writes or RetriedWrites(store)
     if tracer is not None:
-        return _evaluate(admitted, store, settings, emit, evaluation_id, system_extra, cancel, tracer)
+        return _evaluate(
+            admitted, store, settings, emit, evaluation_id, system_extra, cancel, tracer, lease, ends
+        )
     tracer = Tracer(admitted.request.trace_level)
     with tracer.span("run", **{"mlscope.process": "cli"}):
-        result = _evaluate(admitted, store, settings, emit, evaluation_id, system_extra, cancel, tracer)
-    keep_spans(store, settings, result["id"], tracer.drain())
+        result = _evaluate(
+            admitted, store, settings, emit, evaluation_id, system_extra, cancel, tracer, lease, ends
+        )
+    keep_spans(ends, settings, result["id"], tracer.drain())
     return result
 
 
-def keep_spans(store: Store, settings: Settings, evaluation_id: str, spans: list[dict[str, Any]]) -> None:
-    """Store an evaluation's spans and, when MLSCOPE_OTLP_ENDPOINT is set, send them over OTLP."""
+def keep_spans(writes: Writes, settings: Settings, evaluation_id: str, spans: list[dict[str, Any]]) -> bool:
+    """Store an evaluation's spans and, when MLSCOPE_OTLP_ENDPOINT is set, send them over OTLP; False
+    when they were kept to be stored later."""
     if not spans:
-        return
-    store.save_spans(evaluation_id, spans)
+        return True
+    stored = writes.write(evaluation_id, "save_spans", spans=spans)
     export_spans(settings, spans)
+    return stored
 
 
 def _evaluate(
@@ -109,6 +148,8 @@ def _evaluate(
     system_extra: Mapping[str, Any] | None,
     cancel: threading.Event | None,
     tracer: Tracer,
+    lease: Lease | None,
+    writes: Writes,
 ) -> dict[str, Any]:
     request = admitted.request
     traced = tracer.enabled("APPLICATION")
@@ -116,7 +157,19 @@ def _evaluate(
         id=evaluation_id, **admitted.record(), trace_id=tracer.trace_id if traced else None
     )
     emit({"event": "created", "id": evaluation_id})
-    store.start_evaluation(evaluation_id)
+    if lease is None:
+        store.start_evaluation(evaluation_id)
+    else:
+        attempts = store.start_evaluation(evaluation_id, lease_owner=lease.owner, lease_s=lease.seconds)
+        if attempts > lease.max_attempts:
+            error = {
+                "type": "TooManyAttempts",
+                "message": f"started {attempts} times and never ended: each time the process running it "
+                f"died; not trying again (the limit is {lease.max_attempts})",
+                "phase": "run",
+            }
+            writes.write(evaluation_id, "fail_evaluation", error=error)
+            return store.get_evaluation(evaluation_id)
     job = admitted.job(
         evaluation_id,
         cache_dir=str(settings.cache_dir),
@@ -124,53 +177,80 @@ def _evaluate(
     )
     runner = get_runner(request.runner, settings)
     try:
-        outcome = runner.run(
-            job, emit, timeout_s=request.timeout_s, memory_limit_mb=request.memory_limit_mb, cancel=cancel
-        )
-        outputs = outcome.result.pop("outputs", None) if outcome.result is not None else None
-        if outcome.result is not None and admitted.parity_manifest is not None and outputs is not None:
-            with tracer.span("parity", against=admitted.parity_against):
-                outcome.result["parity"] = run_parity_check(
-                    admitted, job, outputs, runner, emit, timeout_s=request.timeout_s, cancel=cancel
-                )
+        with kept(store, evaluation_id, lease):
+            outcome = _run(admitted, job, runner, emit, tracer, cancel)
     except KeyboardInterrupt:
         store.cancel_evaluation(evaluation_id)
         raise
-    with tracer.span("store", status="succeeded" if outcome.result is not None else "failed"):
-        if outcome.result is not None:
-            result = outcome.result
-            predictor_spans = result.get("trace", {}).get("spans", [])
-            system = _described_system(result["system"], settings, system_extra)
-            measurements = [
-                _with_cost(subsample_latencies(m, settings.max_raw_latencies), settings.price_per_hour)
-                for m in result["measurements"]
-            ]
-            write_result(
-                lambda: store.finish_evaluation(
-                    evaluation_id,
-                    system=system,
-                    framework={"name": request.framework, **result["framework"]},
-                    cold_start=result["cold_start"],
-                    measurements=measurements,
-                    accuracy=result.get("accuracy"),
-                    parity=result.get("parity"),
-                    memory=result.get("memory"),
-                ),
-                f"storing the result of {evaluation_id}",
-            )
-        else:
-            assert outcome.error is not None
-            predictor_spans = outcome.spans
-            error = outcome.error
-            write_result(
-                lambda: store.fail_evaluation(evaluation_id, error=error),
-                f"storing the failure of {evaluation_id}",
-            )
-    spans = [*predictor_spans, *tracer.drain()]
-    write_result(
-        lambda: keep_spans(store, settings, evaluation_id, spans), f"storing the spans of {evaluation_id}"
-    )
+    with tracer.span("store", status=_status(outcome)):
+        stored = _write_end(admitted, outcome, evaluation_id, settings, system_extra, writes)
+    spans = [*_predictor_spans(outcome), *tracer.drain()]
+    stored = keep_spans(writes, settings, evaluation_id, spans) and stored
+    if not stored:
+        return {"id": evaluation_id, "status": _status(outcome), "spooled": True}
     return store.get_evaluation(evaluation_id)
+
+
+def _run(
+    admitted: Admission,
+    job: Job,
+    runner: Runner,
+    emit: Emit,
+    tracer: Tracer,
+    cancel: threading.Event | None,
+) -> Outcome:
+    """The predictor's run, then the parity check's reference run when one was asked for."""
+    request = admitted.request
+    outcome = runner.run(
+        job, emit, timeout_s=request.timeout_s, memory_limit_mb=request.memory_limit_mb, cancel=cancel
+    )
+    outputs = outcome.result.pop("outputs", None) if outcome.result is not None else None
+    if outcome.result is not None and admitted.parity_manifest is not None and outputs is not None:
+        with tracer.span("parity", against=admitted.parity_against):
+            outcome.result["parity"] = run_parity_check(
+                admitted, job, outputs, runner, emit, timeout_s=request.timeout_s, cancel=cancel
+            )
+    return outcome
+
+
+def _status(outcome: Outcome) -> str:
+    return "succeeded" if outcome.result is not None else "failed"
+
+
+def _predictor_spans(outcome: Outcome) -> list[dict[str, Any]]:
+    if outcome.result is not None:
+        return list(outcome.result.get("trace", {}).get("spans", []))
+    return outcome.spans
+
+
+def _write_end(
+    admitted: Admission,
+    outcome: Outcome,
+    evaluation_id: str,
+    settings: Settings,
+    system_extra: Mapping[str, Any] | None,
+    writes: Writes,
+) -> bool:
+    """Write how the evaluation ended (its result or its error); False when kept for later."""
+    if outcome.result is None:
+        assert outcome.error is not None
+        return writes.write(evaluation_id, "fail_evaluation", error=outcome.error)
+    result = outcome.result
+    measurements = [
+        _with_cost(subsample_latencies(m, settings.max_raw_latencies), settings.price_per_hour)
+        for m in result["measurements"]
+    ]
+    return writes.write(
+        evaluation_id,
+        "finish_evaluation",
+        system=_described_system(result["system"], settings, system_extra),
+        framework={"name": admitted.request.framework, **result["framework"]},
+        cold_start=result["cold_start"],
+        measurements=measurements,
+        accuracy=result.get("accuracy"),
+        parity=result.get("parity"),
+        memory=result.get("memory"),
+    )
 
 
 def _described_system(

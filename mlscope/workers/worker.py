@@ -14,26 +14,25 @@ to the broker.
 
 from __future__ import annotations
 
-import contextlib
+import itertools
 import logging
 import os
 import platform
 import socket
-import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import psutil
 from celery import Celery, Task
+from celery.exceptions import Reject
 
 from mlscope import __version__
 from mlscope.broker.app import make_celery
 from mlscope.broker.tasks import BARE_TASK, EVALUATE_TASK, EvaluationMessage
-from mlscope.contract.errors import UserError
+from mlscope.contract.errors import StoreUnavailable, UserError
 from mlscope.contract.queues import check_agent_id, check_capability, queues_for
 from mlscope.contract.settings import Settings
 from mlscope.registry.agents import DEFAULT_TTL_S, AgentInfo, AgentRegistry
@@ -44,15 +43,13 @@ from mlscope.store import EvaluationNotFound, InvalidTransition, Store, open_sto
 from mlscope.workers.admission import admit
 from mlscope.workers.capabilities import detect_capabilities
 from mlscope.workers.dataset_fetch import DatasetFetcher
+from mlscope.workers.host_turn import HOST_LOCK, ConsumerGate, HostTurn
+from mlscope.workers.leases import Lease
 from mlscope.workers.model_fetch import ModelFetcher
-from mlscope.workers.pipeline import evaluate, keep_spans
+from mlscope.workers.pipeline import RetriedWrites, Writes, evaluate, keep_spans
 from mlscope.workers.runners import RUNNERS, frameworks_for, get_runner
+from mlscope.workers.sweeper import Sweeper
 from mlscope.workers.upload_fetch import UploadFetchError
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: no host lock
-    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["HOST_LOCK", "Worker", "default_agent_id"]
 
@@ -62,8 +59,9 @@ log = logging.getLogger("mlscope.worker")
 # before it is given up as failed.
 _INFRA_RETRIES = 5
 _INFRA_RETRY_S = 10
-# Shared by every mlscope worker of the host, whatever its user's cache directory.
-HOST_LOCK = Path(tempfile.gettempdir()) / "mlscope-host-measure.lock"
+# While the store is unreachable at a job's start, the worker holds the job and asks again after
+# pauses growing to this (its heartbeat names the job, so no sweeper takes it).
+_STORE_WAIT_MAX_S = 30.0
 
 
 def default_agent_id() -> str:
@@ -146,6 +144,10 @@ class Worker:
         )
         self.store: Store = open_store(settings.store_url)
         self.app: Celery = make_celery(settings, name="mlscope-worker")
+        self.turn = HostTurn(exclusive=exclusive)
+        self.gate = ConsumerGate(self.turn, self.queues)
+        self.writes: Writes = RetriedWrites(self.store)
+        self._explicit_id = agent_id is not None
         self._register_tasks()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -191,6 +193,18 @@ class Worker:
             log.error("dropping a malformed task message: %s", exc.message)
             return
         evaluation_id = message.evaluation_id
+        if not self.turn.try_take():
+            # The other agent of this host is measuring: give the job back at once (an idle agent
+            # elsewhere may take it) and take none until the turn is free.
+            self.gate.close()
+            raise Reject(f"job {evaluation_id}: this host's other agent is measuring", requeue=True)
+        try:
+            self._handle(message, redelivered, task)
+        finally:
+            self.turn.release()
+
+    def _handle(self, message: EvaluationMessage, redelivered: bool, task: Task | None) -> None:
+        evaluation_id = message.evaluation_id
         waited_s = time.time() - message.submitted_at
         log.info(
             "job %s (%s on %s) from %s after %.3f s in the queue%s",
@@ -203,7 +217,7 @@ class Worker:
         )
         self._set_job(evaluation_id)
         try:
-            self._run(message)
+            self._run_when_store_answers(message)
         except UserError as exc:
             self._fail(evaluation_id, "InvalidRequest", exc.message, "validate")
         except Exception as exc:
@@ -218,8 +232,35 @@ class Worker:
         finally:
             self._set_job(None)
 
+    def _run_when_store_answers(self, message: EvaluationMessage) -> None:
+        """Run the job; while the store cannot record its start, hold it and ask again (the job has not
+        run: its result can only be lost if it is dropped now, as it once was after five tries)."""
+        pause = 1.0
+        since = time.monotonic()
+        while True:
+            try:
+                self._run(message)
+                return
+            except StoreUnavailable as exc:
+                log.warning(
+                    "job %s: the store is unreachable (%s); holding the job, asking again in %.0f s "
+                    "(waiting %.0f s so far)",
+                    message.evaluation_id,
+                    exc.message,
+                    pause,
+                    time.monotonic() - since,
+                )
+                time.sleep(pause)
+                pause = min(pause * 2, _STORE_WAIT_MAX_S)
+
     def _run(self, message: EvaluationMessage) -> None:
         evaluation_id, request = message.evaluation_id, message.request
+        running_on = self._running_elsewhere(evaluation_id)
+        if running_on is not None:
+            # A second copy of a job a live agent runs (the broker gave back a message of a job that
+            # outlasted its visibility timeout): running it twice would measure it twice.
+            log.info("job %s is running on agent %s: not starting it twice", evaluation_id, running_on)
+            return
         if request.runner not in self.runners:
             self._fail(
                 evaluation_id,
@@ -261,46 +302,41 @@ class Worker:
                     received,
                     attributes={"mlscope.process": "worker", "queue": message.queue},
                 )
-                with self._host_turn(evaluation_id, tracer):
-                    result = evaluate(
-                        admitted,
-                        store=self.store,
-                        settings=self.settings,
-                        evaluation_id=evaluation_id,
-                        system_extra={"agent": agent},
-                        cancel=self._cancel,
-                        tracer=tracer,
-                    )
+                result = evaluate(
+                    admitted,
+                    store=self.store,
+                    settings=self.settings,
+                    evaluation_id=evaluation_id,
+                    system_extra={"agent": agent},
+                    cancel=self._cancel,
+                    tracer=tracer,
+                    # Two heartbeat lifetimes: a worker whose registry entry lapsed is dead, or
+                    # frozen for longer than any pause of a live one.
+                    lease=Lease(self.agent_id, seconds=2 * self.registry.ttl_s),
+                    writes=self.writes,
+                )
         except InvalidTransition as ended:
             # Cancelled before it started, or a duplicate delivery of a job that has ended.
             log.info("job %s has already ended (%s): nothing to do", evaluation_id, ended.current)
             return
-        keep_spans(self.store, self.settings, evaluation_id, tracer.drain())
-        log.info("job %s %s", evaluation_id, result["status"])
+        keep_spans(self.writes, self.settings, evaluation_id, tracer.drain())
+        kept = " (kept in the spool until the store is back)" if result.get("spooled") else ""
+        log.info("job %s %s%s", evaluation_id, result["status"], kept)
 
-    @contextlib.contextmanager
-    def _host_turn(self, evaluation_id: str, tracer: Tracer) -> Iterator[None]:
-        """Hold this host's measurement lock (when exclusive) for the length of a job."""
-        if not self.exclusive or fcntl is None:
-            yield
-            return
-        with open(HOST_LOCK, "a+b") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                log.info("job %s waits for this host's other agent to finish measuring", evaluation_id)
-                with tracer.span("host_turn_wait", **{"mlscope.process": "worker"}):
-                    fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+    def _running_elsewhere(self, evaluation_id: str) -> str | None:
+        """The live agent, other than this one, running `evaluation_id`, if any."""
+        try:
+            live = self.registry.live()
+        except UserError as exc:  # advisory: without the registry, the store's transitions still hold
+            log.warning("agent registry: %s", exc.message)
+            return None
+        return next((a.id for a in live if a.current_job == evaluation_id and a.id != self.agent_id), None)
 
     def _fail(self, evaluation_id: str, kind: str, message: str, phase: str) -> None:
         log.warning("job %s failed: %s: %s", evaluation_id, kind, message)
         try:
-            self.store.fail_evaluation(
-                evaluation_id, error={"type": kind, "message": message, "phase": phase}
+            self.writes.write(
+                evaluation_id, "fail_evaluation", error={"type": kind, "message": message, "phase": phase}
             )
         except EvaluationNotFound:
             log.error(
@@ -321,10 +357,15 @@ class Worker:
             log.warning("agent registry: %s", exc.message)
 
     def _heartbeat(self) -> None:
-        """Renew the registry entry every third of its lifetime; notice a cancelled running job."""
+        """Renew the registry entry every third of its lifetime; notice a cancelled running job; sweep
+        for dead runners' evaluations (workers.sweeper)."""
         interval = self.registry.ttl_s / 3
+        sweeper = Sweeper(
+            self.store, self.registry, self.app, holder=self.agent_id, grace_s=2 * self.registry.ttl_s
+        )
         while not self._stop.wait(interval):
             with self._lock:
+                self.info = replace(self.info, spooled=tuple(self._spooled()))
                 info = self.info
             try:
                 self.registry.heartbeat(info)
@@ -335,22 +376,51 @@ class Worker:
                         self._cancel.set()
             except Exception as exc:
                 log.warning("heartbeat: %s", exc)
+            try:
+                sweeper.sweep()
+            except Exception as exc:
+                log.warning("sweep: %s", exc)
+
+    def _spooled(self) -> list[str]:
+        """The evaluations whose ends wait in this worker's spool for the store."""
+        pending = getattr(self.writes, "pending", None)
+        return list(pending()) if pending is not None else []
 
     def _claim_id(self) -> None:
-        live = self.registry.get(self.agent_id)
-        if live is not None and (live.hostname, live.pid) != (self.info.hostname, self.info.pid):
-            raise UserError(
-                f"agent id {self.agent_id!r} is already live (pid {live.pid} on {live.hostname}): "
-                "pass --agent-id to start another worker",
-                field="agent_id",
+        """Claim the agent id in the registry. Without --agent-id, a host name a live agent already
+        holds becomes `<host>-2`, `-3`, ...: `mlscope worker` twice on one host gives two agents (which
+        take turns measuring, HostTurn)."""
+        base = self.agent_id
+        for n in itertools.count(1):
+            candidate = base if n == 1 else check_agent_id(f"{base[:120]}-{n}", "agent_id")
+            info = replace(
+                self.info,
+                id=candidate,
+                queues=tuple(queues_for(self.frameworks, self.capabilities, candidate)),
             )
+            if self.registry.claim(info):
+                break
+            live = self.registry.get(candidate)
+            if live is not None and (live.hostname, live.pid) == (self.info.hostname, self.info.pid):
+                break
+            if self._explicit_id:
+                holder = f" (pid {live.pid} on {live.hostname})" if live is not None else ""
+                raise UserError(
+                    f"agent id {candidate!r} is already live{holder}: pass another --agent-id, or none "
+                    "to get a free one",
+                    field="agent_id",
+                )
+        if candidate != self.agent_id:
+            log.info("agent id %s is taken by a live agent: this one is %s", base, candidate)
+        self.agent_id, self.info, self.queues = candidate, info, list(info.queues)
+        self.gate.queues = list(info.queues)
 
     # ----- running -------------------------------------------------------------------------------
 
     def run(self, *, loglevel: str = "INFO") -> None:
         """Register, consume until SIGTERM/SIGINT, unregister."""
         self._claim_id()
-        self.registry.register(self.info)
+        self.gate.attach(self.app)
         beat = threading.Thread(target=self._heartbeat, name="mlscope-heartbeat", daemon=True)
         beat.start()
         log.info(

@@ -30,9 +30,6 @@ RUNTIME_MANIFESTS = REPO / "tests" / "data" / "runtime-manifests"
 FARM_REDIS_DB = 12
 REDIS_URL = f"redis://127.0.0.1:6379/{FARM_REDIS_DB}"
 TOKEN = "farm-test-token"
-# Short enough that a job a killed worker held on Redis comes back within seconds in the tests;
-# the default (two hours) is for jobs that really run that long.
-VISIBILITY_TIMEOUT_S = 6
 # A measure section that keeps a traced job on a tiny model to about a second: short timed loops and
 # two profiled iterations after one warm-up.
 QUICK_TRACED = {
@@ -67,7 +64,16 @@ def wait_until(condition: Callable[[], Any], timeout_s: float, what: str, poll_s
 class Farm:
     """An api and any number of workers, sharing one store and one broker."""
 
-    def __init__(self, *, broker_url: str, store_url: str, tmp: Path, cache_dir: Path) -> None:
+    def __init__(
+        self,
+        *,
+        broker_url: str,
+        store_url: str,
+        tmp: Path,
+        cache_dir: Path,
+        registry_url: str = REDIS_URL,
+        visibility_timeout_s: float | None = None,
+    ) -> None:
         self.tmp = tmp
         self.tag = uuid.uuid4().hex[:6]
         self.api_url = f"http://127.0.0.1:{free_port()}"
@@ -75,17 +81,18 @@ class Farm:
             **os.environ,
             "MLSCOPE_STORE_URL": store_url,
             "MLSCOPE_BROKER_URL": broker_url,
-            "MLSCOPE_REGISTRY_URL": REDIS_URL,
+            "MLSCOPE_REGISTRY_URL": registry_url,
             "MLSCOPE_API_URL": self.api_url,
             "MLSCOPE_API_TOKENS": TOKEN,
             "MLSCOPE_MANIFESTS": str(RUNTIME_MANIFESTS),
             "MLSCOPE_CACHE_DIR": str(cache_dir),
             "MLSCOPE_SETTINGS": str(tmp / "no-settings.toml"),
-            "MLSCOPE_VISIBILITY_TIMEOUT_S": str(VISIBILITY_TIMEOUT_S),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         }
+        if visibility_timeout_s is not None:
+            self.env["MLSCOPE_VISIBILITY_TIMEOUT_S"] = str(visibility_timeout_s)
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self.registry = AgentRegistry(REDIS_URL, ttl_s=3)
+        self.registry = AgentRegistry(registry_url, ttl_s=3)
         self.client = Client(self.api_url, TOKEN, timeout_s=30)
 
     def capability(self, name: str) -> str:
@@ -122,17 +129,30 @@ class Farm:
 
         wait_until(up, 60, "the api to answer")
 
-    def start_worker(self, agent_id: str, *capabilities: str, extra: tuple[str, ...] = ()) -> AgentInfo:
-        args = ["worker", "--agent-id", agent_id, "--heartbeat-ttl", "3", "--loglevel", "INFO"]
+    def start_worker(
+        self,
+        agent_id: str,
+        *capabilities: str,
+        extra: tuple[str, ...] = (),
+        name_itself: bool = False,
+        heartbeat_ttl_s: float = 3,
+    ) -> AgentInfo:
+        """Start `mlscope worker --agent-id AGENT_ID` (with name_itself, without --agent-id: the worker
+        picks its id; AGENT_ID then names only its log) and wait until it consumes."""
+        args = ["worker", "--heartbeat-ttl", str(heartbeat_ttl_s), "--loglevel", "INFO"]
+        if not name_itself:
+            args += ["--agent-id", agent_id]
         for capability in capabilities:
             args += ["--capability", capability]
         process = self._spawn(agent_id, *args, *extra)
 
         def live() -> AgentInfo | None:
             assert process.poll() is None, f"worker {agent_id} exited:\n{self.log(agent_id)}"
-            info = self.registry.get(agent_id)
-            # Registered, and Celery's consumer is up (the worker logs "ready").
-            return info if info and " ready." in self.log(agent_id) else None
+            if " ready." not in self.log(agent_id):  # Celery's consumer is up
+                return None
+            if not name_itself:
+                return self.registry.get(agent_id)
+            return next((a for a in self.registry.live() if a.pid == process.pid), None)
 
         info: AgentInfo = wait_until(live, 90, f"worker {agent_id} to be live")
         return info

@@ -1,0 +1,88 @@
+"""Leases: a running evaluation is held by a process that proves it is alive by renewing it.
+
+The runner (a farm worker or `mlscope run`) takes the lease when it starts the evaluation and renews
+it every third of its length until the evaluation ends; the sweeper (workers.sweeper) resolves a lease
+that lapsed. The same mechanism for every runner, so nothing stays `running` because the process that
+ran it died, whatever killed it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from mlscope.contract.errors import StoreUnavailable
+from mlscope.store import Store
+
+__all__ = ["LEASE_S", "MAX_ATTEMPTS", "Lease", "kept", "run_owner"]
+
+log = logging.getLogger("mlscope.workers")
+
+# A lease lasts this long past its last renewal; renewed every third of it, it lapses only when its
+# holder is dead (or frozen) for a while.
+LEASE_S = 30.0
+# A job started this many times without ending (each time its worker died) fails instead of running
+# again: a job that kills its worker must not kill the whole farm, one worker after another.
+MAX_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Who holds a running evaluation, and for how long after each renewal.
+
+    Attributes:
+        owner: an agent id (a farm worker) or `run_owner()` (`mlscope run`).
+        seconds: the lease's length.
+        max_attempts: the starts allowed before the evaluation fails instead.
+    """
+
+    owner: str
+    seconds: float = LEASE_S
+    max_attempts: int = MAX_ATTEMPTS
+
+
+def run_owner() -> str:
+    """The lease owner of an evaluation this process runs in place: `run:<host>:<pid>`."""
+    return f"run:{socket.gethostname()}:{os.getpid()}"
+
+
+@contextlib.contextmanager
+def kept(store: Store, evaluation_id: str, lease: Lease | None) -> Iterator[None]:
+    """Renew `lease` on `evaluation_id` every third of its length while the block runs.
+
+    A renewal the store does not take (unreachable) is logged and tried again at the next turn: the
+    sweeper leaves alone an evaluation its live worker names, and the lease is renewed once the store
+    is back.
+    """
+    if lease is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def renew() -> None:
+        warned = False
+        while not stop.wait(lease.seconds / 3):
+            try:
+                if not store.renew_lease(evaluation_id, owner=lease.owner, lease_s=lease.seconds):
+                    log.info("evaluation %s: its lease is no longer %s's", evaluation_id, lease.owner)
+                    return
+                warned = False
+            except StoreUnavailable as exc:
+                if not warned:
+                    log.warning("evaluation %s: cannot renew its lease: %s", evaluation_id, exc.message)
+                    warned = True
+            except Exception:
+                log.exception("evaluation %s: renewing its lease", evaluation_id)
+
+    thread = threading.Thread(target=renew, name=f"lease-{evaluation_id[:8]}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
