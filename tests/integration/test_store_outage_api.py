@@ -25,8 +25,7 @@ from mlscope.api import create_app
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import Settings, load_settings
 from mlscope.store import Store, open_store
-from tests.contract.builders import finish, run_to
-from tests.contract.builders import submit as store_submit
+from tests.contract.builders import finish, make_measurement, run_to
 from tests.fixtures.private_postgres import PrivatePostgres, private_postgres  # noqa: F401 - a fixture
 from tests.fixtures.services import emptied_redis
 
@@ -38,19 +37,28 @@ TOKEN = "outage-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 MODEL = "test_tiny_mlp"
 
-# The routes that read or write the store, with {id} an evaluation stored before the outage.
+# The routes that read the store, with {id} and {other} evaluations stored before the outage.
 JSON_READS = (
     "/api/v1/evaluations",
     "/api/v1/evaluations?status=succeeded&limit=5",
     "/api/v1/evaluations/{id}",
     "/api/v1/evaluations/{id}/trace",
     "/api/v1/evaluations/{id}/layers",
-    "/api/v1/evaluations/{id}/export",
+    "/api/v1/evaluations/export",
     "/api/v1/compare?model=resnet18",
-    "/api/v1/compare/diff?baseline={id}&candidate={id}",
+    "/api/v1/compare/diff?a={id}&b={other}",
     "/api/v1/history?model=resnet18&framework=pytorch",
+    "/api/v1/history/series",
+    "/api/v1/history/regressions?since=2020-01-01T00:00:00Z",
 )
-PAGES = ("/", "/evaluations/{id}", "/compare?model=resnet18", "/diff?baseline={id}&candidate={id}")
+PAGES = (
+    "/",
+    "/evaluations",
+    "/evaluations/{id}",
+    "/evaluations/{id}/trace-view",
+    "/compare",
+    "/diff?a={id}&b={other}",
+)
 
 
 @pytest.fixture
@@ -84,19 +92,27 @@ def app(settings: Settings) -> Iterator[Flask]:
 
 
 @pytest.fixture
-def stored(store_url: str) -> Iterator[str]:
-    """An evaluation that succeeded before the outage, with its measurements."""
+def stored(store_url: str) -> Iterator[tuple[str, str]]:
+    """Two evaluations that succeeded before the outage, with their measurements."""
     store: Store = open_store(store_url)
     try:
-        evaluation_id = run_to(store, "running")
-        finish(store, evaluation_id)
-        yield evaluation_id
+        ids = []
+        for mean in (2.0, 2.2):
+            # Valid points with enough samples for the diff to compare
+            measurement = make_measurement(mean=mean)
+            measurement["validity"] = {"valid": True, "reasons": []}
+            measurement["latencies_ns"] = [int(mean * 1e6) + (i * 7919) % 100_003 for i in range(500)]
+            measurement["latency_ms"]["count"] = 500
+            evaluation_id = run_to(store, "running")
+            finish(store, evaluation_id, measurements=[measurement])
+            ids.append(evaluation_id)
+        yield ids[0], ids[1]
     finally:
         store.close()
 
 
-def _paths(templates: tuple[str, ...], evaluation_id: str) -> list[str]:
-    return [template.replace("{id}", evaluation_id) for template in templates]
+def _paths(templates: tuple[str, ...], stored: tuple[str, str]) -> list[str]:
+    return [template.replace("{id}", stored[0]).replace("{other}", stored[1]) for template in templates]
 
 
 def _submit(http: FlaskClient) -> Any:
@@ -108,7 +124,7 @@ def _submit(http: FlaskClient) -> Any:
 
 
 def test_every_store_route_answers_503_with_retry_after_while_the_store_is_down(
-    app: Flask, private_postgres: PrivatePostgres, stored: str  # noqa: F811 - the fixture, by name
+    app: Flask, private_postgres: PrivatePostgres, stored: tuple[str, str]  # noqa: F811 - the fixture, by name
 ) -> None:
     http = app.test_client()
     # Given an API that has served every route once (its pool holds connections to the server)
@@ -129,7 +145,7 @@ def test_every_store_route_answers_503_with_retry_after_while_the_store_is_down(
     # ... and so do writes: a submission, and a cancellation
     submitted = _submit(http)
     assert submitted.status_code == 503 and "Retry-After" in submitted.headers
-    cancelled = http.post(f"/api/v1/evaluations/{stored}/cancel", headers=AUTH)
+    cancelled = http.delete(f"/api/v1/evaluations/{stored[0]}", headers=AUTH)
     assert cancelled.status_code == 503 and "Retry-After" in cancelled.headers
     # ... and every dashboard page is a 503 page
     for path in _paths(PAGES, stored):
@@ -163,15 +179,15 @@ def test_every_store_route_answers_503_with_retry_after_while_the_store_is_down(
 
 
 def test_no_route_answers_500_while_the_store_is_down(
-    app: Flask, private_postgres: PrivatePostgres, stored: str  # noqa: F811 - the fixture, by name
+    app: Flask, private_postgres: PrivatePostgres, stored: tuple[str, str]  # noqa: F811 - the fixture, by name
 ) -> None:
     # Given every GET route the app has, its path parameters filled with a stored evaluation's id
     http = app.test_client()
     paths = sorted(
         {
-            rule.rule.replace("<id>", stored).replace("<path:filename>", "dashboard.css")
+            rule.rule.replace("<string:evaluation_id>", stored[0])
             for rule in app.url_map.iter_rules()
-            if "GET" in (rule.methods or set()) and rule.arguments <= {"id", "filename"}
+            if "GET" in (rule.methods or set()) and rule.arguments <= {"evaluation_id"}
         }
     )
     assert len(paths) > 15
@@ -198,7 +214,9 @@ def test_a_server_that_never_answers_costs_a_caller_seconds_not_forever() -> Non
     assert f"127.0.0.1:{port}/nothing" in failure.value.message and "timeout" in failure.value.message
 
 
-def test_with_redis_down_its_routes_answer_503_with_retry_after(settings: Settings, stored: str) -> None:
+def test_with_redis_down_its_routes_answer_503_with_retry_after(
+    settings: Settings, stored: tuple[str, str]
+) -> None:
     # Given an API whose broker and agent registry listen nowhere
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -226,7 +244,7 @@ def test_with_redis_down_its_routes_answer_503_with_retry_after(settings: Settin
         assert all(int(r.headers["Retry-After"]) > 0 for r in answers.values())
         assert sorted(answers["health"].get_json()["down"]) == ["broker", "registry"]
         # ... while the store's reads still answer
-        assert http.get(f"/api/v1/evaluations/{stored}").status_code == 200
+        assert http.get(f"/api/v1/evaluations/{stored[0]}").status_code == 200
     finally:
         app.extensions["mlscope"].store.close()
         app.extensions["mlscope"].agents.close()
