@@ -425,5 +425,6 @@ class HealthSchema(Schema):
         metadata={"description": "each part (store, broker, registry) → whether it answered, and why not"},
     )
     down = fields.List(
-        fields.String(), metadata={"description": "the parts that did not answer, e.g. [\"store\"]; empty when ok"}
+        fields.String(),
+        metadata={"description": 'the parts that did not answer, e.g. ["store"]; empty when ok'},
     )

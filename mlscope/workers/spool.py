@@ -143,14 +143,20 @@ class Spool:
                 `kwargs` is not JSON-able (field "kwargs"); nothing is kept then.
         """
         if op not in OPS:
-            raise UserError(f"op {op!r} is not a spooled store write: one of {', '.join(sorted(OPS))}", field="op")
+            raise UserError(
+                f"op {op!r} is not a spooled store write: one of {', '.join(sorted(OPS))}", field="op"
+            )
         quoted = quote(evaluation_id, safe="") if isinstance(evaluation_id, str) else ""
         if not quoted or len(quoted) > _MAX_NAME - _SEQUENCE_DIGITS - len(op) - 8:
-            raise UserError(f"evaluation id {evaluation_id!r} cannot name a spooled write", field="evaluation_id")
+            raise UserError(
+                f"evaluation id {evaluation_id!r} cannot name a spooled write", field="evaluation_id"
+            )
         try:
             body = json.dumps({"evaluation_id": evaluation_id, "op": op, "kwargs": kwargs}, default=_encode)
         except (TypeError, ValueError) as error:
-            raise UserError(f"the {op} write for {evaluation_id} cannot be kept: {error}", field="kwargs") from None
+            raise UserError(
+                f"the {op} write for {evaluation_id} cannot be kept: {error}", field="kwargs"
+            ) from None
         with self._lock:
             writes = self._writes()
             sequence = (writes[-1].sequence if writes else 0) + 1
@@ -202,7 +208,9 @@ class Spool:
             try:
                 kwargs = write.kwargs()
             except (OSError, ValueError, KeyError) as error:
-                logger.error("spool %s: %s is unreadable and was dropped: %s", self.directory, write.path, error)
+                logger.error(
+                    "spool %s: %s is unreadable and was dropped: %s", self.directory, write.path, error
+                )
                 self._remove(write)
                 continue
             try:
@@ -279,7 +287,9 @@ class DurableWrites:
                 from `Spool.put`; what the store raises otherwise.
         """
         if op not in OPS:
-            raise UserError(f"op {op!r} is not a spooled store write: one of {', '.join(sorted(OPS))}", field="op")
+            raise UserError(
+                f"op {op!r} is not a spooled store write: one of {', '.join(sorted(OPS))}", field="op"
+            )
         if not self.spool.has_pending(evaluation_id):
             try:
                 getattr(self.store, op)(evaluation_id, **kwargs)
@@ -349,7 +359,9 @@ class DurableWrites:
         if waiting:
             with self._state_lock:
                 self._outage_since = time.monotonic()
-            self._log(f"store writes waiting from before: {waiting} kept in {self.spool.directory}, writing them")
+            self._log(
+                f"store writes waiting from before: {waiting} kept in {self.spool.directory}, writing them"
+            )
         self._stopping.clear()
         self._thread = threading.Thread(target=self._run, name="mlscope-spool-flusher", daemon=True)
         self._thread.start()

@@ -26,7 +26,7 @@ from mlscope.contract.errors import UserError
 from mlscope.contract.settings import Settings, load_settings
 from mlscope.store import Store, open_store
 from tests.contract.builders import finish, make_measurement, run_to
-from tests.fixtures.private_postgres import PrivatePostgres, private_postgres  # noqa: F401 - a fixture
+from tests.fixtures.private_postgres import PrivatePostgres
 from tests.fixtures.services import emptied_redis
 
 pytestmark = pytest.mark.postgres
@@ -67,7 +67,7 @@ def redis_db() -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
-def store_url(private_postgres: PrivatePostgres) -> str:  # noqa: F811 - the fixture, by name
+def store_url(private_postgres: PrivatePostgres) -> str:
     return private_postgres.create_database("mlscope_outage")
 
 
@@ -124,7 +124,9 @@ def _submit(http: FlaskClient) -> Any:
 
 
 def test_every_store_route_answers_503_with_retry_after_while_the_store_is_down(
-    app: Flask, private_postgres: PrivatePostgres, stored: tuple[str, str]  # noqa: F811 - the fixture, by name
+    app: Flask,
+    private_postgres: PrivatePostgres,
+    stored: tuple[str, str],
 ) -> None:
     http = app.test_client()
     # Given an API that has served every route once (its pool holds connections to the server)
@@ -157,7 +159,10 @@ def test_every_store_route_answers_503_with_retry_after_while_the_store_is_down(
     assert health.status_code == 503 and "Retry-After" in health.headers
     document = health.get_json()
     assert document["status"] == "degraded" and document["down"] == ["store"]
-    assert document["parts"]["store"]["ok"] is False and "StoreUnavailable" in document["parts"]["store"]["error"]
+    assert (
+        document["parts"]["store"]["ok"] is False
+        and "StoreUnavailable" in document["parts"]["store"]["error"]
+    )
     assert document["parts"]["broker"]["ok"] and document["parts"]["registry"]["ok"]
     assert document["store"] == document["parts"]["store"]
     # ... while routes that need no store still answer
@@ -168,7 +173,7 @@ def test_every_store_route_answers_503_with_retry_after_while_the_store_is_down(
     private_postgres.start()
 
     # Then every route answers as before: nothing written before the outage was lost
-    for path, response in before.items():
+    for path in before:
         again = http.get(path)
         assert again.status_code == 200, (path, again.get_data(as_text=True)[:300])
         if path in documents:
@@ -179,7 +184,9 @@ def test_every_store_route_answers_503_with_retry_after_while_the_store_is_down(
 
 
 def test_no_route_answers_500_while_the_store_is_down(
-    app: Flask, private_postgres: PrivatePostgres, stored: tuple[str, str]  # noqa: F811 - the fixture, by name
+    app: Flask,
+    private_postgres: PrivatePostgres,
+    stored: tuple[str, str],
 ) -> None:
     # Given every GET route the app has, its path parameters filled with a stored evaluation's id
     http = app.test_client()
@@ -195,8 +202,12 @@ def test_no_route_answers_500_while_the_store_is_down(
     private_postgres.stop()
     # Then none answers 500: a route that needs the store answers 503 with Retry-After
     answers = {path: http.get(path) for path in paths}
-    assert {path: r.status_code for path, r in answers.items() if r.status_code >= 500 and r.status_code != 503} == {}
-    assert [path for path, r in answers.items() if r.status_code == 503 and "Retry-After" not in r.headers] == []
+    assert {
+        path: r.status_code for path, r in answers.items() if r.status_code >= 500 and r.status_code != 503
+    } == {}
+    assert [
+        path for path, r in answers.items() if r.status_code == 503 and "Retry-After" not in r.headers
+    ] == []
 
 
 def test_a_server_that_never_answers_costs_a_caller_seconds_not_forever() -> None:

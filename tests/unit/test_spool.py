@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,27 +19,7 @@ import pytest
 from mlscope.contract.errors import StoreUnavailable, UserError
 from mlscope.store import Store, open_store
 from mlscope.workers.spool import DurableWrites, Spool
-
-FINISHED_AT = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
-
-
-def finish_kwargs(samples: int = 50) -> dict[str, Any]:
-    return {
-        "system": {"id": "box-a", "hostname": "box-a", "cpu": {"model": "x"}, "gpus": []},
-        "framework": {"name": "onnxruntime", "version": "1.23"},
-        "cold_start": {"import_ms": 1.0, "load_ms": 2.0, "first_inference_ms": 3.0},
-        "measurements": [
-            {
-                "scenario": "single_stream",
-                "batch_size": 1,
-                "latency_ms": {"count": samples, "median": 10.5, "median_ci": [10.4, 10.6]},
-                "throughput": 95.0,
-                "validity": {"valid": True, "reasons": []},
-                "latencies_ns": [10_000_000 + i for i in range(samples)],
-            }
-        ],
-        "finished_at": FINISHED_AT,
-    }
+from tests.fixtures.store_writes import FINISHED_AT, finish_kwargs
 
 
 def queued(store: Store) -> str:
@@ -100,7 +80,9 @@ def test_put_keeps_each_write_in_a_file_of_its_own_in_order(spool: Spool) -> Non
     assert not [path for path in spool.directory.iterdir() if path.name.startswith(".")]
     # ... and datetimes come back as the aware datetimes the store wants
     kwargs = spool.writes()[2].kwargs()
-    assert kwargs["finished_at"] == FINISHED_AT and kwargs["measurements"][0]["latencies_ns"][-1] == 10_000_049
+    assert (
+        kwargs["finished_at"] == FINISHED_AT and kwargs["measurements"][0]["latencies_ns"][-1] == 10_000_049
+    )
 
 
 def test_put_refuses_what_it_could_not_replay(spool: Spool) -> None:
@@ -162,7 +144,10 @@ def test_a_write_for_an_unknown_evaluation_is_dropped_with_an_error_line(
         written = spool.flush(store)
     assert written == 1 and len(spool) == 0
     assert store.get_evaluation(known)["status"] == "failed"
-    assert any("0" * 32 in record.getMessage() and "no such evaluation" in record.getMessage() for record in caplog.records)
+    assert any(
+        "0" * 32 in record.getMessage() and "no such evaluation" in record.getMessage()
+        for record in caplog.records
+    )
 
 
 def test_flush_stops_at_the_first_unavailable_and_keeps_the_rest(store: Store, spool: Spool) -> None:
@@ -211,7 +196,9 @@ def test_errors_of_the_write_itself_reach_the_caller(store: Store, spool: Spool)
     assert len(spool) == 0
 
 
-def test_the_flusher_writes_kept_results_when_the_store_returns_and_says_so(store: Store, spool: Spool) -> None:
+def test_the_flusher_writes_kept_results_when_the_store_returns_and_says_so(
+    store: Store, spool: Spool
+) -> None:
     # Given a flusher retrying quickly, and a store that is away when a result is written
     evaluation_id = queued(store)
     store.start_evaluation(evaluation_id)
