@@ -112,7 +112,9 @@ class SQLStore(Store):
             ) from None
         except StoreUnavailable as error:
             self._engine.dispose()
-            reason = getattr(error.__cause__, "orig", None) or error.message
+            # The database's own words (a connection that failed to open is chained as itself).
+            cause = error.__cause__
+            reason = getattr(cause, "orig", None) or cause or error.message
             raise UserError(f"cannot open the store at {self._shown}: {reason}", field="store_url") from None
         except BaseException:
             self._engine.dispose()
