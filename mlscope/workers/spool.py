@@ -29,7 +29,15 @@ from urllib.parse import quote, unquote
 from mlscope.contract.errors import StoreUnavailable, UserError
 from mlscope.store import EvaluationNotFound, InvalidTransition, Store
 
-__all__ = ["BACKOFF_MAX_S", "BACKOFF_MIN_S", "OPS", "DurableWrites", "Spool", "SpooledWrite"]
+__all__ = [
+    "BACKOFF_MAX_S",
+    "BACKOFF_MIN_S",
+    "OPS",
+    "DurableWrites",
+    "Spool",
+    "SpooledWrite",
+    "spool_directory",
+]
 
 logger = logging.getLogger("mlscope.worker.spool")
 
@@ -48,6 +56,12 @@ _SUFFIX = ".json"
 _TEMPORARY = ".tmp"
 # File names longer than this are refused by common file systems (255 bytes), with room to spare.
 _MAX_NAME = 240
+
+
+def spool_directory(cache_dir: Path, agent_id: str) -> Path:
+    """Where a worker keeps its spool: `<cache dir>/spool/<agent id>`, so a worker restarted under the
+    same id finds what it left, and two workers on one host never share one."""
+    return Path(cache_dir) / "spool" / quote(agent_id, safe="")
 
 
 class SpooledWrite:
@@ -317,11 +331,14 @@ class DurableWrites:
         """One flush; logs "store back" when it emptied the spool after an outage. Returns how many
         writes the store took."""
         written = self.spool.flush(self.store)
-        if written and not len(self.spool):
+        if not len(self.spool):
             with self._state_lock:
                 since, self._outage_since = self._outage_since, None
-            elapsed = f" after {time.monotonic() - since:.1f} s" if since is not None else ""
-            self._log(f"store back: {written} spooled writes stored{elapsed}")
+            # Said once per outage, also when every kept write turned out to be one to drop.
+            if since is not None:
+                self._log(
+                    f"store back: {written} spooled writes stored after {time.monotonic() - since:.1f} s"
+                )
         return written
 
     def _backoffs(self) -> Iterator[float]:

@@ -18,7 +18,7 @@ import pytest
 
 from mlscope.contract.errors import StoreUnavailable, UserError
 from mlscope.store import Store, open_store
-from mlscope.workers.spool import DurableWrites, Spool
+from mlscope.workers.spool import DurableWrites, Spool, spool_directory
 from tests.fixtures.store_writes import FINISHED_AT, finish_kwargs
 
 
@@ -248,3 +248,25 @@ def test_a_new_worker_writes_what_an_old_one_left(store: Store, tmp_path: Path) 
     assert sorted(path.name for path in directory.iterdir()) == []
     assert lines[0].startswith("store writes waiting from before: 2 kept in")
     assert lines[-1].startswith("store back: 2 spooled writes stored")
+
+
+def test_an_outage_whose_writes_were_all_dropped_still_ends(store: Store, spool: Spool) -> None:
+    # Given a write kept during an outage for an evaluation the store then turns out not to know
+    outage = Outage(store)
+    lines: list[str] = []
+    durable = DurableWrites(outage, spool, log=lines.append)  # type: ignore[arg-type]
+    outage.down = True
+    assert durable.write("e" * 32, "start_evaluation") is False
+    # When the store is back and the spool flushed
+    outage.down = False
+    assert durable.flush_now() == 0
+    # Then the outage is over (the next one is announced again)
+    assert lines[-1].startswith("store back: 0 spooled writes stored after")
+    outage.down = True
+    durable.write(queued(store), "start_evaluation")
+    assert lines[-1].startswith("store unreachable: 1 results kept")
+
+
+def test_the_spool_directory_is_the_agents_own_under_the_cache(tmp_path: Path) -> None:
+    assert spool_directory(tmp_path, "box-a") == tmp_path / "spool" / "box-a"
+    assert spool_directory(tmp_path, "../x").parent == tmp_path / "spool"
