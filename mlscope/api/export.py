@@ -18,7 +18,7 @@ from marshmallow import Schema, fields, validate
 from .context import context
 from .evaluations import blp
 from .schemas import ListQuerySchema
-from .streams import CSV_MIMETYPE, JSONL_MIMETYPE, csv_lines, jsonl_lines
+from .streams import CSV_MIMETYPE, JSONL_MIMETYPE, csv_lines, jsonl_lines, started
 
 __all__ = ["EXPORT_COLUMNS", "EXPORT_FORMATS", "ExportQuerySchema", "export_rows"]
 
@@ -163,4 +163,4 @@ class EvaluationExport(MethodView):
         else:
             body, mimetype = jsonl_lines(evaluations), JSONL_MIMETYPE
         disposition = f'attachment; filename="evaluations.{extension}"'
-        return Response(body, mimetype=mimetype, headers={"Content-Disposition": disposition})
+        return Response(started(body), mimetype=mimetype, headers={"Content-Disposition": disposition})

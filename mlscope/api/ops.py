@@ -37,7 +37,9 @@ def check_health(ctx: ApiContext) -> tuple[dict[str, Any], bool]:
     """Check the broker, the store and the agent registry at once, each bounded by CHECK_TIMEOUT_S.
 
     Returns:
-        The health document and whether every part answered.
+        The health document and whether every part answered. Its `parts` maps each part to
+        {"ok", "url", "error"} and `down` names those that did not answer, so a 503 says which
+        part to look at.
     """
     urls = {"broker": ctx.broker_url, "store": ctx.store_url, "registry": ctx.agents.url}
     document: dict[str, Any] = {}
@@ -59,9 +61,10 @@ def check_health(ctx: ApiContext) -> tuple[dict[str, Any], bool]:
             document[name] = report
     finally:
         executor.shutdown(wait=False)
-    healthy = all(report["ok"] for report in document.values())
-    document["agents"] = results.get("registry")
-    return {"status": "ok" if healthy else "degraded", **document}, healthy
+    down = [name for name, report in document.items() if not report["ok"]]
+    # The parts also stand at the top level, where clients of earlier versions read them.
+    health = {"status": "degraded" if down else "ok", **document, "agents": results.get("registry")}
+    return {**health, "parts": document, "down": down}, not down
 
 
 @blp.route("/health")
@@ -71,7 +74,8 @@ class Health(MethodView):
     def get(self) -> tuple[dict[str, Any], int]:
         """Check the broker, the store and the agent registry
 
-        Always open, even when reads need a token.
+        Always open, even when reads need a token. A 503 names the parts that are down (`down`,
+        and `parts` says why) and carries `Retry-After`.
         """
         document, healthy = check_health(context())
         return document, 200 if healthy else 503

@@ -25,6 +25,7 @@ from mlscope.store.errors import AmbiguousEvaluationId, EvaluationNotFound, Stor
 
 __all__ = [
     "PROBLEM_MIMETYPE",
+    "RETRY_AFTER_S",
     "ApiProblem",
     "ProblemSchema",
     "flatten_messages",
@@ -34,6 +35,10 @@ __all__ = [
 ]
 
 PROBLEM_MIMETYPE = "application/problem+json"
+# What a 503 tells a client to wait before trying again (the `Retry-After` header, in seconds): a
+# dependency that went away (the store, the broker, the agent registry) is usually back within this,
+# and a client polling faster only adds load to a server that cannot answer anyway.
+RETRY_AFTER_S = 5
 logger = logging.getLogger("mlscope.api")
 
 # marshmallow's and webargs' stock wording, in the voice of the rest of mlscope's messages.
@@ -232,8 +237,18 @@ def _unexpected(error: Exception) -> Response:
     return problem_response(500, "internal error: the server's log has the details")
 
 
+def _retry_after(response: Response) -> Response:
+    # Every 503 (JSON or page, from a handler or a view such as /health) is a part that is down for
+    # now, never a refusal: it says when to ask again.
+    if response.status_code == 503 and "Retry-After" not in response.headers:
+        response.headers["Retry-After"] = str(RETRY_AFTER_S)
+    return response
+
+
 def install_error_handlers(app: Flask) -> None:
-    """Answer every error of `app` with a problem document (most specific handler wins)."""
+    """Answer every error of `app` with a problem document (most specific handler wins), and every
+    503 with a `Retry-After` header."""
+    app.after_request(_retry_after)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(ApiProblem, _api_problem)
     app.register_error_handler(UserError, _user_error)

@@ -423,3 +423,12 @@ class HealthSchema(Schema):
     store = fields.Nested(CheckSchema)
     registry = fields.Nested(CheckSchema)
     agents = fields.Integer(allow_none=True, metadata={"description": "live agents"})
+    parts = fields.Dict(
+        keys=fields.String(),
+        values=fields.Nested(CheckSchema),
+        metadata={"description": "each part (store, broker, registry) → whether it answered, and why not"},
+    )
+    down = fields.List(
+        fields.String(),
+        metadata={"description": 'the parts that did not answer, e.g. ["store"]; empty when ok'},
+    )

@@ -7,11 +7,20 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-__all__ = ["CSV_MIMETYPE", "JSONL_MIMETYPE", "LINES_PER_CHUNK", "csv_cell", "csv_lines", "jsonl_lines"]
+__all__ = [
+    "CSV_MIMETYPE",
+    "JSONL_MIMETYPE",
+    "LINES_PER_CHUNK",
+    "csv_cell",
+    "csv_lines",
+    "jsonl_lines",
+    "started",
+]
 
 CSV_MIMETYPE = "text/csv"
 JSONL_MIMETYPE = "application/x-ndjson"
@@ -59,3 +68,11 @@ def jsonl_lines(documents: Iterable[Any]) -> Iterator[str]:
             chunk = []
     if chunk:
         yield "".join(chunk)
+
+
+def started(chunks: Iterator[str]) -> Iterator[str]:
+    """`chunks` with its first chunk produced now, before the response's status is sent: a store that
+    is down when the request comes is a 503 with a problem document, not a 200 cut short. (One
+    failing later, mid-stream, can only cut the body short: its status has been sent.)"""
+    first = next(chunks, None)
+    return iter(()) if first is None else itertools.chain((first,), chunks)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.contract.conftest import postgres_url  # noqa: F401 - a fixture, used by name
+from tests.fixtures.private_postgres import private_postgres  # noqa: F401 - a fixture, used by name
 from tests.integration.farm import Farm, RabbitVhost, empty_redis_db
 
 

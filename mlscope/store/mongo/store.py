@@ -51,6 +51,7 @@ from .pipelines import (
 )
 from .schema import mark_current, read_state, upgrade
 from .series import history_pipeline, history_row, series_keys_pipeline, series_keys_row
+from .unavailable import reports_unavailable
 
 __all__ = ["DEFAULT_DATABASE", "RAW_CHUNK_SAMPLES", "MongoStore"]
 
@@ -70,6 +71,7 @@ def _shown(url: str) -> str:
     return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
 
 
+@reports_unavailable
 class MongoStore(Store):
     """The Store on MongoDB; checks its schema version on open (mongo/schema.py), and creates its
     indexes.
@@ -97,6 +99,9 @@ class MongoStore(Store):
         settings: dict[str, Any] = {"uuidRepresentation": "standard"}
         if "serverselectiontimeoutms" not in url.lower():
             settings["serverSelectionTimeoutMS"] = SERVER_SELECTION_TIMEOUT_MS
+        if "connecttimeoutms" not in url.lower():
+            # pymongo waits 20 s for a connection to a host that drops packets; a request should not.
+            settings["connectTimeoutMS"] = SERVER_SELECTION_TIMEOUT_MS
         if client_class is not None:
             settings["mongo_client_class"] = client_class
         try:

@@ -1,6 +1,7 @@
-"""Opening a SQL database: the store URL as an engine URL (PostgreSQL driven by psycopg 3), and the
+"""Opening a SQL database: the store URL as an engine URL (PostgreSQL driven by psycopg 3), the
 SQLite engine set up to be shared safely between processes (WAL, a busy timeout, write transactions
-that take the write lock up front).
+that take the write lock up front), the PostgreSQL engine set up so that an unreachable server costs a
+caller seconds, not minutes, and the one place where the database's failures become StoreUnavailable.
 """
 
 from __future__ import annotations
@@ -11,14 +12,18 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, Connection, ExceptionContext, make_url
 from sqlalchemy.exc import ArgumentError
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.pool import ConnectionPoolEntry, QueuePool, StaticPool
 
 from mlscope.contract.errors import UserError
 
 from ..errors import StoreUnavailable
 
 __all__ = [
+    "CONNECT_TIMEOUT_S",
+    "POOL_TIMEOUT_S",
     "SQLITE_BUSY_TIMEOUT_S",
+    "create_server_engine",
     "create_sqlite_engine",
     "engine_url",
     "report_unavailable",
@@ -27,6 +32,15 @@ __all__ = [
 
 # How long a write waits for another process's write to finish before SQLite gives up.
 SQLITE_BUSY_TIMEOUT_S = 30.0
+# How long opening a connection to a database server may take. libpq waits forever by default, so a
+# server that is down behind a firewall (packets dropped, not refused) held every API request.
+CONNECT_TIMEOUT_S = 3
+# How long a caller waits for a pooled connection when all are taken (SQLAlchemy's default is 30 s):
+# while the server is away they are all busy failing, and the caller should hear so promptly.
+POOL_TIMEOUT_S = 5.0
+# A connection whose sent data goes unacknowledged this long (the server's host vanished mid-query)
+# is dead; without it, a query waits for the kernel's own retransmission timeout, about 15 minutes.
+TCP_USER_TIMEOUT_MS = 10_000
 
 
 def engine_url(url: str) -> URL:
@@ -46,6 +60,52 @@ def sqlite_path(url: URL) -> Path | None:
     if not database or database == ":memory:" or database.startswith("file:"):
         return None
     return Path(database).expanduser()
+
+
+class _BoundedPool(QueuePool):
+    """A QueuePool whose checkout timeout is the store's trouble (StoreUnavailable), like every other
+    way the server can fail to answer, rather than SQLAlchemy's own TimeoutError."""
+
+    shown = "the store"
+
+    def _do_get(self) -> ConnectionPoolEntry:
+        try:
+            return super()._do_get()
+        except PoolTimeout as error:
+            raise StoreUnavailable(
+                f"the store at {self.shown} did not take the call (every connection stayed busy for "
+                f"{self._timeout:g}s: the database server is slow or unreachable); nothing of it was kept: "
+                "try again once the database is reachable"
+            ) from error
+
+    def recreate(self) -> QueuePool:
+        # dispose() swaps in a new pool: it must still name the store.
+        pool = super().recreate()
+        pool.shown = self.shown  # type: ignore[attr-defined]
+        return pool
+
+
+def create_server_engine(url: URL) -> Engine:
+    """The engine for a database server (PostgreSQL): connections checked before use (a restarted
+    server leaves the pool's connections dead), and every wait bounded (connect, pool checkout,
+    unacknowledged writes), so while the server is down a call fails within seconds."""
+    query = {key.lower() for key in url.query}
+    connect_args: dict[str, Any] = {}
+    if "connect_timeout" not in query:
+        connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
+    if "tcp_user_timeout" not in query:
+        connect_args["tcp_user_timeout"] = TCP_USER_TIMEOUT_MS
+    if "keepalives" not in query:
+        # An idle pooled connection to a vanished host is found dead by keepalives, not by the next
+        # request waiting on it.
+        connect_args.update(keepalives=1, keepalives_idle=30, keepalives_interval=5, keepalives_count=3)
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        poolclass=_BoundedPool,
+        pool_timeout=POOL_TIMEOUT_S,
+        connect_args=connect_args,
+    )
 
 
 def create_sqlite_engine(url: URL) -> Engine:
@@ -86,11 +146,30 @@ def create_sqlite_engine(url: URL) -> Engine:
 _SQLITE_UNAVAILABLE = ("database or disk is full", "database is locked", "disk i/o error", "unable to open")
 
 
+def _server_down(engine: Engine, original: BaseException) -> bool:
+    """Whether a database server's error is the server's trouble rather than the statement's.
+
+    The DB-API's OperationalError is exactly that on PostgreSQL (psycopg raises it for a refused or
+    timed-out connection, a server shutting down or starting up, too many clients, a cancelled
+    statement, a deadlock or serialization failure: each worth retrying), and InterfaceError for a
+    connection that is already closed; the statement's own faults are ProgrammingError, DataError,
+    IntegrityError. A connection that fails to open is no disconnect to SQLAlchemy, so these escaped
+    as a bare OperationalError (a 500) before.
+    """
+    if engine.dialect.name == "sqlite":
+        return False
+    dbapi = engine.dialect.loaded_dbapi
+    return isinstance(original, (dbapi.OperationalError, dbapi.InterfaceError))
+
+
 def report_unavailable(engine: Engine, shown: str) -> None:
     """Make the engine raise StoreUnavailable, naming the store (`shown`, password masked), where
-    the database, not the statement, failed: a lost connection (the server went away, or the
-    connection broke mid-transaction), a full disk, a database locked past the busy timeout. The
+    the database, not the statement, failed: the server refusing or not answering a connection, a
+    lost connection (the server went away, or the connection broke mid-transaction), every pooled
+    connection busy past POOL_TIMEOUT_S, a full disk, a database locked past the busy timeout. The
     transaction in progress is rolled back as it unwinds, so nothing of the call is kept."""
+    if isinstance(engine.pool, _BoundedPool):
+        engine.pool.shown = shown
 
     @event.listens_for(engine, "handle_error")
     def _translate(context: ExceptionContext) -> None:
@@ -99,7 +178,7 @@ def report_unavailable(engine: Engine, shown: str) -> None:
         sqlite_down = engine.dialect.name == "sqlite" and any(
             phrase in reason.lower() for phrase in _SQLITE_UNAVAILABLE
         )
-        if context.is_disconnect or sqlite_down:
+        if context.is_disconnect or sqlite_down or _server_down(engine, original):
             raise StoreUnavailable(
                 f"the store at {shown} did not take the call ({reason}); it was rolled back, nothing "
                 "of it was kept: try again once the database is reachable and has room"

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, ClassVar
 
-from sqlalchemy import and_, create_engine, func, select, text
+from sqlalchemy import and_, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DatabaseError, NoSuchModuleError
@@ -44,7 +44,7 @@ from .aggregates import (
     layer_totals,
     upsert_compare_key_rows,
 )
-from .engine import create_sqlite_engine, engine_url, report_unavailable, sqlite_path
+from .engine import create_server_engine, create_sqlite_engine, engine_url, report_unavailable, sqlite_path
 from .maintenance import bulk_insert, measurement_values, prune
 from .queries import filtered, insert_spans_postgresql, to_record, with_children
 from .schema import backup_sqlite, create_at_head, head_revision, migrate, read_sqlite_state, read_state
@@ -83,7 +83,7 @@ class SQLStore(Store):
             if parsed.get_backend_name() == "sqlite":
                 self._engine = create_sqlite_engine(parsed)
             else:
-                self._engine = create_engine(parsed, pool_pre_ping=True)
+                self._engine = create_server_engine(parsed)
         except (NoSuchModuleError, ModuleNotFoundError) as error:
             raise UserError(
                 f"store URL {self._shown}: its database driver is not installed ({error}); "
@@ -112,7 +112,9 @@ class SQLStore(Store):
             ) from None
         except StoreUnavailable as error:
             self._engine.dispose()
-            reason = getattr(error.__cause__, "orig", None) or error.message
+            # The database's own words (a connection that failed to open is chained as itself).
+            cause = error.__cause__
+            reason = getattr(cause, "orig", None) or cause or error.message
             raise UserError(f"cannot open the store at {self._shown}: {reason}", field="store_url") from None
         except BaseException:
             self._engine.dispose()
