@@ -47,7 +47,7 @@ OPS = frozenset(
 )
 # The flusher's wait between attempts while the store is away: doubling from the first to the last.
 BACKOFF_MIN_S = 1.0
-BACKOFF_MAX_S = 60.0
+BACKOFF_MAX_S = 10.0
 # How a datetime travels through JSON (the store wants aware datetimes back, not strings).
 _DATETIME = "$datetime"
 # A write's file: `<sequence>+<op>+<evaluation id, percent-encoded>.json`; "+" is never in the others.
@@ -62,6 +62,35 @@ def spool_directory(cache_dir: Path, agent_id: str) -> Path:
     """Where a worker keeps its spool: `<cache dir>/spool/<agent id>`, so a worker restarted under the
     same id finds what it left, and two workers on one host never share one."""
     return Path(cache_dir) / "spool" / quote(agent_id, safe="")
+
+
+def adopt_spools(own: Path, store: Store, is_live: Callable[[str], bool]) -> int:
+    """Write what gone agents of this host left in their spools, beside `own`: an agent restarted
+    under another id (`<host>-2` after `<host>`) would never find its own. Best effort: a spool whose
+    agent is alive is its own to flush, and a write the store cannot take now stays for later.
+
+    Returns:
+        How many writes the store took.
+    """
+    root = own.parent
+    if not root.is_dir():
+        return 0
+    written = 0
+    for directory in sorted(root.iterdir()):
+        if directory == own or not directory.is_dir():
+            continue
+        agent_id = unquote(directory.name)
+        try:
+            if is_live(agent_id):
+                continue
+            spool = Spool(directory)
+            if len(spool):
+                done = spool.flush(store)
+                written += done
+                logger.info("spool of gone agent %s: %d writes stored", agent_id, done)
+        except Exception as exc:
+            logger.warning("spool of gone agent %s: %s", agent_id, exc)
+    return written
 
 
 class SpooledWrite:

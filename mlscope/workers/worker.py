@@ -48,6 +48,7 @@ from mlscope.workers.leases import Lease
 from mlscope.workers.model_fetch import ModelFetcher
 from mlscope.workers.pipeline import RetriedWrites, Writes, evaluate, keep_spans
 from mlscope.workers.runners import RUNNERS, frameworks_for, get_runner
+from mlscope.workers.spool import DurableWrites, Spool, spool_directory
 from mlscope.workers.sweeper import Sweeper
 from mlscope.workers.upload_fetch import UploadFetchError
 
@@ -146,6 +147,7 @@ class Worker:
         self.app: Celery = make_celery(settings, name="mlscope-worker")
         self.turn = HostTurn(exclusive=exclusive)
         self.gate = ConsumerGate(self.turn, self.queues)
+        # Straight to the store until `run` has claimed the agent id its spool is named by.
         self.writes: Writes = RetriedWrites(self.store)
         self._explicit_id = agent_id is not None
         self._register_tasks()
@@ -383,8 +385,7 @@ class Worker:
 
     def _spooled(self) -> list[str]:
         """The evaluations whose ends wait in this worker's spool for the store."""
-        pending = getattr(self.writes, "pending", None)
-        return list(pending()) if pending is not None else []
+        return self.writes.spool.pending() if isinstance(self.writes, DurableWrites) else []
 
     def _claim_id(self) -> None:
         """Claim the agent id in the registry. Without --agent-id, a host name a live agent already
@@ -421,6 +422,11 @@ class Worker:
         """Register, consume until SIGTERM/SIGINT, unregister."""
         self._claim_id()
         self.gate.attach(self.app)
+        self.writes = DurableWrites(
+            self.store, Spool(spool_directory(self.settings.cache_dir, self.agent_id))
+        )
+        self.writes.start_flusher()
+        self._adopt_spools()
         beat = threading.Thread(target=self._heartbeat, name="mlscope-heartbeat", daemon=True)
         beat.start()
         log.info(
@@ -449,6 +455,8 @@ class Worker:
         finally:
             self._stop.set()
             beat.join(timeout=5)
+            if isinstance(self.writes, DurableWrites):
+                self.writes.stop()
             try:
                 self.registry.unregister(self.agent_id)
             except UserError as exc:
