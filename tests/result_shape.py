@@ -12,6 +12,9 @@ RESULT_KEYS = frozenset(
         "device",
         "trace_level",
         "trace_id",
+        # Added with leases (schema 7): where its job was queued (null: run in place), how often started.
+        "queue",
+        "attempts",
         "cold_start",
         "measurements",
         "error",

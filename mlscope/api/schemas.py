@@ -272,9 +272,9 @@ _PARITY = fields.Dict(
 
 
 class EvaluationSchema(Schema):
-    """The result shape (DESIGN.md, "Result shape"), with the request and manifest snapshots, the
-    result sections `accuracy`, `parity` and `memory` when it has them, and each measurement's
-    `load`, `energy` and `cost`."""
+    """The result shape (DESIGN.md, "Result shape"), with the request and manifest snapshots, the queue
+    and attempts, the result sections `accuracy`, `parity` and `memory` when it has them, and each
+    measurement's `load`, `energy` and `cost`."""
 
     id = fields.String()
     status = fields.String(metadata={"description": " | ".join(STATUSES)})
@@ -285,6 +285,17 @@ class EvaluationSchema(Schema):
     device = fields.String()
     trace_level = fields.String()
     trace_id = fields.String(allow_none=True)
+    queue = fields.String(
+        allow_none=True,
+        metadata={
+            "description": "the broker queue its job was sent to; null when it ran in place (`mlscope run`)"
+        },
+    )
+    attempts = fields.Integer(
+        metadata={
+            "description": "how many times it was started: more than 1 when its job was delivered again"
+        }
+    )
     cold_start = _obj("{import_ms, load_ms, first_inference_ms}")
     measurements = fields.List(
         fields.Dict(metadata={"properties": {**MEASUREMENT_PROPERTIES, **RESOURCE_MEASUREMENT_PROPERTIES}}),

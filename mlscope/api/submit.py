@@ -292,7 +292,7 @@ def enqueue(ctx: ApiContext, job: Job, traced: TracedSubmit | None = None) -> st
     """
     tracer = traced.tracer if traced is not None and traced.tracer.enabled("APPLICATION") else None
     evaluation_id = ctx.store.create_evaluation(
-        **job.admission.record(), trace_id=None if tracer is None else tracer.trace_id
+        **job.admission.record(), trace_id=None if tracer is None else tracer.trace_id, queue=job.queue
     )
     traceparent = ""
     if tracer is not None and traced is not None:

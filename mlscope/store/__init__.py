@@ -4,10 +4,11 @@
 process that never opens PostgreSQL never needs its driver.
 
 The parts: `base` (the Store interface), `aggregates` (its reads over many evaluations: cursor pages,
-walks, history series), `maintenance` (bulk import and retention), `schema` (schema versions: the check
-on open, status and upgrade), `primitives` (what each backend implements), `records` (the records,
-checks and public shapes every backend shares), `paging` (page sizes, cursors, and `iter_spans`),
-`errors`, and the backends `sql` (SQLite, PostgreSQL) and `mongo` (MongoDB).
+walks, history series), `leases` (starts, attempts and runners' leases), `maintenance` (bulk import
+and retention), `schema` (schema versions: the check on open, status and upgrade), `primitives` (what
+each backend implements), `records` (the records, checks and public shapes every backend shares),
+`paging` (page sizes, cursors, and `iter_spans`), `errors`, and the backends `sql` (SQLite,
+PostgreSQL) and `mongo` (MongoDB).
 """
 
 from __future__ import annotations

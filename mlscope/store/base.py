@@ -4,6 +4,7 @@ spans are kept.
 `Store`'s public methods own everything backends must agree on (validation, the lifecycle
 `queued → running → succeeded | failed | cancelled`, idempotency, id prefixes, the result shape);
 each backend implements only the small private primitives of `StorePrimitives` (primitives.py).
+Starting an evaluation, its attempts and its runner's lease are in leases.py.
 """
 
 from __future__ import annotations
@@ -18,13 +19,8 @@ from typing import Any, ClassVar
 from mlscope.contract.errors import UserError
 
 from .aggregates import StoreAggregates
-from .errors import (
-    CANDIDATES_SHOWN,
-    AmbiguousEvaluationId,
-    EvaluationNotFound,
-    InvalidTransition,
-    SystemNotFound,
-)
+from .errors import CANDIDATES_SHOWN, AmbiguousEvaluationId, EvaluationNotFound, SystemNotFound
+from .leases import StoreLeases
 from .maintenance import StoreMaintenance
 from .paging import MAX_LIST_LIMIT, SPAN_BATCH_SIZE
 from .primitives import StorePrimitives
@@ -32,7 +28,6 @@ from .records import (
     ACTIVE_STATUSES,
     SPAN_GROUPINGS,
     SPAN_LEVELS,
-    TERMINAL_STATUSES,
     TRACE_LEVELS,
     CompareFilter,
     EvaluationRecord,
@@ -49,6 +44,7 @@ from .records import (
     check_memory,
     check_model,
     check_object,
+    check_optional_text,
     check_parity,
     check_spans,
     check_system,
@@ -64,13 +60,15 @@ __all__ = ["MAX_LIST_LIMIT", "MIN_PREFIX_LENGTH", "SPAN_BATCH_SIZE", "Store"]
 
 # Shorter prefixes would match too often to be worth the lookup; git uses the same floor.
 MIN_PREFIX_LENGTH = 4
+# An evaluation that ends is no runner's any more: finishing, failing and cancelling drop its lease.
+_NO_LEASE: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class Store(StoreAggregates, StoreMaintenance, StoreSchema, StorePrimitives):
+class Store(StoreLeases, StoreAggregates, StoreMaintenance, StoreSchema, StorePrimitives):
     """Results of evaluations, and the systems they ran on.
 
     Every method is safe to call from several processes on the same store; writes that repeat
@@ -127,6 +125,7 @@ class Store(StoreAggregates, StoreMaintenance, StoreSchema, StorePrimitives):
         trace_id: str | None = None,
         id: str | None = None,
         created_at: datetime | None = None,
+        queue: str | None = None,
     ) -> str:
         """Records a queued evaluation.
 
@@ -143,6 +142,8 @@ class Store(StoreAggregates, StoreMaintenance, StoreSchema, StorePrimitives):
             id: the id to use; a new one when None. Submitting an id that exists changes nothing,
                 so a retried submit is harmless.
             created_at: aware datetime; now when None.
+            queue: the broker queue its job is sent to; None when it is run in place (`mlscope run`).
+                A sweeper sends an evaluation whose runner died back to this queue.
 
         Returns:
             The evaluation's id.
@@ -171,25 +172,10 @@ class Store(StoreAggregates, StoreMaintenance, StoreSchema, StorePrimitives):
             request=check_object(request, "request"),
             manifest=check_object(manifest, "manifest"),
             created_at=check_aware(created_at, "created_at") or _now(),
+            queue=check_optional_text(queue, "queue"),
         )
         self._insert_evaluation(record)
         return record.id
-
-    def start_evaluation(self, id: str, *, started_at: datetime | None = None) -> None:
-        """Marks the evaluation running. A redelivered job may start again: running → running.
-
-        Args:
-            id: the full evaluation id.
-            started_at: aware datetime; now when None.
-
-        Raises:
-            EvaluationNotFound: when no evaluation has this id.
-            InvalidTransition: when the evaluation has already ended.
-        """
-        changes = {"status": "running", "started_at": check_aware(started_at, "started_at") or _now()}
-        before = self._transition(check_text(id, "id"), allowed_from=ACTIVE_STATUSES, changes=changes)
-        if before in TERMINAL_STATUSES:
-            raise InvalidTransition(id, before, "running")
 
     def finish_evaluation(
         self,
@@ -239,6 +225,7 @@ class Store(StoreAggregates, StoreMaintenance, StoreSchema, StorePrimitives):
             "cold_start": check_cold_start(cold_start),
             "error": None,
             "finished_at": check_aware(finished_at, "finished_at") or _now(),
+            **_NO_LEASE,
         }
         if accuracy is not None:
             changes["accuracy"] = check_accuracy(accuracy)
@@ -272,6 +259,7 @@ class Store(StoreAggregates, StoreMaintenance, StoreSchema, StorePrimitives):
             "status": "failed",
             "error": check_error(error),
             "finished_at": check_aware(finished_at, "finished_at") or _now(),
+            **_NO_LEASE,
         }
         self._transition(check_text(id, "id"), allowed_from=ACTIVE_STATUSES, changes=changes)
 
@@ -288,7 +276,7 @@ class Store(StoreAggregates, StoreMaintenance, StoreSchema, StorePrimitives):
             EvaluationNotFound, AmbiguousEvaluationId: as `resolve_id`.
         """
         full_id = self.resolve_id(id)
-        changes = {"status": "cancelled", "finished_at": _now()}
+        changes = {"status": "cancelled", "finished_at": _now(), **_NO_LEASE}
         return self._transition(full_id, allowed_from=ACTIVE_STATUSES, changes=changes) in ACTIVE_STATUSES
 
     # ----- reading ---------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from .records import (
     check_memory,
     check_model,
     check_object,
+    check_optional_text,
     check_parity,
     check_system,
     check_text,
@@ -207,6 +208,10 @@ def _record_of(result: Mapping[str, Any]) -> tuple[EvaluationRecord, dict[str, A
         accuracy=None if result.get("accuracy") is None else check_accuracy(result["accuracy"]),
         parity=None if result.get("parity") is None else check_parity(result["parity"]),
         memory=None if result.get("memory") is None else check_memory(result["memory"]),
+        # Exports written before queues and attempts were kept have neither. No lease is imported: the
+        # runner that held it is not this store's.
+        queue=check_optional_text(result.get("queue"), "queue"),
+        attempts=check_int("attempts", result.get("attempts") or 0, 0),
         measurements=check_measurements(result.get("measurements") or [])
         if status in TERMINAL_STATUSES
         else [],

@@ -48,7 +48,7 @@ from mlscope.workers.leases import Lease
 from mlscope.workers.model_fetch import ModelFetcher
 from mlscope.workers.pipeline import RetriedWrites, Writes, evaluate, keep_spans
 from mlscope.workers.runners import RUNNERS, frameworks_for, get_runner
-from mlscope.workers.spool import DurableWrites, Spool, spool_directory
+from mlscope.workers.spool import DurableWrites, Spool, adopt_spools, spool_directory
 from mlscope.workers.sweeper import Sweeper
 from mlscope.workers.upload_fetch import UploadFetchError
 
@@ -422,11 +422,10 @@ class Worker:
         """Register, consume until SIGTERM/SIGINT, unregister."""
         self._claim_id()
         self.gate.attach(self.app)
-        self.writes = DurableWrites(
-            self.store, Spool(spool_directory(self.settings.cache_dir, self.agent_id))
-        )
+        spool = spool_directory(self.settings.cache_dir, self.agent_id)
+        self.writes = DurableWrites(self.store, Spool(spool))
         self.writes.start_flusher()
-        self._adopt_spools()
+        adopt_spools(spool, self.store, lambda agent_id: self.registry.get(agent_id) is not None)
         beat = threading.Thread(target=self._heartbeat, name="mlscope-heartbeat", daemon=True)
         beat.start()
         log.info(

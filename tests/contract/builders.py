@@ -81,6 +81,7 @@ def submit(
     framework: str = "pytorch",
     id: str | None = None,
     created_at: datetime | None = None,
+    queue: str | None = None,
 ) -> str:
     return store.create_evaluation(
         model={"name": model, "version": "1.0", "manifest_sha256": "a" * 64},
@@ -95,6 +96,7 @@ def submit(
         request={"model": model, "framework": framework, "batch_sizes": [1, 8]},
         id=id,
         created_at=created_at,
+        queue=queue,
     )
 
 

@@ -29,6 +29,12 @@ MONGO_URL = os.environ.get("MLSCOPE_TEST_MONGO_URL", "")
 
 # Tests that need what mongomock does not have, each with the reason. Only these are skipped there.
 MONGOMOCK_CANNOT = {
+    "test_concurrent_starts_count_every_attempt": (
+        "mongomock's find_one_and_update writes and then reads the document back in two steps, so two "
+        "concurrent starts can be handed the same attempt number (one in 400 here); the atomic start is "
+        "proven against a real server only (param mongodb), and on SQLite and PostgreSQL by threads and "
+        "processes"
+    ),
     "test_concurrent_finishes_keep_exactly_one_set": (
         "mongomock does not isolate concurrent operations (its locks guard single dict accesses, and "
         "find_one_and_update is a find then an update), so the atomic conditional finish is proven "
@@ -160,6 +166,17 @@ def store_url(
         yield from _mongomock_url(monkeypatch)
     else:
         yield from _mongodb_url()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of an empty SQL store that several processes can share (so not SQLite in memory)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'shared.db'}"
+        return
+    url = request.getfixturevalue("postgres_url")
+    yield url
+    _empty_postgres(url)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import json
 import shutil
 import threading
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -160,8 +161,11 @@ def test_upgrading_a_0_1_0_store_keeps_everything_and_backfills_the_summary_colu
         assert len(spans) == store.count_spans("fixture00") == FIXTURE_SPANS
         assert (spans[0]["name"], spans[0]["level"]) == ("run", "APPLICATION")
         assert store.layer_breakdown("fixture00", level="MODEL")[0]["calls"] == FIXTURE_SPANS - 1
-        # ... none with a result section (schemas 5 and 6 add them empty)
+        # ... none with a result section (schemas 5 and 6 add them empty), none with a queue or an
+        # attempt (schema 7 keeps neither for what was stored before), none with a lease
         assert not any("accuracy" in e or "parity" in e or "memory" in e for e in listed)
+        assert all((e["queue"], e["attempts"]) == (None, 0) for e in listed)
+        assert store.expired_leases(now=datetime.now(timezone.utc) + timedelta(days=1)) == []
         # and new results are written with the new columns, sections included
         id = run_to(store, "running")
         finish(store, id, measurements=[make_measurement()])
@@ -196,6 +200,41 @@ def test_upgrading_a_0_1_0_store_keeps_everything_and_backfills_the_summary_colu
     with open_store(old_url, check_schema=False) as store:
         again = store.upgrade()
     assert (again["from"], again["upgraded"], again["backfilled"], again["backup"]) == (HEAD, False, 0, None)
+
+
+def test_upgrading_a_store_from_before_leases_keeps_its_evaluations_with_no_attempt_and_no_lease(
+    empty_url: str,
+) -> None:
+    # Given a store at the schema before leases (made at the head, then taken down one revision)
+    # holding a queued, a running and a succeeded evaluation
+    with open_store(empty_url) as store:
+        queued = run_to(store, "queued")
+        running = run_to(store, "running")
+        succeeded = run_to(store, "succeeded")
+        before = {id: store.get_evaluation(id, include_raw=True) for id in (queued, running, succeeded)}
+    engine = _engine(empty_url)
+    try:
+        with engine.begin() as connection:
+            command.downgrade(alembic_config(connection), "mlscope_0006")
+    finally:
+        engine.dispose()
+    with pytest.raises(UserError, match="has schema mlscope_0006"):
+        open_store(empty_url)
+
+    # When it is upgraded
+    with open_store(empty_url, check_schema=False) as store:
+        done = store.upgrade()
+
+    # Then the one step is applied, and every evaluation reads as before, never started by this count
+    assert (done["from"], done["steps"]) == ("mlscope_0006", ["mlscope_0007"])
+    with open_store(empty_url) as store:
+        for id, was in before.items():
+            assert store.get_evaluation(id, include_raw=True) == {**was, "queue": None, "attempts": 0}
+        # the running one, left by an older mlscope, holds no lease: never taken for a dead runner's
+        assert store.expired_leases(now=datetime.now(timezone.utc) + timedelta(days=1)) == []
+        # and attempts count on from there
+        assert store.start_evaluation(queued, lease_owner="worker-a", lease_s=10) == 1
+        assert store.start_evaluation(running) == 1
 
 
 def test_an_upgraded_store_has_the_schema_of_a_fresh_one(old_url: str, empty_url: str) -> None:

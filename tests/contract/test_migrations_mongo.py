@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -134,3 +135,28 @@ def test_another_applications_database_is_refused_and_left_alone(url: str) -> No
         refused.value
     )
     assert snapshot(url) == before
+
+
+def test_evaluations_stored_before_leases_read_with_no_queue_no_attempt_and_no_lease(url: str) -> None:
+    # Given evaluations an older mlscope wrote (no queue, attempts or lease fields), in a database
+    # without the lease index
+    with open_mongo(url) as store:
+        queued = run_to(store, "queued")
+        running = run_to(store, "running")
+    evaluations = database(url)["evaluations"]
+    gone = {"queue": "", "attempts": "", "lease_owner": "", "lease_expires_at": ""}
+    evaluations.update_many({}, {"$unset": gone})
+    evaluations.drop_index("status_1_lease_expires_at_1")
+    # When the store is opened (the version is unchanged: the fields are optional)
+    with open_mongo(url) as store:
+        # Then the index is made, and the evaluations read with no queue and no attempt
+        assert [("status", 1), ("lease_expires_at", 1)] in [
+            index["key"] for index in evaluations.index_information().values()
+        ]
+        for id in (queued, running):
+            assert (store.get_evaluation(id)["queue"], store.get_evaluation(id)["attempts"]) == (None, 0)
+        # the running one holds no lease, so it is never taken for a dead runner's
+        assert store.expired_leases(now=datetime.now(timezone.utc) + timedelta(days=1)) == []
+        # and attempts count on from there
+        assert store.start_evaluation(queued, lease_owner="worker-a", lease_s=10) == 1
+        assert store.start_evaluation(running) == 1

@@ -6,10 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from mlscope.store import open_store
 
@@ -68,18 +65,6 @@ def _reader(url: str, start: Any, stop: Any, seen: Any) -> None:
             store.compare()
             seen.value += 1
             time.sleep(0.01)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'shared.db'}"
-        return
-    from .conftest import _empty_postgres
-
-    url = request.getfixturevalue("postgres_url")
-    yield url
-    _empty_postgres(url)
 
 
 def test_concurrent_writers_lose_and_duplicate_nothing(shared_url: str) -> None:

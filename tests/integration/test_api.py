@@ -174,6 +174,10 @@ def test_a_submitted_evaluation_is_stored_queued_and_waits_on_its_framework_queu
     assert stored["model"] == {"name": MODEL, "version": manifest.version, "manifest_sha256": manifest.sha256}
     assert stored["manifest"] == manifest.to_dict()
     assert stored["request"]["batch_sizes"] == [1, 4] and stored["request"]["measure"] == {"min_count": 5}
+    # And with the queue its job went to (a sweeper sends it back there), never started yet, as read
+    assert (stored["queue"], stored["attempts"]) == ("pytorch@cpu", 0)
+    read = http.get(body["links"]["self"]).get_json()
+    assert (read["queue"], read["attempts"]) == ("pytorch@cpu", 0)
     # And exactly one message waits on the Redis queue, carrying the same id and request
     assert redis_db.llen("pytorch@cpu") == 1
     [(headers, message)] = queued_messages(redis_db, "pytorch@cpu")
@@ -574,6 +578,11 @@ def test_the_openapi_document_lists_every_path_and_the_docs_page_loads_it(http: 
     assert set(upload_op["requestBody"]["content"]) == {"application/octet-stream", "multipart/form-data"}
     assert {"200", "201", "413"} <= set(upload_op["responses"]) and "get" in spec["paths"]["/api/v1/models"]
     assert "application/problem+json" in spec["components"]["responses"]["UNPROCESSABLE_ENTITY"]["content"]
+    read_op = spec["paths"]["/api/v1/evaluations/{evaluation_id}"]["get"]
+    result_ref = read_op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    result = spec["components"]["schemas"][result_ref.rsplit("/", 1)[-1]]["properties"]
+    assert result["attempts"]["type"] == "integer"
+    assert result["queue"]["type"] == "string" and result["queue"]["nullable"] is True
     docs = http.get("/api/docs")
     page = docs.get_data(as_text=True)
     # Swagger UI is served by the API itself, from the installed swagger_ui_bundle: no CDN.

@@ -3,7 +3,8 @@
 Owns the collections (`systems`, `evaluations` with their measurements embedded, `latency_chunks`,
 `spans`) as mongoengine documents with the indexes the API's queries use (documents.py), the Store
 primitives as MongoDB queries (store.py), the comparison table and the layer breakdown as aggregation
-pipelines (pipelines.py), history series likewise (series.py), the conversions between records and
+pipelines (pipelines.py), history series likewise (series.py), starts and runners' leases as
+conditional updates (leases.py), the conversions between records and
 stored documents (codec.py), and the documents' versioned shape, recorded in `mlscope_meta`, with its
 upgrade (schema.py).
 

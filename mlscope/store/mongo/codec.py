@@ -36,7 +36,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _ESCAPED = re.compile(r"[%.\x00]|^\$")
 _UNESCAPED = re.compile(r"%(25|2E|24|00)")
 # The EvaluationRecord fields stored as microseconds.
-TIMESTAMPS = frozenset({"created_at", "started_at", "finished_at"})
+TIMESTAMPS = frozenset({"created_at", "started_at", "finished_at", "lease_expires_at"})
 
 
 def micros(value: datetime | None) -> int | None:
@@ -151,6 +151,10 @@ def to_record(
         accuracy=decode(document.get("accuracy")),
         parity=decode(document.get("parity")),
         memory=decode(document.get("memory")),
+        queue=document.get("queue"),
+        attempts=int(document.get("attempts") or 0),
+        lease_owner=document.get("lease_owner"),
+        lease_expires_at=to_datetime(document.get("lease_expires_at")),
         started_at=to_datetime(document.get("started_at")),
         finished_at=to_datetime(document.get("finished_at")),
         framework_details=decode(document.get("framework_details")),

@@ -72,6 +72,8 @@ class EvaluationDocument(mongoengine.Document):
             ("model_name", "framework_name", "-created_at", "id"),
             ("framework_name", "-created_at"),
             ("system_id", "-created_at"),
+            # A sweeper's look for expired leases: the running range, oldest expiry first.
+            ("status", "lease_expires_at"),
         ],
         **_UNBOUND,
     }
@@ -96,12 +98,20 @@ class EvaluationDocument(mongoengine.Document):
     accuracy = mongoengine.DictField(null=True)
     parity = mongoengine.DictField(null=True)
     memory = mongoengine.DictField(null=True)
+    # The queue its job was sent to, how many times it was started, and its runner's lease
+    # (records.EvaluationRecord). Optional likewise: a document without them reads as no queue, no
+    # attempt and no lease (an evaluation an older mlscope left running is never taken for a dead
+    # runner's), and $inc counts a missing attempts from 0.
+    queue = mongoengine.StringField(null=True)
+    attempts = mongoengine.IntField(null=True)
+    lease_owner = mongoengine.StringField(null=True)
     request = mongoengine.DictField()
     manifest = mongoengine.DictField()
     # Microseconds since the epoch, UTC.
     created_at = mongoengine.LongField(required=True)
     started_at = mongoengine.LongField(null=True)
     finished_at = mongoengine.LongField(null=True)
+    lease_expires_at = mongoengine.LongField(null=True)
     measurements = mongoengine.EmbeddedDocumentListField(MeasurementDocument)
     # The finish whose latency chunks are this evaluation's.
     raw_token = mongoengine.StringField(null=True)

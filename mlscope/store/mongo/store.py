@@ -40,6 +40,7 @@ from ..records import (
 )
 from ..records.history import HistoryFilter, SeriesFilter
 from ..schema import SchemaState, Upgraded
+from . import leases
 from .codec import TIMESTAMPS, decode, encode, measurement_document, micros, span_record, to_record
 from .documents import DOCUMENTS, EvaluationDocument, LatencyChunkDocument, SpanDocument, SystemDocument
 from .maintenance import bulk_insert, prune
@@ -214,6 +215,8 @@ class MongoStore(Store):
             request=encode(record.request),
             manifest=encode(record.manifest),
             created_at=micros(record.created_at),
+            queue=record.queue,
+            attempts=record.attempts,
         )
         document.validate()
         with contextlib.suppress(DuplicateKeyError):  # a retried submit: the first one stands
@@ -232,9 +235,7 @@ class MongoStore(Store):
             raise EvaluationNotFound(id)
         if current["status"] not in allowed_from:
             return str(current["status"])
-        update = {
-            name: micros(value) if name in TIMESTAMPS else encode(value) for name, value in changes.items()
-        }
+        update = self._stored(changes)
         token = None
         if measurements:
             token = uuid.uuid4().hex
@@ -257,6 +258,24 @@ class MongoStore(Store):
         if latest is None:
             raise EvaluationNotFound(id)
         return str(latest["status"])
+
+    def _stored(self, changes: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            name: micros(value) if name in TIMESTAMPS else encode(value) for name, value in changes.items()
+        }
+
+    # ----- starts and leases (leases.py) ------------------------------------------------------------
+
+    def _start(self, id: str, *, changes: Mapping[str, Any]) -> tuple[str, int]:
+        return leases.start(self, id, self._stored(changes))
+
+    def _leased_transition(
+        self, id: str, *, owner: str | None, expired_before: datetime | None, changes: Mapping[str, Any]
+    ) -> bool:
+        return leases.leased_transition(self, id, owner, expired_before, self._stored(changes))
+
+    def _expired_leases(self, now: datetime, *, limit: int) -> list[dict[str, Any]]:
+        return leases.expired_leases(self, now, limit=limit)
 
     def _write_raw(self, id: str, token: str, measurements: Sequence[MeasurementRecord]) -> None:
         chunks = []

@@ -105,6 +105,13 @@ class EvaluationRecord:
     accuracy: dict[str, Any] | None = None
     parity: dict[str, Any] | None = None
     memory: dict[str, Any] | None = None
+    # Schema 7: the broker queue its job was sent to (None: run in place by `mlscope run`, or submitted
+    # before queues were kept), how many times it was started, and while running the lease its runner
+    # renews: who holds it and until when. An expired lease is how a dead runner is told from a slow one.
+    queue: str | None = None
+    attempts: int = 0
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None
     system: dict[str, Any] | None = None
     measurements: list[MeasurementRecord] = field(default_factory=list)
 
@@ -360,8 +367,9 @@ def _measurement_to_dict(record: MeasurementRecord, *, include_raw: bool) -> dic
 
 
 def evaluation_to_dict(record: EvaluationRecord, *, include_raw: bool = False) -> dict[str, Any]:
-    """The public result shape (DESIGN.md, "Result shape"), plus the request and manifest snapshots;
-    "accuracy", "parity" and "memory" only when the evaluation has them."""
+    """The public result shape (DESIGN.md, "Result shape"), plus the request and manifest snapshots, the
+    queue its job was sent to and how many times it was started; "accuracy", "parity" and "memory" only
+    when the evaluation has them. The lease stays inside the store: it is the runners' business."""
     measurements = sorted(record.measurements, key=lambda m: (m.scenario, m.batch_size))
     present = (("accuracy", record.accuracy), ("parity", record.parity), ("memory", record.memory))
     sections = {name: value for name, value in present if value}
@@ -383,6 +391,8 @@ def evaluation_to_dict(record: EvaluationRecord, *, include_raw: bool = False) -
         "device": record.device,
         "trace_level": record.trace_level,
         "trace_id": record.trace_id,
+        "queue": record.queue,
+        "attempts": record.attempts,
         "cold_start": record.cold_start,
         "measurements": [_measurement_to_dict(m, include_raw=include_raw) for m in measurements],
         **sections,

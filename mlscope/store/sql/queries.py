@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, or_, text
+from sqlalchemy import Select, or_, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import selectinload
 
 from ..records import EvaluationFilter, EvaluationRecord, MeasurementRecord, SpanRecord, unpack_latencies
 from .tables import EvaluationRow, MeasurementRow
 
-__all__ = ["filtered", "insert_spans_postgresql", "to_record", "with_children"]
+__all__ = ["expired_leases_query", "filtered", "insert_spans_postgresql", "to_record", "with_children"]
 
 
 # One statement per batch with one array parameter per column: psycopg would otherwise parse a
@@ -71,6 +72,28 @@ def filtered(query: Select[Any], where: EvaluationFilter) -> Select[Any]:
     return query.where(*conditions)
 
 
+def expired_leases_query(now: datetime, *, limit: int) -> Select[Any]:
+    """The running evaluations whose lease expired before `now`, oldest expiry first: a range of the
+    index on (status, lease_expires_at), so only those rows are read (and sorted by id among equal
+    expiries). Evaluations running without a lease have NULL there, which no comparison matches."""
+    columns = (
+        EvaluationRow.id,
+        EvaluationRow.lease_owner,
+        EvaluationRow.lease_expires_at,
+        EvaluationRow.attempts,
+        EvaluationRow.queue,
+        EvaluationRow.request,
+        EvaluationRow.trace_id,
+        EvaluationRow.created_at,
+    )
+    return (
+        select(*columns)
+        .where(EvaluationRow.status == "running", EvaluationRow.lease_expires_at < now)
+        .order_by(EvaluationRow.lease_expires_at, EvaluationRow.id)
+        .limit(limit)
+    )
+
+
 def with_children(query: Select[Any], *, include_raw: bool) -> Select[Any]:
     measurements = selectinload(EvaluationRow.measurements)
     if include_raw:
@@ -101,6 +124,10 @@ def to_record(row: EvaluationRow, *, include_raw: bool) -> EvaluationRecord:
         accuracy=row.accuracy,
         parity=row.parity,
         memory=row.memory,
+        queue=row.queue,
+        attempts=row.attempts,
+        lease_owner=row.lease_owner,
+        lease_expires_at=row.lease_expires_at,
         started_at=row.started_at,
         finished_at=row.finished_at,
         system=None if row.system is None else dict(row.system.data),

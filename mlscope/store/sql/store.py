@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, ClassVar
 
-from sqlalchemy import and_, func, select, text
+from sqlalchemy import and_, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DatabaseError, NoSuchModuleError
@@ -27,6 +27,7 @@ from ..base import Store
 from ..errors import EvaluationNotFound, StoreUnavailable
 from ..maintenance import PruneReport
 from ..records import (
+    ACTIVE_STATUSES,
     CompareFilter,
     EvaluationFilter,
     EvaluationRecord,
@@ -46,7 +47,7 @@ from .aggregates import (
 )
 from .engine import create_server_engine, create_sqlite_engine, engine_url, report_unavailable, sqlite_path
 from .maintenance import bulk_insert, measurement_values, prune
-from .queries import filtered, insert_spans_postgresql, to_record, with_children
+from .queries import expired_leases_query, filtered, insert_spans_postgresql, to_record, with_children
 from .schema import backup_sqlite, create_at_head, head_revision, migrate, read_sqlite_state, read_state
 from .series import history_query, history_result, series_keys_query, series_keys_result
 from .tables import Base, EvaluationRow, MeasurementRow, SpanRow, SystemRow
@@ -243,6 +244,48 @@ class SQLStore(Store):
                         upsert_compare_key_rows(self._dialect), compare_key_rows(row, measurements)
                     )
             return before
+
+    # ----- starts and leases (leases.py) ------------------------------------------------------------
+
+    def _start(self, id: str, *, changes: Mapping[str, Any]) -> tuple[str, int]:
+        # One UPDATE: the database adds the attempt under its own row lock, so concurrent starts of
+        # one evaluation (a redelivery racing the first delivery) count every attempt.
+        statement = (
+            update(EvaluationRow)
+            .where(EvaluationRow.id == id, EvaluationRow.status.in_(sorted(ACTIVE_STATUSES)))
+            .values(**changes, attempts=EvaluationRow.attempts + 1)
+            .returning(EvaluationRow.status, EvaluationRow.attempts)
+        )
+        with self._writer.begin() as connection:
+            started = connection.execute(statement).one_or_none()
+            if started is not None:
+                return str(started.status), int(started.attempts)
+            found = connection.execute(
+                select(EvaluationRow.status, EvaluationRow.attempts).where(EvaluationRow.id == id)
+            ).one_or_none()
+        if found is None:
+            raise EvaluationNotFound(id)
+        return str(found.status), int(found.attempts)
+
+    def _leased_transition(
+        self, id: str, *, owner: str | None, expired_before: datetime | None, changes: Mapping[str, Any]
+    ) -> bool:
+        conditions = [EvaluationRow.id == id, EvaluationRow.status == "running"]
+        if owner is not None:
+            conditions.append(EvaluationRow.lease_owner == owner)
+        if expired_before is not None:
+            conditions.append(EvaluationRow.lease_expires_at < expired_before)
+        with self._writer.begin() as connection:
+            if connection.execute(update(EvaluationRow).where(*conditions).values(**changes)).rowcount:
+                return True
+            exists = connection.execute(select(EvaluationRow.id).where(EvaluationRow.id == id)).first()
+        if exists is None:
+            raise EvaluationNotFound(id)
+        return False
+
+    def _expired_leases(self, now: datetime, *, limit: int) -> list[dict[str, Any]]:
+        with self._reader.connect() as connection:
+            return [dict(row._mapping) for row in connection.execute(expired_leases_query(now, limit=limit))]
 
     def _bulk_insert(self, records: Sequence[EvaluationRecord], systems: Mapping[str, dict[str, Any]]) -> int:
         return bulk_insert(self._writer, self._insert, records, systems)

@@ -108,6 +108,13 @@ class EvaluationRow(Base):
     parity: Mapped[dict[str, Any] | None] = mapped_column(_JSON)
     # Schema 6: the memory section, likewise.
     memory: Mapped[dict[str, Any] | None] = mapped_column(_JSON)
+    # Schema 7: the queue its job was sent to, how many times it was started, and its runner's lease
+    # (records.EvaluationRecord); last for the same reason. attempts has a server default so that the
+    # migration fills the rows stored before with 0.
+    queue: Mapped[str | None] = mapped_column(String(255))
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    lease_owner: Mapped[str | None] = mapped_column(String(255))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     # lazy="raise": every read says what it loads, so listing never issues a query per row.
     system: Mapped[SystemRow | None] = relationship(lazy="raise")
@@ -123,6 +130,9 @@ class EvaluationRow(Base):
 Index("ix_evaluations_created_desc_id", EvaluationRow.created_at.desc(), EvaluationRow.id)
 # A comparison filtered by time or ids finds each key's latest evaluation by its finish.
 Index("ix_evaluations_finished_at", EvaluationRow.finished_at)
+# Schema 7: a sweeper's look for expired leases (status = 'running' AND lease_expires_at < now, oldest
+# first) reads only the running evaluations' range of it, however many have ended.
+Index("ix_evaluations_status_lease_expires", EvaluationRow.status, EvaluationRow.lease_expires_at)
 Index(
     "ix_evaluations_model_framework_created_desc",
     EvaluationRow.model_name,
