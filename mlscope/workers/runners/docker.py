@@ -366,12 +366,23 @@ def _prefetch(job: Job, cache_dir: Path, deadline: float) -> tuple[Path, ...]:
     framework's hook: returns and raises as `FrameworkSpec.prefetch_on_host` (the time limit is what
     is left of the job's)."""
     cache_dir.mkdir(parents=True, exist_ok=True)
+    _open_to_other_users(cache_dir)
     return get_framework(job.framework).prefetch_on_host(
         parse_manifest(job.manifest, origin=job.origin),
         PredictorOptions.from_dict(job.options),
         cache_dir,
         timeout_s=max(deadline - time.monotonic(), 0.1),
     )
+
+
+def _open_to_other_users(cache_dir: Path) -> None:
+    """Let any user list and read the cache directory itself (its files are written readable to all
+    already): a root worker's containers run as nobody, and a cache made 0700 (by a tool, or a test's
+    temporary directory) would hide every model from them. Its parents do not matter to a bind mount."""
+    mode = cache_dir.stat().st_mode
+    if mode & 0o005 != 0o005:
+        with contextlib.suppress(OSError):  # not its owner: the container says what it cannot read
+            cache_dir.chmod(mode | 0o005)
 
 
 def _read_final(path: Path) -> dict[str, Any] | None:
