@@ -144,7 +144,8 @@ class Settings:
             ("docker_pids_limit", 1, ""),
         ):
             value = getattr(self, name)
-            if not (isinstance(value, int) and not isinstance(value, bool) and (value == 0 or value >= floor)):
+            whole = isinstance(value, int) and not isinstance(value, bool)
+            if not (whole and (value == 0 or value >= floor)):
                 raise UserError(
                     f"setting {name}={value!r}: expected a whole number{unit} >= {floor}, or 0 for no limit",
                     field=name,
