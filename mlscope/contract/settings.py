@@ -21,6 +21,7 @@ from mlscope.contract.cost import check_price
 from mlscope.contract.errors import UserError
 
 __all__ = [
+    "DEFAULT_DOCKER_PIDS_LIMIT",
     "DEFAULT_MAX_DATASET_BYTES",
     "DEFAULT_MAX_UPLOAD_BYTES",
     "Settings",
@@ -45,6 +46,22 @@ DEFAULT_MAX_UPLOAD_BYTES = 2 * 1024**3
 DEFAULT_MAX_DATASET_BYTES = 2 * 1024**3
 # Docker refuses a container memory limit under 6 MB.
 _DOCKER_MIN_MEMORY_MB = 6
+# No predictor imports a framework in less; a request's memory_limit_mb has the same floor.
+_PREDICTOR_MIN_MEMORY_MB = 64
+# The share of the machine's memory a predictor may use by default: the rest is the worker's, the
+# store's and the system's, so a runaway predictor is ended by mlscope, not by the kernel's OOM
+# killer choosing a victim among them.
+_PREDICTOR_MEMORY_SHARE = 0.75
+DEFAULT_DOCKER_PIDS_LIMIT = 4096
+
+
+def _default_predictor_memory_mb() -> int:
+    """75% of this machine's physical memory in MB; 0 (no limit) where the system does not say."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows) or no such name
+        return 0
+    return max(int(total * _PREDICTOR_MEMORY_SHARE) // 2**20, 0)
 
 
 @dataclass(frozen=True)
@@ -65,9 +82,15 @@ class Settings:
     visibility_timeout_s: float = 7200.0
     api_reads: str = "open"
     # The docker runner's limits for every container it starts: CPUs (fractions allowed; None: all
-    # of the machine's) and memory in MB (None: no limit; a request's memory_limit_mb wins).
+    # of the machine's), memory in MB (None: predictor_memory_mb's; a request's memory_limit_mb wins)
+    # and processes, threads included (a fork bomb stops there; 0: no limit).
     docker_cpus: float | None = None
     docker_memory_mb: int | None = None
+    docker_pids_limit: int = DEFAULT_DOCKER_PIDS_LIMIT
+    # Every predictor's memory limit in MB when its request sets none, in a child process (its
+    # resident memory) or a container (docker_memory_mb, when set, wins there): 75% of this
+    # machine's memory. 0: no limit.
+    predictor_memory_mb: int = field(default_factory=_default_predictor_memory_mb)
     # Raw latencies kept per measurement (an evenly strided subsample beyond it, recorded as such);
     # the summary always covers every sample. 0 keeps none.
     max_raw_latencies: int = 100_000
@@ -116,6 +139,17 @@ class Settings:
                 f">= {_DOCKER_MIN_MEMORY_MB}",
                 field="docker_memory_mb",
             )
+        for name, floor, unit in (
+            ("predictor_memory_mb", _PREDICTOR_MIN_MEMORY_MB, " of MB"),
+            ("docker_pids_limit", 1, ""),
+        ):
+            value = getattr(self, name)
+            whole = isinstance(value, int) and not isinstance(value, bool)
+            if not (whole and (value == 0 or value >= floor)):
+                raise UserError(
+                    f"setting {name}={value!r}: expected a whole number{unit} >= {floor}, or 0 for no limit",
+                    field=name,
+                )
 
         if not (
             isinstance(self.max_raw_latencies, int)
@@ -186,6 +220,16 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise UserError(f"settings file {path}: not valid TOML ({exc})") from exc
 
 
+_WHOLE_NUMBERS = (
+    "docker_memory_mb",
+    "docker_pids_limit",
+    "predictor_memory_mb",
+    "max_raw_latencies",
+    "max_upload_bytes",
+    "max_dataset_bytes",
+)
+
+
 def _coerce(name: str, raw: Any) -> Any:
     if name == "api_tokens":
         items = raw if isinstance(raw, list) else str(raw).split(",")
@@ -209,8 +253,8 @@ def _coerce(name: str, raw: Any) -> Any:
             return float(raw)
         except (TypeError, ValueError):
             raise UserError(f"setting docker_cpus={raw!r}: expected a number of CPUs", field=name) from None
-    if name in ("docker_memory_mb", "max_raw_latencies", "max_upload_bytes", "max_dataset_bytes"):
-        unit = {"docker_memory_mb": " of MB"}.get(name, " of bytes" if name.endswith("_bytes") else "")
+    if name in _WHOLE_NUMBERS:
+        unit = " of MB" if name.endswith("_mb") else " of bytes" if name.endswith("_bytes") else ""
         try:
             return int(str(raw).strip())
         except ValueError:

@@ -1,17 +1,23 @@
 """The API's reads over many evaluations, through Flask's test client on SQLite and on the real
 PostgreSQL: listing by cursor (`next_cursor`), the streamed export (JSON lines and CSV, read from the
 store a page at a time), the streamed comparison CSV, a result's accuracy and parity sections, and
-history series (also through the Python client, against the app served over real HTTP). Given / When /
-Then in each test's comments."""
+history series (also through the Python client, against the app served over real HTTP); and reads
+that need a token (MLSCOPE_API_READS=token) against a real `mlscope api` process and the CLI. Given /
+When / Then in each test's comments."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import subprocess
+import sys
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +34,7 @@ from mlscope.store import Store, open_store
 from mlscope.store.aggregates import EXPORT_PAGE_SIZE
 from tests.contract.builders import COLD_START, ERROR, T0, make_measurement, make_system
 from tests.contract.test_store_sections import ACCURACY, DIFFERENT
+from tests.integration.farm import free_port, wait_until
 
 PROBLEM = "application/problem+json"
 
@@ -393,3 +400,71 @@ def test_a_result_with_accuracy_and_parity_reads_back_through_the_api(
     properties = document["components"]["schemas"]["Evaluation"]["properties"]
     assert properties["accuracy"]["properties"]["top1"]["maximum"] == 1
     assert properties["parity"]["properties"]["verdict"]["enum"] == ["same", "different", "unavailable"]
+
+
+# ----- reads that need a token, end to end -----------------------------------------------------------
+
+
+def test_a_served_api_whose_reads_need_a_token_refuses_anonymous_reads_and_serves_the_cli(
+    mlscope_env: dict[str, str], tmp_path: Path
+) -> None:
+    # Given `mlscope api` serving over HTTP with MLSCOPE_API_READS=token in its environment
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    redis_url = "redis://127.0.0.1:6379/13"
+    env = {
+        **mlscope_env,
+        "MLSCOPE_API_TOKENS": "reader-token",
+        "MLSCOPE_API_READS": "token",
+        "MLSCOPE_API_URL": url,
+        "MLSCOPE_BROKER_URL": redis_url,
+        "MLSCOPE_REGISTRY_URL": redis_url,
+    }
+    env.pop("MLSCOPE_API_TOKEN", None)
+    with open(tmp_path / "api.log", "wb") as log:
+        api = subprocess.Popen(
+            [sys.executable, "-m", "mlscope", "api", "--port", str(port)], env=env, stdout=log, stderr=log
+        )
+    try:
+        wait_until(lambda: _status(f"{url}/api/v1/health") == 200, 60, "the api to answer")
+
+        # When data and pages are read without a token, with a wrong one, and with the right one
+        anonymous = {path: _status(f"{url}{path}") for path in ("/api/v1/evaluations", "/api/v1/models", "/")}
+        wrong = _status(f"{url}/api/v1/evaluations", token="not-it")
+        right = Client(url, "reader-token").evaluations()
+
+        # Then only the right token reads; the health check and the OpenAPI document stay open
+        assert anonymous == {"/api/v1/evaluations": 401, "/api/v1/models": 401, "/": 401}
+        assert wrong in (401, 403)
+        assert right["total"] == 0
+        assert _status(f"{url}/api/openapi.json") == 200
+
+        # And the CLI reads with the token it is given, and without one says what is missing
+        cli = {**env, "MLSCOPE_API_TOKENS": ""}
+        reads = subprocess.run(
+            [sys.executable, "-m", "mlscope", "agents"],
+            env={**cli, "MLSCOPE_API_TOKEN": "reader-token"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        refused = subprocess.run(
+            [sys.executable, "-m", "mlscope", "agents"], env=cli, capture_output=True, text=True, timeout=120
+        )
+        assert reads.returncode == 0, reads.stderr
+        assert refused.returncode != 0 and "reads need a token" in refused.stderr
+    finally:
+        api.terminate()
+        api.wait(timeout=30)
+
+
+def _status(url: str, token: str | None = None) -> int:
+    """The HTTP status of a GET (0 when nothing answers)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+    except OSError:
+        return 0

@@ -155,6 +155,21 @@ def test_a_predictor_over_its_memory_limit_is_ended(mlscope_env: dict[str, str])
     assert "1500 MB" in result["error"]["message"]
 
 
+def test_a_predictor_over_the_default_memory_limit_is_ended(mlscope_env: dict[str, str]) -> None:
+    # Given a default limit of 1500 MB for every predictor, and a request that sets none
+    env = {**mlscope_env, "MLSCOPE_PREDICTOR_MEMORY_MB": "1500"}
+    # When a model that keeps allocating is run in a child process
+    done = mlscope(env, "run", "test_memory_hungry", "-f", "pytorch", "--json", *FAST)
+    # Then it fails as out of memory, naming the limit and that it was the default
+    assert done.returncode == 1, done.stderr
+    (result,) = json_lines(done.stdout)
+    assert result["error"]["type"] == "OutOfMemory"
+    assert (
+        "over its memory limit of 1500 MB (the default: setting predictor_memory_mb)"
+        in result["error"]["message"]
+    )
+
+
 def test_inline_runner_gives_the_same_shape_and_reports_a_warm_process(mlscope_env: dict[str, str]) -> None:
     # When run inline (the caller's process) on both frameworks
     done = mlscope(

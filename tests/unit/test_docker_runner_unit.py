@@ -83,7 +83,7 @@ def test_a_cpu_container_is_offline_labelled_limited_and_mounts_the_cache_read_o
 
 def test_no_limit_is_asked_for_when_none_is_set(tmp_path: Path) -> None:
     options = container_options(_job(), image="img:1", io_dir=tmp_path, cache_dir=tmp_path)
-    assert not {"nano_cpus", "mem_limit", "memswap_limit", "user"} & set(options)
+    assert not {"nano_cpus", "mem_limit", "memswap_limit", "pids_limit"} & set(options)
 
 
 @pytest.mark.parametrize(("device", "host_gpu"), [("cuda", "0"), ("cuda:1", "1")])

@@ -1,12 +1,13 @@
 """The docker runner: each job runs in a fresh container of its framework's predictor image.
 
 It owns a container's whole life: what goes in (the job as `job.json` in an io directory, the model
-cache mounted read-only), the limits (no network, CPUs, memory, GPUs by device request), what comes
-out (events on the container's stdout, the final result or error in `result.json`), and its end:
-the container is removed whatever happens, also on a timeout, a crash or Ctrl-C. The image a
-result was measured in is recorded with it. What a container cannot make for itself is made on
-the host first: an ONNX graph exported from a PyTorch source needs torch, which the ONNX Runtime
-image does not carry, so the host exports it into the cache the container mounts.
+cache mounted read-only), the lockdown and the limits (mlscope.workers.runners.container: no
+network, never root, a read-only root filesystem, no capabilities; CPUs, memory, processes, GPUs by
+device request), what comes out (events on the container's stdout, the final result or error in
+`result.json`), and its end: the container is removed whatever happens, also on a timeout, a crash
+or Ctrl-C. The image a result was measured in is recorded with it. What a container cannot make for
+itself is made on the host first: an ONNX graph exported from a PyTorch source needs torch, which
+the ONNX Runtime image does not carry, so the host exports it into the cache the container mounts.
 
 The Docker SDK for Python (`pip install 'mlscope[docker]'`) is imported only when a runner talks to
 the engine.
@@ -19,7 +20,6 @@ import contextlib
 import dataclasses
 import io
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -38,14 +38,17 @@ from mlscope.runtime.execute import Emit
 from mlscope.runtime.frameworks import FrameworkSpec, get_framework
 from mlscope.runtime.predictors.base import PredictorError, PredictorOptions
 from mlscope.workers.runners.base import Outcome, Runner
+from mlscope.workers.runners.container import (
+    CONTAINER_CACHE,
+    CONTAINER_IO,
+    EVALUATION_LABEL,
+    container_options,
+    container_user,
+    docker_sdk,
+)
 from mlscope.workers.runners.process import ProcessRunner
 
 __all__ = ["CONTAINER_CACHE", "CONTAINER_IO", "EVALUATION_LABEL", "DockerRunner", "container_options"]
-
-CONTAINER_CACHE = "/mlscope/cache"
-CONTAINER_IO = "/mlscope/io"
-# Every container carries the evaluation it runs, so an operator (or a test) can find leftovers.
-EVALUATION_LABEL = "org.mlscope.evaluation"
 
 _POLL_S = 0.1
 _LOG_LINES = 40
@@ -53,21 +56,11 @@ _READER_JOIN_S = 5.0
 _REMOVE_ATTEMPTS = 3
 
 
-def _docker() -> Any:
-    try:
-        import docker
-    except ImportError:
-        raise UserError(
-            "the docker runner needs the Docker SDK for Python: pip install 'mlscope[docker]'", field="runner"
-        ) from None
-    return docker
-
-
 def _engine_errors() -> tuple[type[BaseException], ...]:
     """What a call to an absent or failing engine raises (the SDK wraps most, not all, in its own)."""
     import requests
 
-    return (_docker().errors.DockerException, requests.exceptions.RequestException)
+    return (docker_sdk().errors.DockerException, requests.exceptions.RequestException)
 
 
 def _images() -> Any:
@@ -85,72 +78,6 @@ def _describe_exit(code: int) -> str:
         except ValueError:
             pass
     return f"code {code}"
-
-
-def container_options(
-    job: Job,
-    *,
-    image: str,
-    io_dir: Path,
-    cache_dir: Path,
-    cpus: float | None = None,
-    memory_mb: int | None = None,
-    read_only_files: tuple[Path, ...] = (),
-    user: str | None = None,
-    lifetime_s: float | None = None,
-) -> dict[str, Any]:
-    """The keyword arguments of `containers.create` for one job (engine-free, so it can be checked).
-
-    Args:
-        job: the job (its device decides the GPU request; its id labels the container).
-        image: the image to run.
-        io_dir: the host directory mounted read-write at CONTAINER_IO (job.json in, result.json out).
-        cache_dir: the host's model cache, mounted read-only at CONTAINER_CACHE.
-        cpus: CPUs the container may use (fractions allowed); None: all.
-        memory_mb: memory limit in MB, swap included (so the limit is not dodged by swapping); None: none.
-        read_only_files: host files the manifest names (a local ONNX graph), mounted read-only at
-            the same path, so the manifest reads the same inside.
-        user: `uid:gid` to run as; None: the image's user.
-        lifetime_s: the container kills itself (coreutils `timeout`, its PID 1) after this long: a
-            worker that is SIGKILLed cannot remove its container, and an orphan must not measure on
-            beside the job's next delivery for ever. None: no limit of its own.
-    """
-    volumes = {
-        str(cache_dir): {"bind": CONTAINER_CACHE, "mode": "ro"},
-        str(io_dir): {"bind": CONTAINER_IO, "mode": "rw"},
-        **{str(path): {"bind": str(path), "mode": "ro"} for path in read_only_files},
-    }
-    options: dict[str, Any] = {
-        "image": image,
-        "command": [
-            *(["timeout", "--signal=KILL", f"{int(lifetime_s) + 1}"] if lifetime_s is not None else []),
-            "python",
-            "-m",
-            "mlscope.runtime.execute",
-            "--job",
-            f"{CONTAINER_IO}/job.json",
-            "--result",
-            f"{CONTAINER_IO}/result.json",
-        ],
-        "network_mode": "none",
-        "volumes": volumes,
-        "labels": {EVALUATION_LABEL: job.evaluation_id},
-        "auto_remove": False,  # its exit state (OOMKilled, exit code) is read before it is removed
-        "detach": True,
-    }
-    if user is not None:
-        options["user"] = user
-    if memory_mb is not None:
-        options["mem_limit"] = f"{memory_mb}m"
-        options["memswap_limit"] = f"{memory_mb}m"
-    if cpus is not None:
-        options["nano_cpus"] = round(cpus * 1e9)
-    if job.device.startswith("cuda"):
-        index = job.device.partition(":")[2] or "0"
-        options["device_requests"] = [
-            _docker().types.DeviceRequest(device_ids=[index], capabilities=[["gpu"]])
-        ]
-    return options
 
 
 def _job_inside(job: Job, cache_dir: Path) -> Job:
@@ -197,24 +124,40 @@ class DockerRunner(Runner):
     NAME: ClassVar[str] = "docker"
 
     def __init__(
-        self, cache_dir: Path | None = None, *, cpus: float | None = None, memory_mb: int | None = None
+        self,
+        cache_dir: Path | None = None,
+        *,
+        cpus: float | None = None,
+        memory_mb: int | None = None,
+        pids_limit: int | None = None,
     ) -> None:
         """
         Args:
             cache_dir: the host's model cache, used when a job names none.
             cpus: CPUs each container may use; None: all.
             memory_mb: each container's memory limit in MB when a request sets none; None: no limit.
+            pids_limit: processes (threads included) each container may hold; None: no limit.
         """
         self.cache_dir = cache_dir if cache_dir is not None else Settings().cache_dir
         self.cpus = cpus
         self.memory_mb = memory_mb
+        self.pids_limit = pids_limit
 
     @classmethod
     def from_settings(cls, settings: Settings | None) -> DockerRunner:
-        """The runner with the settings' cache directory, MLSCOPE_DOCKER_CPUS and
-        MLSCOPE_DOCKER_MEMORY_MB."""
+        """The runner with the settings' cache directory and limits: MLSCOPE_DOCKER_CPUS,
+        MLSCOPE_DOCKER_PIDS_LIMIT, and MLSCOPE_DOCKER_MEMORY_MB, else MLSCOPE_PREDICTOR_MEMORY_MB
+        (the limit of every runner's predictors: a container-specific one is the more deliberate)."""
         settings = settings if settings is not None else Settings()
-        return cls(settings.cache_dir, cpus=settings.docker_cpus, memory_mb=settings.docker_memory_mb)
+        memory_mb = settings.docker_memory_mb
+        if memory_mb is None:
+            memory_mb = settings.predictor_memory_mb or None
+        return cls(
+            settings.cache_dir,
+            cpus=settings.docker_cpus,
+            memory_mb=memory_mb,
+            pids_limit=settings.docker_pids_limit or None,
+        )
 
     def _image(self, framework: str, client: Any = None) -> tuple[Any, str | None]:
         """The framework's image (an images.ImageInfo) or None, and why it is None.
@@ -287,7 +230,8 @@ class DockerRunner(Runner):
                     cpus=self.cpus,
                     memory_mb=memory_limit_mb if memory_limit_mb is not None else self.memory_mb,
                     read_only_files=read_only_files,
-                    user=_host_user(),
+                    pids_limit=self.pids_limit,
+                    user=container_user(),
                     # The runner ends it at timeout_s; this is the orphan's limit, past that.
                     lifetime_s=timeout_s + 60,
                 )
@@ -312,8 +256,8 @@ class DockerRunner(Runner):
     ) -> Outcome:
         """Run the job (as the container sees it) in a container made from `options`, which is
         removed whatever happens."""
-        # The container runs as this uid, which user-namespace remapping can map elsewhere: any
-        # uid must be able to read the job and write the result.
+        # The container runs as another uid when the worker is root (and user-namespace remapping can
+        # map any uid elsewhere): whoever it is must be able to read the job and write the result.
         io_dir.chmod(0o777)
         (io_dir / "job.json").write_text(json.dumps(job.to_dict()))
         (io_dir / "job.json").chmod(0o644)
@@ -406,14 +350,6 @@ class DockerRunner(Runner):
         return Outcome(error={"type": "PredictorCrashed", "message": message, "phase": phase}, log=tail)
 
 
-def _host_user() -> str | None:
-    """This process's uid:gid, which the container runs as: what it writes in the io dir is then
-    this worker's to remove, and it reads the cache this worker wrote. None where there are no uids."""
-    if not hasattr(os, "getuid"):
-        return None
-    return f"{os.getuid()}:{os.getgid()}"
-
-
 def _image_record(client: Any, image: Any) -> dict[str, str]:
     """The image a result was measured in: name, id and digest (a registry digest where the
     image came from a registry, else its id, which names its content just as well)."""
@@ -430,12 +366,23 @@ def _prefetch(job: Job, cache_dir: Path, deadline: float) -> tuple[Path, ...]:
     framework's hook: returns and raises as `FrameworkSpec.prefetch_on_host` (the time limit is what
     is left of the job's)."""
     cache_dir.mkdir(parents=True, exist_ok=True)
+    _open_to_other_users(cache_dir)
     return get_framework(job.framework).prefetch_on_host(
         parse_manifest(job.manifest, origin=job.origin),
         PredictorOptions.from_dict(job.options),
         cache_dir,
         timeout_s=max(deadline - time.monotonic(), 0.1),
     )
+
+
+def _open_to_other_users(cache_dir: Path) -> None:
+    """Let any user list and read the cache directory itself (its files are written readable to all
+    already): a root worker's containers run as nobody, and a cache made 0700 (by a tool, or a test's
+    temporary directory) would hide every model from them. Its parents do not matter to a bind mount."""
+    mode = cache_dir.stat().st_mode
+    if mode & 0o005 != 0o005:
+        with contextlib.suppress(OSError):  # not its owner: the container says what it cannot read
+            cache_dir.chmod(mode | 0o005)
 
 
 def _read_final(path: Path) -> dict[str, Any] | None:
@@ -464,7 +411,7 @@ def _kill(container: Any) -> None:
 def _remove(container: Any) -> None:
     """Remove the container, killing it if it still runs; retried, since the engine can be briefly
     busy with the container it is stopping."""
-    docker = _docker()
+    docker = docker_sdk()
     for attempt in range(_REMOVE_ATTEMPTS):
         try:
             container.remove(force=True)

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
@@ -59,20 +60,34 @@ def _describe_exit(code: int) -> str:
     return f"the predictor process exited with code {code} without a result"
 
 
+@dataclass(frozen=True)
+class _Limit:
+    """A memory limit and whose it is, for the message that ends a predictor over it."""
+
+    mb: int
+    source: str
+
+
 class ProcessRunner(Runner):
     NAME: ClassVar[str] = "process"
 
-    def __init__(self, python: str | None = None, cache_dir: Path | None = None) -> None:
+    def __init__(
+        self, python: str | None = None, cache_dir: Path | None = None, *, memory_mb: int | None = None
+    ) -> None:
         """Args:
         python: run every job in this interpreter; default: per framework (see the module).
         cache_dir: where framework environments are looked for; default: the settings' default.
+        memory_mb: the predictor's resident-memory limit in MB when a request sets none; None: none.
         """
         self.python = python
         self.cache_dir = Path(cache_dir) if cache_dir is not None else Settings().cache_dir
+        self.memory_mb = memory_mb
 
     @classmethod
     def from_settings(cls, settings: Settings | None) -> ProcessRunner:
-        return cls(cache_dir=settings.cache_dir if settings is not None else None)
+        """The runner with the settings' cache directory and MLSCOPE_PREDICTOR_MEMORY_MB."""
+        settings = settings if settings is not None else Settings()
+        return cls(cache_dir=settings.cache_dir, memory_mb=settings.predictor_memory_mb or None)
 
     def _environment(self, spec: FrameworkSpec) -> EnvInfo | None:
         """The framework's environment, when the framework is not installed in this Python."""
@@ -153,8 +168,11 @@ class ProcessRunner(Runner):
         except BrokenPipeError:
             pass
 
+        limit = _Limit(memory_limit_mb, "set by the request") if memory_limit_mb is not None else None
+        if limit is None and self.memory_mb is not None:
+            limit = _Limit(self.memory_mb, "the default: setting predictor_memory_mb")
         try:
-            ended = self._supervise(child, timeout_s, memory_limit_mb, cancel)
+            ended = self._supervise(child, timeout_s, limit, cancel)
         except BaseException:
             # Interrupted (Ctrl-C, SIGTERM): the child is in a session of its own and would not
             # hear of it, so it is ended here rather than left running.
@@ -185,13 +203,13 @@ class ProcessRunner(Runner):
         self,
         child: subprocess.Popen[str],
         timeout_s: float,
-        memory_limit_mb: int | None,
+        memory_limit: _Limit | None,
         cancel: threading.Event | None,
     ) -> dict | None:
         """Wait for the child; end it past the time or memory limit, or when cancelled, and say which."""
         deadline = time.monotonic() + timeout_s
         watched = psutil.Process(child.pid)
-        limit = memory_limit_mb * 1024 * 1024 if memory_limit_mb else None
+        limit = memory_limit.mb * 1024 * 1024 if memory_limit else None
         while child.poll() is None:
             if cancel is not None and cancel.is_set():
                 self._kill(child)
@@ -202,14 +220,15 @@ class ProcessRunner(Runner):
                     "type": "Timeout",
                     "message": f"the evaluation exceeded its time limit of {timeout_s:g} s",
                 }
-            if limit is not None:
+            if memory_limit is not None and limit is not None:
                 rss = _tree_rss(watched)
                 if rss > limit:
                     self._kill(child)
                     used = f"{rss / 2**20:.0f} MB"
                     return {
                         "type": "OutOfMemory",
-                        "message": f"the predictor used {used}, over its limit of {memory_limit_mb} MB",
+                        "message": f"the predictor used {used}, over its memory limit of "
+                        f"{memory_limit.mb} MB ({memory_limit.source})",
                     }
             try:
                 child.wait(timeout=_POLL_S)
