@@ -191,7 +191,7 @@ class EvaluationBatch(MethodView):
         }, 202
 
 
-@blp.route("/<string:evaluation_id>")
+@blp.route("/<evaluation_id:evaluation_id>")
 class EvaluationById(MethodView):
     @blp.arguments(EvaluationQuerySchema, location="query")
     @blp.response(200, EvaluationSchema)
