@@ -6,14 +6,15 @@ shares; the batch body reuses its fields, so a batch accepts exactly what a sing
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 from webargs.fields import DelimitedList
 
 from mlscope.contract.errors import UserError
-from mlscope.contract.queues import parse_target
-from mlscope.contract.request import EvaluationRequestSchema
+from mlscope.contract.queues import TARGET_PATTERN, parse_target
+from mlscope.contract.request import MAX_BATCH_SIZE, EvaluationRequestSchema
 from mlscope.contract.result import PARITY_VERDICTS
 from mlscope.store.base import MAX_LIST_LIMIT
 from mlscope.store.records import STATUSES
@@ -107,7 +108,7 @@ BatchRequestSchema: type[Schema] = _StrictSchema.from_dict(
         "models": _names("model names", MAX_BATCH_JOBS),
         "frameworks": _names("framework names", 50),
         "targets": fields.List(
-            fields.String(validate=_check_target),
+            fields.String(validate=_check_target, metadata={"pattern": TARGET_PATTERN}),
             validate=validate.Length(min=1, max=100),
             load_default=None,
             metadata={
@@ -376,6 +377,15 @@ class QueueSchema(Schema):
     consumers = fields.List(fields.String(), metadata={"description": "ids of live agents consuming it"})
 
 
+# PRICE or SYSTEM=PRICE, PRICE a positive decimal number (at most 15 digits either side of the point, a
+# two-digit exponent: never 0, never infinite), as parse_prices reads them. In the document too, so a
+# request it calls valid is one the API prices.
+_POSITIVE = r"(?:\d{0,14}[1-9]\d{0,14}(?:\.\d{0,15})?|0{0,15}\.\d{0,14}[1-9]\d{0,14})(?:[eE][+-]?\d{1,2})?"
+PRICE_PATTERN = rf"^(?:[^=,]+=)?{_POSITIVE}$"
+# As JSON Schema reads it: ASCII digits, and `$` only at the very end.
+_PRICE = re.compile(PRICE_PATTERN.removesuffix("$") + r"\Z", re.ASCII)
+
+
 def _listed(inner: fields.Field, description: str) -> DelimitedList:
     return DelimitedList(inner, metadata={"description": f"{description}, comma-separated"})
 
@@ -386,13 +396,19 @@ class CompareQuerySchema(Schema):
     frameworks = _listed(fields.String(validate=validate.Length(min=1)), "framework names")
     systems = _listed(fields.String(validate=validate.Length(min=1)), "system ids")
     batch_sizes = _listed(
-        fields.Integer(validate=validate.Range(min=1, error="must be an integer ≥ {min}")), "batch sizes"
+        fields.Integer(
+            validate=validate.Range(min=1, max=MAX_BATCH_SIZE, error="must be between {min} and {max}")
+        ),
+        "batch sizes",
     )
     scenarios = _listed(fields.String(validate=validate.Length(min=1)), "scenarios")
     since = _aware_time("created at or after this time")
     until = _aware_time("created before this time")
     price_per_hour = _listed(
-        fields.String(validate=validate.Length(min=1)),
+        fields.String(
+            validate=validate.Regexp(_PRICE, error="must be PRICE or SYSTEM=PRICE, PRICE a number > 0"),
+            metadata={"pattern": PRICE_PATTERN},
+        ),
         "prices per hour for rows recorded without one (docs/cost.md): PRICE for every system, or "
         "SYSTEM=PRICE for one (an agent id, instance type, hostname or system id prefix)",
     )
