@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from flask import url_for
 from flask.views import MethodView
 
-from mlscope.contract.request import EvaluationRequest, EvaluationRequestSchema
+from mlscope.contract.request import EvaluationRequest
 
 from .blueprint import ApiBlueprint
 from .context import bounded, context
@@ -21,6 +21,7 @@ from .schemas import (
     EvaluationAcceptedSchema,
     EvaluationPageSchema,
     EvaluationQuerySchema,
+    EvaluationRequestSchema,
     EvaluationSchema,
     ListQuerySchema,
 )

@@ -1,11 +1,13 @@
 """The HTTP schemas: what each endpoint accepts and answers, for validation and for the OpenAPI document.
 
 The evaluation request itself is `mlscope.contract.request.EvaluationRequestSchema`, the one every door
-shares; the batch body reuses its fields, so a batch accepts exactly what a single submission does.
+shares (here only documented further); the batch body reuses its fields, so a batch accepts exactly what
+a single submission does.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -14,8 +16,10 @@ from webargs.fields import DelimitedList
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.queues import TARGET_PATTERN, parse_target
-from mlscope.contract.request import MAX_BATCH_SIZE, EvaluationRequestSchema
+from mlscope.contract.request import MAX_BATCH_SIZE
+from mlscope.contract.request import EvaluationRequestSchema as ContractRequestSchema
 from mlscope.contract.result import PARITY_VERDICTS
+from mlscope.runtime.frameworks import FRAMEWORKS
 from mlscope.store.base import MAX_LIST_LIMIT
 from mlscope.store.records import STATUSES
 
@@ -23,6 +27,7 @@ from .schema_cost import MEMORY, RESOURCE_MEASUREMENT_PROPERTIES
 from .schema_load import MEASUREMENT_PROPERTIES
 
 __all__ = [
+    "FRAMEWORK_NAMES",
     "MAX_BATCH_JOBS",
     "SHARED_REQUEST_FIELDS",
     "AgentSchema",
@@ -34,6 +39,7 @@ __all__ = [
     "EvaluationAcceptedSchema",
     "EvaluationPageSchema",
     "EvaluationQuerySchema",
+    "EvaluationRequestSchema",
     "EvaluationSchema",
     "FrameworkSchema",
     "HealthSchema",
@@ -83,13 +89,32 @@ def _check_target(value: str) -> None:
         raise ValidationError(exc.message.partition(": ")[2] or exc.message) from None
 
 
-def _names(what: str, most: int) -> fields.List:
+def _names(what: str, most: int, **item_metadata: Any) -> fields.List:
     return fields.List(
-        fields.String(validate=validate.Length(min=1, max=200)),
+        fields.String(validate=validate.Length(min=1, max=200), metadata=item_metadata),
         required=True,
         validate=validate.Length(min=1, max=most),
         metadata={"description": f"{what} (1 to {most})"},
     )
+
+
+# The frameworks a request may name (the registered ones that can run somewhere). Documented, not
+# checked here: admission refuses the others with the known names, whichever door they came through.
+FRAMEWORK_NAMES = sorted(name for name, spec in FRAMEWORKS.items() if spec.unavailable is None)
+
+
+def _documented(field: fields.Field, **metadata: Any) -> fields.Field:
+    """A copy of `field` that validates as it does, with more to say in the OpenAPI document."""
+    documented = copy.copy(field)
+    documented.metadata = {**field.metadata, **metadata}
+    return documented
+
+
+class EvaluationRequestSchema(ContractRequestSchema):
+    """The evaluation request (mlscope.contract.request), its `framework` documented as one of
+    FRAMEWORK_NAMES: the contract cannot list them (it imports nothing of the runtime)."""
+
+    framework = _documented(ContractRequestSchema._declared_fields["framework"], enum=FRAMEWORK_NAMES)
 
 
 class _StrictSchema(Schema):
@@ -106,7 +131,7 @@ _shared = {name: _request_fields[name] for name in SHARED_REQUEST_FIELDS}
 BatchRequestSchema: type[Schema] = _StrictSchema.from_dict(
     {
         "models": _names("model names", MAX_BATCH_JOBS),
-        "frameworks": _names("framework names", 50),
+        "frameworks": _names("framework names", 50, enum=FRAMEWORK_NAMES),
         "targets": fields.List(
             fields.String(validate=_check_target, metadata={"pattern": TARGET_PATTERN}),
             validate=validate.Length(min=1, max=100),

@@ -253,6 +253,13 @@ class EvaluationRequestSchema(Schema):
             if generation:
                 message = "applies only to the generate scenario (--scenario generate)"
                 raise ValidationError(message, "generation")
+            if data.get("framework") == ENDPOINT_FRAMEWORK:
+                # Checked here, or the admission would find no endpoint to measure.
+                raise ValidationError(
+                    "the endpoint framework measures a served model in the generate scenario: ask for "
+                    "scenarios [generate] with generation.endpoint (--endpoint URL)",
+                    "framework",
+                )
             return
         if len(scenarios) > 1:
             raise ValidationError(

@@ -35,7 +35,8 @@ _REQUEST_RULES = (
 )
 REFUSABLE: dict[str, tuple[str, ...]] = {
     "POST /api/v1/evaluations": _REQUEST_RULES,
-    "POST /api/v1/evaluations/batch": (*_REQUEST_RULES, "models", "models.*", "frameworks", "frameworks.*"),
+    # Models the registry knows; `frameworks`: none of the models has a manifest for them.
+    "POST /api/v1/evaluations/batch": (*_REQUEST_RULES, "models.*", "frameworks"),
     "GET /api/v1/evaluations": ("cursor",),  # a next_cursor the API gave
     "GET /api/v1/evaluations/export": ("cursor",),
     "GET /api/v1/evaluations/{evaluation_id}": ("id",),  # a prefix of several ids
