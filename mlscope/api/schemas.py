@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 from webargs.fields import DelimitedList
@@ -103,7 +103,10 @@ def _names(what: str, most: int, **item_metadata: Any) -> fields.List:
 FRAMEWORK_NAMES = sorted(name for name, spec in FRAMEWORKS.items() if spec.unavailable is None)
 
 
-def _documented(field: fields.Field, **metadata: Any) -> fields.Field:
+_F = TypeVar("_F", bound=fields.Field)
+
+
+def _documented(field: _F, **metadata: Any) -> _F:
     """A copy of `field` that validates as it does, with more to say in the OpenAPI document."""
     documented = copy.copy(field)
     documented.metadata = {**field.metadata, **metadata}
@@ -114,7 +117,9 @@ class EvaluationRequestSchema(ContractRequestSchema):
     """The evaluation request (mlscope.contract.request), its `framework` documented as one of
     FRAMEWORK_NAMES: the contract cannot list them (it imports nothing of the runtime)."""
 
-    framework = _documented(ContractRequestSchema._declared_fields["framework"], enum=FRAMEWORK_NAMES)
+    framework = _documented(
+        cast(fields.String, ContractRequestSchema._declared_fields["framework"]), enum=FRAMEWORK_NAMES
+    )
 
 
 class _StrictSchema(Schema):
