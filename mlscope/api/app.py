@@ -32,9 +32,11 @@ from mlscope.workers.sweeper import Sweeper, sweeping
 
 from . import catalog, compare, datasets, evaluations, history, ops, uploads
 from .auth import init_auth
+from .blueprint import EvaluationIdConverter
 from .context import ApiContext
 from .dashboard import SWAGGER_UI_CONFIG, SWAGGER_UI_URL, init_dashboard
 from .metrics import ApiMetrics
+from .openapi_fields import exclusive_bounds
 from .problems import PROBLEM_MIMETYPE, ProblemSchema, install_error_handlers
 
 __all__ = ["MAX_BODY_BYTES", "create_app", "serve"]
@@ -137,7 +139,10 @@ def create_app(
     app.extensions["mlscope"] = ctx
     ctx.metrics.init_app(app)
     init_auth(app)
+    app.url_map.converters["evaluation_id"] = EvaluationIdConverter
     api = _ProblemApi(app)
+    api.register_converter(EvaluationIdConverter, EvaluationIdConverter.openapi_schema)
+    api.ma_plugin.converter.add_attribute_function(exclusive_bounds)
     blueprints = (evaluations.blp, catalog.blp, uploads.blp, datasets.blp, compare.blp, history.blp, ops.blp)
     for blueprint in blueprints:
         api.register_blueprint(blueprint)

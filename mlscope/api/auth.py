@@ -89,7 +89,8 @@ def _authorize() -> None:
 
 def _require_json() -> None:
     if (
-        request.method in WRITE_METHODS
+        request.url_rule is not None  # an unknown path or method: routing's 404/405, whatever the body
+        and request.method in WRITE_METHODS
         and request.content_length
         and not request.is_json
         and request.endpoint not in RAW_BODY_ENDPOINTS

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from flask import url_for
 from flask.views import MethodView
 
-from mlscope.contract.request import EvaluationRequest, EvaluationRequestSchema
+from mlscope.contract.request import EvaluationRequest
 
 from .blueprint import ApiBlueprint
 from .context import bounded, context
@@ -21,6 +21,7 @@ from .schemas import (
     EvaluationAcceptedSchema,
     EvaluationPageSchema,
     EvaluationQuerySchema,
+    EvaluationRequestSchema,
     EvaluationSchema,
     ListQuerySchema,
 )
@@ -191,7 +192,7 @@ class EvaluationBatch(MethodView):
         }, 202
 
 
-@blp.route("/<string:evaluation_id>")
+@blp.route("/<evaluation_id:evaluation_id>")
 class EvaluationById(MethodView):
     @blp.arguments(EvaluationQuerySchema, location="query")
     @blp.response(200, EvaluationSchema)

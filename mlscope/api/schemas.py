@@ -1,20 +1,25 @@
 """The HTTP schemas: what each endpoint accepts and answers, for validation and for the OpenAPI document.
 
 The evaluation request itself is `mlscope.contract.request.EvaluationRequestSchema`, the one every door
-shares; the batch body reuses its fields, so a batch accepts exactly what a single submission does.
+shares (here only documented further); the batch body reuses its fields, so a batch accepts exactly what
+a single submission does.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+import re
+from typing import Any, TypeVar, cast
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 from webargs.fields import DelimitedList
 
 from mlscope.contract.errors import UserError
-from mlscope.contract.queues import parse_target
-from mlscope.contract.request import EvaluationRequestSchema
+from mlscope.contract.queues import TARGET_PATTERN, parse_target
+from mlscope.contract.request import MAX_BATCH_SIZE
+from mlscope.contract.request import EvaluationRequestSchema as ContractRequestSchema
 from mlscope.contract.result import PARITY_VERDICTS
+from mlscope.runtime.frameworks import FRAMEWORKS
 from mlscope.store.base import MAX_LIST_LIMIT
 from mlscope.store.records import STATUSES
 
@@ -22,6 +27,7 @@ from .schema_cost import MEMORY, RESOURCE_MEASUREMENT_PROPERTIES
 from .schema_load import MEASUREMENT_PROPERTIES
 
 __all__ = [
+    "FRAMEWORK_NAMES",
     "MAX_BATCH_JOBS",
     "SHARED_REQUEST_FIELDS",
     "AgentSchema",
@@ -33,6 +39,7 @@ __all__ = [
     "EvaluationAcceptedSchema",
     "EvaluationPageSchema",
     "EvaluationQuerySchema",
+    "EvaluationRequestSchema",
     "EvaluationSchema",
     "FrameworkSchema",
     "HealthSchema",
@@ -82,12 +89,36 @@ def _check_target(value: str) -> None:
         raise ValidationError(exc.message.partition(": ")[2] or exc.message) from None
 
 
-def _names(what: str, most: int) -> fields.List:
+def _names(what: str, most: int, **item_metadata: Any) -> fields.List:
     return fields.List(
-        fields.String(validate=validate.Length(min=1, max=200)),
+        fields.String(validate=validate.Length(min=1, max=200), metadata=item_metadata),
         required=True,
         validate=validate.Length(min=1, max=most),
         metadata={"description": f"{what} (1 to {most})"},
+    )
+
+
+# The frameworks a request may name (the registered ones that can run somewhere). Documented, not
+# checked here: admission refuses the others with the known names, whichever door they came through.
+FRAMEWORK_NAMES = sorted(name for name, spec in FRAMEWORKS.items() if spec.unavailable is None)
+
+
+_F = TypeVar("_F", bound=fields.Field)
+
+
+def _documented(field: _F, **metadata: Any) -> _F:
+    """A copy of `field` that validates as it does, with more to say in the OpenAPI document."""
+    documented = copy.copy(field)
+    documented.metadata = {**field.metadata, **metadata}
+    return documented
+
+
+class EvaluationRequestSchema(ContractRequestSchema):
+    """The evaluation request (mlscope.contract.request), its `framework` documented as one of
+    FRAMEWORK_NAMES: the contract cannot list them (it imports nothing of the runtime)."""
+
+    framework = _documented(
+        cast(fields.String, ContractRequestSchema._declared_fields["framework"]), enum=FRAMEWORK_NAMES
     )
 
 
@@ -105,9 +136,9 @@ _shared = {name: _request_fields[name] for name in SHARED_REQUEST_FIELDS}
 BatchRequestSchema: type[Schema] = _StrictSchema.from_dict(
     {
         "models": _names("model names", MAX_BATCH_JOBS),
-        "frameworks": _names("framework names", 50),
+        "frameworks": _names("framework names", 50, enum=FRAMEWORK_NAMES),
         "targets": fields.List(
-            fields.String(validate=_check_target),
+            fields.String(validate=_check_target, metadata={"pattern": TARGET_PATTERN}),
             validate=validate.Length(min=1, max=100),
             load_default=None,
             metadata={
@@ -391,6 +422,15 @@ class QueueSchema(Schema):
     consumers = fields.List(fields.String(), metadata={"description": "ids of live agents consuming it"})
 
 
+# PRICE or SYSTEM=PRICE, PRICE a positive decimal number (at most 15 digits either side of the point, a
+# two-digit exponent: never 0, never infinite), as parse_prices reads them. In the document too, so a
+# request it calls valid is one the API prices.
+_POSITIVE = r"(?:\d{0,14}[1-9]\d{0,14}(?:\.\d{0,15})?|0{0,15}\.\d{0,14}[1-9]\d{0,14})(?:[eE][+-]?\d{1,2})?"
+PRICE_PATTERN = rf"^(?:[^=,]+=)?{_POSITIVE}$"
+# As JSON Schema reads it: ASCII digits, and `$` only at the very end.
+_PRICE = re.compile(PRICE_PATTERN.removesuffix("$") + r"\Z", re.ASCII)
+
+
 def _listed(inner: fields.Field, description: str) -> DelimitedList:
     return DelimitedList(inner, metadata={"description": f"{description}, comma-separated"})
 
@@ -401,13 +441,19 @@ class CompareQuerySchema(Schema):
     frameworks = _listed(fields.String(validate=validate.Length(min=1)), "framework names")
     systems = _listed(fields.String(validate=validate.Length(min=1)), "system ids")
     batch_sizes = _listed(
-        fields.Integer(validate=validate.Range(min=1, error="must be an integer ≥ {min}")), "batch sizes"
+        fields.Integer(
+            validate=validate.Range(min=1, max=MAX_BATCH_SIZE, error="must be between {min} and {max}")
+        ),
+        "batch sizes",
     )
     scenarios = _listed(fields.String(validate=validate.Length(min=1)), "scenarios")
     since = _aware_time("created at or after this time")
     until = _aware_time("created before this time")
     price_per_hour = _listed(
-        fields.String(validate=validate.Length(min=1)),
+        fields.String(
+            validate=validate.Regexp(_PRICE, error="must be PRICE or SYSTEM=PRICE, PRICE a number > 0"),
+            metadata={"pattern": PRICE_PATTERN},
+        ),
         "prices per hour for rows recorded without one (docs/cost.md): PRICE for every system, or "
         "SYSTEM=PRICE for one (an agent id, instance type, hostname or system id prefix)",
     )

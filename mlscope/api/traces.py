@@ -121,7 +121,7 @@ _NOT_FOUND = {
 }
 
 
-@blp.route("/<string:evaluation_id>/trace")
+@blp.route("/<evaluation_id:evaluation_id>/trace")
 class EvaluationTrace(MethodView):
     @blp.arguments(TraceQuerySchema, location="query")
     @blp.response(200, TracePageSchema)
@@ -165,7 +165,7 @@ class EvaluationTrace(MethodView):
         }
 
 
-@blp.route("/<string:evaluation_id>/layers")
+@blp.route("/<evaluation_id:evaluation_id>/layers")
 class EvaluationLayers(MethodView):
     @blp.arguments(LayersQuerySchema, location="query")
     @blp.response(200, LayersSchema)

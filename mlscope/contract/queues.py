@@ -18,6 +18,7 @@ from mlscope.contract.errors import UserError
 __all__ = [
     "AGENT_PREFIX",
     "CAPABILITY_PATTERN",
+    "TARGET_PATTERN",
     "Target",
     "agent_queue",
     "capability_prefixes",
@@ -30,6 +31,10 @@ __all__ = [
 CAPABILITY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}(\.[a-z0-9][a-z0-9_-]{0,62}){0,7}$")
 AGENT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 AGENT_PREFIX = "agent:"
+# What parse_target accepts, as one pattern (the request schemas document it).
+TARGET_PATTERN = (
+    f"^(?:{AGENT_PREFIX}{AGENT_ID_PATTERN.pattern.strip('^$')}|{CAPABILITY_PATTERN.pattern.strip('^$')})$"
+)
 
 
 def check_capability(capability: str, field: str = "target") -> str:

@@ -19,7 +19,7 @@ from mlscope.contract.generation import ENDPOINT_FRAMEWORK, GenerationSettings
 from mlscope.contract.load import LoadSettings
 from mlscope.contract.names import RUNNERS, SCENARIOS, TRACE_LEVELS
 from mlscope.contract.options import PredictorOptionsSchema
-from mlscope.contract.queues import parse_target
+from mlscope.contract.queues import TARGET_PATTERN, parse_target
 from mlscope.contract.steps import DTYPES
 
 __all__ = ["DEVICE_PATTERN", "RUNNERS", "TRACE_LEVELS", "EvaluationRequest", "parse_request"]
@@ -201,7 +201,9 @@ class EvaluationRequestSchema(Schema):
     options = fields.Nested(PredictorOptionsSchema, load_default=dict)
     timeout_s = fields.Float(load_default=1800.0, validate=validate.Range(min=1, max=7 * 24 * 3600))
     memory_limit_mb = fields.Integer(load_default=None, allow_none=True, validate=validate.Range(min=64))
-    target = fields.String(load_default=None, allow_none=True, validate=_check_target)
+    target = fields.String(
+        load_default=None, allow_none=True, validate=_check_target, metadata={"pattern": TARGET_PATTERN}
+    )
     model_options = fields.Nested(ModelOptionsSchema, load_default=dict)
     dataset = fields.String(load_default=None, allow_none=True, validate=validate.Length(min=1, max=4096))
     limit = fields.Integer(
@@ -251,6 +253,13 @@ class EvaluationRequestSchema(Schema):
             if generation:
                 message = "applies only to the generate scenario (--scenario generate)"
                 raise ValidationError(message, "generation")
+            if data.get("framework") == ENDPOINT_FRAMEWORK:
+                # Checked here, or the admission would find no endpoint to measure.
+                raise ValidationError(
+                    "the endpoint framework measures a served model in the generate scenario: ask for "
+                    "scenarios [generate] with generation.endpoint (--endpoint URL)",
+                    "framework",
+                )
             return
         if len(scenarios) > 1:
             raise ValidationError(
