@@ -103,9 +103,10 @@ class Sweeper:
             report.skipped = True
             return report
         held = self._held_jobs()
-        for lease in self.store.expired_leases(now=now):
+        listed_at = now or datetime.now(timezone.utc)
+        for lease in self.store.expired_leases(now=listed_at):
             if lease["id"] not in held:
-                self._resolve(lease, report)
+                self._resolve(lease, listed_at, report)
         if self._on_redis():
             self._restore_orphans(held, report)
         return report
@@ -125,7 +126,7 @@ class Sweeper:
                 held.add(agent.current_job)
         return held
 
-    def _resolve(self, lease: dict[str, Any], report: SweepReport) -> None:
+    def _resolve(self, lease: dict[str, Any], listed_at: datetime, report: SweepReport) -> None:
         id, owner, attempts, queue = lease["id"], lease["lease_owner"], lease["attempts"], lease["queue"]
         expired = lease["lease_expires_at"].astimezone(timezone.utc).strftime("%H:%M:%S UTC")
         if queue is not None and self.app is None:
@@ -146,7 +147,8 @@ class Sweeper:
                 f"{owner}, silent since {expired}); not trying again",
                 report,
             )
-        elif self.store.requeue_evaluation(id, owner=owner):
+        # Only if still expired when requeued: a runner that renewed meanwhile keeps its evaluation.
+        elif self.store.requeue_evaluation(id, owner=owner, expired_before=listed_at):
             self._redeliver(id, lease)
             report.requeued.append(id)
             log.warning(
