@@ -2,7 +2,8 @@
 
 - late acknowledgement: a job is acknowledged when it has ended, not when it was received;
 - a worker that dies mid-job leaves its job unacknowledged, and the broker hands it to another
-  (RabbitMQ at once, when the connection drops; Redis once the visibility timeout has passed);
+  (RabbitMQ at once, when the connection drops; on Redis the sweeper gives it back once the worker's
+  heartbeat has lapsed, and Redis's own visibility timeout follows the longest job's time limit);
 - prefetch of one: a worker holds no job it is not running, so a busy worker never hoards jobs
   another idle one could serve;
 - per-task time limits, from the request's own limit;
@@ -17,21 +18,44 @@ from typing import Any
 from celery import Celery
 
 from mlscope.broker.tasks import EVALUATE_TASK, EvaluationMessage
+from mlscope.contract.request import MAX_TIMEOUT_S
 from mlscope.contract.settings import Settings
 
-__all__ = ["TIME_LIMIT_MARGIN_S", "broker_ping", "make_celery", "queue_depths", "send_evaluation"]
+__all__ = [
+    "TIME_LIMIT_MARGIN_S",
+    "broker_ping",
+    "make_celery",
+    "queue_depths",
+    "send_evaluation",
+    "visibility_timeout_s",
+]
 
 # Beyond the request's own limit (which the runner enforces on the predictor), the task gets this
 # long to store what happened before Celery's own limit ends it.
 TIME_LIMIT_MARGIN_S = 60.0
 
 
-def _transport_options(settings: Settings) -> dict[str, Any]:
-    """Redis: a message a worker took and never acknowledged becomes visible again after the
-    visibility timeout; sweep for such messages often enough that one is redelivered within about a
-    quarter of the timeout past it. (RabbitMQ redelivers when the connection drops, and ignores these.)
+def visibility_timeout_s(settings: Settings) -> float:
+    """How long Redis keeps a message a worker took and never acknowledged before it hands it to
+    another worker.
+
+    Redis applies one timeout to every message, so unless the setting names one, it is the longest
+    time limit a job may have (MAX_TIMEOUT_S and the task's margin): no job is ever handed out a second
+    time while it may still be running within its own limit (with a fixed two hours, a three-hour job
+    got a twin). A dead worker's job does not wait for it: the sweeper (workers.sweeper) puts it back
+    within two heartbeat lifetimes of the death.
     """
-    timeout = settings.visibility_timeout_s
+    if settings.visibility_timeout_s is not None:
+        return settings.visibility_timeout_s
+    return MAX_TIMEOUT_S + 2 * TIME_LIMIT_MARGIN_S
+
+
+def _transport_options(settings: Settings) -> dict[str, Any]:
+    """Redis's delivery options. Kombu looks for messages past the visibility timeout every
+    `unacked_restore_interval` seconds: at most every 10 s, sooner for a short timeout.
+    (RabbitMQ redelivers when the connection drops, and ignores these.)
+    """
+    timeout = visibility_timeout_s(settings)
     return {
         "visibility_timeout": timeout,
         "unacked_restore_interval": max(1, min(10, int(timeout / 4))),

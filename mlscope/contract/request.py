@@ -22,10 +22,12 @@ from mlscope.contract.options import PredictorOptionsSchema
 from mlscope.contract.queues import TARGET_PATTERN, parse_target
 from mlscope.contract.steps import DTYPES
 
-__all__ = ["DEVICE_PATTERN", "RUNNERS", "TRACE_LEVELS", "EvaluationRequest", "parse_request"]
+__all__ = ["DEVICE_PATTERN", "MAX_TIMEOUT_S", "RUNNERS", "TRACE_LEVELS", "EvaluationRequest", "parse_request"]
 
 DEVICE_PATTERN = re.compile(r"^(cpu|cuda(:\d+)?)$")
 MAX_BATCH_SIZE = 65536
+# The longest time limit a request may set (a week); the broker's redelivery backstop follows it.
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,7 @@ class EvaluationRequestSchema(Schema):
         load_default=dict,
     )
     options = fields.Nested(PredictorOptionsSchema, load_default=dict)
-    timeout_s = fields.Float(load_default=1800.0, validate=validate.Range(min=1, max=7 * 24 * 3600))
+    timeout_s = fields.Float(load_default=1800.0, validate=validate.Range(min=1, max=MAX_TIMEOUT_S))
     memory_limit_mb = fields.Integer(load_default=None, allow_none=True, validate=validate.Range(min=64))
     target = fields.String(
         load_default=None, allow_none=True, validate=_check_target, metadata={"pattern": TARGET_PATTERN}

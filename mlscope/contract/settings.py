@@ -76,10 +76,11 @@ class Settings:
     cache_dir: Path = field(default_factory=_default_cache_dir)
     otlp_endpoint: str | None = None
     # The farm's own settings (additive to the contract's): where live workers register, how long
-    # a job a dead worker held stays invisible before Redis hands it to another, and whether reads
-    # of the API need a token too.
+    # a job a worker took and never acknowledged stays invisible before Redis hands it to another
+    # (None: each job's own time limit plus a margin; a dead worker's job comes back sooner, through
+    # the sweeper), and whether reads of the API need a token too.
     registry_url: str | None = None
-    visibility_timeout_s: float = 7200.0
+    visibility_timeout_s: float | None = None
     api_reads: str = "open"
     # The docker runner's limits for every container it starts: CPUs (fractions allowed; None: all
     # of the machine's), memory in MB (None: predictor_memory_mb's; a request's memory_limit_mb wins)
@@ -113,9 +114,10 @@ class Settings:
             raise UserError(
                 f"setting registry_url={self.registry_url!r}: expected a redis:// URL", field="registry_url"
             )
-        if not self.visibility_timeout_s > 0:
+        if self.visibility_timeout_s is not None and not self.visibility_timeout_s > 0:
             raise UserError(
-                f"setting visibility_timeout_s={self.visibility_timeout_s!r}: expected seconds > 0",
+                f"setting visibility_timeout_s={self.visibility_timeout_s!r}: expected seconds > 0, or "
+                "unset for each job's own time limit",
                 field="visibility_timeout_s",
             )
         if self.api_reads not in ("open", "token"):

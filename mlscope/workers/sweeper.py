@@ -12,8 +12,8 @@ renews while it lives. A sweep resolves the leases that expired:
 
 On Redis it also gives back messages a dead worker took but never started (killed before its first
 store write): an unacknowledged message older than ORPHAN_GRACE_S that no live agent names as its
-current job goes back to its queue, instead of waiting out the visibility timeout (two hours by
-default).
+current job goes back to its queue, instead of waiting out Redis's visibility timeout (which follows
+the longest job's time limit, broker.app.visibility_timeout_s).
 
 Sweeps run in every worker's heartbeat and in `mlscope api`; a farm-wide lock in the registry makes
 one sweep at a time. A sweep only changes what has expired: running it too often costs an indexed

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from mlscope.broker.app import TIME_LIMIT_MARGIN_S, make_celery, visibility_timeout_s
 from mlscope.broker.tasks import EvaluationMessage
 from mlscope.contract.errors import UserError
 from mlscope.contract.queues import Target, capability_prefixes, parse_target, queues_for
-from mlscope.contract.request import parse_request
+from mlscope.contract.request import MAX_TIMEOUT_S, parse_request
 from mlscope.contract.settings import load_settings
 from mlscope.workers.capabilities import cpu_capability, detect_capabilities, gpu_capabilities
 
@@ -100,3 +101,22 @@ def test_farm_settings_are_checked_and_the_registry_follows_a_redis_broker(tmp_p
         with pytest.raises(UserError) as caught:
             load_settings({**base, name: value})
         assert caught.value.field == field
+
+
+def test_redis_visibility_timeout_follows_the_longest_job_limit_unless_set(tmp_path: Path) -> None:
+    # Given the settings with no visibility timeout, and with one
+    base = {"MLSCOPE_SETTINGS": str(tmp_path / "none.toml")}
+    unset = load_settings(base)
+    explicit = load_settings({**base, "MLSCOPE_VISIBILITY_TIMEOUT_S": "600"})
+
+    # When the broker's app is made from each
+    unset_options = make_celery(unset).conf.broker_transport_options
+    explicit_options = make_celery(explicit).conf.broker_transport_options
+
+    # Then unset, no job within the longest allowed time limit is handed out twice (the old fixed two
+    # hours gave a three-hour job a twin); set, the setting is the timeout
+    assert unset.visibility_timeout_s is None
+    assert unset_options["visibility_timeout"] == visibility_timeout_s(unset) > MAX_TIMEOUT_S
+    assert visibility_timeout_s(unset) >= MAX_TIMEOUT_S + TIME_LIMIT_MARGIN_S
+    assert explicit_options["visibility_timeout"] == 600.0
+    assert explicit_options["unacked_restore_interval"] == 10
