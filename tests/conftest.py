@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+# Fixtures every folder of tests may use by name.
+pytest_plugins = ["tests.fixtures.docker_engine"]
+
 REPO = Path(__file__).resolve().parents[1]
 RUNTIME_MANIFESTS = REPO / "tests" / "data" / "runtime-manifests"
 

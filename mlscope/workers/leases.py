@@ -12,12 +12,12 @@ import contextlib
 import logging
 import os
 import socket
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from mlscope.contract.errors import StoreUnavailable
 from mlscope.store import Store
+from mlscope.workers.periodic import every
 
 __all__ = ["LEASE_S", "MAX_ATTEMPTS", "Lease", "kept", "run_owner"]
 
@@ -62,27 +62,22 @@ def kept(store: Store, evaluation_id: str, lease: Lease | None) -> Iterator[None
     if lease is None:
         yield
         return
-    stop = threading.Event()
+    warned = False
 
-    def renew() -> None:
-        warned = False
-        while not stop.wait(lease.seconds / 3):
-            try:
-                if not store.renew_lease(evaluation_id, owner=lease.owner, lease_s=lease.seconds):
-                    log.info("evaluation %s: its lease is no longer %s's", evaluation_id, lease.owner)
-                    return
-                warned = False
-            except StoreUnavailable as exc:
-                if not warned:
-                    log.warning("evaluation %s: cannot renew its lease: %s", evaluation_id, exc.message)
-                    warned = True
-            except Exception:
-                log.exception("evaluation %s: renewing its lease", evaluation_id)
+    def renew() -> bool:
+        nonlocal warned
+        try:
+            if not store.renew_lease(evaluation_id, owner=lease.owner, lease_s=lease.seconds):
+                log.info("evaluation %s: its lease is no longer %s's", evaluation_id, lease.owner)
+                return False
+            warned = False
+        except StoreUnavailable as exc:
+            if not warned:
+                log.warning("evaluation %s: cannot renew its lease: %s", evaluation_id, exc.message)
+                warned = True
+        except Exception:
+            log.exception("evaluation %s: renewing its lease", evaluation_id)
+        return True
 
-    thread = threading.Thread(target=renew, name=f"lease-{evaluation_id[:8]}", daemon=True)
-    thread.start()
-    try:
+    with every(lease.seconds / 3, renew, name=f"lease-{evaluation_id[:8]}"):
         yield
-    finally:
-        stop.set()
-        thread.join(timeout=5)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,6 +39,7 @@ from mlscope.contract.request import parse_request
 from mlscope.registry.agents import AgentRegistry
 from mlscope.store import EvaluationNotFound, Store
 from mlscope.workers.leases import MAX_ATTEMPTS
+from mlscope.workers.periodic import every
 
 __all__ = ["ORPHAN_GRACE_S", "SWEEP_EVERY_S", "SweepReport", "Sweeper", "sweeping"]
 
@@ -253,19 +253,12 @@ def _queued(channel: Any, queue: str, task_id: str, limit: int = 10_000) -> bool
 @contextmanager
 def sweeping(sweeper: Sweeper, *, every_s: float = SWEEP_EVERY_S) -> Iterator[None]:
     """Sweep every `every_s` in a daemon thread while the block runs (`mlscope api`)."""
-    stop = threading.Event()
 
-    def loop() -> None:
-        while not stop.wait(every_s):
-            try:
-                sweeper.sweep()
-            except Exception as exc:
-                log.warning("sweep: %s", exc)
+    def sweep() -> None:
+        try:
+            sweeper.sweep()
+        except Exception as exc:
+            log.warning("sweep: %s", exc)
 
-    thread = threading.Thread(target=loop, name="mlscope-sweeper", daemon=True)
-    thread.start()
-    try:
+    with every(every_s, sweep, name="mlscope-sweeper"):
         yield
-    finally:
-        stop.set()
-        thread.join(timeout=5)

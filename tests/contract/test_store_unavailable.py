@@ -16,18 +16,12 @@ from sqlalchemy import event
 from mlscope.contract.errors import StoreUnavailable
 from mlscope.store import Store, open_store
 
+from .builders import submit
 from .conftest import _conninfo
 
 
 def _running(store: Store) -> str:
-    evaluation_id = store.create_evaluation(
-        model={"name": "resnet18", "version": "1", "manifest_sha256": None},
-        manifest={"name": "resnet18"},
-        framework={"name": "onnxruntime", "version": None},
-        runner="process",
-        device="cpu",
-        request={"model": "resnet18", "framework": "onnxruntime"},
-    )
+    evaluation_id = submit(store, framework="onnxruntime")
     store.start_evaluation(evaluation_id)
     return evaluation_id
 

@@ -8,7 +8,6 @@ Unreachable services skip locally and fail in CI (env CI=true), where a skip wou
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,14 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.contract.conftest import postgres_url  # noqa: F401 - a fixture, used by name
+from tests.fixtures.docker_engine import unavailable as _unavailable
 from tests.fixtures.private_postgres import private_postgres  # noqa: F401 - a fixture, used by name
 from tests.integration.farm import Farm, RabbitVhost, empty_redis_db
-
-
-def _unavailable(message: str) -> None:
-    if os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}:
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 @pytest.fixture(params=["redis", "rabbitmq"])

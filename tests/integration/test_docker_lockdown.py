@@ -26,7 +26,7 @@ from mlscope.workers.admission import admit
 from mlscope.workers.pipeline import evaluate
 from mlscope.workers.runners.container import CONTAINER_SCRATCH, EVALUATION_LABEL
 from tests.conftest import RUNTIME_MANIFESTS
-from tests.integration.conftest import _unavailable
+from tests.fixtures.docker_engine import unavailable as _unavailable
 from tests.integration.farm import wait_until
 
 pytestmark = pytest.mark.slow
@@ -55,16 +55,8 @@ print(json.dumps({
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Any]:
-    from mlscope.contract.errors import UserError
-    from mlscope.workers.images import docker_client
-
-    try:
-        client = docker_client()
-    except UserError as exc:
-        _unavailable(str(exc))
-    yield client
-    client.close()
+def engine(docker_engine: Any) -> Any:
+    return docker_engine
 
 
 def _need_image(engine: Any, framework: str) -> None:

@@ -26,7 +26,7 @@ from mlscope.workers.admission import admit
 from mlscope.workers.pipeline import evaluate
 from mlscope.workers.runners.docker import EVALUATION_LABEL
 from tests.conftest import RUNTIME_MANIFESTS
-from tests.integration.conftest import _unavailable
+from tests.fixtures.docker_engine import unavailable as _unavailable
 from tests.integration.farm import Farm, wait_until
 
 pytestmark = pytest.mark.slow
@@ -38,19 +38,13 @@ QUICK = {"warmup_count": 2, "warmup_seconds": 0.0, "min_count": 10, "min_seconds
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Any]:
+def engine(docker_engine: Any) -> Any:
     """The Docker engine's client, once the ONNX Runtime predictor image is there."""
-    from mlscope.contract.errors import UserError
-    from mlscope.workers.images import docker_client, image_for, image_name
+    from mlscope.workers.images import image_for, image_name
 
-    try:
-        client = docker_client()
-    except UserError as exc:
-        _unavailable(str(exc))
-    if image_for(FRAMEWORK, client) is None:
+    if image_for(FRAMEWORK, docker_engine) is None:
         _unavailable(f"no image {image_name(FRAMEWORK)}: run `mlscope image build {FRAMEWORK}`")
-    yield client
-    client.close()
+    return docker_engine
 
 
 def _containers_of(engine: Any, evaluation_id: str) -> list[Any]:

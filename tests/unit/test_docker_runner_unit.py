@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from mlscope.workers.runners.docker import (
     container_options,
 )
 from tests.conftest import REPO, RUNTIME_MANIFESTS
-from tests.integration.conftest import _unavailable
+from tests.fixtures.docker_engine import unavailable as _unavailable
 
 TINY_ORT = RUNTIME_MANIFESTS / "tiny_mlp-onnxruntime.yaml"
 
@@ -212,15 +211,8 @@ def test_a_job_read_from_a_file_streams_events_and_writes_its_result_to_a_file(t
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Any]:
-    from mlscope.workers.images import docker_client
-
-    try:
-        client = docker_client()
-    except UserError as exc:
-        _unavailable(str(exc))
-    yield client
-    client.close()
+def engine(docker_engine: Any) -> Any:
+    return docker_engine
 
 
 @pytest.fixture

@@ -19,18 +19,12 @@ import pytest
 from mlscope.contract.errors import StoreUnavailable, UserError
 from mlscope.store import Store, open_store
 from mlscope.workers.spool import DurableWrites, Spool, spool_directory
+from tests.contract.builders import submit
 from tests.fixtures.store_writes import FINISHED_AT, finish_kwargs
 
 
 def queued(store: Store) -> str:
-    return store.create_evaluation(
-        model={"name": "resnet18", "version": "1", "manifest_sha256": None},
-        manifest={"name": "resnet18"},
-        framework={"name": "onnxruntime", "version": None},
-        runner="process",
-        device="cpu",
-        request={"model": "resnet18", "framework": "onnxruntime"},
-    )
+    return submit(store, framework="onnxruntime")
 
 
 class Outage:
