@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -26,12 +26,27 @@ from mlscope.cli.render_cost import PRICE_OPTION, parse_prices
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
 
+if TYPE_CHECKING:
+    from mlscope.store import Store
+
 __all__ = ["results"]
 
 
 @click.group()
 def results() -> None:
     """Read stored evaluation results."""
+
+
+def _resolve_dead_runs(store: Store) -> None:
+    """Mark failed ("interrupted: its process died") what a killed `mlscope run` left running, so a
+    listing never shows a dead run as running. Jobs of a farm's queues are its sweepers' (workers,
+    api): left alone here. A read must not fail for it: a store that refuses the write is read as is."""
+    from mlscope.workers.sweeper import Sweeper
+
+    try:
+        Sweeper(store).sweep()
+    except Exception as exc:
+        click.echo(f"mlscope: note: could not resolve dead runs: {exc}", err=True)
 
 
 def _headline(result: dict[str, Any]) -> str:
@@ -84,6 +99,7 @@ def results_list(
 
     settings = load_settings()
     with open_store(settings.store_url) as store:
+        _resolve_dead_runs(store)
         filters: dict[str, Any] = {
             "model": model,
             "framework": framework,
@@ -135,6 +151,7 @@ def results_show(evaluation_id: str, as_json: bool, raw: bool, prices: tuple[str
     read_time = parse_prices(prices)
     settings = load_settings()
     with open_store(settings.store_url) as store:
+        _resolve_dead_runs(store)
         result = read_time.price_result(
             store.get_evaluation(store.resolve_id(evaluation_id), include_raw=raw)
         )

@@ -1,15 +1,17 @@
-"""`mlscope results prune`, driven in-process on a real SQLite store: old raw data goes, summaries
-stay, and a bad age is one line and exit code 2."""
+"""`mlscope results prune` and `results list`, driven in-process on a real SQLite store: old raw data
+goes, summaries stay, a bad age is one line and exit code 2, and a killed run is listed as failed."""
 
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from mlscope.cli import main
 from mlscope.store import open_store
+from tests.contract.builders import submit
 from tests.contract.test_store_maintenance import _result
 
 
@@ -46,3 +48,24 @@ def test_a_bad_age_is_one_line_and_exit_code_2(
         main(["results", "prune", "--older-than", "soon"])
     assert done.value.code == 2
     assert "--older-than 'soon' is not an age" in capsys.readouterr().err
+
+
+def test_results_list_shows_a_killed_run_failed_not_running(
+    mlscope_env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an evaluation a `mlscope run` started and stopped renewing (its process was killed), and
+    # a farm job whose worker is gone (its queue's sweepers resolve it, not a local read)
+    with open_store(mlscope_env["MLSCOPE_STORE_URL"]) as store:
+        dead_run, farm_job = submit(store), submit(store, queue="pytorch@cpu")
+        store.start_evaluation(dead_run, lease_owner="run:host:123", lease_s=0.01)
+        store.start_evaluation(farm_job, lease_owner="worker-a", lease_s=0.01)
+    time.sleep(0.05)
+
+    # When the results are listed
+    main(["results", "list", "--json"])
+
+    # Then the dead run reads failed, interrupted, and the farm's job is left as it was
+    listed = {r["id"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert listed[dead_run]["status"] == "failed"
+    assert listed[dead_run]["error"]["message"].startswith("interrupted: its process died")
+    assert listed[farm_job]["status"] == "running"
