@@ -69,6 +69,7 @@ build() {  # build() IMAGE INPUTS CONTEXT DOCKERFILE: a build on the base, logge
 remove_build_stages() {  # the farm image's build stage: it held the CA bundle, and under vfs it is big
   local ids
   ids=$(docker image ls --all --quiet --filter label=org.mlscope.stage=farm-build | sort -u)
+  # shellcheck disable=SC2086  # one id a word
   [[ -z $ids ]] || docker image rm $ids >/dev/null 2>&1 || true
 }
 
