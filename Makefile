@@ -43,9 +43,10 @@ services:
 	@bash ops/ci/services.sh
 	@bash ops/ci/browser.sh
 
-# A Docker engine, the offline base image and the predictor images (each step skipped when done).
+# A Docker engine, the offline base image, the predictor images and the compose stack's images with
+# docker-compose (each step skipped when done).
 docker: $(STAMP)
-	@bash ops/ci/docker.sh && bash ops/ci/images.sh
+	@bash ops/ci/docker.sh && bash ops/ci/images.sh && bash ops/ci/compose.sh
 
 test: $(STAMP) $(VENDORED) services docker lint typecheck
 	$(BIN)/python -m pytest -q --durations=25
