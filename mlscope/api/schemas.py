@@ -451,7 +451,9 @@ class CompareQuerySchema(Schema):
     until = _aware_time("created before this time")
     price_per_hour = _listed(
         fields.String(
-            validate=validate.Regexp(_PRICE, error="must be PRICE or SYSTEM=PRICE, PRICE a number > 0"),
+            validate=validate.Regexp(
+                _PRICE, error="{input} is not a price: expected PRICE or SYSTEM=PRICE, PRICE a number > 0"
+            ),
             metadata={"pattern": PRICE_PATTERN},
         ),
         "prices per hour for rows recorded without one (docs/cost.md): PRICE for every system, or "
