@@ -124,8 +124,9 @@ def test_asking_for_threads_runs_with_that_many(env_with_mxnet: dict[str, str]) 
     wanted = (os.cpu_count() or 1) // 2 + 1  # never MXNet's own default here
     # When a run asks for that many
     done = mlscope(env, "run", "resnet18", "-f", "mxnet", "--threads", str(wanted), "--json", *FAST)
-    # Then the process runner started the predictor with that count, and the result says so
-    assert done.returncode == 0, done.stderr
+    # Then the process runner started the predictor with that count, and the result says so (exit 3:
+    # it succeeded but a point is not valid on a busy machine, which is not what this tests)
+    assert done.returncode in (0, 3), done.stderr
     (result,) = json_lines(done.stdout)
     assert result["status"] == "succeeded", result["error"]
     assert result["framework"]["threads"] == wanted
