@@ -97,22 +97,12 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def compose() -> str:
+def compose(docker_engine: Any) -> str:
     """docker-compose's path, once the engine answers and has the stack's images."""
-    from mlscope.contract.errors import UserError
-    from mlscope.workers.images import docker_client
-
     compose = shutil.which("docker-compose")
     if compose is None:
         _unavailable("docker-compose is not installed: run `bash ops/ci/compose.sh`")
-    try:
-        client = docker_client()
-    except UserError as exc:
-        _unavailable(str(exc))
-    try:
-        missing = [name for name in IMAGES if not client.images.list(name=name)]
-    finally:
-        client.close()
+    missing = [name for name in IMAGES if not docker_engine.images.list(name=name)]
     if missing:
         _unavailable(f"no image {', '.join(missing)}: run `bash ops/ci/compose.sh`")
     assert compose is not None
