@@ -18,8 +18,13 @@ __all__ = ["bricks"]
 
 @click.command()
 @click.argument("refs", nargs=-1, required=True, metavar="REF...")
-@click.option("-f", "--framework", default="onnxruntime", show_default=True,
-              help="The framework whose graph is decomposed (only onnxruntime for now).")  # fmt: skip
+@click.option(
+    "-f",
+    "--framework",
+    default="onnxruntime",
+    show_default=True,
+    help="The framework whose graph is decomposed (only onnxruntime for now).",
+)
 @click.option("--threads", type=int, help="Intra-op threads of every measurement [default: ORT's].")
 @click.option(
     "--runner",
@@ -29,7 +34,9 @@ __all__ = ["bricks"]
 )
 @click.option("--min-seconds", type=float, help="Measure each whole model at least this long [default: 2].")
 @click.option("--max-seconds", type=float, help="Stop each whole model after this long [default: 60].")
-@click.option("--min-count", type=int, help="Measure each whole model at least this many times [default: 30].")
+@click.option(
+    "--min-count", type=int, help="Measure each whole model at least this many times [default: 30]."
+)
 @json_flag("Print one JSON object per model, then a summary object.")
 def bricks(
     refs: tuple[str, ...],
@@ -46,11 +53,15 @@ def bricks(
     Every unique layer is measured once per system and framework version, and stored: a later model
     that shares it reuses the stored result.
     """
-    from mlscope.workers.bricks import BrickBench, summary
+    from mlscope.cli.bricks_pipeline import BrickBench, summary
 
     measure = {
         name: value
-        for name, value in (("min_seconds", min_seconds), ("max_seconds", max_seconds), ("min_count", min_count))
+        for name, value in (
+            ("min_seconds", min_seconds),
+            ("max_seconds", max_seconds),
+            ("min_count", min_count),
+        )
         if value is not None
     }
     quiet = as_json or not sys.stderr.isatty()
@@ -66,6 +77,8 @@ def bricks(
         framework=framework,
         note=note,
     )
+    for ref in refs:  # every REF resolved before the first is measured: a typo costs no run
+        bench.runs.admit(ref)
     reports = [bench.report(ref) for ref in refs]
     total = summary(reports)
     if as_json:
@@ -121,11 +134,15 @@ def _print_human(reports: list[dict[str, Any]], total: dict[str, Any]) -> None:
                 console.print(f"  {escape(layer['layer'])} ({layer['op_type']}): {escape(layer['reason'])}")
         if report.get("error"):
             error = report["error"]
-            console.print(f"[red]{escape(report['model'])} failed[/red]: {error.get('type')}: {error.get('message')}")
+            console.print(
+                f"[red]{escape(report['model'])} failed[/red]: {error.get('type')}: {error.get('message')}"
+            )
     median = total["median_abs_error_pct"]
     ratio = total["time_ratio_whole_to_bricks"]
+    seconds = total["seconds"]
     console.print(
         f"{total['estimated']} of {total['models']} models estimated; median |error| "
-        f"{'-' if median is None else f'{median:.1f}%'}; benchmarking time: bricks {total['seconds']['bricks']:.1f} s, "
-        f"whole models {total['seconds']['whole']:.1f} s (whole/bricks {'-' if ratio is None else f'{ratio:.2f}x'})"
+        f"{'-' if median is None else f'{median:.1f}%'}; "
+        f"benchmarking time: bricks {seconds['bricks']:.1f} s, whole models {seconds['whole']:.1f} s "
+        f"(whole/bricks {'-' if ratio is None else f'{ratio:.2f}x'})"
     )

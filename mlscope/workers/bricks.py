@@ -1,54 +1,38 @@
-"""`mlscope bricks`'s pipeline: a model's layers measured as bricks (those the store does not hold yet
-for this system and framework version), the model measured whole, and the two set side by side.
+"""Measuring bricks and whole models for `mlscope bricks`: a brick is an ordinary evaluation of a
+one-node ONNX file, stored like any result, so a later model (or a later run) reuses it.
 
-    REF ─ admit (resolves the manifest) ─▶ the ONNX graph ─▶ decompose (analysis.bricks)
-        ─▶ each unique brick: stored result for (name, framework, version, system)? else write
-           <cache>/bricks/<key>/brick-<key[:16]>.onnx and evaluate it like any .onnx reference
-        ─▶ the model whole, the ordinary way ─▶ compose: estimate, interval, bounds, overhead
+    brick name ─ stored for (name, framework, framework version, system)? ─▶ reuse it
+               └ else write <cache>/bricks/<key>/<name>.onnx ─▶ evaluate it inline, single_stream
+    model REF ─▶ evaluated the ordinary way (single_stream, batch 1), timed
 
-Bricks are ordinary evaluations in the store, so a later model (or a later run) reuses them. A model
-whose graph cannot be decomposed (control flow, an op whose brick fails to build or run) is still
-measured whole; its report says which layers and why, and has no estimate.
+What a brick is and how a model is cut into them is `mlscope.analysis.bricks`'s; the pipeline that
+joins the two is the verb's (`mlscope.cli.bricks_pipeline`): this layer and analysis may not import
+each other.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from mlscope.analysis.bricks import (
-    BrickPlan,
-    BrickTime,
-    NotABrick,
-    brick_model,
-    brick_name,
-    compose,
-    decompose,
-    identity_plan,
-    plan_bricks,
-)
 from mlscope.contract.errors import UserError
+from mlscope.contract.manifest import Manifest
 from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.frameworks import get_framework, installed_version
-from mlscope.runtime.predictors.inputs import synthetic_batch
 from mlscope.runtime.predictors.onnxruntime.export import onnx_graph
 from mlscope.runtime.system import capture_system, system_id
 from mlscope.store import open_store
 from mlscope.workers.local import admit_all, evaluate_here
 
-__all__ = ["BRICK_MEASURE", "FRAMEWORKS", "BrickBench", "summary"]
+__all__ = ["BRICK_MEASURE", "FRAMEWORKS", "BrickResult", "BrickRuns", "brick_files", "single_stream"]
 
 # The frameworks whose graphs can be cut into bricks: ONNX Runtime's, an ONNX graph it optimises.
 FRAMEWORKS = ("onnxruntime",)
-# Short measurements: a brick is one op, and thousands of its runs take no longer than a few of the
-# model's; the stopping rule still asks for a median known to ±5%.
+# Short measurements: a brick is one op; the stopping rule still asks for a median known to ±5%.
 BRICK_MEASURE = {
     "warmup_count": 5,
     "warmup_seconds": 0.0,
@@ -59,38 +43,51 @@ BRICK_MEASURE = {
     "bootstrap_resamples": 500,
 }
 
-Note = Callable[[str], None]
 
+@dataclass(frozen=True)
+class BrickResult:
+    """A brick's stored single_stream measurement: median and its confidence interval, ms."""
 
-@dataclass
-class _Measured:
-    time: BrickTime
+    median_ms: float
+    ci_ms: tuple[float, float]
     evaluation_id: str
     measured_now: bool
 
 
+def single_stream(result: Mapping[str, Any], batch_size: int) -> dict[str, Any] | None:
+    """The result's single_stream measurement at `batch_size`, if it has one."""
+    for measurement in result.get("measurements") or ():
+        if measurement.get("scenario") == "single_stream" and measurement.get("batch_size") == batch_size:
+            return dict(measurement)
+    return None
+
+
+def _brick_result(result: Mapping[str, Any], batch_size: int, measured_now: bool) -> BrickResult | None:
+    measurement = single_stream(result, batch_size)
+    if measurement is None:
+        return None
+    latency = measurement["latency_ms"]
+    ci = latency.get("median_ci") or [latency["median"], latency["median"]]
+    return BrickResult(float(latency["median"]), (float(ci[0]), float(ci[1])), result["id"], measured_now)
+
+
 @dataclass
-class BrickBench:
-    """Measures models as bricks and whole on this machine, into the settings' store.
+class BrickRuns:
+    """Bricks and models measured on this machine, into the settings' store.
 
     Attributes:
-        whole: the request fields of the whole-model measurement (measure, options, runner, ...).
-        threads: intra-op threads of both measurements (None: ONNX Runtime's default); part of a
-            brick's key, as is the optimisation level.
+        threads: intra-op threads of every measurement (None: ONNX Runtime's default).
         brick_measure: the bricks' measure settings.
-        note: told of progress, one line at a time.
+
+    Raises (on construction):
+        UserError: a framework bricks cannot be made for (naming it and what is supported), or one
+            not installed here.
     """
 
     settings: Settings
-    whole: Mapping[str, Any]
-    threads: int | None = None
-    level: str = "all"
-    brick_measure: Mapping[str, Any] = field(default_factory=lambda: dict(BRICK_MEASURE))
-    note: Note = lambda line: None  # noqa: E731
     framework: str = "onnxruntime"
-    _registry: ModelRegistry | None = None
-    _system: str | None = None
-    _call: _Measured | None = None
+    threads: int | None = None
+    brick_measure: Mapping[str, Any] = field(default_factory=lambda: dict(BRICK_MEASURE))
 
     def __post_init__(self) -> None:
         if self.framework not in FRAMEWORKS:
@@ -99,39 +96,59 @@ class BrickBench:
                 f"{', '.join(FRAMEWORKS)} is supported for now (its graph is an ONNX graph ORT optimises)",
                 field="framework",
             )
-        self.version = installed_version(get_framework(self.framework))
-        if self.version is None:
+        version = installed_version(get_framework(self.framework))
+        if version is None:
             raise UserError(f"{self.framework} is not installed here", field="framework")
-        self._registry = ModelRegistry.load(self.settings.manifests)
+        self.version: str = version
+        self.registry = ModelRegistry.load(self.settings.manifests)
         system = capture_system()
         if self.settings.instance_type:
             system["instance_type"] = self.settings.instance_type
-        self._system = system_id(system)
+        self.system_id = system_id(system)
 
-    @property
-    def execution(self) -> dict[str, Any]:
-        return {"threads": self.threads, "level": self.level, "framework": self.framework}
+    def _options(self, **more: Any) -> dict[str, Any]:
+        return {**more, **({"threads": self.threads} if self.threads else {})}
 
-    # -- measuring ---------------------------------------------------------------------------------
+    def admit(self, ref: str) -> Manifest:
+        """The manifest `ref` resolves to for this framework.
 
-    def _stored(self, name: str, batch_size: int) -> _Measured | None:
+        Raises:
+            UserError: `ref` names no model this framework can run.
+        """
+        document = {"batch_sizes": [1]}
+        return admit_all(ref, [self.framework], document, settings=self.settings, registry=self.registry)[
+            0
+        ].manifest
+
+    def resolve(self, ref: str) -> tuple[Manifest, Path]:
+        """The manifest `ref` resolves to, and its ONNX graph (exported on first use).
+
+        Raises:
+            UserError: `ref` names no model this framework can run.
+            PredictorError: the export failed.
+        """
+        manifest = self.admit(ref)
+        return manifest, onnx_graph(manifest, self.settings.cache_dir)
+
+    def stored(self, name: str, batch_size: int) -> BrickResult | None:
         """The newest stored result of brick `name` on this system and framework version."""
         with open_store(self.settings.store_url) as store:
             rows = store.list_evaluations(
-                model=name, framework=self.framework, system_id=self._system, status="succeeded", limit=20
+                model=name, framework=self.framework, system_id=self.system_id, status="succeeded", limit=20
             )
         for row in rows:
-            if (row.get("framework") or {}).get("version") != self.version:
-                continue
-            found = _brick_time(row, batch_size)
-            if found is not None:
-                return _Measured(found, row["id"], measured_now=False)
+            if (row.get("framework") or {}).get("version") == self.version:
+                found = _brick_result(row, batch_size, measured_now=False)
+                if found is not None:
+                    return found
         return None
 
-    def _measure_brick(self, key: str, model: Any, batch_size: int) -> tuple[_Measured | None, str | None]:
-        """The brick's stored result, or a new one measured now; (None, why) when its run failed."""
-        name = brick_name(key)
-        stored = self._stored(name, batch_size)
+    def brick(
+        self, key: str, name: str, model: Any, batch_size: int
+    ) -> tuple[BrickResult | None, str | None]:
+        """Brick `name`'s stored result, or one measured now from `model` (an onnx ModelProto);
+        (None, why) when it failed."""
+        stored = self.stored(name, batch_size)
         if stored is not None:
             return stored, None
         import onnx
@@ -149,182 +166,37 @@ class BrickBench:
             "device": "cpu",
             "measure": dict(self.brick_measure),
             # The brick is a node of the optimised graph already: optimising it again could change it.
-            "options": {"graph_optimization_level": "disable", **self._threads()},
+            "options": self._options(graph_optimization_level="disable"),
         }
         try:
-            admitted = admit_all(str(path), [self.framework], document, settings=self.settings,
-                                 registry=self._registry)  # fmt: skip
+            admitted = admit_all(
+                str(path), [self.framework], document, settings=self.settings, registry=self.registry
+            )
         except UserError as exc:
             return None, exc.message
-        result = evaluate_here(str(path), [self.framework], document, settings=self.settings, admitted=admitted)[0]
-        if result["status"] != "succeeded":
-            error = result.get("error") or {}
+        result = evaluate_here(
+            str(path), [self.framework], document, settings=self.settings, admitted=admitted
+        )
+        if result[0]["status"] != "succeeded":
+            error = result[0].get("error") or {}
             return None, f"{error.get('type')}: {str(error.get('message'))[:160]}"
-        found = _brick_time(result, batch_size)
-        if found is None:
-            return None, "no single_stream measurement"
-        return _Measured(found, result["id"], measured_now=True), None
+        found = _brick_result(result[0], batch_size, measured_now=True)
+        return (found, None) if found is not None else (None, "no single_stream measurement")
 
-    def _threads(self) -> dict[str, Any]:
-        return {"threads": self.threads} if self.threads else {}
-
-    def call_cost(self) -> _Measured:
-        """The calibration brick's result: one session run that does nothing, on this machine."""
-        if self._call is None:
-            key, model = identity_plan(self.execution)
-            measured, why = self._measure_brick(key, model, 1)
-            if measured is None:
-                raise RuntimeError(f"the calibration brick failed: {why}")
-            self._call = measured
-        return self._call
-
-    def measure_whole(self, ref: str) -> tuple[dict[str, Any], float]:
-        """The model measured the ordinary way (single_stream, batch 1), and the seconds it took."""
+    def whole(self, ref: str, fields: Mapping[str, Any]) -> tuple[dict[str, Any], float]:
+        """Model `ref` measured the ordinary way (single_stream, batch 1) with the request `fields`
+        (runner, measure, ...), and the seconds that took."""
         document = {
-            **self.whole,
+            **fields,
             "batch_sizes": [1],
             "scenarios": ["single_stream"],
-            "options": {**(self.whole.get("options") or {}), **self._threads()},
+            "options": self._options(**(fields.get("options") or {})),
         }
         started = time.perf_counter()
         result = evaluate_here(ref, [self.framework], document, settings=self.settings)[0]
         return result, time.perf_counter() - started
 
-    # -- one model ---------------------------------------------------------------------------------
-
-    def report(self, ref: str) -> dict[str, Any]:
-        """Estimate vs measured for model `ref` (one JSON object of `mlscope bricks --json`).
-
-        Raises:
-            UserError: `ref` names no model this framework can run.
-        """
-        assert self._registry is not None
-        admitted = admit_all(ref, [self.framework], {"batch_sizes": [1]}, settings=self.settings,
-                             registry=self._registry)[0]  # fmt: skip
-        manifest = admitted.manifest
-        call = self.call_cost()
-        report: dict[str, Any] = {"model": ref, "framework": {"name": self.framework, "version": self.version}}
-        self.note(f"{ref}: decomposing")
-        started = time.perf_counter()
-        fallback: dict[str, Any] | None = None
-        plans: list[BrickPlan | NotABrick] = []
-        graph = None
-        try:
-            source = onnx_graph(manifest, self.settings.cache_dir)
-            feeds = synthetic_batch(manifest, 1, np.random.default_rng(0))
-            level_dir = f"{manifest.sha256[:16]}-{self.level}-t{self.threads or 0}"
-            graph = decompose(source, feeds, self.settings.cache_dir / "bricks" / "graphs" / level_dir,
-                              level=self.level, threads=self.threads)  # fmt: skip
-            plans = plan_bricks(graph, execution=self.execution)
-        except Exception as exc:  # an exporter's or ORT's failure: still measured whole
-            fallback = {"reason": f"the graph cannot be decomposed: {type(exc).__name__}: {exc}"[:300],
-                        "layers": []}  # fmt: skip
-        decompose_s = time.perf_counter() - started
-        blocking = [plan for plan in plans if isinstance(plan, NotABrick) and not plan.zero_cost]
-        if fallback is None and blocking:
-            fallback = _fallback(blocking)
-        times: dict[str, BrickTime] = {}
-        bricks_s, measured_now, reused = 0.0, 0, 0
-        if fallback is None:
-            unique = {plan.key: plan for plan in plans if isinstance(plan, BrickPlan)}
-            failed: list[NotABrick] = []
-            for number, (key, plan) in enumerate(unique.items(), start=1):
-                assert graph is not None
-                self.note(f"{ref}: brick {number}/{len(unique)} {plan.layer.op_type}")
-                began = time.perf_counter()
-                try:
-                    measured, why = self._measure_brick(key, brick_model(plan, graph), plan.batch_size)
-                except Exception as exc:  # the brick model cannot be built
-                    measured, why = None, f"{type(exc).__name__}: {exc}"[:200]
-                if measured is None or measured.measured_now:
-                    bricks_s += time.perf_counter() - began
-                if measured is None:
-                    failed.append(NotABrick(plan.layer.name, plan.layer.op_type, f"its brick failed: {why}"))
-                    continue
-                times[key] = measured.time
-                measured_now += measured.measured_now
-                reused += not measured.measured_now
-            if failed:
-                fallback = _fallback(failed)
-        self.note(f"{ref}: measuring whole")
-        whole, whole_s = self.measure_whole(ref)
-        measured_ms = _median(whole, 1)
-        layers = [plan.key if isinstance(plan, BrickPlan) else None for plan in plans]
-        report.update(
-            layers=len(plans),
-            bricks={"total": sum(key is not None for key in layers), "unique": len({k for k in layers if k}),
-                    "reused": reused, "measured_now": measured_now},  # fmt: skip
-            seconds={"bricks": round(bricks_s, 3), "whole": round(whole_s, 3), "decompose": round(decompose_s, 3)},
-            measured_ms=measured_ms,
-            evaluation_id=whole["id"],
-            call_ms=call.time.median_ms,
-        )
-        if whole["status"] != "succeeded":
-            report["error"] = whole.get("error")
-        if fallback is not None:
-            report.update(estimate_ms=None, estimate_ci=None, error_pct=None, bounds=None, overhead_ms=None,
-                          fallback=fallback)  # fmt: skip
-            return report
-        assert graph is not None
-        composition = compose(layers, times, graph.edges(), call.time)
-        report.update(
-            estimate_ms=composition.estimate_ms,
-            estimate_ci=list(composition.estimate_ci),
-            error_pct=None if not measured_ms else 100 * (composition.estimate_ms - measured_ms) / measured_ms,
-            bounds={"sequential_ms": composition.sequential_ms, "critical_path_ms": composition.critical_path_ms},
-            overhead_ms=None if measured_ms is None else measured_ms - composition.sequential_ms,
-            zero_cost_layers=sum(isinstance(plan, NotABrick) for plan in plans),
-            notes=sorted({note for plan in plans if isinstance(plan, BrickPlan) for note in plan.notes})[:10],
-        )
-        return report
-
-
-def _fallback(layers: list[NotABrick]) -> dict[str, Any]:
-    reasons = sorted({layer.reason for layer in layers})
-    return {
-        "reason": f"{len(layers)} layer(s) cannot be bricks, so the model is measured whole only: {reasons[0]}"
-        + (f" (and {len(reasons) - 1} other reason(s))" if len(reasons) > 1 else ""),
-        "layers": [{"layer": layer.layer, "op_type": layer.op_type, "reason": layer.reason} for layer in layers],
-    }
-
-
-def _measurement(result: Mapping[str, Any], batch_size: int) -> dict[str, Any] | None:
-    for measurement in result.get("measurements") or ():
-        if measurement.get("scenario") == "single_stream" and measurement.get("batch_size") == batch_size:
-            return dict(measurement)
-    return None
-
-
-def _median(result: Mapping[str, Any], batch_size: int) -> float | None:
-    measurement = _measurement(result, batch_size)
-    return None if measurement is None else float(measurement["latency_ms"]["median"])
-
-
-def _brick_time(result: Mapping[str, Any], batch_size: int) -> BrickTime | None:
-    measurement = _measurement(result, batch_size)
-    if measurement is None:
-        return None
-    latency = measurement["latency_ms"]
-    ci = latency.get("median_ci") or [latency["median"], latency["median"]]
-    return BrickTime(float(latency["median"]), (float(ci[0]), float(ci[1])))
-
-
-def summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
-    """The run's summary: the median |error| of the models with an estimate, and the seconds spent
-    measuring bricks against measuring every model whole."""
-    errors = [abs(r["error_pct"]) for r in reports if r.get("error_pct") is not None]
-    bricks_s = sum(r["seconds"]["bricks"] for r in reports)
-    whole_s = sum(r["seconds"]["whole"] for r in reports)
-    return {
-        "summary": True,
-        "models": len(reports),
-        "estimated": len(errors),
-        "median_abs_error_pct": statistics.median(errors) if errors else None,
-        "seconds": {"bricks": round(bricks_s, 3), "whole": round(whole_s, 3)},
-        "time_ratio_whole_to_bricks": whole_s / bricks_s if bricks_s > 0 else None,
-    }
-
 
 def brick_files(cache_dir: Path) -> list[Path]:
-    """The brick models written so far (for tests and clean-up)."""
+    """The brick models written so far."""
     return sorted((cache_dir / "bricks").glob("*/brick-*.onnx"))

@@ -11,16 +11,17 @@ from pathlib import Path
 
 import pytest
 
+from mlscope.cli.bricks_pipeline import BrickBench
 from mlscope.contract.settings import load_settings
 from mlscope.store import open_store
-from mlscope.workers.bricks import BrickBench, brick_files
+from mlscope.workers.bricks import brick_files
 from tests.fixtures.brick_graphs import mlp, with_control_flow
 
 pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.slow
 
-WHOLE = {"runner": "inline", "device": "cpu",
-         "measure": {"warmup_count": 20, "warmup_seconds": 0.0, "min_count": 200, "min_seconds": 0.5, "max_seconds": 3}}  # fmt: skip
+QUICK = {"warmup_count": 20, "warmup_seconds": 0.0, "min_count": 200, "min_seconds": 0.5, "max_seconds": 3}
+WHOLE = {"runner": "inline", "device": "cpu", "measure": QUICK}
 # The composed estimate of the MLP below (about 1 ms) is within this of its measured median on this
 # machine; the benchmark (benchmarks/bricks.py) reports the error of real models.
 TOLERANCE = 0.25
@@ -42,14 +43,14 @@ def test_bricks_shared_by_two_models_are_measured_once(mlscope_env: dict[str, st
     assert report_a["bricks"]["measured_now"] == report_a["bricks"]["unique"] > 0
     assert report_b["bricks"]["reused"] >= 1
     assert report_b["bricks"]["measured_now"] == report_b["bricks"]["unique"] - report_b["bricks"]["reused"]
-    # and the store holds each unique brick's result once (plus the calibration brick)
+    # and the store holds each unique brick's result once (plus the two calibration bricks)
     unique = report_a["bricks"]["unique"] + report_b["bricks"]["measured_now"]
     files = brick_files(load_settings().cache_dir)
     with open_store(load_settings().store_url) as store:
         stored = [
             e for path in files for e in store.list_evaluations(model=path.stem, status="succeeded", limit=5)
         ]
-    assert len(stored) == len(files) == unique + 1
+    assert len(stored) == len(files) == unique + 2
 
 
 def test_the_composed_estimate_is_close_and_the_critical_path_under_the_measured(

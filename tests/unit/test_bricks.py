@@ -19,7 +19,7 @@ from mlscope.analysis.bricks import (
     plan_bricks,
 )
 from mlscope.cli import main
-from tests.fixtures.brick_graphs import branchy, mlp, reshaping, with_control_flow
+from tests.fixtures.brick_graphs import branchy, flattening, mlp, reshaping, with_control_flow
 
 pytest.importorskip("onnxruntime")
 
@@ -27,7 +27,7 @@ EXECUTION = {"threads": 1, "level": "all", "framework": "onnxruntime"}
 
 
 def _plans(path: Path, tmp_path: Path, width: int) -> list[BrickPlan | NotABrick]:
-    feeds = {"x": np.ones((1, width), np.float32)}
+    feeds = {"x": np.ones((1, width) if "flat" not in path.stem else (1, width, 4, 4), np.float32)}
     graph = decompose(path, feeds, tmp_path / f"work-{path.stem}")
     return plan_bricks(graph, execution=EXECUTION)
 
@@ -95,6 +95,18 @@ def test_control_flow_is_named_as_not_a_brick(tmp_path: Path) -> None:
     blocking = [p for p in plans if isinstance(p, NotABrick) and not p.zero_cost]
     assert [p.op_type for p in blocking] == ["If"]
     assert "control flow" in blocking[0].reason
+
+
+def test_shape_arithmetic_of_a_dynamic_batch_is_dispatch_only_not_bricks(tmp_path: Path) -> None:
+    # Given a graph that flattens with a shape computed at run time (its batch axis is dynamic)
+    plans = _plans(flattening(tmp_path / "flat.onnx"), tmp_path, 8)
+    by_op = {plan.layer.op_type if isinstance(plan, BrickPlan) else plan.op_type: plan for plan in plans}
+    # Then the shape computation is costed as node dispatches, not measured as bricks, and does not
+    # block the estimate; the Reshape and the Relu (data) are bricks
+    shape_ops = [p for p in plans if isinstance(p, NotABrick)]
+    assert shape_ops and all(p.zero_cost and p.dispatch_only for p in shape_ops)
+    assert isinstance(by_op["Relu"], BrickPlan)
+    assert not any(isinstance(p, BrickPlan) and p.layer.op_type in ("Shape", "Gather", "Concat") for p in plans)
 
 
 def test_the_critical_path_of_a_diamond_is_its_heavier_branch() -> None:

@@ -17,13 +17,14 @@ brick (control flow, a constant, an integer input too large to embed) is reporte
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from mlscope.analysis.bricks.graph import CONTROL_FLOW, Layer, LayerGraph
+from mlscope.analysis.bricks.graph import CONTROL_FLOW, SMALL, Layer, LayerGraph
 
 __all__ = [
     "BRICK_PREFIX",
@@ -43,13 +44,15 @@ _FEED = "brick_feed"
 
 @dataclass(frozen=True)
 class NotABrick:
-    """A layer that is not measured as a brick. zero_cost: it costs nothing at run time (a constant
-    ORT folds at load) rather than making the model undecomposable."""
+    """A layer that is not measured as a brick. zero_cost: it does not make the model undecomposable:
+    a constant ORT folds at load (costs nothing), or shape arithmetic on tiny tensors (dispatch_only:
+    costs one node dispatch, calibrated once rather than measured as hundreds of bricks)."""
 
     layer: str
     op_type: str
     reason: str
     zero_cost: bool = False
+    dispatch_only: bool = False
 
 
 @dataclass
@@ -106,7 +109,7 @@ def _input_document(fact: Any, graph: LayerGraph, batch: int | None) -> tuple[di
         return {"kind": "absent"}, "absent"
     kind = np.dtype(fact.dtype).kind if fact.dtype else "?"
     entry: dict[str, Any] = {"kind": fact.kind, "dtype": fact.dtype, "shape": list(fact.shape)}
-    if kind in "iub":
+    if kind in "iub" or (len(fact.shape) < 2 and fact.name in graph.values):
         array = graph.values.get(fact.name)
         if array is None and fact.name in graph.initializers:
             from onnx import numpy_helper
@@ -116,14 +119,41 @@ def _input_document(fact: Any, graph: LayerGraph, batch: int | None) -> tuple[di
             raise ValueError(f"integer input {fact.name!r} ({fact.shape}) is too large to embed its values")
         entry["values"] = _digest(array) if array.size > 64 else array.ravel().tolist()
         return entry, "value"
-    if fact.kind == "activation" and batch is not None and fact.shape and fact.shape[0] == batch:
+    if fact.kind == "activation" and batch is not None and len(fact.shape) >= 2 and fact.shape[0] == batch:
         return entry, "feed"
     return entry, "random"
 
 
+def _size(shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape)) if shape else 1
+
+
+def _shape_arithmetic(layer: Layer, graph: LayerGraph) -> bool:
+    """Whether the layer only computes on tiny tensors (Shape, Gather of a dimension, Concat of
+    sizes, ...): its cost is ORT's per-node dispatch, whatever its inputs."""
+    facts = [graph.facts.get(output) for output in layer.outputs if output]
+    if not facts or any(fact is None or _size(fact[1]) > SMALL for fact in facts):
+        return False
+    # Shapes and sizes are integers, or float scalars and vectors (TF-style padding arithmetic): a
+    # float output with a batch axis is data, however small.
+    if not all(np.dtype(dtype).kind in "iub" or len(shape) < 2 for dtype, shape in facts if dtype):
+        return False
+    return all(
+        fact.kind != "activation"
+        or (fact.dtype != "" and _size(fact.shape) <= SMALL)
+        or layer.op_type == "Shape"
+        for fact in layer.inputs
+    )
+
+
 def _batch(layer: Layer) -> int | None:
     for fact in layer.inputs:
-        if fact.kind == "activation" and fact.dtype and np.dtype(fact.dtype).kind == "f" and fact.shape:
+        if (
+            fact.kind == "activation"
+            and fact.dtype
+            and np.dtype(fact.dtype).kind == "f"
+            and len(fact.shape) >= 2
+        ):
             return fact.shape[0]
     return None
 
@@ -139,6 +169,14 @@ def plan_brick(layer: Layer, graph: LayerGraph, *, execution: dict[str, Any]) ->
         return NotABrick(layer.name, layer.op_type, reason)
     if not any(fact.kind == "activation" for fact in layer.inputs):
         return NotABrick(layer.name, layer.op_type, "constant: every input is an initializer", zero_cost=True)
+    if _shape_arithmetic(layer, graph):
+        return NotABrick(
+            layer.name,
+            layer.op_type,
+            "shape arithmetic on tiny tensors: one node dispatch",
+            zero_cost=True,
+            dispatch_only=True,
+        )
     batch = _batch(layer)
     inputs, notes = [], []
     try:
@@ -220,15 +258,20 @@ def brick_model(plan: BrickPlan, graph: LayerGraph) -> Any:
     return model
 
 
-def identity_plan(execution: dict[str, Any], opset: int = 17) -> tuple[str, Any]:
-    """The calibration brick: Identity on a float32[1, 1], whose latency is one session run's cost
-    and nothing else. Returns its key and model."""
+def identity_plan(execution: dict[str, Any], opset: int = 17, chain: int = 1) -> tuple[str, Any]:
+    """A calibration brick on a float32[1, 1]. chain 1: one Identity, whose latency is one session
+    run's cost and nothing else; chain n: n Adds one after another, whose difference with the one
+    Identity is what n - 1 more nodes cost to dispatch (a kernel call on a tiny tensor: what shape
+    arithmetic costs). Returns its key and model."""
     from onnx import helper
 
-    document = {"op_type": "Identity", "calibration": True, "execution": execution}
+    document = {"op_type": "Identity" if chain == 1 else "Add", "calibration": True, "chain": chain, "execution": execution}
     key = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+    names = ["x", *(f"t{index}" for index in range(1, chain)), "y"]
     body = helper.make_graph(
-        [helper.make_node("Identity", ["x"], ["y"])],
+        [helper.make_node("Identity", ["x"], ["y"])]
+        if chain == 1
+        else [helper.make_node("Add", [a, a], [b]) for a, b in itertools.pairwise(names)],
         brick_name(key),
         [helper.make_tensor_value_info("x", 1, [1, 1])],
         [helper.make_tensor_value_info("y", 1, [1, 1])],

@@ -80,21 +80,27 @@ def critical_path(weights: Sequence[float], edges: Sequence[tuple[int, int]]) ->
 
 
 def compose(
-    layer_bricks: Sequence[str | None],
+    layer_bricks: Sequence[str | float | None],
     times: Mapping[str, BrickTime],
     edges: Sequence[tuple[int, int]],
     call: BrickTime,
     confidence: float = 0.95,
 ) -> Composition:
-    """The estimate and bounds of a model whose i-th layer is brick `layer_bricks[i]` (None: a layer
-    that costs nothing), from the bricks' `times` and the calibrated `call` cost."""
+    """The estimate and bounds of a model whose i-th layer is brick `layer_bricks[i]` (a float: a
+    layer of that fixed cost in ms, such as one node dispatch; None: one that costs nothing), from
+    the bricks' `times` and the calibrated `call` cost."""
     layer_ms = [
-        0.0 if key is None else max(times[key].median_ms - call.median_ms, 0.0) for key in layer_bricks
+        key
+        if isinstance(key, float)
+        else 0.0
+        if key is None
+        else max(times[key].median_ms - call.median_ms, 0.0)
+        for key in layer_bricks
     ]
-    runs = sum(key is not None for key in layer_bricks)
+    runs = sum(isinstance(key, str) for key in layer_bricks)
     sequential = math.fsum(layer_ms)
     estimate = sequential + call.median_ms
-    uses = Counter(key for key in layer_bricks if key is not None)
+    uses = Counter(key for key in layer_bricks if isinstance(key, str))
     variance = math.fsum((count * times[key].stderr_ms) ** 2 for key, count in uses.items())
     variance += (max(runs - 1, 0) * call.stderr_ms) ** 2
     half = NormalDist().inv_cdf(0.5 + confidence / 2) * math.sqrt(variance)
