@@ -61,10 +61,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads of every measurement")
     parser.add_argument("--limit", type=int, help="only the first N models")
     parser.add_argument("--json", dest="json_file", help="also write every report to this file")
+    parser.add_argument(
+        "--store", help="a store URL to keep (and reuse) the bricks in [default: a fresh one]"
+    )
     args = parser.parse_args()
     refs = (args.refs or MODELS)[: args.limit]
     with tempfile.TemporaryDirectory(prefix="mlscope-bricks-bench-") as folder:
-        settings = replace(load_settings(), store_url=f"sqlite:///{Path(folder) / 'store.db'}")
+        settings = replace(load_settings(), store_url=args.store or f"sqlite:///{Path(folder) / 'store.db'}")
         bench = BrickBench(settings, whole={"runner": "process", "device": "cpu"}, threads=args.threads)
         print(
             f"ONNX Runtime {bench.version}, threads {args.threads}, {len(refs)} models; ms, batch 1",

@@ -218,7 +218,7 @@ class BrickBench:
         if fallback is not None or graph is None:
             report["fallback"] = fallback
             return report
-        composition = compose(layers, done.times, graph.edges(), _time(call))
+        composition = compose(layers, done.times, graph.edges(), _time(call), dispatch_ms=dispatch)
         report.update(
             estimate_ms=composition.estimate_ms,
             estimate_ci=list(composition.estimate_ci),

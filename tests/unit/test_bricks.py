@@ -106,7 +106,9 @@ def test_shape_arithmetic_of_a_dynamic_batch_is_dispatch_only_not_bricks(tmp_pat
     shape_ops = [p for p in plans if isinstance(p, NotABrick)]
     assert shape_ops and all(p.zero_cost and p.dispatch_only for p in shape_ops)
     assert isinstance(by_op["Relu"], BrickPlan)
-    assert not any(isinstance(p, BrickPlan) and p.layer.op_type in ("Shape", "Gather", "Concat") for p in plans)
+    assert not any(
+        isinstance(p, BrickPlan) and p.layer.op_type in ("Shape", "Gather", "Concat") for p in plans
+    )
 
 
 def test_the_critical_path_of_a_diamond_is_its_heavier_branch() -> None:
@@ -146,6 +148,17 @@ def test_the_composition_subtracts_the_call_cost_per_brick_run_and_pays_it_once(
     low, high = result.estimate_ci
     half = 1.96 * 2 * (0.2 / (2 * 1.96))
     assert low == pytest.approx(4.1 - half, rel=1e-3) and high == pytest.approx(4.1 + half, rel=1e-3)
+
+
+def test_a_layer_keeps_its_own_dispatch_when_the_run_cost_is_subtracted() -> None:
+    # Given a run cost of 0.1 ms measured with one Identity node in it, whose dispatch is 0.02 ms
+    times = {"a": BrickTime(1.1, (1.1, 1.1))}
+    call = BrickTime(0.1, (0.1, 0.1))
+    # When a chain of the brick twice and a shape-arithmetic layer (one dispatch) is composed
+    result = compose(["a", "a", 0.02], times, [(0, 1), (1, 2)], call, dispatch_ms=0.02)
+    # Then each layer is its brick less the bare run (0.08 ms), and the model pays the bare run once
+    assert result.layer_ms == pytest.approx([1.02, 1.02, 0.02])
+    assert result.estimate_ms == pytest.approx(2.06 + 0.08)
 
 
 def test_an_unknown_framework_exits_2_naming_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -265,7 +265,12 @@ def identity_plan(execution: dict[str, Any], opset: int = 17, chain: int = 1) ->
     arithmetic costs). Returns its key and model."""
     from onnx import helper
 
-    document = {"op_type": "Identity" if chain == 1 else "Add", "calibration": True, "chain": chain, "execution": execution}
+    document = {
+        "op_type": "Identity" if chain == 1 else "Add",
+        "calibration": True,
+        "chain": chain,
+        "execution": execution,
+    }
     key = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
     names = ["x", *(f"t{index}" for index in range(1, chain)), "y"]
     body = helper.make_graph(

@@ -1,10 +1,11 @@
 """A model's latency from its bricks' (DLBricks), and its lower bounds (Benanza, arXiv 1911.06922).
 
-Each brick's measured median includes one session run's fixed cost (the calibration brick's median:
-Identity on one float, so nothing but the run itself). A layer's own time is its brick's median minus
-that cost (never below zero); the model pays the cost once:
+Each brick's measured median includes one session run's fixed cost. The calibration brick (one
+Identity on one float) measures that run plus one node's dispatch d; d itself is calibrated apart (a
+chain of tiny Adds, per node). So the run alone costs call − d, a layer's own time is its brick's
+median − (call − d) (never below zero), and the model pays the run once:
 
-    estimate       = Σ layer time + call cost
+    estimate       = Σ layer time + (call − d)
     sequential     = Σ layer time                      (Benanza's sequential bound)
     critical path  = the longest path of layer times over the layer DAG   (the parallel bound)
     overhead       = measured − sequential             (what the framework adds around the layers)
@@ -85,21 +86,19 @@ def compose(
     edges: Sequence[tuple[int, int]],
     call: BrickTime,
     confidence: float = 0.95,
+    dispatch_ms: float = 0.0,
 ) -> Composition:
     """The estimate and bounds of a model whose i-th layer is brick `layer_bricks[i]` (a float: a
     layer of that fixed cost in ms, such as one node dispatch; None: one that costs nothing), from
-    the bricks' `times` and the calibrated `call` cost."""
+    the bricks' `times`, the calibrated `call` cost and the `dispatch_ms` of one node within it."""
+    run_ms = max(call.median_ms - dispatch_ms, 0.0)
     layer_ms = [
-        key
-        if isinstance(key, float)
-        else 0.0
-        if key is None
-        else max(times[key].median_ms - call.median_ms, 0.0)
+        key if isinstance(key, float) else 0.0 if key is None else max(times[key].median_ms - run_ms, 0.0)
         for key in layer_bricks
     ]
     runs = sum(isinstance(key, str) for key in layer_bricks)
     sequential = math.fsum(layer_ms)
-    estimate = sequential + call.median_ms
+    estimate = sequential + run_ms
     uses = Counter(key for key in layer_bricks if isinstance(key, str))
     variance = math.fsum((count * times[key].stderr_ms) ** 2 for key, count in uses.items())
     variance += (max(runs - 1, 0) * call.stderr_ms) ** 2
