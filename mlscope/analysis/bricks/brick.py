@@ -131,8 +131,10 @@ def _size(shape: tuple[int, ...]) -> int:
 def _shape_arithmetic(layer: Layer, graph: LayerGraph) -> bool:
     """Whether the layer only computes on tiny tensors (Shape, Gather of a dimension, Concat of
     sizes, ...): its cost is ORT's per-node dispatch, whatever its inputs."""
-    facts = [graph.facts.get(output) for output in layer.outputs if output]
-    if not facts or any(fact is None or _size(fact[1]) > SMALL for fact in facts):
+    if any(output and output not in graph.facts for output in layer.outputs):
+        return False
+    facts = [graph.facts[output] for output in layer.outputs if output]
+    if not facts or any(_size(shape) > SMALL for _, shape in facts):
         return False
     # Shapes and sizes are integers, or float scalars and vectors (TF-style padding arithmetic): a
     # float output with a batch axis is data, however small.
