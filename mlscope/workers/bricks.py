@@ -52,6 +52,7 @@ class BrickResult:
     ci_ms: tuple[float, float]
     evaluation_id: str
     measured_now: bool
+    min_ms: float | None = None
 
 
 def single_stream(result: Mapping[str, Any], batch_size: int) -> dict[str, Any] | None:
@@ -68,7 +69,14 @@ def _brick_result(result: Mapping[str, Any], batch_size: int, measured_now: bool
         return None
     latency = measurement["latency_ms"]
     ci = latency.get("median_ci") or [latency["median"], latency["median"]]
-    return BrickResult(float(latency["median"]), (float(ci[0]), float(ci[1])), result["id"], measured_now)
+    low = latency.get("min")
+    return BrickResult(
+        float(latency["median"]),
+        (float(ci[0]), float(ci[1])),
+        result["id"],
+        measured_now,
+        None if low is None else float(low),
+    )
 
 
 @dataclass
