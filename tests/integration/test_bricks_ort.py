@@ -15,15 +15,15 @@ from mlscope.cli.bricks_pipeline import BrickBench
 from mlscope.contract.settings import load_settings
 from mlscope.store import open_store
 from mlscope.workers.bricks import brick_files
-from tests.fixtures.brick_graphs import mlp, with_control_flow
+from tests.fixtures.brick_graphs import mlp, two_towers, with_control_flow
 
 pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.slow
 
 QUICK = {"warmup_count": 20, "warmup_seconds": 0.0, "min_count": 200, "min_seconds": 0.5, "max_seconds": 3}
 WHOLE = {"runner": "inline", "device": "cpu", "measure": QUICK}
-# The composed estimate of the MLP below (about 1 ms) is within this of its measured median on this
-# machine; the benchmark (benchmarks/bricks.py) reports the error of real models.
+# The composed estimate of the MLP below (about 0.1 ms) is within this of its measured median on this
+# (loaded, 2-core) machine; the benchmark (benchmarks/bricks.py) reports the error of real models.
 TOLERANCE = 0.25
 
 
@@ -53,23 +53,35 @@ def test_bricks_shared_by_two_models_are_measured_once(mlscope_env: dict[str, st
     assert len(stored) == len(files) == unique + 2
 
 
-def test_the_composed_estimate_is_close_and_the_critical_path_under_the_measured(
+def test_the_composed_estimate_is_close_to_the_measured_latency(
     mlscope_env: dict[str, str], tmp_path: Path
 ) -> None:
-    # Given a small MLP of about a millisecond, measured as bricks and whole on one thread
+    # Given a small MLP (about 0.1 ms), measured as bricks and whole on one thread
     model = mlp(tmp_path / "mlp.onnx", [512, 1024, 1024, 512, 64])
     # When its latency is composed from its bricks
     report = _bench(mlscope_env).report(str(model))
-    # Then the estimate is within the tolerance of the measured median
+    # Then the estimate is within the tolerance of the measured median, inside its own interval
     assert report.get("fallback") is None and report["measured_ms"] > 0
     assert abs(report["error_pct"]) <= 100 * TOLERANCE, report
     low, high = report["estimate_ci"]
     assert low <= report["estimate_ms"] <= high
-    # and Benanza's parallel bound never exceeds the sequential one nor the measured latency
+    assert report["overhead_ms"] == pytest.approx(report["measured_ms"] - report["bounds"]["sequential_ms"])
+
+
+def test_the_critical_path_bound_stays_under_the_measured_latency(
+    mlscope_env: dict[str, str], tmp_path: Path
+) -> None:
+    # Given two towers of MatMul+Relu layers over one input, added (ORT runs them one after the other)
+    model = two_towers(tmp_path / "towers.onnx")
+    # When its bounds are composed from its bricks
+    report = _bench(mlscope_env).report(str(model))
     bounds = report["bounds"]
-    assert bounds["critical_path_ms"] <= bounds["sequential_ms"] + 1e-9
+    # Then the critical path (one tower and the Add) is under the sequential bound, and both towers
+    # share their bricks (same shapes)
+    assert bounds["critical_path_ms"] < 0.75 * bounds["sequential_ms"]
+    assert report["bricks"]["unique"] < report["bricks"]["total"]
+    # and Benanza's parallel bound does not exceed the latency measured whole
     assert bounds["critical_path_ms"] <= report["measured_ms"]
-    assert report["overhead_ms"] == pytest.approx(report["measured_ms"] - bounds["sequential_ms"])
 
 
 def test_a_graph_with_control_flow_falls_back_to_the_whole_model(
