@@ -18,6 +18,7 @@ import click
 from mlscope import __version__
 from mlscope.cli.agents import agents
 from mlscope.cli.api import api
+from mlscope.cli.bricks import bricks
 from mlscope.cli.compare import compare
 from mlscope.cli.diff import diff
 from mlscope.cli.env import env
@@ -73,6 +74,7 @@ for _verb in (
     history,
     regressions,
     plot,
+    bricks,
 ):
     cli.add_command(_verb)
 

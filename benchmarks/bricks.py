@@ -1,0 +1,145 @@
+"""DLBricks and Benanza on ONNX Runtime over catalogue models: how close is the latency composed from
+a model's layers (each measured once as a brick, shared bricks reused) to the model measured whole,
+and how much benchmarking time do bricks save as models are added?
+
+Prints per model: estimate, measured, error, the sequential and critical-path bounds (Benanza), the
+overhead beyond the sequential bound, bricks new/reused/unique, and the cumulative seconds spent
+measuring bricks vs measuring every model whole; then the median |error| (target ≤ 5%) and the
+time ratio whole/bricks (target ≥ 3x).
+
+A fresh store (a temporary SQLite file) is used, so every brick is measured from scratch in this run;
+the exported graphs come from the user's cache (MLSCOPE_CACHE_DIR). Each whole model is measured the
+ordinary way (`mlscope run`'s defaults: process runner, at least 2 s and 30 inferences).
+
+Usage: python benchmarks/bricks.py [--threads 1] [--limit N] [REF ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from mlscope.cli.bricks_pipeline import BrickBench, summary
+from mlscope.contract.settings import load_settings
+
+# Small models of many families; some share layers (resnet18 of torchvision and timm, the MobileNets).
+MODELS = [
+    "torchvision:resnet18",
+    "timm:resnet18",
+    "torchvision:resnet34",
+    "torchvision:mobilenet_v2",
+    "hf:mobilenet_v2",
+    "torchvision:mobilenet_v3_small",
+    "timm:mobilenetv3_small_100",
+    "timm:lcnet_050",
+    "torchvision:shufflenet_v2_x0_5",
+    "torchvision:shufflenet_v2_x1_0",
+    "torchvision:squeezenet1_0",
+    "torchvision:squeezenet1_1",
+    "torchvision:mnasnet0_5",
+    "torchvision:mnasnet1_0",
+    "torchvision:regnet_x_400mf",
+    "timm:regnetx_002",
+    "torchvision:efficientnet_b0",
+    "timm:efficientnet_b0",
+    "timm:deit_tiny_patch16_224",
+    "timm:vit_tiny_patch16_224",
+    "mlscope:digits_cnn",
+    "hf:bert",
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("refs", nargs="*", help=f"models [default: {len(MODELS)} catalogue models]")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads of every measurement")
+    parser.add_argument("--limit", type=int, help="only the first N models")
+    parser.add_argument("--json", dest="json_file", help="also write every report to this file")
+    parser.add_argument(
+        "--store", help="a store URL to keep (and reuse) the bricks in [default: a fresh one]"
+    )
+    args = parser.parse_args()
+    refs = (args.refs or MODELS)[: args.limit]
+    with tempfile.TemporaryDirectory(prefix="mlscope-bricks-bench-") as folder:
+        settings = replace(load_settings(), store_url=args.store or f"sqlite:///{Path(folder) / 'store.db'}")
+        bench = BrickBench(settings, whole={"runner": "process", "device": "cpu"}, threads=args.threads)
+        print(
+            f"ONNX Runtime {bench.version}, threads {args.threads}, {len(refs)} models; ms, batch 1",
+            flush=True,
+        )
+        header = (
+            f"{'model':34} {'estimate':>9} {'measured':>9} {'error':>7} {'seq':>8} {'crit':>8} "
+            f"{'crit/meas':>9} {'overhead':>8} {'new/reu/uniq':>12} {'cum s bricks':>12} {'cum s whole':>11} "
+            f"{'ratio':>6}"
+        )
+        print(header, flush=True)
+        reports = []
+        for ref in refs:
+            started = time.perf_counter()
+            try:
+                report = bench.report(ref)
+            except Exception as exc:  # one model's failure does not end the run
+                print(f"{ref:34} failed: {type(exc).__name__}: {str(exc)[:150]}", flush=True)
+                continue
+            reports.append(report)
+            total = summary(reports)
+            bounds = report.get("bounds") or {}
+            measured = report.get("measured_ms")
+            crit = bounds.get("critical_path_ms")
+            counts = report["bricks"]
+
+            def ms(value: float | None) -> str:
+                return "-" if value is None else f"{value:.3f}"
+
+            error = report.get("error_pct")
+            fallback = f"; {report['fallback']['reason'][:80]}" if report.get("fallback") else ""
+            ratio = total["time_ratio_whole_to_bricks"]
+            print(
+                f"{ref:34} {ms(report.get('estimate_ms')):>9} {ms(measured):>9} "
+                f"{'-' if error is None else f'{error:+.1f}%':>7} {ms(bounds.get('sequential_ms')):>8} "
+                f"{ms(crit):>8} {'-' if not (crit and measured) else f'{crit / measured:.3f}':>9} "
+                f"{ms(report.get('overhead_ms')):>8} "
+                f"{counts['measured_now']:>3}/{counts['reused']:>3}/{counts['unique']:>4} "
+                f"{total['seconds']['bricks']:>12.1f} {total['seconds']['whole']:>11.1f} "
+                f"{'-' if ratio is None else f'{ratio:.2f}':>6}"
+                f"  ({time.perf_counter() - started:.0f} s{fallback})",
+                flush=True,
+            )
+        total = summary(reports)
+        errors = [abs(r["error_pct"]) for r in reports if r.get("error_pct") is not None]
+        print(
+            f"\nmedian |error| {total['median_abs_error_pct']:.2f}% over {len(errors)} models "
+            f"(mean {statistics.fmean(errors):.2f}%, max {max(errors):.2f}%); target ≤ 5%"
+            if errors
+            else "\nno model estimated"
+        )
+        ratio = total["time_ratio_whole_to_bricks"]
+        print(
+            f"benchmarking time: bricks {total['seconds']['bricks']:.1f} s, "
+            f"whole {total['seconds']['whole']:.1f} s, "
+            f"ratio whole/bricks {'-' if ratio is None else f'{ratio:.2f}x'}; target ≥ 3x"
+        )
+        bound_ratios = [
+            r["bounds"]["critical_path_ms"] / r["measured_ms"]
+            for r in reports
+            if r.get("bounds") and r.get("measured_ms")
+        ]
+        if bound_ratios:
+            print(
+                f"critical path / measured: min {min(bound_ratios):.3f}, "
+                f"median {statistics.median(bound_ratios):.3f}, "
+                f"max {max(bound_ratios):.3f}; above 1 in {sum(b > 1 for b in bound_ratios)} models"
+            )
+        if args.json_file:
+            Path(args.json_file).write_text(json.dumps([*reports, total], indent=1, default=str))
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""A model's latency from its bricks' (DLBricks), and its lower bounds (Benanza, arXiv 1911.06922).
+
+Each brick's measured median includes one session run's fixed cost. The calibration brick (one
+Identity on one float) measures that run plus one node's dispatch d; d itself is calibrated apart (a
+chain of tiny Adds, per node). So the run alone costs call − d, a layer's own time is its brick's
+median − (call − d) (never below zero), and the model pays the run once:
+
+    estimate       = Σ layer time + (call − d)
+    sequential     = Σ layer time                      (Benanza's sequential bound)
+    critical path  = the longest path of layer times over the layer DAG   (the parallel bound)
+    overhead       = measured − sequential             (what the framework adds around the layers)
+
+The interval: each brick's median has a confidence interval; its standard error is taken as the
+interval's half-width / z. A brick used k times in a model adds k times its error (the same
+measurement, so fully correlated), distinct bricks add in quadrature (independent measurements), and
+the call cost's error counts (n − 1) times, subtracted once per brick run but the first. The result,
+estimate ± z·√Σ, is the interval of the measurement noise only: it says nothing of how far the sum of
+isolated layers is from the model run whole (cache state, thread hand-offs), which is the error
+`mlscope bricks` reports against the measured latency.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+
+__all__ = ["BrickTime", "Composition", "compose", "critical_path"]
+
+
+@dataclass(frozen=True)
+class BrickTime:
+    """A brick's measured median latency and the confidence interval of that median, ms."""
+
+    median_ms: float
+    ci_ms: tuple[float, float]
+    confidence: float = 0.95
+
+    @property
+    def stderr_ms(self) -> float:
+        z = NormalDist().inv_cdf(0.5 + self.confidence / 2)
+        return max(self.ci_ms[1] - self.ci_ms[0], 0.0) / (2 * z)
+
+
+@dataclass(frozen=True)
+class Composition:
+    estimate_ms: float
+    estimate_ci: tuple[float, float]
+    sequential_ms: float
+    critical_path_ms: float
+    layer_ms: list[float]
+
+
+def critical_path(weights: Sequence[float], edges: Sequence[tuple[int, int]]) -> float:
+    """The heaviest path's weight in the DAG of nodes 0..n-1, `edges` as (from, to) pairs.
+
+    Raises:
+        ValueError: the edges make a cycle.
+    """
+    following: dict[int, list[int]] = {}
+    waiting = [0] * len(weights)
+    for start, end in edges:
+        following.setdefault(start, []).append(end)
+        waiting[end] += 1
+    longest = list(weights)
+    ready = [node for node, count in enumerate(waiting) if count == 0]
+    done = 0
+    while ready:
+        node = ready.pop()
+        done += 1
+        for end in following.get(node, ()):
+            longest[end] = max(longest[end], longest[node] + weights[end])
+            waiting[end] -= 1
+            if waiting[end] == 0:
+                ready.append(end)
+    if done != len(weights):
+        raise ValueError("the layer graph has a cycle")
+    return max(longest, default=0.0)
+
+
+def compose(
+    layer_bricks: Sequence[str | float | None],
+    times: Mapping[str, BrickTime],
+    edges: Sequence[tuple[int, int]],
+    call: BrickTime,
+    confidence: float = 0.95,
+    dispatch_ms: float = 0.0,
+) -> Composition:
+    """The estimate and bounds of a model whose i-th layer is brick `layer_bricks[i]` (a float: a
+    layer of that fixed cost in ms, such as one node dispatch; None: one that costs nothing), from
+    the bricks' `times`, the calibrated `call` cost and the `dispatch_ms` of one node within it."""
+    run_ms = max(call.median_ms - dispatch_ms, 0.0)
+    layer_ms = [
+        key if isinstance(key, float) else 0.0 if key is None else max(times[key].median_ms - run_ms, 0.0)
+        for key in layer_bricks
+    ]
+    runs = sum(isinstance(key, str) for key in layer_bricks)
+    sequential = math.fsum(layer_ms)
+    estimate = sequential + run_ms
+    uses = Counter(key for key in layer_bricks if isinstance(key, str))
+    variance = math.fsum((count * times[key].stderr_ms) ** 2 for key, count in uses.items())
+    variance += (max(runs - 1, 0) * call.stderr_ms) ** 2
+    half = NormalDist().inv_cdf(0.5 + confidence / 2) * math.sqrt(variance)
+    return Composition(
+        estimate_ms=estimate,
+        estimate_ci=(max(estimate - half, 0.0), estimate + half),
+        sequential_ms=sequential,
+        critical_path_ms=critical_path(layer_ms, edges),
+        layer_ms=layer_ms,
+    )

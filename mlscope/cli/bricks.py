@@ -1,0 +1,148 @@
+"""`mlscope bricks`: each model's latency estimated from its layers measured one by one (DLBricks),
+against the model measured whole; Benanza's lower bounds, and the framework overhead beyond them."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+from rich.markup import escape
+
+from mlscope.cli.options import json_flag
+from mlscope.cli.render import console, err_console, new_table, print_json_lines
+from mlscope.contract.settings import load_settings
+
+__all__ = ["bricks"]
+
+
+@click.command()
+@click.argument("refs", nargs=-1, required=True, metavar="REF...")
+@click.option(
+    "-f",
+    "--framework",
+    default="onnxruntime",
+    show_default=True,
+    help="The framework whose graph is decomposed (only onnxruntime for now).",
+)
+@click.option("--threads", type=int, help="Intra-op threads of every measurement [default: ORT's].")
+@click.option(
+    "--runner",
+    default="process",
+    show_default=True,
+    help="How each model is measured whole: process, inline or docker (bricks run inline).",
+)
+@click.option("--min-seconds", type=float, help="Measure each whole model at least this long [default: 2].")
+@click.option("--max-seconds", type=float, help="Stop each whole model after this long [default: 60].")
+@click.option(
+    "--min-count", type=int, help="Measure each whole model at least this many times [default: 30]."
+)
+@json_flag("Print one JSON object per model, then a summary object.")
+def bricks(
+    refs: tuple[str, ...],
+    framework: str,
+    threads: int | None,
+    runner: str,
+    min_seconds: float | None,
+    max_seconds: float | None,
+    min_count: int | None,
+    as_json: bool,
+) -> None:
+    """Estimate each REF's latency from its layers (bricks) and compare it with the model measured whole.
+
+    Every unique layer is measured once per system and framework version, and stored: a later model
+    that shares it reuses the stored result.
+    """
+    from mlscope.cli.bricks_pipeline import BrickBench, summary
+
+    measure = {
+        name: value
+        for name, value in (
+            ("min_seconds", min_seconds),
+            ("max_seconds", max_seconds),
+            ("min_count", min_count),
+        )
+        if value is not None
+    }
+    quiet = as_json or not sys.stderr.isatty()
+
+    def note(line: str) -> None:
+        if not quiet:
+            err_console.print(f"[dim]{escape(line)}[/dim]")
+
+    bench = BrickBench(
+        load_settings(),
+        whole={"runner": runner, "measure": measure, "device": "cpu"},
+        threads=threads,
+        framework=framework,
+        note=note,
+    )
+    for ref in refs:  # every REF resolved before the first is measured: a typo costs no run
+        bench.runs.admit(ref)
+    reports = [bench.report(ref) for ref in refs]
+    total = summary(reports)
+    if as_json:
+        print_json_lines([*reports, total])
+    else:
+        _print_human(reports, total)
+    sys.exit(1 if any(report.get("error") for report in reports) else 0)
+
+
+def _ms(value: Any) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _print_human(reports: list[dict[str, Any]], total: dict[str, Any]) -> None:
+    table = new_table(
+        "Bricks: estimate from layers vs measured whole (ms, single_stream batch 1)",
+        [
+            "model",
+            ("estimate", "right"),
+            ("95% CI", "right"),
+            ("measured", "right"),
+            ("error", "right"),
+            ("sequential", "right"),
+            ("critical path", "right"),
+            ("overhead", "right"),
+            ("bricks new/reused/unique", "right"),
+            ("s bricks/whole", "right"),
+        ],
+    )
+    for report in reports:
+        ci = report.get("estimate_ci")
+        bounds = report.get("bounds") or {}
+        counts = report["bricks"]
+        error = report.get("error_pct")
+        table.add_row(
+            escape(report["model"]),
+            _ms(report.get("estimate_ms")),
+            "-" if not ci else f"{ci[0]:.3f}–{ci[1]:.3f}",
+            _ms(report.get("measured_ms")),
+            "-" if error is None else f"{error:+.1f}%",
+            _ms(bounds.get("sequential_ms")),
+            _ms(bounds.get("critical_path_ms")),
+            _ms(report.get("overhead_ms")),
+            f"{counts['measured_now']}/{counts['reused']}/{counts['unique']}",
+            f"{report['seconds']['bricks']:.1f}/{report['seconds']['whole']:.1f}",
+        )
+    console.print(table)
+    for report in reports:
+        if report.get("fallback"):
+            fallback = report["fallback"]
+            console.print(f"[yellow]{escape(report['model'])}[/yellow]: {escape(fallback['reason'])}")
+            for layer in fallback["layers"][:10]:
+                console.print(f"  {escape(layer['layer'])} ({layer['op_type']}): {escape(layer['reason'])}")
+        if report.get("error"):
+            error = report["error"]
+            console.print(
+                f"[red]{escape(report['model'])} failed[/red]: {error.get('type')}: {error.get('message')}"
+            )
+    median = total["median_abs_error_pct"]
+    ratio = total["time_ratio_whole_to_bricks"]
+    seconds = total["seconds"]
+    console.print(
+        f"{total['estimated']} of {total['models']} models estimated; median |error| "
+        f"{'-' if median is None else f'{median:.1f}%'}; "
+        f"benchmarking time: bricks {seconds['bricks']:.1f} s, whole models {seconds['whole']:.1f} s "
+        f"(whole/bricks {'-' if ratio is None else f'{ratio:.2f}x'})"
+    )

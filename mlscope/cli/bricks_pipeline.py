@@ -1,0 +1,278 @@
+"""`mlscope bricks`'s pipeline: a model cut into bricks (`mlscope.analysis.bricks`), the bricks the store
+does not hold yet measured (`mlscope.workers.bricks`), the model measured whole, and the two set side
+by side. It lives here, above both, because workers and analysis may not import each other.
+
+    REF ─▶ its ONNX graph ─▶ decompose: the graph ORT runs, its layers, their bricks
+        ─▶ each unique brick: stored result reused, or measured now ─▶ the model whole
+        ─▶ compose: estimate, interval, sequential and critical-path bounds, overhead
+
+A model whose graph cannot be decomposed (control flow, a brick that fails to build or run) is still
+measured whole; its report names the layers and why, and has no estimate.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mlscope.analysis.bricks import (
+    BrickPlan,
+    BrickTime,
+    LayerGraph,
+    NotABrick,
+    brick_model,
+    compose,
+    decompose,
+    identity_plan,
+    plan_bricks,
+)
+from mlscope.analysis.bricks import brick_name as name_of
+from mlscope.contract.errors import UserError
+from mlscope.contract.settings import Settings
+from mlscope.runtime.predictors.inputs import synthetic_batch
+from mlscope.workers.bricks import BrickResult, BrickRuns, single_stream
+
+__all__ = ["DISPATCH_CHAIN", "BrickBench", "summary"]
+
+# The Identity chain whose per-node cost calibrates a shape arithmetic layer's.
+DISPATCH_CHAIN = 33
+
+
+def _time(result: BrickResult) -> BrickTime:
+    return BrickTime(result.median_ms, result.ci_ms)
+
+
+def _run_cost(result: BrickResult) -> BrickTime:
+    """The run cost to subtract from each brick: the calibration's fastest run, with its median's
+    interval width. Contention only ever adds to a run's cost, and the subtraction is multiplied by
+    the number of layers: on a loaded machine the calibration's median doubled between two runs (4.9
+    and 8.9 µs, minimum 4.4 µs both times), moving a 100-layer model's estimate by 20%."""
+    if result.min_ms is None:
+        return _time(result)
+    width = result.ci_ms[1] - result.ci_ms[0]
+    return BrickTime(result.min_ms, (result.min_ms - width / 2, result.min_ms + width / 2))
+
+
+@dataclass
+class _Bricks:
+    """What measuring one model's bricks came to."""
+
+    times: dict[str, BrickTime] = field(default_factory=dict)
+    failed: list[NotABrick] = field(default_factory=list)
+    seconds: float = 0.0
+    measured_now: int = 0
+    reused: int = 0
+
+
+@dataclass
+class BrickBench:
+    """Reports of models measured as bricks and whole on this machine, into the settings' store.
+
+    Attributes:
+        whole: the request fields of each whole-model measurement (runner, measure, device, ...).
+        threads: intra-op threads of both measurements; part of a brick's key, as is `level`.
+        note: told of progress, a line at a time.
+
+    Raises (on construction):
+        UserError: a framework bricks cannot be made for, naming it.
+    """
+
+    settings: Settings
+    whole: Mapping[str, Any]
+    threads: int | None = None
+    framework: str = "onnxruntime"
+    level: str = "all"
+    note: Callable[[str], None] = field(default=lambda line: None)
+    brick_measure: Mapping[str, Any] | None = None
+    fix_shapes: bool = False
+
+    def __post_init__(self) -> None:
+        runs = BrickRuns(self.settings, framework=self.framework, threads=self.threads)
+        if self.brick_measure is not None:
+            runs.brick_measure = dict(self.brick_measure)
+        self.runs = runs
+        self.version = runs.version
+        self._call: BrickResult | None = None
+        self._dispatch: float | None = None
+
+    @property
+    def execution(self) -> dict[str, Any]:
+        """What a brick's latency depends on besides the brick itself: part of its key."""
+        return {"threads": self.threads, "level": self.level, "framework": self.framework}
+
+    def _calibration(self, chain: int) -> BrickResult:
+        key, model = identity_plan(self.execution, chain=chain)
+        found, why = self.runs.brick(key, name_of(key), model, 1)
+        if found is None:
+            raise RuntimeError(f"the calibration brick failed: {why}")
+        return found
+
+    def call_cost(self) -> BrickResult:
+        """The calibration brick's result: one session run that does nothing, on this machine."""
+        if self._call is None:
+            self._call = self._calibration(1)
+        return self._call
+
+    def dispatch_ms(self) -> float:
+        """What one more node costs ORT to run, ms: the difference between a chain of DISPATCH_CHAIN
+        tiny Adds and one Identity, per further node (fastest runs, as `_run_cost`). The cost given
+        to shape arithmetic layers."""
+        if self._dispatch is None:
+            chain = _run_cost(self._calibration(DISPATCH_CHAIN)).median_ms
+            single = _run_cost(self.call_cost()).median_ms
+            self._dispatch = max(chain - single, 0.0) / (DISPATCH_CHAIN - 1)
+        return self._dispatch
+
+    def _decompose(self, ref: str) -> tuple[LayerGraph, list[BrickPlan | NotABrick]]:
+        manifest, source = self.runs.resolve(ref)
+        feeds = synthetic_batch(manifest, 1, np.random.default_rng(0))
+        shapes = "fixed" if self.fix_shapes else "as-exported"
+        folder = self.settings.cache_dir / "bricks" / "graphs"
+        graph = decompose(
+            source,
+            feeds,
+            folder / f"{manifest.sha256[:16]}-{self.level}-t{self.threads or 0}-{shapes}",
+            level=self.level,
+            threads=self.threads,
+            fix_shapes=self.fix_shapes,
+        )
+        return graph, plan_bricks(graph, execution=self.execution)
+
+    def _measure(self, ref: str, graph: LayerGraph, plans: list[BrickPlan | NotABrick]) -> _Bricks:
+        done = _Bricks()
+        unique = {plan.key: plan for plan in plans if isinstance(plan, BrickPlan)}
+        for number, (key, plan) in enumerate(unique.items(), start=1):
+            self.note(f"{ref}: brick {number}/{len(unique)} {plan.layer.op_type}")
+            began = time.perf_counter()
+            try:
+                found, why = self.runs.brick(key, plan.name, brick_model(plan, graph), plan.batch_size)
+            except Exception as exc:  # the brick model cannot be built or saved
+                found, why = None, f"{type(exc).__name__}: {exc}"[:200]
+            if found is None or found.measured_now:
+                done.seconds += time.perf_counter() - began
+            if found is None:
+                done.failed.append(NotABrick(plan.layer.name, plan.layer.op_type, f"its brick failed: {why}"))
+                continue
+            done.times[key] = _time(found)
+            done.measured_now += found.measured_now
+            done.reused += not found.measured_now
+        return done
+
+    def report(self, ref: str) -> dict[str, Any]:
+        """Estimate vs measured for model `ref`: one JSON object of `mlscope bricks --json`.
+
+        Raises:
+            UserError: `ref` names no model this framework can run.
+        """
+        call = self.call_cost()
+        self.note(f"{ref}: decomposing")
+        started = time.perf_counter()
+        fallback: dict[str, Any] | None = None
+        graph: LayerGraph | None = None
+        plans: list[BrickPlan | NotABrick] = []
+        try:
+            graph, plans = self._decompose(ref)
+        except UserError:
+            raise
+        except Exception as exc:  # an exporter's or ORT's failure: the model is still measured whole
+            fallback = {
+                "reason": f"the graph cannot be decomposed: {type(exc).__name__}: {exc}"[:300],
+                "layers": [],
+            }
+        decompose_s = time.perf_counter() - started
+        blocking = [plan for plan in plans if isinstance(plan, NotABrick) and not plan.zero_cost]
+        if fallback is None and blocking:
+            fallback = _fallback(blocking)
+        done = _Bricks()
+        if fallback is None and graph is not None:
+            done = self._measure(ref, graph, plans)
+            if done.failed:
+                fallback = _fallback(done.failed)
+        self.note(f"{ref}: measuring whole")
+        whole, whole_s = self.runs.whole(ref, self.whole)
+        measurement = single_stream(whole, 1)
+        measured_ms = None if measurement is None else float(measurement["latency_ms"]["median"])
+        dispatch = self.dispatch_ms()
+        layers: list[str | float | None] = [
+            plan.key if isinstance(plan, BrickPlan) else dispatch if plan.dispatch_only else None
+            for plan in plans
+        ]
+        report: dict[str, Any] = {
+            "model": ref,
+            "framework": {"name": self.framework, "version": self.version},
+            "layers": len(plans),
+            "bricks": {
+                "total": sum(isinstance(key, str) for key in layers),
+                "unique": len({key for key in layers if isinstance(key, str)}),
+                "reused": done.reused,
+                "measured_now": done.measured_now,
+            },
+            "seconds": {
+                "bricks": round(done.seconds, 3),
+                "whole": round(whole_s, 3),
+                "decompose": round(decompose_s, 3),
+            },
+            "measured_ms": measured_ms,
+            "evaluation_id": whole["id"],
+            "call_ms": _run_cost(call).median_ms,
+            "estimate_ms": None,
+            "estimate_ci": None,
+            "error_pct": None,
+            "bounds": None,
+            "overhead_ms": None,
+        }
+        if whole["status"] != "succeeded":
+            report["error"] = whole.get("error")
+        if fallback is not None or graph is None:
+            report["fallback"] = fallback
+            return report
+        composition = compose(layers, done.times, graph.edges(), _run_cost(call), dispatch_ms=dispatch)
+        report.update(
+            estimate_ms=composition.estimate_ms,
+            estimate_ci=list(composition.estimate_ci),
+            bounds={
+                "sequential_ms": composition.sequential_ms,
+                "critical_path_ms": composition.critical_path_ms,
+            },
+            shape_layers=sum(isinstance(plan, NotABrick) and plan.dispatch_only for plan in plans),
+            dispatch_ms=dispatch,
+            zero_cost_layers=sum(isinstance(plan, NotABrick) and not plan.dispatch_only for plan in plans),
+            notes=sorted({note for plan in plans if isinstance(plan, BrickPlan) for note in plan.notes})[:10],
+        )
+        if measured_ms:
+            report["error_pct"] = 100 * (composition.estimate_ms - measured_ms) / measured_ms
+            report["overhead_ms"] = measured_ms - composition.sequential_ms
+        return report
+
+
+def _fallback(layers: list[NotABrick]) -> dict[str, Any]:
+    reasons = sorted({layer.reason for layer in layers})
+    more = f" (and {len(reasons) - 1} other reason(s))" if len(reasons) > 1 else ""
+    return {
+        "reason": f"{len(layers)} layer(s) cannot be bricks, so the model is measured whole only: "
+        f"{reasons[0]}{more}",
+        "layers": [
+            {"layer": layer.layer, "op_type": layer.op_type, "reason": layer.reason} for layer in layers
+        ],
+    }
+
+
+def summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run's summary: the median |error| of the models with an estimate, and the seconds spent
+    measuring bricks against measuring every model whole."""
+    errors = [abs(r["error_pct"]) for r in reports if r.get("error_pct") is not None]
+    bricks_s = sum(r["seconds"]["bricks"] for r in reports)
+    whole_s = sum(r["seconds"]["whole"] for r in reports)
+    return {
+        "summary": True,
+        "models": len(reports),
+        "estimated": len(errors),
+        "median_abs_error_pct": statistics.median(errors) if errors else None,
+        "seconds": {"bricks": round(bricks_s, 3), "whole": round(whole_s, 3)},
+        "time_ratio_whole_to_bricks": whole_s / bricks_s if bricks_s > 0 else None,
+    }

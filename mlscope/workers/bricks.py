@@ -1,0 +1,210 @@
+"""Measuring bricks and whole models for `mlscope bricks`: a brick is an ordinary evaluation of a
+one-node ONNX file, stored like any result, so a later model (or a later run) reuses it.
+
+    brick name ─ stored for (name, framework, framework version, system)? ─▶ reuse it
+               └ else write <cache>/bricks/<key>/<name>.onnx ─▶ evaluate it inline, single_stream
+    model REF ─▶ evaluated the ordinary way (single_stream, batch 1), timed
+
+What a brick is and how a model is cut into them is `mlscope.analysis.bricks`'s; the pipeline that
+joins the two is the verb's (`mlscope.cli.bricks_pipeline`): this layer and analysis may not import
+each other.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlscope.contract.errors import UserError
+from mlscope.contract.manifest import Manifest
+from mlscope.contract.settings import Settings
+from mlscope.registry.models import ModelRegistry
+from mlscope.runtime.frameworks import get_framework, installed_version
+from mlscope.runtime.predictors.onnxruntime.export import onnx_graph
+from mlscope.runtime.system import capture_system, system_id
+from mlscope.store import open_store
+from mlscope.workers.local import admit_all, evaluate_here
+
+__all__ = ["BRICK_MEASURE", "FRAMEWORKS", "BrickResult", "BrickRuns", "brick_files", "single_stream"]
+
+# The frameworks whose graphs can be cut into bricks: ONNX Runtime's, an ONNX graph it optimises.
+FRAMEWORKS = ("onnxruntime",)
+# Short measurements: a brick is one op; the stopping rule still asks for a median known to ±5%.
+BRICK_MEASURE = {
+    "warmup_count": 5,
+    "warmup_seconds": 0.0,
+    "min_count": 50,
+    "min_seconds": 0.05,
+    "max_seconds": 2.0,
+    "stability": 0.05,
+    "bootstrap_resamples": 500,
+}
+
+
+@dataclass(frozen=True)
+class BrickResult:
+    """A brick's stored single_stream measurement: median and its confidence interval, ms."""
+
+    median_ms: float
+    ci_ms: tuple[float, float]
+    evaluation_id: str
+    measured_now: bool
+    min_ms: float | None = None
+
+
+def single_stream(result: Mapping[str, Any], batch_size: int) -> dict[str, Any] | None:
+    """The result's single_stream measurement at `batch_size`, if it has one."""
+    for measurement in result.get("measurements") or ():
+        if measurement.get("scenario") == "single_stream" and measurement.get("batch_size") == batch_size:
+            return dict(measurement)
+    return None
+
+
+def _brick_result(result: Mapping[str, Any], batch_size: int, measured_now: bool) -> BrickResult | None:
+    measurement = single_stream(result, batch_size)
+    if measurement is None:
+        return None
+    latency = measurement["latency_ms"]
+    ci = latency.get("median_ci") or [latency["median"], latency["median"]]
+    low = latency.get("min")
+    return BrickResult(
+        float(latency["median"]),
+        (float(ci[0]), float(ci[1])),
+        result["id"],
+        measured_now,
+        None if low is None else float(low),
+    )
+
+
+@dataclass
+class BrickRuns:
+    """Bricks and models measured on this machine, into the settings' store.
+
+    Attributes:
+        threads: intra-op threads of every measurement (None: ONNX Runtime's default).
+        brick_measure: the bricks' measure settings.
+
+    Raises (on construction):
+        UserError: a framework bricks cannot be made for (naming it and what is supported), or one
+            not installed here.
+    """
+
+    settings: Settings
+    framework: str = "onnxruntime"
+    threads: int | None = None
+    brick_measure: Mapping[str, Any] = field(default_factory=lambda: dict(BRICK_MEASURE))
+
+    def __post_init__(self) -> None:
+        if self.framework not in FRAMEWORKS:
+            raise UserError(
+                f"framework {self.framework!r} cannot be decomposed into bricks; only "
+                f"{', '.join(FRAMEWORKS)} is supported for now (its graph is an ONNX graph ORT optimises)",
+                field="framework",
+            )
+        version = installed_version(get_framework(self.framework))
+        if version is None:
+            raise UserError(f"{self.framework} is not installed here", field="framework")
+        self.version: str = version
+        self.registry = ModelRegistry.load(self.settings.manifests)
+        system = capture_system()
+        if self.settings.instance_type:
+            system["instance_type"] = self.settings.instance_type
+        self.system_id = system_id(system)
+
+    def _options(self, **more: Any) -> dict[str, Any]:
+        return {**more, **({"threads": self.threads} if self.threads else {})}
+
+    def admit(self, ref: str) -> Manifest:
+        """The manifest `ref` resolves to for this framework.
+
+        Raises:
+            UserError: `ref` names no model this framework can run.
+        """
+        document = {"batch_sizes": [1]}
+        return admit_all(ref, [self.framework], document, settings=self.settings, registry=self.registry)[
+            0
+        ].manifest
+
+    def resolve(self, ref: str) -> tuple[Manifest, Path]:
+        """The manifest `ref` resolves to, and its ONNX graph (exported on first use).
+
+        Raises:
+            UserError: `ref` names no model this framework can run.
+            PredictorError: the export failed.
+        """
+        manifest = self.admit(ref)
+        return manifest, onnx_graph(manifest, self.settings.cache_dir)
+
+    def stored(self, name: str, batch_size: int) -> BrickResult | None:
+        """The newest stored result of brick `name` on this system and framework version."""
+        with open_store(self.settings.store_url) as store:
+            rows = store.list_evaluations(
+                model=name, framework=self.framework, system_id=self.system_id, status="succeeded", limit=20
+            )
+        for row in rows:
+            if (row.get("framework") or {}).get("version") == self.version:
+                found = _brick_result(row, batch_size, measured_now=False)
+                if found is not None:
+                    return found
+        return None
+
+    def brick(
+        self, key: str, name: str, model: Any, batch_size: int
+    ) -> tuple[BrickResult | None, str | None]:
+        """Brick `name`'s stored result, or one measured now from `model` (an onnx ModelProto);
+        (None, why) when it failed."""
+        stored = self.stored(name, batch_size)
+        if stored is not None:
+            return stored, None
+        import onnx
+
+        path = self.settings.cache_dir / "bricks" / key / f"{name}.onnx"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.is_file():
+            partial = path.with_suffix(".partial")
+            onnx.save(model, str(partial))
+            partial.rename(path)
+        document = {
+            "batch_sizes": [batch_size],
+            "scenarios": ["single_stream"],
+            "runner": "inline",
+            "device": "cpu",
+            "measure": dict(self.brick_measure),
+            # The brick is a node of the optimised graph already: optimising it again could change it.
+            "options": self._options(graph_optimization_level="disable"),
+        }
+        try:
+            admitted = admit_all(
+                str(path), [self.framework], document, settings=self.settings, registry=self.registry
+            )
+        except UserError as exc:
+            return None, exc.message
+        result = evaluate_here(
+            str(path), [self.framework], document, settings=self.settings, admitted=admitted
+        )
+        if result[0]["status"] != "succeeded":
+            error = result[0].get("error") or {}
+            return None, f"{error.get('type')}: {str(error.get('message'))[:160]}"
+        found = _brick_result(result[0], batch_size, measured_now=True)
+        return (found, None) if found is not None else (None, "no single_stream measurement")
+
+    def whole(self, ref: str, fields: Mapping[str, Any]) -> tuple[dict[str, Any], float]:
+        """Model `ref` measured the ordinary way (single_stream, batch 1) with the request `fields`
+        (runner, measure, ...), and the seconds that took."""
+        document = {
+            **fields,
+            "batch_sizes": [1],
+            "scenarios": ["single_stream"],
+            "options": self._options(**(fields.get("options") or {})),
+        }
+        started = time.perf_counter()
+        result = evaluate_here(ref, [self.framework], document, settings=self.settings)[0]
+        return result, time.perf_counter() - started
+
+
+def brick_files(cache_dir: Path) -> list[Path]:
+    """The brick models written so far."""
+    return sorted((cache_dir / "bricks").glob("*/brick-*.onnx"))

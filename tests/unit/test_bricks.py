@@ -1,0 +1,171 @@
+"""Bricks and bounds without measuring: decomposition of small ONNX graphs, brick keys and their
+deduplication, brick models that ONNX Runtime runs, the composition and the critical path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mlscope.analysis.bricks import (
+    BrickPlan,
+    BrickTime,
+    NotABrick,
+    brick_model,
+    compose,
+    critical_path,
+    decompose,
+    plan_bricks,
+)
+from mlscope.cli import main
+from tests.fixtures.brick_graphs import branchy, flattening, mlp, reshaping, with_control_flow
+
+pytest.importorskip("onnxruntime")
+
+EXECUTION = {"threads": 1, "level": "all", "framework": "onnxruntime"}
+
+
+def _plans(path: Path, tmp_path: Path, width: int) -> list[BrickPlan | NotABrick]:
+    feeds = {"x": np.ones((1, width) if "flat" not in path.stem else (1, width, 4, 4), np.float32)}
+    graph = decompose(path, feeds, tmp_path / f"work-{path.stem}")
+    return plan_bricks(graph, execution=EXECUTION)
+
+
+def _keys(plans: list[BrickPlan | NotABrick]) -> list[str]:
+    return [plan.key for plan in plans if isinstance(plan, BrickPlan)]
+
+
+def test_two_models_sharing_a_layer_share_its_brick(tmp_path: Path) -> None:
+    # Given two MLPs whose first layer has the same shapes (64 -> 32) but other weights, and whose
+    # second layers differ (32 -> 16 and 32 -> 8)
+    first = _plans(mlp(tmp_path / "a.onnx", [64, 32, 16], seed=1), tmp_path, 64)
+    second = _plans(mlp(tmp_path / "b.onnx", [64, 32, 8], seed=2), tmp_path, 64)
+    # When their bricks are keyed
+    keys_a, keys_b = _keys(first), _keys(second)
+    # Then the first layer is one brick for both (so measured once), and the second layers differ
+    shared = set(keys_a) & set(keys_b)
+    assert keys_a[0] == keys_b[0] and keys_a[0] in shared
+    assert set(keys_a) != set(keys_b)
+    # and ORT's fusions are what was decomposed: MatMul+Add became one op (no separate Add layer)
+    ops = [plan.layer.op_type for plan in first if isinstance(plan, BrickPlan)]
+    assert "Add" not in ops and len(ops) < 7
+
+
+def test_layers_repeated_within_a_model_are_one_brick(tmp_path: Path) -> None:
+    # Given an MLP of four identical 32 -> 32 layers
+    plans = _plans(mlp(tmp_path / "deep.onnx", [32, 32, 32, 32, 32]), tmp_path, 32)
+    keys = _keys(plans)
+    # Then its layers are fewer unique bricks than layers
+    assert len(set(keys)) < len(keys)
+
+
+def test_integer_input_values_are_part_of_the_key(tmp_path: Path) -> None:
+    # Given two Reshapes of the same input to different shapes (an int64 initializer each)
+    first = _plans(reshaping(tmp_path / "r1.onnx", [8, 8]), tmp_path, 64)
+    second = _plans(reshaping(tmp_path / "r2.onnx", [4, 16]), tmp_path, 64)
+    # Then they are different bricks, and the brick keeps the real shape values
+    assert _keys(first) and _keys(first) != _keys(second)
+    plan = next(p for p in first if isinstance(p, BrickPlan))
+    assert [8, 8] in [entry.get("values") for entry in plan.document["inputs"]]
+
+
+def test_a_brick_model_runs_on_onnx_runtime(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    # Given the bricks of an MLP
+    feeds = {"x": np.ones((1, 64), np.float32)}
+    graph = decompose(mlp(tmp_path / "m.onnx", [64, 32, 16]), feeds, tmp_path / "work")
+    for plan in plan_bricks(graph, execution=EXECUTION):
+        assert isinstance(plan, BrickPlan)
+        # When its one-node model runs
+        session = ort.InferenceSession(brick_model(plan, graph).SerializeToString(),
+                                       providers=["CPUExecutionProvider"])  # fmt: skip
+        inputs = {i.name: np.zeros(i.shape, np.float32) for i in session.get_inputs()}
+        outputs = session.run(None, inputs)
+        # Then it makes the output the layer made in the model
+        expected = graph.facts[plan.layer.outputs[0]][1]
+        assert tuple(outputs[0].shape) == expected
+
+
+def test_control_flow_is_named_as_not_a_brick(tmp_path: Path) -> None:
+    # Given a graph with an If
+    plans = _plans(with_control_flow(tmp_path / "if.onnx"), tmp_path, 8)
+    # Then its If layer is not a brick, for a reason that says so, and it is not "zero cost"
+    blocking = [p for p in plans if isinstance(p, NotABrick) and not p.zero_cost]
+    assert [p.op_type for p in blocking] == ["If"]
+    assert "control flow" in blocking[0].reason
+
+
+def test_shape_arithmetic_of_a_dynamic_batch_is_dispatch_only_not_bricks(tmp_path: Path) -> None:
+    # Given a graph that flattens with a shape computed at run time (its batch axis is dynamic)
+    plans = _plans(flattening(tmp_path / "flat.onnx"), tmp_path, 8)
+    by_op = {plan.layer.op_type if isinstance(plan, BrickPlan) else plan.op_type: plan for plan in plans}
+    # Then the shape computation is costed as node dispatches, not measured as bricks, and does not
+    # block the estimate; the Reshape and the Relu (data) are bricks
+    shape_ops = [p for p in plans if isinstance(p, NotABrick)]
+    assert shape_ops and all(p.zero_cost and p.dispatch_only for p in shape_ops)
+    assert isinstance(by_op["Relu"], BrickPlan)
+    assert not any(
+        isinstance(p, BrickPlan) and p.layer.op_type in ("Shape", "Gather", "Concat") for p in plans
+    )
+
+
+def test_the_critical_path_of_a_diamond_is_its_heavier_branch() -> None:
+    # Given a diamond 0 -> (1, 2) -> 3 whose branches take 2 and 5 ms, the ends 1 ms each
+    weights, edges = [1.0, 2.0, 5.0, 1.0], [(0, 1), (0, 2), (1, 3), (2, 3)]
+    # Then the critical path is 7 ms, the sequential sum 9 ms
+    assert critical_path(weights, edges) == pytest.approx(7.0)
+    assert sum(weights) == pytest.approx(9.0)
+
+
+def test_the_layer_dag_of_parallel_branches_has_a_shorter_critical_path(tmp_path: Path) -> None:
+    # Given x -> (MatMul, Sigmoid | MatMul, Tanh) -> Mul, decomposed
+    feeds = {"x": np.ones((1, 32), np.float32)}
+    graph = decompose(branchy(tmp_path / "d.onnx"), feeds, tmp_path / "work")
+    # When every layer takes 1 ms
+    weights = [1.0] * len(graph.layers)
+    # Then the path through the DAG is shorter than the sum: the branches are found parallel
+    assert critical_path(weights, graph.edges()) < sum(weights)
+
+
+def test_critical_path_refuses_a_cycle() -> None:
+    with pytest.raises(ValueError, match="cycle"):
+        critical_path([1.0, 1.0], [(0, 1), (1, 0)])
+
+
+def test_the_composition_subtracts_the_call_cost_per_brick_run_and_pays_it_once() -> None:
+    # Given three layers: brick a twice, brick b once, a zero-cost layer; each run costs 0.1 ms
+    times = {"a": BrickTime(1.1, (1.0, 1.2)), "b": BrickTime(2.1, (2.1, 2.1))}
+    call = BrickTime(0.1, (0.1, 0.1))
+    # When composed over a chain
+    result = compose(["a", "b", "a", None], times, [(0, 1), (1, 2), (2, 3)], call)
+    # Then the estimate is the layers' own times plus one call, and the bounds are the layers' sum
+    assert result.sequential_ms == pytest.approx(1.0 + 2.0 + 1.0)
+    assert result.estimate_ms == pytest.approx(4.1)
+    assert result.critical_path_ms == pytest.approx(4.0)
+    # and the interval widens with brick a's uncertainty counted twice (the same measurement)
+    low, high = result.estimate_ci
+    half = 1.96 * 2 * (0.2 / (2 * 1.96))
+    assert low == pytest.approx(4.1 - half, rel=1e-3) and high == pytest.approx(4.1 + half, rel=1e-3)
+
+
+def test_a_layer_keeps_its_own_dispatch_when_the_run_cost_is_subtracted() -> None:
+    # Given a run cost of 0.1 ms measured with one Identity node in it, whose dispatch is 0.02 ms
+    times = {"a": BrickTime(1.1, (1.1, 1.1))}
+    call = BrickTime(0.1, (0.1, 0.1))
+    # When a chain of the brick twice and a shape-arithmetic layer (one dispatch) is composed
+    result = compose(["a", "a", 0.02], times, [(0, 1), (1, 2)], call, dispatch_ms=0.02)
+    # Then each layer is its brick less the bare run (0.08 ms), and the model pays the bare run once
+    assert result.layer_ms == pytest.approx([1.02, 1.02, 0.02])
+    assert result.estimate_ms == pytest.approx(2.06 + 0.08)
+
+
+def test_an_unknown_framework_exits_2_naming_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # When bricks are asked of a framework other than ONNX Runtime
+    with pytest.raises(SystemExit) as ended:
+        main(["bricks", str(tmp_path / "x.onnx"), "--framework", "pytorch"])
+    # Then it is a user's mistake, and the message names the framework and what is supported
+    assert ended.value.code == 2
+    message = capsys.readouterr().err
+    assert "'pytorch'" in message and "only onnxruntime" in message
