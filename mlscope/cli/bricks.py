@@ -10,7 +10,7 @@ import click
 from rich.markup import escape
 
 from mlscope.cli.options import json_flag
-from mlscope.cli.render import console, err_console, new_table, print_json_lines
+from mlscope.cli.render import EXIT_NOT_VALID, console, err_console, new_table, print_json_lines
 from mlscope.contract.settings import load_settings
 
 __all__ = ["bricks"]
@@ -85,7 +85,14 @@ def bricks(
         print_json_lines([*reports, total])
     else:
         _print_human(reports, total)
-    sys.exit(1 if any(report.get("error") for report in reports) else 0)
+    sys.exit(_exit_code(reports))
+
+
+def _exit_code(reports: list[dict[str, Any]]) -> int:
+    """1 when a model failed, 3 (EXIT_NOT_VALID) when a report is not valid, else 0: as `run`'s."""
+    if any(report.get("error") for report in reports):
+        return 1
+    return EXIT_NOT_VALID if any(not report["validity"]["valid"] for report in reports) else 0
 
 
 def _ms(value: Any) -> str:
@@ -106,6 +113,7 @@ def _print_human(reports: list[dict[str, Any]], total: dict[str, Any]) -> None:
             ("overhead", "right"),
             ("bricks new/reused/unique", "right"),
             ("s bricks/whole", "right"),
+            ("valid", "center"),
         ],
     )
     for report in reports:
@@ -124,6 +132,7 @@ def _print_human(reports: list[dict[str, Any]], total: dict[str, Any]) -> None:
             _ms(report.get("overhead_ms")),
             f"{counts['measured_now']}/{counts['reused']}/{counts['unique']}",
             f"{report['seconds']['bricks']:.1f}/{report['seconds']['whole']:.1f}",
+            "yes" if report["validity"]["valid"] else "[red]NO[/red]",
         )
     console.print(table)
     for report in reports:
@@ -132,6 +141,9 @@ def _print_human(reports: list[dict[str, Any]], total: dict[str, Any]) -> None:
             console.print(f"[yellow]{escape(report['model'])}[/yellow]: {escape(fallback['reason'])}")
             for layer in fallback["layers"][:10]:
                 console.print(f"  {escape(layer['layer'])} ({layer['op_type']}): {escape(layer['reason'])}")
+        verdict = "not valid" if not report["validity"]["valid"] else "note"
+        for reason in report["validity"]["reasons"]:
+            console.print(f"[yellow]{escape(report['model'])}[/yellow] {verdict}: {escape(reason)}")
         if report.get("error"):
             error = report["error"]
             console.print(

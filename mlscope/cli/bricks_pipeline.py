@@ -33,6 +33,7 @@ from mlscope.analysis.bricks import (
 )
 from mlscope.analysis.bricks import brick_name as name_of
 from mlscope.contract.errors import UserError
+from mlscope.contract.result import result_validity
 from mlscope.contract.settings import Settings
 from mlscope.runtime.predictors.inputs import synthetic_batch
 from mlscope.workers.bricks import BrickResult, BrickRuns, single_stream
@@ -67,6 +68,7 @@ class _Bricks:
     seconds: float = 0.0
     measured_now: int = 0
     reused: int = 0
+    invalid: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -159,6 +161,8 @@ class BrickBench:
                 done.failed.append(NotABrick(plan.layer.name, plan.layer.op_type, f"its brick failed: {why}"))
                 continue
             done.times[key] = _time(found)
+            if not found.valid:
+                done.invalid.append(key)
             done.measured_now += found.measured_now
             done.reused += not found.measured_now
         return done
@@ -226,6 +230,7 @@ class BrickBench:
             "bounds": None,
             "overhead_ms": None,
         }
+        report["validity"] = _validity(whole, done)
         if whole["status"] != "succeeded":
             report["error"] = whole.get("error")
         if fallback is not None or graph is None:
@@ -248,6 +253,18 @@ class BrickBench:
             report["error_pct"] = 100 * (composition.estimate_ms - measured_ms) / measured_ms
             report["overhead_ms"] = measured_ms - composition.sequential_ms
         return report
+
+
+def _validity(whole: Mapping[str, Any], done: _Bricks) -> dict[str, Any]:
+    """Whether the report may be taken as valid: its whole-model measurement valid (contract's
+    result_validity) and every brick its estimate is made of measured validly."""
+    verdict = result_validity(whole)
+    reasons = [f"measured whole: {reason}" for reason in verdict["reasons"]]
+    if done.invalid:
+        reasons.append(
+            f"{len(done.invalid)} of its bricks' measurements are not valid (their evaluations say why)"
+        )
+    return {"valid": bool(verdict["valid"]) and not done.invalid, "reasons": reasons}
 
 
 def _fallback(layers: list[NotABrick]) -> dict[str, Any]:

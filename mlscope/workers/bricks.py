@@ -53,6 +53,8 @@ class BrickResult:
     evaluation_id: str
     measured_now: bool
     min_ms: float | None = None
+    # The measurement's validity verdict: an estimate built on an invalid brick is not valid either.
+    valid: bool = True
 
 
 def single_stream(result: Mapping[str, Any], batch_size: int) -> dict[str, Any] | None:
@@ -76,6 +78,7 @@ def _brick_result(result: Mapping[str, Any], batch_size: int, measured_now: bool
         result["id"],
         measured_now,
         None if low is None else float(low),
+        (measurement.get("validity") or {}).get("valid") is True,
     )
 
 

@@ -7,10 +7,12 @@ bound is checked with the whole model's measured median."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from mlscope.cli import main
 from mlscope.cli.bricks_pipeline import BrickBench
 from mlscope.contract.settings import load_settings
 from mlscope.store import open_store
@@ -96,3 +98,23 @@ def test_a_graph_with_control_flow_falls_back_to_the_whole_model(
     assert "control flow" in report["fallback"]["reason"]
     assert [layer["op_type"] for layer in report["fallback"]["layers"]] == ["If"]
     assert report["measured_ms"] > 0 and report["bricks"]["measured_now"] == 0
+
+
+def test_the_bricks_verb_prints_estimate_and_measured_and_exits_by_validity(
+    mlscope_env: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a small MLP file
+    model = mlp(tmp_path / "verb.onnx", [128, 128, 32], seed=3)
+
+    # When `mlscope bricks MODEL --json` runs it (short measurements)
+    with pytest.raises(SystemExit) as exited:
+        main(["bricks", str(model), "--json", "--runner", "inline", "--min-seconds", "0.3", "--threads", "1"])
+    report, summary = map(json.loads, capsys.readouterr().out.splitlines())
+
+    # Then one object per model with the estimate, the measurement and the bounds, then the summary,
+    # and the exit code says whether every report is valid (3: succeeded, not valid), never better
+    assert report["model"] == str(model) and report["framework"]["name"] == "onnxruntime"
+    assert report["estimate_ms"] > 0 and report["measured_ms"] > 0
+    assert report["bounds"]["critical_path_ms"] <= report["bounds"]["sequential_ms"]
+    assert summary["summary"] is True and summary["models"] == 1
+    assert exited.value.code == (0 if report["validity"]["valid"] else 3)
