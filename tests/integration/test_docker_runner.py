@@ -132,7 +132,9 @@ def test_a_container_past_its_time_limit_is_ended_and_removed(
     def note_the_container(event: dict[str, Any]) -> None:
         if event.get("event") == "created":
             running.append(event["id"])
-        elif event.get("event") == "phase" and event.get("phase") == "measure":
+        elif event.get("event") == "phase" and len(running) == 1:
+            # The predictor's first phase inside its container (on a loaded machine the 15 s may run
+            # out before it reaches measure: the container must be ended and removed all the same)
             running.extend(_containers_of(engine, running[0]))
 
     # When a tiny model must measure for two minutes within a 15-second limit
@@ -146,13 +148,13 @@ def test_a_container_past_its_time_limit_is_ended_and_removed(
     )
 
     # Then the evaluation fails as a timeout near the limit, in a phase of the predictor's, and the
-    # container that was measuring is gone
+    # container that was running it is gone
     assert result["status"] == "failed"
     assert result["error"]["type"] == "Timeout"
     assert "15 s" in result["error"]["message"]
     assert result["error"]["phase"] in PHASES
     assert time.monotonic() - started < 60
-    assert len(running) == 2, "no container was seen measuring"
+    assert len(running) == 2, "no container was seen running the predictor"
     assert _containers_of(engine, result["id"]) == []
 
 
