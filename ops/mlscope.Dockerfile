@@ -3,7 +3,7 @@
 #
 #   docker build -f ops/mlscope.Dockerfile -t mlscope-farm .
 #   docker build -f ops/mlscope.Dockerfile --build-arg EXTRAS=farm,postgresql,onnxruntime,pytorch \
-#       --build-arg PIP_ARGS="--extra-index-url https://download.pytorch.org/whl/cpu" -t mlscope-farm .
+#       --build-arg PIP_ARGS="--extra-index-url <an index of CPU-only torch wheels>" -t mlscope-farm .
 #
 # BASE is any Debian-based image with python3 and its venv module (CI passes its offline
 # mlscope-base:bookworm). PIP_ARGS passes extra pip options, e.g. an index of CPU-only PyTorch wheels
