@@ -111,6 +111,7 @@ def main() -> None:
                 f"  ({time.perf_counter() - started:.0f} s{fallback})",
                 flush=True,
             )
+        bench.close()
         total = summary(reports)
         errors = [abs(r["error_pct"]) for r in reports if r.get("error_pct") is not None]
         print(

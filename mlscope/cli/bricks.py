@@ -77,9 +77,10 @@ def bricks(
         framework=framework,
         note=note,
     )
-    for ref in refs:  # every REF resolved before the first is measured: a typo costs no run
-        bench.runs.admit(ref)
-    reports = [bench.report(ref) for ref in refs]
+    with bench:
+        for ref in refs:  # every REF resolved before the first is measured: a typo costs no run
+            bench.runs.admit(ref)
+        reports = [bench.report(ref) for ref in refs]
     total = summary(reports)
     if as_json:
         print_json_lines([*reports, total])

@@ -102,6 +102,16 @@ class BrickBench:
         self._call: BrickResult | None = None
         self._dispatch: float | None = None
 
+    def close(self) -> None:
+        """Close what the bench holds open (the store its brick lookups read)."""
+        self.runs.close()
+
+    def __enter__(self) -> BrickBench:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
     @property
     def execution(self) -> dict[str, Any]:
         """What a brick's latency depends on besides the brick itself: part of its key."""

@@ -25,7 +25,7 @@ from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.frameworks import get_framework, installed_version
 from mlscope.runtime.predictors.onnxruntime.export import onnx_graph
 from mlscope.runtime.system import capture_system, system_id
-from mlscope.store import open_store
+from mlscope.store import Store, open_store
 from mlscope.workers.local import admit_all, evaluate_here
 
 __all__ = ["BRICK_MEASURE", "FRAMEWORKS", "BrickResult", "BrickRuns", "brick_files", "single_stream"]
@@ -116,6 +116,7 @@ class BrickRuns:
         if self.settings.instance_type:
             system["instance_type"] = self.settings.instance_type
         self.system_id = system_id(system)
+        self._store: Store | None = None
 
     def _options(self, **more: Any) -> dict[str, Any]:
         return {**more, **({"threads": self.threads} if self.threads else {})}
@@ -141,12 +142,23 @@ class BrickRuns:
         manifest = self.admit(ref)
         return manifest, onnx_graph(manifest, self.settings.cache_dir)
 
+    def _lookups(self) -> Store:
+        """One store for every brick's lookup (a model has up to a hundred and more), opened once."""
+        if self._store is None:
+            self._store = open_store(self.settings.store_url)
+        return self._store
+
+    def close(self) -> None:
+        """Close the lookups' store (measurements open their own)."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
     def stored(self, name: str, batch_size: int) -> BrickResult | None:
         """The newest stored result of brick `name` on this system and framework version."""
-        with open_store(self.settings.store_url) as store:
-            rows = store.list_evaluations(
-                model=name, framework=self.framework, system_id=self.system_id, status="succeeded", limit=20
-            )
+        rows = self._lookups().list_evaluations(
+            model=name, framework=self.framework, system_id=self.system_id, status="succeeded", limit=20
+        )
         for row in rows:
             if (row.get("framework") or {}).get("version") == self.version:
                 found = _brick_result(row, batch_size, measured_now=False)
