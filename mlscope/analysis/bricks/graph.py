@@ -96,8 +96,8 @@ def _ort() -> Any:
 
 def optimise(source: Path, target: Path, *, level: str = "all", threads: int | None = None) -> Path:
     """Write the graph ONNX Runtime's CPU provider makes of `source` at `level` to `target`: what a
-    session with that level runs. The batch axis and any other dynamic axis must be fixed in
-    `source` first, so shape computations fold away as they do for a fixed-shape model."""
+    session with that level runs. Shape computations fold away only where `source`'s axes are fixed
+    (decompose's `fix_shapes`); with a dynamic axis they stay in the graph, as they run."""
     ort = _ort()
     options = ort.SessionOptions()
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[level])
