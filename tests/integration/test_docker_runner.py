@@ -125,37 +125,45 @@ def test_a_container_past_its_time_limit_is_ended_and_removed(
     engine: Any, local: tuple[Settings, Any]
 ) -> None:
     """The hang is made by measuring for far longer (min_seconds 120, with max_seconds above it)
-    than the evaluation's time limit allows (15 s)."""
+    than the evaluation's time limit allows (25 s)."""
     settings, store = local
     running: list[Any] = []
 
     def note_the_container(event: dict[str, Any]) -> None:
         if event.get("event") == "created":
-            running.append(event["id"])
-        elif event.get("event") == "phase" and len(running) == 1:
-            # The predictor's first phase inside its container (on a loaded machine the 15 s may run
-            # out before it reaches measure: the container must be ended and removed all the same)
-            running.extend(_containers_of(engine, running[0]))
+            threading.Thread(target=_note_when_running, args=(engine, event["id"], running), daemon=True).start()
 
-    # When a tiny model must measure for two minutes within a 15-second limit
+    # When a tiny model must measure for two minutes within a 25-second limit
     started = time.monotonic()
     result = _evaluate_tiny(
         settings,
         store,
         note_the_container,
         measure={**QUICK, "min_seconds": 120, "max_seconds": 150},
-        timeout_s=15,
+        timeout_s=25,
     )
 
     # Then the evaluation fails as a timeout near the limit, in a phase of the predictor's, and the
-    # container that was running it is gone
+    # container that the engine had running is gone
     assert result["status"] == "failed"
     assert result["error"]["type"] == "Timeout"
-    assert "15 s" in result["error"]["message"]
+    assert "25 s" in result["error"]["message"]
     assert result["error"]["phase"] in PHASES
-    assert time.monotonic() - started < 60
-    assert len(running) == 2, "no container was seen running the predictor"
+    assert time.monotonic() - started < 90
+    assert running, "no container was seen running the predictor"
     assert _containers_of(engine, result["id"]) == []
+
+
+def _note_when_running(engine: Any, evaluation_id: str, running: list[str]) -> None:
+    """Polls the engine until a container of the evaluation is running (on a loaded machine with the
+    vfs storage driver the predictor may take most of the limit to report its first phase, so the
+    engine's own state is the evidence, not the predictor's events)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not running:
+        for container in _containers_of(engine, evaluation_id):
+            if container.status == "running":
+                running.append(container.id)
+        time.sleep(0.2)
 
 
 def test_a_container_killed_from_outside_is_a_crash_naming_the_signal(

@@ -232,19 +232,28 @@ def test_search_reports_no_rate_when_none_passes() -> None:
 def test_search_finds_a_known_capacity() -> None:
     """Eight model threads each sleeping 10 ms serve at most 800 queries/s; under a generous bound
     (p90 ≤ 40 ms) latency holds until close to that and then explodes, so the search must end
-    within a bisection step or two of it, and never above it."""
+    within a bisection step or two of it, and never above it.
+
+    Above the capacity is impossible on any try. Far below it means the search stopped early, or
+    that the machine's own noise (2 shared cores, other tests' containers) failed a probe before
+    the model saturated: a try that stops below half the capacity is repeated, up to three tries,
+    and one of them must reach it (a search that always stops early fails all three)."""
     threads, service = 8, 0.010
     capacity = threads / service
     load = LoadSettings(find_max_qps=True, latency_bound_ms=40, percentile=90, max_in_flight=threads, qps=100)
-    probes = []
-    measurement = run("server", sleeper(service), load, on_probe=probes.append)
-    search = measurement.load["search"]
-    assert search["probes"] == probes and len(probes) >= 3
-    assert search["max_qps"] is not None
-    # Above the capacity is impossible; far below it means the search stopped early. The machine's
-    # own noise (2 shared cores) can fail a probe before the model saturates: allow two steps.
-    assert search["max_target_qps"] <= capacity * 1.02
-    assert search["max_target_qps"] >= capacity * 0.5, probes
+    tries: list[list[dict]] = []
+    for _ in range(3):
+        probes: list[dict] = []
+        measurement = run("server", sleeper(service), load, on_probe=probes.append)
+        search = measurement.load["search"]
+        tries.append(probes)
+        assert search["probes"] == probes and len(probes) >= 3
+        assert search["max_qps"] is not None
+        assert search["max_target_qps"] <= capacity * 1.02, probes
+        if search["max_target_qps"] >= capacity * 0.5:
+            break
+    else:
+        pytest.fail(f"three searches stopped below half the capacity of {capacity:g}/s: {tries}")
     assert all(
         {"target_qps", "achieved_qps", "p50_ms", "p90_ms", "p99_ms", "passed"} <= set(p) for p in probes
     )
