@@ -6,8 +6,9 @@ renews while it lives. A sweep resolves the leases that expired:
 - held by a live agent (its heartbeat still renews the registry: the store was unreachable and its
   renewals failed): left alone, its worker renews the lease once the store is back;
 - from a queue: back to `queued` under the same id, its message back on its queue at once (on Redis,
-  taken out of the dead worker's unacknowledged messages; RabbitMQ redelivers by itself when the dead
-  worker's connection drops), and failed instead once it has been started MAX_ATTEMPTS times;
+  taken out of the dead worker's unacknowledged messages; on RabbitMQ, a new message: the one it
+  redelivered when the dead worker's connection dropped may have been dropped as a second copy of a
+  running job), and failed instead once it has been started MAX_ATTEMPTS times;
 - run in place (`mlscope run`, no queue): failed with "interrupted: its process died".
 
 On Redis it also gives back messages a dead worker took but never started (killed before its first
@@ -171,18 +172,23 @@ class Sweeper:
 
     def _redeliver(self, id: str, lease: dict[str, Any]) -> None:
         """Put the job back on its queue: the dead worker's own message when the broker still holds it
-        unacknowledged (Redis), else nothing on RabbitMQ (it redelivers when the connection drops), else
-        a new message (the stored request is the job)."""
-        if not self._on_redis():
+        unacknowledged (Redis), else a new message (the stored request is the job).
+
+        On RabbitMQ a new message is always sent. The broker redelivered the dead worker's message
+        when its connection dropped, but an idle worker that took it while the dead one's registry
+        entry was still live dropped it as a second copy of a running job, and nothing would have
+        brought the job back. Two copies are harmless: the first start wins, and a later copy finds
+        the job running on a live agent or ended."""
+        if self.app is None:
             return
-        with self._redis_channel() as channel:
-            for tag, task_id, _ in _unacked(channel):
-                if task_id == id:
-                    channel.qos.restore_by_tag(tag, leftmost=False)
+        if self._on_redis():
+            with self._redis_channel() as channel:
+                for tag, task_id, _ in _unacked(channel):
+                    if task_id == id:
+                        channel.qos.restore_by_tag(tag, leftmost=False)
+                        return
+                if _queued(channel, lease["queue"], id):
                     return
-            if _queued(channel, lease["queue"], id):
-                return
-        assert self.app is not None
         message = EvaluationMessage(id, parse_request(lease["request"]), lease["queue"])
         send_evaluation(self.app, message)
 

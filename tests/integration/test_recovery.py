@@ -173,3 +173,31 @@ def test_a_job_started_too_many_times_fails_with_that_reason(tmp_path: Path) -> 
     assert result["status"] == "failed"
     assert result["error"]["type"] == "TooManyAttempts"
     assert "started 3 times and never ended" in result["error"]["message"]
+
+
+@pytest.mark.parametrize("farm", ["rabbitmq"], indirect=True)
+def test_a_job_redelivered_while_its_dead_worker_still_looks_live_is_not_lost(farm: Farm) -> None:
+    """RabbitMQ redelivers a dead worker's message as soon as its connection drops. An idle worker
+    that takes it while the dead one's registry entry has not lapsed yet (a 20 s heartbeat here)
+    declines it as a second copy of a running job; the job must still come back, through the sweep
+    of its expired lease, and run once."""
+    farm.start_api()
+    capability = farm.capability("r")
+    farm.start_worker("doomed", capability, heartbeat_ttl_s=20)
+    evaluation_id = farm.client.submit(_request(capability, SLOW))["id"]
+    wait_until(
+        lambda: (info := farm.registry.get("doomed")) is not None and info.current_job == evaluation_id,
+        90,
+        "the job to run on the doomed worker",
+    )
+    farm.start_worker("idle", capability, heartbeat_ttl_s=20)
+
+    farm.signal("doomed", signal.SIGKILL)
+    farm.wait_exit("doomed")
+    wait_until(lambda: "not starting it twice" in farm.log("idle"), 30, "the idle worker to decline it")
+
+    # Two heartbeat lifetimes of lease (40 s) and a sweep later, the job runs on the idle worker
+    [result] = farm.client.wait([evaluation_id], timeout_s=150)
+    assert result["status"] == "succeeded", result["error"]
+    assert result["system"]["agent"]["id"] == "idle"
+    assert result["attempts"] == 2
