@@ -131,7 +131,9 @@ def test_a_container_past_its_time_limit_is_ended_and_removed(
 
     def note_the_container(event: dict[str, Any]) -> None:
         if event.get("event") == "created":
-            threading.Thread(target=_note_when_running, args=(engine, event["id"], running), daemon=True).start()
+            threading.Thread(
+                target=_note_when_running, args=(engine, event["id"], running), daemon=True
+            ).start()
 
     # When a tiny model must measure for two minutes within a 25-second limit
     started = time.monotonic()
