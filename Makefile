@@ -49,10 +49,10 @@ docker: $(STAMP)
 	@bash ops/ci/docker.sh && bash ops/ci/images.sh && bash ops/ci/compose.sh
 
 # Two pytest-xdist workers: the tests that share a fixed Redis database or the host's measuring turn
-# run in one group, one after another (tests/conftest.py); the rest fill the other worker.
+# run in one scope, one after another (tests/conftest.py's scheduler); the rest fill the other worker.
 TEST_WORKERS ?= 2
 test: $(STAMP) $(VENDORED) services docker lint typecheck
-	$(BIN)/python -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadscope
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not postgres"

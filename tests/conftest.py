@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,34 +16,41 @@ pytest_plugins = ["tests.fixtures.docker_engine"]
 REPO = Path(__file__).resolve().parents[1]
 RUNTIME_MANIFESTS = REPO / "tests" / "data" / "runtime-manifests"
 
-# `make test` runs the tests on two pytest-xdist workers (`--dist loadgroup`). A module that uses the
-# shared Redis server's fixed test databases (the farm's, the api's, the uploads') or the farm's
-# workers (which take the host's one measuring turn) runs in the one group SHARED_GROUP, one test
-# after another; every other integration or browser module is a group of its own (its module-scoped
-# fixtures are made once); unit and contract tests go wherever a worker is free.
-SHARED_GROUP = "shared-redis-and-host-turn"
+# `make test` runs the tests on two pytest-xdist workers. A module that uses the shared Redis server's
+# fixed test databases (the farm's, the api's, the uploads') or the farm's workers (which take the
+# host's one measuring turn) runs in the one scope SHARED_SCOPE, one test after another; every other
+# integration or browser module is a scope of its own (its module-scoped fixtures are made once);
+# unit and contract tests go wherever a worker is free. (xdist's own `--dist loadgroup` cannot do
+# this with pytest 9: it renames node ids through an attribute pytest no longer reads.)
+SHARED_SCOPE = "shared-redis-and-host-turn"
 _SHARED_MARKS = ("tests.integration.farm", "_REDIS_DB", "127.0.0.1:6379/")
-_UNGROUPED = ("unit", "contract")
+_UNSCOPED = ("unit", "contract")
 
 
-def xdist_group_of(path: Path) -> str | None:
-    """The xdist group of the tests in the module at `path` (None: distributed one by one)."""
+def xdist_scope_of(path: Path) -> str | None:
+    """The scope of the tests in the module at `path` (None: each test is scheduled on its own)."""
     relative = path.resolve().relative_to(REPO / "tests")
-    if relative.parts[0] in _UNGROUPED:
+    if relative.parts[0] in _UNSCOPED:
         return None
     if any(mark in path.read_text(encoding="utf-8") for mark in _SHARED_MARKS):
-        return SHARED_GROUP
+        return SHARED_SCOPE
     return relative.as_posix()
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    groups: dict[Path, str | None] = {}
-    for item in items:
-        path = item.path
-        if path not in groups:
-            groups[path] = xdist_group_of(path)
-        if groups[path] is not None:
-            item.add_marker(pytest.mark.xdist_group(groups[path]))
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's scheduler by scope, with the scopes of xdist_scope_of."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    scopes: dict[str, str | None] = {}
+
+    class ByResource(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            if module not in scopes:
+                scopes[module] = xdist_scope_of(config.rootpath / module)
+            return scopes[module] or nodeid
+
+    return ByResource(config, log)
 
 
 @pytest.fixture
