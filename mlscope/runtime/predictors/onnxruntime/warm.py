@@ -2,8 +2,9 @@
 
 Published: the graph as ONNX Runtime optimised it for this session's level and providers (saved by a
 session with `optimized_model_filepath`: fusions such as batch-norm into convolution make new
-weights, which are the ones worth sharing), its initialisers taken out into the store, and the graph
-kept beside them as a blob whose initialisers point outside it.
+weights, which are the ones worth sharing), its initialisers of 1 KB or more taken out into the
+store, and the graph kept beside them as a blob whose initialisers point outside it (the small ones,
+shape constants among them, stay in it).
 
 Warm: the stripped graph, with every initialiser an OrtValue over the store's mapping handed to the
 session (`SessionOptions.add_external_initializers`: ONNX Runtime uses the buffer in place), and graph
@@ -26,6 +27,9 @@ from mlscope.runtime.model_store import MappedModel, WeightsToStore
 __all__ = ["GRAPH_BLOB", "mapped_initializers", "optimised_weights"]
 
 GRAPH_BLOB = "graph.onnx"
+# Initialisers smaller than this stay in the graph: shape inference reads constants such as an
+# Unsqueeze's axes while the session is made, and cannot from an external initialiser.
+_MIN_SHARED_BYTES = 1024
 _OUTSIDE = "mlscope-model-store"  # an initialiser's external location: it is handed over, never read
 _DATA_FIELDS = (
     "raw_data",
@@ -63,7 +67,7 @@ def optimised_weights(open_session: Any, options: ort.SessionOptions) -> Weights
     total = 0
     for initializer in model.graph.initializer:
         array = np.ascontiguousarray(numpy_helper.to_array(initializer))
-        if array.dtype.kind in "OUS":  # strings have no fixed-size bytes to map: they stay in the graph
+        if array.dtype.kind in "OUS" or array.nbytes < _MIN_SHARED_BYTES:  # strings: no fixed-size bytes
             continue
         tensors.append(
             (
