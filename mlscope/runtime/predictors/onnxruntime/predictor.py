@@ -228,7 +228,9 @@ class OnnxRuntimePredictor(Predictor):
             options = self._session.get_session_options()
             facts["threads"] = options.intra_op_num_threads or "default"
             facts["graph_optimization_level"] = self.options.graph_optimization_level
-        if self._graph is not None:
+        if self._warm is not None:  # the store's optimised graph, not the file
+            facts["graph"] = f"{self._warm[0].key} (model store)"
+        elif self._graph is not None:
             facts["graph"] = self._graph.name
         return facts
 
