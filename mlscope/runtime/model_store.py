@@ -195,7 +195,7 @@ class ModelStore:
     @staticmethod
     def _referenced(entry: Path) -> bool:
         try:
-            descriptor = os.open(entry / "ref.lock", os.O_RDWR)
+            descriptor = os.open(entry / "ref.lock", os.O_RDONLY)
         except FileNotFoundError:
             return False
         try:
@@ -217,7 +217,7 @@ class ModelStore:
 
     def _map(self, entry: Path, *, published: bool) -> MappedModel:
         index = json.loads((entry / "index.json").read_text())
-        reference = os.open(entry / "ref.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        reference = os.open(entry / "ref.lock", os.O_RDONLY)  # flock needs no write access
         fcntl.flock(reference, fcntl.LOCK_SH)
         (entry / "used").touch()
         with open(entry / "weights.bin", "rb") as weights:
@@ -353,7 +353,7 @@ class ModelStore:
     def _evict(entry: Path) -> bool:
         """Remove the entry if no process references it; True when it was removed."""
         try:
-            descriptor = os.open(entry / "ref.lock", os.O_RDWR)
+            descriptor = os.open(entry / "ref.lock", os.O_RDONLY)
         except FileNotFoundError:
             shutil.rmtree(entry, ignore_errors=True)
             return True
