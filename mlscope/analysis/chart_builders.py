@@ -56,6 +56,8 @@ COLD_START_PHASES = (
     ("import_ms", "framework import"),
     ("load_ms", "model load"),
     ("first_inference_ms", "first inference"),
+    ("warm_load_ms", "warm load"),
+    ("warm_first_inference_ms", "warm first inference"),
 )
 
 

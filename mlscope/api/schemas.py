@@ -327,7 +327,12 @@ class EvaluationSchema(Schema):
             "description": "how many times it was started: more than 1 when its job was delivered again"
         }
     )
-    cold_start = _obj("{import_ms, load_ms, first_inference_ms}")
+    cold_start = _obj(
+        "{import_ms, load_ms, first_inference_ms, fetch_ms, warm_process}; with a model store (a warm "
+        "start, docs/warm-start.md) also warm_load_ms, warm_first_inference_ms, warm_source "
+        "(store | published), warm_shared_mb, warm_read_mb, warm_publish_ms, or warm_unavailable (why "
+        "none was measured); each warm key absent when not measured"
+    )
     measurements = fields.List(
         fields.Dict(metadata={"properties": {**MEASUREMENT_PROPERTIES, **RESOURCE_MEASUREMENT_PROPERTIES}}),
         metadata={

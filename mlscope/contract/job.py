@@ -44,6 +44,8 @@ class Job:
             search): `LoadSettings.from_dict(job.load)`; empty for the defaults.
         generation: the generate scenario's settings: `GenerationSettings.from_dict(job.generation)`;
             empty for the defaults.
+        model_store: the machine's model store for a warm start, {"directory", "budget_mb"}
+            (settings model_store_dir, model_store_mb); empty for none (no warm start measured).
     """
 
     evaluation_id: str
@@ -62,6 +64,7 @@ class Job:
     outputs_for: int = 0
     load: dict[str, Any] = field(default_factory=dict)
     generation: dict[str, Any] = field(default_factory=dict)
+    model_store: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_request(
@@ -75,6 +78,7 @@ class Job:
         traceparent: str = "",
         dataset: dict[str, Any] | None = None,
         outputs_for: int = 0,
+        model_store: dict[str, Any] | None = None,
     ) -> Job:
         """The job of an admitted request: every field the two share (framework, device, batch
         sizes, scenarios, measure, options, trace level, load) is the request's, taken by name."""
@@ -92,6 +96,7 @@ class Job:
             traceparent=traceparent,
             dataset=dict(dataset or {}),
             outputs_for=outputs_for,
+            model_store=dict(model_store or {}),
             **shared,
         )
 

@@ -47,6 +47,11 @@ PHASES: tuple[str, ...] = (
     "fetch",
     "load",
     "first_inference",
+    # A warm start (when the job has a model store): the weights into the store, the model again
+    # from its mapping, and its first inference.
+    "publish",
+    "warm_load",
+    "warm_first_inference",
     "measure",
     "serve",
     "accuracy",

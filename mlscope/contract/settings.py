@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -38,6 +39,14 @@ def _default_store_url() -> str:
 
 def _default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir(APP))
+
+
+def _default_model_store_dir() -> Path:
+    """Shared memory where the system has it (the weights never touch a disk), else the temporary
+    directory."""
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+    return base / "mlscope-models"
 
 
 # The largest ONNX file the API takes (POST /api/v1/models): 2 GiB, protobuf's own limit for one file.
@@ -104,6 +113,11 @@ class Settings:
     # recorded with the system. Unset: results carry no cost (one can be priced at read time).
     price_per_hour: float | None = None
     instance_type: str | None = None
+    # The machine's model store (warm starts, docs/warm-start.md): its budget in MB of weights held
+    # at once (0: no store, no warm start measured) and its directory (default: on shared memory,
+    # /dev/shm/mlscope-models where there is one, else under the temporary directory).
+    model_store_mb: int = 0
+    model_store_dir: Path = field(default_factory=_default_model_store_dir)
 
     def __post_init__(self) -> None:
         for name in ("store_url", "broker_url", "api_url"):
@@ -152,6 +166,22 @@ class Settings:
                     f"setting {name}={value!r}: expected a whole number{unit} >= {floor}, or 0 for no limit",
                     field=name,
                 )
+        if not (
+            isinstance(self.model_store_mb, int)
+            and not isinstance(self.model_store_mb, bool)
+            and self.model_store_mb >= 0
+        ):
+            raise UserError(
+                f"setting model_store_mb={self.model_store_mb!r}: expected a whole number of MB >= 0 "
+                "(the model store's budget; 0 for no model store)",
+                field="model_store_mb",
+            )
+        if not str(self.model_store_dir).strip() or not Path(self.model_store_dir).is_absolute():
+            raise UserError(
+                f"setting model_store_dir={str(self.model_store_dir)!r}: expected an absolute directory "
+                "(default: /dev/shm/mlscope-models where there is shared memory)",
+                field="model_store_dir",
+            )
 
         if not (
             isinstance(self.max_raw_latencies, int)
@@ -182,6 +212,13 @@ class Settings:
                     f"(default {default}, 2 GiB)",
                     field=name,
                 )
+
+    @property
+    def model_store(self) -> dict[str, Any]:
+        """The model store as a job carries it ({"directory", "budget_mb"}); empty when there is none."""
+        if not self.model_store_mb:
+            return {}
+        return {"directory": str(self.model_store_dir), "budget_mb": self.model_store_mb}
 
     @property
     def upload_dir(self) -> Path:
@@ -229,6 +266,7 @@ _WHOLE_NUMBERS = (
     "max_raw_latencies",
     "max_upload_bytes",
     "max_dataset_bytes",
+    "model_store_mb",
 )
 
 
@@ -239,7 +277,7 @@ def _coerce(name: str, raw: Any) -> Any:
     if name == "manifests":
         items = raw if isinstance(raw, list) else str(raw).split(os.pathsep)
         return tuple(Path(p).expanduser() for p in items if p)
-    if name == "cache_dir":
+    if name in ("cache_dir", "model_store_dir"):
         return Path(str(raw)).expanduser()
     if name == "visibility_timeout_s":
         try:

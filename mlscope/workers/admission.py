@@ -83,8 +83,16 @@ class Admission:
             "trace_level": request.trace_level,
         }
 
-    def job(self, evaluation_id: str, *, cache_dir: str, traceparent: str = "") -> Job:
-        """What the predictor process is told to do for the stored evaluation `evaluation_id`."""
+    def job(
+        self,
+        evaluation_id: str,
+        *,
+        cache_dir: str,
+        traceparent: str = "",
+        model_store: dict[str, Any] | None = None,
+    ) -> Job:
+        """What the predictor process is told to do for the stored evaluation `evaluation_id`
+        (`model_store`: the settings' `model_store`, for a warm start; None: none)."""
         return Job.from_request(
             self.request,
             evaluation_id=evaluation_id,
@@ -94,6 +102,7 @@ class Admission:
             traceparent=traceparent,
             dataset=None if self.dataset is None else self.dataset.to_dict(),
             outputs_for=PARITY_SAMPLES if self.parity_manifest is not None else 0,
+            model_store=model_store,
         )
 
     def parity_job(self, job: Job) -> Job:

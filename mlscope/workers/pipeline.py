@@ -173,6 +173,7 @@ def _evaluate(
     job = admitted.job(
         evaluation_id,
         cache_dir=str(settings.cache_dir),
+        model_store=settings.model_store,
         traceparent=TraceContext(tracer.trace_id, tracer.current_id).traceparent() if traced else "",
     )
     runner = get_runner(request.runner, settings)

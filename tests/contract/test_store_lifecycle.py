@@ -307,6 +307,9 @@ LATENCIES = "measurements[0].latencies_ns"
         ),
         ({"measurements": [{**make_measurement(), "scenario": ""}]}, "measurements[0].scenario"),
         ({"cold_start": {"import_ms": 1.0, "first_inference_ms": 2.0}}, "cold_start.load_ms"),
+        ({"cold_start": {**COLD_START, "warm_load_ms": "fast"}}, "cold_start.warm_load_ms"),
+        ({"cold_start": {**COLD_START, "warm_shared_mb": -1.0}}, "cold_start.warm_shared_mb"),
+        ({"cold_start": {**COLD_START, "warm_source": "disk"}}, "cold_start.warm_source"),
         ({"system": {"hostname": "no id"}}, "system.id"),
         ({"finished_at": datetime(2024, 1, 1)}, "finished_at"),
     ],
@@ -355,3 +358,21 @@ def test_invalid_submit_names_the_field(store: Store, change: dict[str, Any], fi
         store.create_evaluation(**arguments)
     assert raised.value.field == field
     assert store.count_evaluations() == 0
+
+
+def test_a_warm_start_is_kept_beside_the_cold_one(store: Store) -> None:
+    # Given a running evaluation that measured a warm start from the model store
+    id = run_to(store, "running")
+    cold_start = {
+        **COLD_START,
+        "warm_load_ms": 4.5,
+        "warm_first_inference_ms": 3.25,
+        "warm_source": "store",
+        "warm_shared_mb": 97.7,
+        "warm_read_mb": 0.16,
+        "warm_publish_ms": 0.3,
+    }
+    # When it finishes
+    finish(store, id, cold_start=cold_start)
+    # Then every warm figure comes back as it went in, beside the cold ones
+    assert store.get_evaluation(id)["cold_start"] == cold_start

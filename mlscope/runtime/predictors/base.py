@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # annotations only: listing frameworks imports this module, a
     from mlscope.contract.generation import GenerationSettings
     from mlscope.contract.manifest import Manifest
     from mlscope.runtime.generate.records import GenerateEngine
+    from mlscope.runtime.model_store import MappedModel, WeightsToStore
 
 __all__ = ["Predictor", "PredictorError", "PredictorOptions"]
 
@@ -126,6 +127,33 @@ class Predictor(ABC):
             "in process (pytorch, for Hugging Face decoder and encoder-decoder models) or an endpoint "
             "(--endpoint URL)"
         )
+
+    def warm_variant(self) -> str | None:
+        """What determines this predictor's stored weights beyond the manifest and the seed (an
+        optimisation level, providers), as one string: part of its model store key.
+
+        Returns:
+            None when this framework has no warm start (the default): the result then says so.
+        """
+        return None
+
+    def weights_to_store(self) -> WeightsToStore:
+        """The loaded model's weights, laid out for the model store (called after `load`).
+
+        Raises:
+            PredictorError: this framework, or this model, cannot be shared through the store.
+        """
+        raise PredictorError(f"{self.NAME} has no warm start")
+
+    def load_mapped(self, mapped: MappedModel) -> None:
+        """Load the model from the store's mapped weights instead of from its source (a warm
+        start): no weights read from a file, none copied on the host. Replaces `load`; the
+        predictor keeps `mapped` referenced until `close`.
+
+        Raises:
+            PredictorError: the entry does not fit the model, or this framework has no warm start.
+        """
+        raise PredictorError(f"{self.NAME} has no warm start")
 
     def close(self) -> None:  # noqa: B027 - nothing to release by default
         """Release the model and its memory."""

@@ -55,6 +55,15 @@ _MEASUREMENT_KEYS = frozenset(
     {"scenario", "batch_size", "latency_ms", "throughput", "validity", "latencies_ns"}
 )
 _COLD_START_KEYS = ("import_ms", "load_ms", "first_inference_ms")
+# A warm start's figures (docs/warm-start.md), each present only when measured.
+_WARM_NUMBERS = (
+    "warm_load_ms",
+    "warm_first_inference_ms",
+    "warm_publish_ms",
+    "warm_shared_mb",
+    "warm_read_mb",
+)
+WARM_SOURCES = ("store", "published")
 
 
 @dataclass
@@ -248,7 +257,28 @@ def check_cold_start(cold_start: Any) -> dict[str, Any]:
             raise UserError(
                 f"cold_start.{key} must be a number of milliseconds, not {value!r}", field=f"cold_start.{key}"
             )
+    _check_warm_start(checked)
     return checked
+
+
+def _check_warm_start(cold_start: dict[str, Any]) -> None:
+    """The warm_* keys, where present: numbers >= 0, a known source, a reason as text."""
+    for key in _WARM_NUMBERS:
+        value = cold_start.get(key)
+        if key in cold_start and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
+        ):
+            raise UserError(
+                f"cold_start.{key} must be a number >= 0, not {value!r}", field=f"cold_start.{key}"
+            )
+    if "warm_source" in cold_start and cold_start["warm_source"] not in WARM_SOURCES:
+        raise UserError(
+            f"cold_start.warm_source must be one of {', '.join(WARM_SOURCES)}, "
+            f"not {cold_start['warm_source']!r}",
+            field="cold_start.warm_source",
+        )
+    if "warm_unavailable" in cold_start:
+        check_text(cold_start["warm_unavailable"], "cold_start.warm_unavailable")
 
 
 def check_error(error: Any) -> dict[str, Any]:

@@ -82,13 +82,14 @@ def _describe_exit(code: int) -> str:
 
 def _job_inside(job: Job, cache_dir: Path) -> Job:
     """The job as the container sees it: the cache (and a dataset materialised in it) at its mount
-    point and, with one GPU passed through, that GPU as the container's first."""
+    point and, with one GPU passed through, that GPU as the container's first. No model store: the
+    container's shared memory is its own, so a store there would be shared with nobody."""
     device = "cuda:0" if job.device.startswith("cuda") else job.device
     dataset = dict(job.dataset)
     if dataset:
         inside = Path(dataset["path"]).resolve().relative_to(cache_dir.resolve())
         dataset["path"] = str(PurePosixPath(CONTAINER_CACHE, *inside.parts))
-    return dataclasses.replace(job, cache_dir=CONTAINER_CACHE, device=device, dataset=dataset)
+    return dataclasses.replace(job, cache_dir=CONTAINER_CACHE, device=device, dataset=dataset, model_store={})
 
 
 class _ChunkReader(io.RawIOBase):

@@ -8,7 +8,7 @@ import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import onnxruntime as ort
@@ -17,6 +17,9 @@ from mlscope.runtime.predictors.base import Predictor, PredictorError
 from mlscope.runtime.predictors.onnxruntime.export import onnx_graph
 from mlscope.runtime.predictors.onnxruntime.profile import PROFILE_LEVELS, ort_profile_to_spans
 from mlscope.runtime.trace.profiled import ProfiledPass
+
+if TYPE_CHECKING:
+    from mlscope.runtime.model_store import MappedModel, WeightsToStore
 
 __all__ = ["OnnxRuntimePredictor"]
 
@@ -42,6 +45,9 @@ class OnnxRuntimePredictor(Predictor):
 
     _graph: Path | None = None
     _session: ort.InferenceSession | None = None
+    # A warm session's graph (optimised, its initialisers outside it) and what keeps them alive.
+    _warm_graph: bytes | None = None
+    _warm: tuple[MappedModel, list[str], list[ort.OrtValue], list[np.ndarray]] | None = None
 
     @classmethod
     def framework_version(cls) -> str:
@@ -74,9 +80,32 @@ class OnnxRuntimePredictor(Predictor):
             self.fetch()
         self._session = self._open_session(self._session_options())
 
+    def warm_variant(self) -> str:
+        """The stored graph is optimised for a level and providers: both are part of its key."""
+        return f"{self.options.graph_optimization_level}|{','.join(self._providers())}"
+
+    def weights_to_store(self) -> WeightsToStore:
+        from mlscope.runtime.predictors.onnxruntime.warm import optimised_weights
+
+        return optimised_weights(self._open_session, self._session_options())
+
+    def load_mapped(self, mapped: MappedModel) -> None:
+        """A session on the store's optimised graph, its initialisers the mapping's (see `warm`)."""
+        from mlscope.runtime.predictors.onnxruntime.warm import GRAPH_BLOB, mapped_initializers
+
+        names, values, arrays = mapped_initializers(mapped)
+        self._warm_graph = mapped.blob(GRAPH_BLOB)
+        self._warm = (mapped, names, values, arrays)
+        self._session = self._open_session(self._session_options())
+
     def _session_options(self) -> ort.SessionOptions:
         options = ort.SessionOptions()
         options.graph_optimization_level = _LEVELS[self.options.graph_optimization_level]
+        if self._warm is not None:
+            # The stored graph was optimised at this level when it was published; its initialisers
+            # are the mapping's, used in place.
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            options.add_external_initializers(self._warm[1], self._warm[2])
         if self.options.threads:
             options.intra_op_num_threads = self.options.threads
         if self.options.inter_op_threads:
@@ -91,8 +120,9 @@ class OnnxRuntimePredictor(Predictor):
         provider_options: list[dict[str, Any]] = [{} for _ in providers]
         if self.device.startswith("cuda"):
             provider_options[providers.index("CUDAExecutionProvider")] = {"device_id": self._device_id()}
+        graph: str | bytes = self._warm_graph if self._warm_graph is not None else str(self._graph)
         return ort.InferenceSession(
-            str(self._graph), sess_options=options, providers=providers, provider_options=provider_options
+            graph, sess_options=options, providers=providers, provider_options=provider_options
         )
 
     def _bind(self, session: ort.InferenceSession, inputs: dict[str, ort.OrtValue]) -> ort.IOBinding:
@@ -198,9 +228,14 @@ class OnnxRuntimePredictor(Predictor):
             options = self._session.get_session_options()
             facts["threads"] = options.intra_op_num_threads or "default"
             facts["graph_optimization_level"] = self.options.graph_optimization_level
-        if self._graph is not None:
+        if self._warm is not None:  # the store's optimised graph, not the file
+            facts["graph"] = f"{self._warm[0].key} (model store)"
+        elif self._graph is not None:
             facts["graph"] = self._graph.name
         return facts
 
     def close(self) -> None:
         self._session = None
+        if self._warm is not None:
+            self._warm[0].close()
+            self._warm = None

@@ -6,6 +6,7 @@ very same (seeded) random weights.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -78,13 +79,16 @@ def _from_timm(name: str) -> torch.nn.Module:
     return timm.create_model(name, pretrained=False)
 
 
-def _from_transformers(manifest: Manifest) -> torch.nn.Module:
+def _from_transformers(manifest: Manifest, skeleton: bool = False) -> torch.nn.Module:
     import transformers
 
     options = manifest.source.options
     overrides = dict(options.get("config") or {})
     directory = options.get("directory")
-    if directory:
+    if directory and skeleton:  # the directory's configuration only: its weights come from elsewhere
+        config = transformers.AutoConfig.from_pretrained(directory, local_files_only=True, **overrides)
+        model = transformers.AutoModel.from_config(config)
+    elif directory:
         _check_directory(Path(directory), options.get("sha256"))
         model = transformers.AutoModel.from_pretrained(directory, local_files_only=True, **overrides)
     else:
@@ -152,27 +156,34 @@ def _load_state(model: torch.nn.Module, url: str, sha256: str | None) -> None:
         raise PredictorError(f"{path}: does not fit the model ({first})") from None
 
 
-def build_module(manifest: Manifest, seed: int = 0) -> torch.nn.Module:
+def build_module(manifest: Manifest, seed: int = 0, *, skeleton: bool = False) -> torch.nn.Module:
     """The manifest's model as an eval-mode module on the CPU, with its weights.
 
     Random weights are drawn from a generator seeded with `seed`, so every process that builds the
     same manifest gets the same weights.
+
+    Args:
+        skeleton: build the module on the meta device instead: its structure with no storage, no
+            random initialisation and no weights read (a warm start attaches mapped ones).
     """
     source = manifest.source
-    with torch.random.fork_rng(devices=[]):
+    on_meta = torch.device("meta") if skeleton else contextlib.nullcontext()
+    with torch.random.fork_rng(devices=[]), on_meta:
         torch.manual_seed(seed)
         if source.kind == "torchvision":
             model = _from_torchvision(source.target)
         elif source.kind == "timm":
             model = _from_timm(source.target)
         elif source.kind == "transformers":
-            model = _from_transformers(manifest)
+            model = _from_transformers(manifest, skeleton)
         elif source.kind == "python":
             kwargs = dict(source.options.get("kwargs") or {})
             model = _from_factory(source.target, kwargs, source.options.get("sha256"))
         else:
             raise PredictorError(f"PyTorch cannot build a model from a {source.kind!r} source")
     # A Hugging Face directory's weights are its own, loaded by from_pretrained above.
+    if skeleton:
+        return model.eval()
     if manifest.weights.kind == "url" and manifest.weights.url and not source.options.get("directory"):
         _load_state(model, manifest.weights.url, manifest.weights.sha256)
     return model.eval()

@@ -18,6 +18,7 @@ from mlscope.runtime.trace.profiled import ProfiledPass
 if TYPE_CHECKING:
     from mlscope.contract.generation import GenerationSettings
     from mlscope.runtime.generate.records import GenerateEngine
+    from mlscope.runtime.model_store import MappedModel, WeightsToStore
 
 __all__ = ["CudaEventTimer", "PyTorchPredictor"]
 
@@ -54,6 +55,7 @@ class PyTorchPredictor(Predictor):
 
     _model: torch.nn.Module | None = None
     _device: torch.device | None = None
+    _mapped: MappedModel | None = None
 
     @classmethod
     def framework_version(cls) -> str:
@@ -73,6 +75,30 @@ class PyTorchPredictor(Predictor):
     def load(self) -> None:
         self._device = self._open_device()
         self._model = build_module(self.manifest, seed=self.options.seed).to(self._device)
+
+    def warm_variant(self) -> str:
+        return ""  # the module's weights are the manifest's and the seed's alone
+
+    def weights_to_store(self) -> WeightsToStore:
+        from mlscope.runtime.model_store import WeightsToStore
+        from mlscope.runtime.predictors.pytorch.warm import module_tensors
+
+        assert self._model is not None, "load() first"
+        tensors, size = module_tensors(self._model)
+        return WeightsToStore(tensors, size)
+
+    def load_mapped(self, mapped: MappedModel) -> None:
+        """The module built on the meta device, the store's tensors attached. On the CPU they are
+        used in place; on a GPU they are copied to the device from the mapping (no disk read, no
+        host copy; CUDA IPC between predictor processes is not implemented, and this path has not
+        run on a GPU here)."""
+        from mlscope.runtime.predictors.pytorch.warm import attach_mapped
+
+        self._device = self._open_device()
+        skeleton = build_module(self.manifest, seed=self.options.seed, skeleton=True)
+        model = attach_mapped(skeleton, mapped)
+        self._mapped = mapped
+        self._model = model if self._device.type == "cpu" else model.to(self._device)
 
     def generation_engine(self, settings: GenerationSettings) -> GenerateEngine:
         """The manifest's transformers decoder or encoder-decoder as an in-process token generator
@@ -168,5 +194,8 @@ class PyTorchPredictor(Predictor):
 
     def close(self) -> None:
         self._model = None
+        if self._mapped is not None:
+            self._mapped.close()
+            self._mapped = None
         if self._device is not None and self._device.type == "cuda":
             torch.cuda.empty_cache()

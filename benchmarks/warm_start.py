@@ -1,0 +1,273 @@
+"""TrIMS warm starts: how much faster is a model loaded from the model store than from its source,
+and how much memory do predictor processes save by sharing one copy of its weights?
+
+Prints, in one run on this machine:
+  (a) per model and framework, the cold and the warm model load as a predictor process reports them
+      (`python -m mlscope.runtime.execute`, the process runner's command, one process per round):
+      `cold_start.load_ms` (the model built from its source: random weights drawn, or an ONNX
+      session made from the exported graph) against `cold_start.warm_load_ms` (the same model from
+      the store's mapping), medians over the rounds after the first (which publishes), their ratio
+      (target >= 10), the first inferences after each, and the bytes the warm load read (rchar);
+  (b) per model and framework, the steady-state latency of the warm model against the cold one, both
+      in one process, inferences interleaved (the warm model is the one an evaluation measures);
+  (c) per PyTorch model, the resident (RSS) and proportional (PSS, from /proc/<pid>/smaps_rollup)
+      memory of N predictor processes holding the model at once, each loaded on its own against all
+      warm from the store, and what sharing saved. PSS divides a shared page among its mappers, so
+      the sum of PSS counts the store's copy once.
+
+Models: ResNet-50 (torchvision, random weights) and BERT-base (transformers' default BertConfig:
+12 layers, d_model 768, 12 heads, ff 3072, vocabulary 30522; random weights): the `resnet50` and
+`bert_base` manifests. Nothing is downloaded. The store and cache are temporary directories (the
+store on /dev/shm where there is one), removed at the end.
+
+Usage: python benchmarks/warm_start.py [--rounds 4] [--processes 4] [--frameworks pytorch,onnxruntime]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = ("resnet50", "bert_base")
+MB = 2**20
+
+# One predictor process of the memory test: load the model (cold, or warm from the store), run one
+# inference, say so, and hold it until told to go.
+HOLDER = """
+import sys
+from pathlib import Path
+import numpy as np
+from mlscope.registry.models import ModelRegistry
+from mlscope.runtime.model_store import ModelStore
+from mlscope.runtime.predictors.inputs import synthetic_batch
+from mlscope.runtime.predictors.pytorch.predictor import PyTorchPredictor
+
+name, mode, store_dir, key = sys.argv[1:5]
+manifest = ModelRegistry.load([]).get(name, "pytorch")
+predictor = PyTorchPredictor(manifest=manifest, cache_dir=Path(store_dir).parent / "cache")
+if mode == "warm":
+    predictor.load_mapped(ModelStore(Path(store_dir), 2**40).open(key))
+else:
+    predictor.load()
+predictor.predict(predictor.prepare(synthetic_batch(manifest, 1, np.random.default_rng(0))))
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+
+# Cold and warm model side by side in one process, inferences interleaved: [cold median, warm median].
+INTERLEAVED = """
+import json, statistics, sys, tempfile, time
+from pathlib import Path
+import numpy as np
+from mlscope.registry.models import ModelRegistry
+from mlscope.runtime.frameworks import load_predictor_class
+from mlscope.runtime.model_store import ModelStore
+from mlscope.runtime.predictors.inputs import synthetic_batch
+
+name, framework, cache, count = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
+manifest = ModelRegistry.load([]).get(name, framework)
+kind = load_predictor_class(framework)
+cold = kind(manifest=manifest, cache_dir=cache)
+cold.fetch()
+cold.load()
+with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as folder:
+    store = ModelStore(Path(folder), 2**40)
+    store.publish("entry", cold.weights_to_store()).close()
+    warm = kind(manifest=manifest, cache_dir=cache)
+    warm.fetch()
+    warm.load_mapped(store.open("entry"))
+    arrays = synthetic_batch(manifest, 1, np.random.default_rng(0))
+    batches = {"cold": (cold, cold.prepare(arrays)), "warm": (warm, warm.prepare(arrays))}
+    times = {"cold": [], "warm": []}
+    for index in range(count + 2):
+        for which in ("cold", "warm") if index % 2 else ("warm", "cold"):
+            predictor, batch = batches[which]
+            start = time.perf_counter_ns()
+            predictor.predict(batch)
+            if index >= 2:
+                times[which].append((time.perf_counter_ns() - start) / 1e6)
+    print(json.dumps([statistics.median(times["cold"]), statistics.median(times["warm"])]))
+    warm.close()
+"""
+
+
+def environment() -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+
+
+def job(name: str, framework: str, cache: Path, store: Path) -> dict[str, Any]:
+    from mlscope.contract.job import Job
+    from mlscope.registry.models import ModelRegistry
+
+    manifest = ModelRegistry.load([]).get(name, framework)
+    return Job(
+        evaluation_id="warm-start-benchmark",
+        manifest=manifest.to_dict(),
+        origin=manifest.origin,
+        framework=framework,
+        device="cpu",
+        batch_sizes=(1,),
+        scenarios=("single_stream",),
+        measure={"min_count": 1, "min_seconds": 0, "warmup_count": 0, "warmup_seconds": 0, "max_seconds": 5},
+        cache_dir=str(cache),
+        model_store={"directory": str(store), "budget_mb": 4096},
+    ).to_dict()
+
+
+def predictor_process(document: dict[str, Any]) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "mlscope.runtime.execute"],
+        input=json.dumps(document),
+        capture_output=True,
+        text=True,
+        env=environment(),
+        timeout=1800,
+        check=False,
+    )
+    final = json.loads(done.stdout.strip().splitlines()[-1])
+    if final["event"] != "result":
+        raise SystemExit(f"the predictor process failed: {final.get('message')}\n{done.stderr[-2000:]}")
+    return dict(final["result"]["cold_start"])
+
+
+def load_times(name: str, framework: str, rounds: int, cache: Path, store: Path) -> None:
+    document = job(name, framework, cache, store)
+    colds = [predictor_process(document) for _ in range(rounds)]
+    published, found = colds[0], colds[1:]
+    assert published["warm_source"] == "published" and all(c["warm_source"] == "store" for c in found)
+
+    def median(key: str) -> float:
+        return statistics.median(c[key] for c in found)
+
+    cold_ms, warm_ms = median("load_ms"), median("warm_load_ms")
+    print(
+        f"{name:9} {framework:11} {published['warm_shared_mb']:7.1f} MB  load: cold {cold_ms:8.1f} ms, "
+        f"warm {warm_ms:6.1f} ms, ratio {cold_ms / warm_ms:6.1f}x | first inference: cold "
+        f"{median('first_inference_ms'):7.1f} ms, warm {median('warm_first_inference_ms'):7.1f} ms | "
+        f"read while loading warm {median('warm_read_mb'):.2f} MB | publish (round 1) "
+        f"{published['warm_publish_ms']:.0f} ms"
+    )
+
+
+def steady_latency(name: str, framework: str, cache: Path, inferences: int) -> None:
+    """Does the warm model run as fast as the cold one? Both loaded in one process, inferences
+    interleaved (so the machine's load hits both alike), medians."""
+    done = subprocess.run(
+        [sys.executable, "-c", INTERLEAVED, name, framework, str(cache), str(inferences)],
+        capture_output=True,
+        text=True,
+        env=environment(),
+        timeout=1800,
+        check=True,
+    )
+    cold_ms, warm_ms = json.loads(done.stdout.strip().splitlines()[-1])
+    print(
+        f"{name:9} {framework:11} median of {inferences}: cold model {cold_ms:7.1f} ms, "
+        f"warm model {warm_ms:7.1f} ms"
+    )
+
+
+def rollup(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) of a process in bytes, from /proc/<pid>/smaps_rollup."""
+    values = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        parts = line.split()
+        if parts and parts[0] in ("Rss:", "Pss:"):
+            values[parts[0]] = int(parts[1]) * 1024
+    return values["Rss:"], values["Pss:"]
+
+
+def held_memory(name: str, mode: str, processes: int, store: Path, key: str) -> tuple[int, int]:
+    """Sum of RSS and of PSS of `processes` predictor processes holding the model at once."""
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", HOLDER, name, mode, str(store), key],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=environment(),
+        )
+        for _ in range(processes)
+    ]
+    try:
+        for child in children:
+            assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        time.sleep(0.5)
+        readings = [rollup(child.pid) for child in children]
+    finally:
+        for child in children:
+            if child.stdin is not None:
+                child.stdin.close()
+        for child in children:
+            child.wait(timeout=60)
+    return sum(r for r, _ in readings), sum(p for _, p in readings)
+
+
+def memory_saved(name: str, processes: int, cache: Path, store: Path) -> None:
+    from mlscope.registry.models import ModelRegistry
+    from mlscope.runtime.model_store import entry_key
+
+    manifest = ModelRegistry.load([]).get(name, "pytorch")
+    key = entry_key("pytorch", manifest.sha256, 0, "", manifest.name)
+    if not (store / key / "weights.bin").is_file():
+        predictor_process(job(name, "pytorch", cache, store))  # publishes it
+    size = (store / key / "weights.bin").stat().st_size
+    own_rss, own_pss = held_memory(name, "cold", processes, store, key)
+    warm_rss, warm_pss = held_memory(name, "warm", processes, store, key)
+    saved = own_pss - warm_pss
+    own = f"each its own copy: RSS {own_rss / MB:7.1f} MB, PSS {own_pss / MB:7.1f} MB"
+    shared = f"sharing the store's: RSS {warm_rss / MB:7.1f} MB, PSS {warm_pss / MB:7.1f} MB"
+    ideal = f"one copy instead of {processes}: {processes - 1} x"
+    print(
+        f"{name:9} weights {size / MB:6.1f} MB | {own} | {shared} | saved (PSS) {saved / MB:7.1f} MB = "
+        f"{saved / size:.2f} x the weights ({ideal})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=4, help="predictor processes per model (>= 2)")
+    parser.add_argument("--processes", type=int, default=4, help="processes holding a model at once")
+    parser.add_argument("--frameworks", default="pytorch,onnxruntime")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--inferences", type=int, default=20, help="per model in the latency check")
+    arguments = parser.parse_args()
+    shm = Path("/dev/shm")
+    root = Path(tempfile.mkdtemp(prefix="mlscope-warm-bench-", dir=shm if shm.is_dir() else None))
+    cache = Path(tempfile.mkdtemp(prefix="mlscope-warm-bench-cache-"))
+    store = root / "models"
+    try:
+        print(f"cold vs warm model load ({arguments.rounds} predictor processes each; medians of the last "
+              f"{arguments.rounds - 1}; CPU, {os.cpu_count()} logical cores)")  # fmt: skip
+        models = arguments.models.split(",")
+        for name in models:
+            for framework in arguments.frameworks.split(","):
+                load_times(name, framework, arguments.rounds, cache, store)
+        print("\nsteady-state latency, batch 1: the warm model against the cold one")
+        for name in models:
+            for framework in arguments.frameworks.split(","):
+                steady_latency(name, framework, cache, arguments.inferences)
+        print(f"\nmemory of {arguments.processes} PyTorch predictor processes holding one model")
+        for name in models:
+            memory_saved(name, arguments.processes, cache, store)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
