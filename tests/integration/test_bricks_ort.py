@@ -43,6 +43,7 @@ def test_bricks_shared_by_two_models_are_measured_once(mlscope_env: dict[str, st
     report_b = bench.report(str(second))
     # Then the first measured all its bricks, and the second reused the shared ones from the store
     assert report_a["bricks"]["measured_now"] == report_a["bricks"]["unique"] > 0
+    assert report_a["seconds"]["bricks"] >= report_a["seconds"]["decompose"] > 0
     assert report_b["bricks"]["reused"] >= 1
     assert report_b["bricks"]["measured_now"] == report_b["bricks"]["unique"] - report_b["bricks"]["reused"]
     # and the store holds each unique brick's result once (plus the two calibration bricks)
@@ -53,6 +54,14 @@ def test_bricks_shared_by_two_models_are_measured_once(mlscope_env: dict[str, st
             e for path in files for e in store.list_evaluations(model=path.stem, status="succeeded", limit=5)
         ]
     assert len(stored) == len(files) == unique + 2
+    # and each model's new bricks (the first's with the calibrations) were measured in one job each:
+    # two jobs, whose bricks share the job's environment sample and ran the same sweeps
+    jobs: dict[str, set[int]] = {}
+    for evaluation in stored:
+        (measurement,) = evaluation["measurements"]
+        job = json.dumps(measurement["environment"], sort_keys=True)
+        jobs.setdefault(job, set()).add(measurement["latency_ms"]["count"])
+    assert len(jobs) == 2 and all(len(counts) == 1 for counts in jobs.values())
 
 
 def test_the_composed_estimate_is_close_to_the_measured_latency(
