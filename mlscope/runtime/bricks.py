@@ -1,30 +1,29 @@
 """Many bricks measured in one predictor job (DLBricks, arXiv 1911.07967): one process, ONNX Runtime
-imported once, a session per brick created back to back, then every brick timed in sweeps.
+imported once, a session per brick created back to back, then each brick timed in turn.
 
     specs ─▶ a session per brick (optimisation off: the node is optimised already), its inputs and
              its outputs bound once (IOBinding: no allocation, no conversion to numpy in a timed run)
-          ─▶ warm-up sweeps ─▶ timed sweeps: every brick runs once per sweep, in the order given
-             (the model's), its inputs rewritten just before (as the layer before it would)
+          ─▶ per brick: warm-up runs, then timed runs, each prepared untimed: the core's private
+             caches flushed, its inputs rewritten, its outputs touched
           ─▶ per brick: stopping rule, statistics and verdict as any single_stream measurement
 
-Why sweeps rather than one brick's loop after another: in a model each layer runs once between the
-others, so its weights are not hot in cache when it starts, but its input is (the layer before just
-wrote it). A brick timed back to back has both hot and comes out faster than the layer in the model;
-a sweep leaves its weights as cold as the model does, and rewriting its input (and touching its
-output buffer) just before it runs makes those as hot as in the model.
+Why the flush. In a model each layer runs once between the others, so its weights and its kernel's
+state are not in the core's own caches when it starts, but its input is (the layer before just wrote
+it) and so is its output buffer (arena memory another layer just used). A brick timed back to back
+has all of them hot and came out faster than the layer in the model: the estimates of MNASNet 0.5,
+ShuffleNet x0.5 and MobileNetV3-Small were 9-23% under the models measured whole here. Writing a
+buffer twice the size of the private caches (L1d + L2, from sysfs) before each run, then the brick's
+inputs and outputs, leaves its weights in the shared last-level cache, as in the model. (Timing the
+bricks interleaved, each once per sweep, was tried too: on this loaded 2-core machine it moved
+MNASNet 0.5's estimate from +2% to +96% between two runs, where the flush gave -10% and -6%.) What it
+does not reproduce: a model whose weights exceed the last-level cache streams them from memory; its
+bricks still find theirs in that cache (ResNet-18, 47 MB of weights: -10%).
 
-The stopping rule is MeasureSettings' own, applied to every brick of the job: `warmup_count` untimed
-sweeps, then timed sweeps until, after at least `min_count` of them and `min_seconds`, every brick's
-median has a `confidence` interval within ±`stability`, or until `max_seconds` of timed sweeps (the
-cap of the whole job's timed phase, never before `min_count` sweeps: a slow brick still gets them).
-A brick keeps its place in every sweep until the job ends, its runs all recorded: a brick that left
-would change what the others see between two of their runs (a brick left alone is timed back to back,
-its caches hot). The bricks still unsettled at the cap stop with the reason `max_seconds` and are
-judged so.
-
-The verdict is `judge`'s, with the job's environment (other processes' CPU use) shared by every
-brick. Interleaving the bricks also spreads a burst of contention over all of them, rather than on
-the few measured while it lasted.
+The stopping rule is MeasureSettings' own, per brick: `warmup_count` untimed runs, then timed runs
+until, after at least `min_count` of them and `min_seconds`, the median has a `confidence` interval
+within ±`stability`, or `max_seconds` of the job's time have gone to the brick (its runs and their
+untimed preparation: the cap bounds what a brick costs the job). The verdict is `judge`'s, with the
+job's environment (other processes' CPU use over the whole job) shared by every brick.
 
 Imports nothing but the contract and the runtime: it runs where a predictor runs.
 """
@@ -34,6 +33,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -47,8 +47,8 @@ from mlscope.runtime.measure.validity import EnvironmentMonitor, judge
 __all__ = ["BrickJob", "BrickOutcome", "BrickSpec", "measure_bricks"]
 
 _NS_PER_S = 1_000_000_000
-# Once a brick has its minimums, its stopping rule is checked every this many sweeps (a sort of its
-# latencies each time: cheap, but a hundred bricks over hundreds of sweeps add up).
+# Once a brick has its minimums, its stopping rule is checked every this many runs (a sort of its
+# latencies each time: cheap, but hundreds of bricks over hundreds of runs add up).
 _CHECK_EVERY = 4
 
 _DTYPES = {
@@ -125,14 +125,17 @@ class _Brick:
         self.latencies: list[int] = []
         self.own_ns = 0
         self.warmups = 0
-        self.stop_reason: str | None = None
 
-    def run(self, clock: Callable[[], int]) -> int:
-        """One timed run, its inputs rewritten and its outputs touched just before, untimed: in the
-        model the layer before has just written its input, and its output buffer is arena memory
-        another layer has just used, both in cache. Returns the run's latency, ns; what the brick
-        cost the job (preparation included) is added to `own_ns`."""
+    def run(self, clock: Callable[[], int], evict: np.ndarray | None = None) -> int:
+        """One timed run, prepared untimed: the core's private caches flushed by writing `evict`
+        (when given: so the brick's weights and state come from the shared cache, as a layer's do in
+        its model, where the others ran since), then its inputs rewritten and its outputs touched
+        (in the model the layer before has just written its input, and its output buffer is arena
+        memory another layer has just used, both in cache). Returns the run's latency, ns; what the
+        brick cost the job (preparation included) is added to `own_ns`."""
         began = clock()
+        if evict is not None:
+            evict += 1
         for target, source in self.inputs:
             np.copyto(target, source)
         for output in self.outputs:
@@ -143,11 +146,6 @@ class _Brick:
         ended = clock()
         self.own_ns += ended - began
         return ended - started
-
-    def stable(self, settings: MeasureSettings) -> bool:
-        """Whether the brick's median is known to ±stability at the settings' confidence."""
-        halfwidth = median_ci_relative_halfwidth(np.asarray(self.latencies), settings.confidence)
-        return bool(halfwidth <= settings.stability)
 
 
 def _ort() -> Any:
@@ -164,18 +162,19 @@ def measure_bricks(
     seed: int = 0,
     note: Callable[[str], None] = lambda line: None,
 ) -> BrickJob:
-    """Measure every brick of `specs` in this process, in sweeps (see the module docstring).
+    """Measure every brick of `specs` in this process, one after the other (see the module docstring).
 
     Args:
-        specs: the bricks, in the order a model runs them (their sweep order).
+        specs: the bricks, in the order a model runs them. A name given k times is one brick: k
+            sessions, each with its own copy of the weights, timed in turn as one.
         settings: warm-up, stopping rule, statistics and validity limits of every brick.
         threads: ONNX Runtime's intra-op threads (None: its default).
         seed: of the bricks' inputs.
         note: told of progress, a line at a time.
 
     Returns:
-        An outcome per spec: a brick that fails to load or run is reported with its error, and the
-        others are measured all the same.
+        An outcome per brick (name), in the order first given: a brick that fails to load or run is
+        reported with its error, and the others are measured all the same.
     """
     seconds = {"import": 0.0, "sessions": 0.0, "measure": 0.0, "statistics": 0.0}
     began = time.perf_counter()
@@ -188,76 +187,117 @@ def measure_bricks(
         options.intra_op_num_threads = threads
     rng = np.random.default_rng(seed)
     outcomes = {spec.name: BrickOutcome(spec.name) for spec in specs}
-    bricks: list[_Brick] = []
+    groups: dict[str, _Occurrences] = {}
     began = time.perf_counter()
     for spec in specs:
         try:
-            bricks.append(_Brick(ort, spec, options, rng))
+            brick = _Brick(ort, spec, options, rng)
         except Exception as exc:  # one brick ORT cannot load or run: the others are measured
             outcomes[spec.name].error = {
                 "type": type(exc).__name__,
                 "message": str(exc)[:500],
                 "phase": "load",
             }
+            continue
+        groups.setdefault(spec.name, _Occurrences(spec.name)).bricks.append(brick)
     seconds["sessions"] = time.perf_counter() - began
-    note(f"{len(bricks)} brick sessions in {seconds['sessions']:.2f} s; measuring")
+    note(f"{len(groups)} bricks, {sum(len(g.bricks) for g in groups.values())} sessions; measuring")
     began = time.perf_counter()
     monitor = EnvironmentMonitor()
     monitor.start()
-    _sweep(bricks, settings)
+    evict = np.zeros(private_cache_bytes() // 8 * 2, np.float64)  # twice the caches' size
+    for group in groups.values():
+        _apart(group, settings, evict)
     environment = monitor.stop()
     seconds["measure"] = time.perf_counter() - began
     began = time.perf_counter()
-    for brick in bricks:
-        outcome = outcomes[brick.spec.name]
+    for name, group in groups.items():
+        first = group.bricks[0]
+        outcome = outcomes[name]
+        outcome.error = None
         outcome.cold_start = {
             "import_ms": None,
-            "load_ms": brick.load_ms,
-            "first_inference_ms": brick.first_ms,
+            "load_ms": first.load_ms,
+            "first_inference_ms": first.first_ms,
         }
-        outcome.measurement = _measurement(brick, settings, environment)
+        outcome.measurement = _measurement(group, settings, environment)
     seconds["statistics"] = time.perf_counter() - began
-    return BrickJob([outcomes[spec.name] for spec in specs], str(ort.__version__), seconds)
+    return BrickJob(list(outcomes.values()), str(ort.__version__), seconds)
 
 
-def _sweep(bricks: list[_Brick], settings: MeasureSettings) -> None:
-    """Warm-up sweeps, then timed ones until every brick's median is stable (checked every few
-    sweeps once each has `min_count` runs and `min_seconds` have passed) or `max_seconds` of timed
-    sweeps have passed. Every brick stays in every sweep, so each sees the same others run between
-    two of its runs, as a layer does in its model."""
+@dataclass
+class _Occurrences:
+    """A brick's sessions (one per time its name is given), timed in turn as one brick."""
+
+    name: str
+    bricks: list[_Brick] = field(default_factory=list)
+    stop_reason: str | None = None
+
+    def latencies(self) -> np.ndarray:
+        """Every run of every session, in the order they ran."""
+        return np.asarray(
+            [run for runs in zip(*(b.latencies for b in self.bricks), strict=True) for run in runs], np.int64
+        )
+
+    def stable(self, settings: MeasureSettings) -> bool:
+        """Whether the brick's median is known to ±stability at the settings' confidence."""
+        return bool(median_ci_relative_halfwidth(self.latencies(), settings.confidence) <= settings.stability)
+
+
+def private_cache_bytes() -> int:
+    """The size of this machine's per-core caches (L1 data and L2 of the first CPU, from Linux's
+    sysfs), or 2 MiB where it cannot be read."""
+    total = 0
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        if level <= 2 and kind in ("Data", "Unified"):
+            scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
+            total += int(size.rstrip("KM")) * scale
+    return total or 2 << 20
+
+
+def _apart(group: _Occurrences, settings: MeasureSettings, evict: np.ndarray) -> None:
+    """Time one brick's runs one after the other (its sessions in turn), each after `evict` is
+    written, until its median is stable (after `min_count` runs and `min_seconds`, checked every
+    few runs) or `max_seconds` of the job's time have gone to it."""
     clock = time.perf_counter_ns
     for _ in range(settings.warmup_count):
-        for brick in bricks:
-            brick.run(clock)
+        for brick in group.bricks:
+            brick.run(clock, evict)
             brick.warmups += 1
-    for brick in bricks:
+    for brick in group.bricks:
         brick.own_ns = 0
-    started, sweeps = clock(), 0
-    waiting = list(bricks)
-    while waiting:
-        sweeps += 1
-        for brick in bricks:
-            brick.latencies.append(brick.run(clock))
-        elapsed = clock() - started
-        if sweeps < settings.min_count or elapsed < settings.min_seconds * _NS_PER_S:
+    runs = 0
+    while True:
+        for brick in group.bricks:
+            brick.latencies.append(brick.run(clock, evict))
+        runs += len(group.bricks)
+        spent = sum(brick.own_ns for brick in group.bricks)
+        if runs < settings.min_count or spent < settings.min_seconds * _NS_PER_S:
             continue
-        if elapsed >= settings.max_seconds * _NS_PER_S:
-            for brick in waiting:
-                brick.stop_reason = STOP_MAX_SECONDS
-            break
-        if sweeps % _CHECK_EVERY == 0:
-            for brick in waiting:
-                if brick.stable(settings):
-                    brick.stop_reason = STOP_STABLE
-            waiting = [brick for brick in waiting if brick.stop_reason is None]
+        if spent >= settings.max_seconds * _NS_PER_S:
+            group.stop_reason = STOP_MAX_SECONDS
+            return
+        if runs % _CHECK_EVERY < len(group.bricks) and group.stable(settings):
+            group.stop_reason = STOP_STABLE
+            return
 
 
-def _measurement(brick: _Brick, settings: MeasureSettings, environment: dict[str, Any]) -> dict[str, Any]:
-    latencies = np.asarray(brick.latencies, dtype=np.int64)
-    loop = LoopResult(latencies, brick.own_ns, brick.stop_reason or STOP_MAX_SECONDS, brick.warmups)
+def _measurement(
+    group: _Occurrences, settings: MeasureSettings, environment: dict[str, Any]
+) -> dict[str, Any]:
+    latencies = group.latencies()
+    own_ns = sum(brick.own_ns for brick in group.bricks)
+    warmups = sum(brick.warmups for brick in group.bricks)
+    loop = LoopResult(latencies, own_ns, group.stop_reason or STOP_MAX_SECONDS, warmups)
     summary = summarize(latencies, settings)
     validity = judge(summary, loop, environment, settings)
-    batch = brick.spec.batch_size
+    batch = group.bricks[0].spec.batch_size
     return Measurement(
         scenario="single_stream",
         batch_size=batch,
@@ -265,9 +305,9 @@ def _measurement(brick: _Brick, settings: MeasureSettings, environment: dict[str
         throughput=batch / (summary.mean / 1000.0) if summary.mean > 0 else 0.0,
         validity=validity,
         latencies_ns=latencies,
-        duration_s=brick.own_ns / _NS_PER_S,
+        duration_s=own_ns / _NS_PER_S,
         stop_reason=loop.stop_reason,
-        warmup_count=brick.warmups,
+        warmup_count=warmups,
         environment=environment,
         settings=settings,
     ).to_dict()

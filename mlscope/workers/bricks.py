@@ -46,15 +46,15 @@ __all__ = [
 
 # The frameworks whose graphs can be cut into bricks: ONNX Runtime's, an ONNX graph it optimises.
 FRAMEWORKS = ("onnxruntime",)
-# The stopping rule of a job's bricks (runtime.bricks): 3 warm-up sweeps, then at least 15 timed ones,
-# until every brick's median is known to ±5% (95%: the precision the bricks had as evaluations of
-# their own), or 0.5 s of timed sweeps (a brick not settled by then is judged unstable: not valid).
+# The stopping rule of each brick in its job (runtime.bricks): 3 warm-up runs, then at least 15 timed
+# ones, until its median is known to ±5% (95%: the precision the bricks had as evaluations of their
+# own), or 0.25 s of the job's time spent on it (not settled by then: judged unstable, not valid).
 BRICK_MEASURE = {
     "warmup_count": 3,
     "warmup_seconds": 0.0,
     "min_count": 15,
     "min_seconds": 0.0,
-    "max_seconds": 0.5,
+    "max_seconds": 0.25,
     "stability": 0.05,
     "bootstrap_resamples": 500,
 }
@@ -193,9 +193,10 @@ class BrickRuns:
         return None
 
     def measure(self, bricks: Sequence[tuple[str, str, Any, int]]) -> BrickJobReport:
-        """Measure `bricks` ((key, name, onnx ModelProto, batch size) each, in the order a model runs them)
-        in one job in this process (`mlscope.runtime.bricks`), and store each as the result of its own
-        evaluation (model `brick-<key[:16]>`), so that a later model, or a later run, reuses it.
+        """Measure `bricks` ((key, name, onnx ModelProto, batch size) each, in the order a model runs them;
+        a brick given k times: k sessions timed in turn) in one job in this process
+        (`mlscope.runtime.bricks`), and store each brick as the result of its own evaluation (model
+        `brick-<key[:16]>`), so that a later model, or a later run, reuses it.
 
         Returns:
             Each brick's result by key (a brick that failed: why, as text), and the seconds spent.
@@ -205,7 +206,13 @@ class BrickRuns:
         report = BrickJobReport()
         began = time.perf_counter()
         specs, admitted = [], {}
+        serialised: dict[str, bytes] = {}
         for key, name, model, batch_size in bricks:
+            if name in serialised:  # the brick met again in the model: one more session of it
+                specs.append(BrickSpec(name, serialised[name], batch_size))
+                continue
+            if key in report.results:
+                continue
             try:
                 path = self.settings.cache_dir / "bricks" / key / f"{name}.onnx"
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -220,7 +227,8 @@ class BrickRuns:
             except Exception as exc:  # the brick model cannot be saved or admitted
                 report.results[key] = f"{type(exc).__name__}: {exc}"[:200]
                 continue
-            specs.append(BrickSpec(name, model.SerializeToString(), batch_size))
+            serialised[name] = model.SerializeToString()
+            specs.append(BrickSpec(name, serialised[name], batch_size))
         report.seconds["build"] = time.perf_counter() - began
         if not specs:
             return report

@@ -55,13 +55,9 @@ def test_bricks_shared_by_two_models_are_measured_once(mlscope_env: dict[str, st
         ]
     assert len(stored) == len(files) == unique + 2
     # and each model's new bricks (the first's with the calibrations) were measured in one job each:
-    # two jobs, whose bricks share the job's environment sample and ran the same sweeps
-    jobs: dict[str, set[int]] = {}
-    for evaluation in stored:
-        (measurement,) = evaluation["measurements"]
-        job = json.dumps(measurement["environment"], sort_keys=True)
-        jobs.setdefault(job, set()).add(measurement["latency_ms"]["count"])
-    assert len(jobs) == 2 and all(len(counts) == 1 for counts in jobs.values())
+    # two jobs, each brick of a job carrying the job's one environment sample
+    jobs = {json.dumps(e["measurements"][0]["environment"], sort_keys=True) for e in stored}
+    assert len(jobs) == 2
 
 
 def test_the_composed_estimate_is_close_to_the_measured_latency(

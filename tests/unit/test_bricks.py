@@ -212,12 +212,12 @@ def test_one_job_measures_many_bricks_on_onnx_runtime(tmp_path: Path) -> None:
                                max_seconds=0.5, stability=0.05, bootstrap_resamples=50)  # fmt: skip
     # When they are measured in one job
     job = measure_bricks(specs, settings, threads=1)
-    # Then every loadable brick has a single_stream measurement with a verdict, all of them the same
-    # number of runs (each ran in every sweep), and the broken one its error, in the specs' order
+    # Then every loadable brick has a single_stream measurement of at least min_count runs with a
+    # verdict, and the broken one its error, in the specs' order
     assert [outcome.name for outcome in job.outcomes] == [spec.name for spec in specs]
     measured, broken = job.outcomes[:-1], job.outcomes[-1]
-    counts = {outcome.measurement["latency_ms"]["count"] for outcome in measured if outcome.measurement}
-    assert len(measured) == len(plans) >= 2 and len(counts) == 1 and counts.pop() >= 10
+    assert len(measured) == len(plans) >= 2
+    assert all(o.measurement and o.measurement["latency_ms"]["count"] >= 10 for o in measured)
     for outcome in measured:
         assert outcome.error is None and outcome.measurement is not None
         assert (
