@@ -5,7 +5,9 @@ and how much benchmarking time do bricks save as models are added?
 Prints per model: estimate, measured, error, the sequential and critical-path bounds (Benanza), the
 overhead beyond the sequential bound, bricks new/reused/unique, and the cumulative seconds spent on
 bricks vs measuring every model whole, with their ratio after 1, 2, ... N models in the order
-measured; then the median |error| (target ≤ 5%) and the time ratio whole/bricks (target ≥ 3x).
+measured, and oth%: other processes' share of the CPUs while the model was measured whole (the
+validity check's contention figure); then the median |error| (target ≤ 5%) and the time ratio
+whole/bricks (target ≥ 3x).
 
 What each side counts. Bricks: decomposing the model's graph (ORT's offline optimisation, the run that
 learns every value's shape, the plans), the store lookups, building and writing the brick models and
@@ -82,7 +84,7 @@ def main() -> None:
         header = (
             f"{'model':34} {'estimate':>9} {'measured':>9} {'error':>7} {'seq':>8} {'crit':>8} "
             f"{'crit/meas':>9} {'overhead':>8} {'new/reu/uniq':>12} {'cum s bricks':>12} {'cum s whole':>11} "
-            f"{'ratio':>6}"
+            f"{'ratio':>6} {'oth%':>4}"
         )
         print(header, flush=True)
         reports = []
@@ -106,6 +108,8 @@ def main() -> None:
             error = report.get("error_pct")
             fallback = f"; {report['fallback']['reason'][:80]}" if report.get("fallback") else ""
             ratio = total["time_ratio_whole_to_bricks"]
+            share = report.get("whole_other_cpu_share")
+            other = "-" if share is None else f"{100 * share:.0f}"
             print(
                 f"{ref:34} {ms(report.get('estimate_ms')):>9} {ms(measured):>9} "
                 f"{'-' if error is None else f'{error:+.1f}%':>7} {ms(bounds.get('sequential_ms')):>8} "
@@ -113,7 +117,7 @@ def main() -> None:
                 f"{ms(report.get('overhead_ms')):>8} "
                 f"{counts['measured_now']:>3}/{counts['reused']:>3}/{counts['unique']:>4} "
                 f"{total['seconds']['bricks']:>12.1f} {total['seconds']['whole']:>11.1f} "
-                f"{'-' if ratio is None else f'{ratio:.2f}':>6}"
+                f"{'-' if ratio is None else f'{ratio:.2f}':>6} {other:>4}"
                 f"  ({time.perf_counter() - started:.0f} s{fallback})",
                 flush=True,
             )

@@ -268,6 +268,7 @@ class BrickBench:
         whole, whole_s = self.runs.whole(ref, self.whole)
         measurement = single_stream(whole, 1)
         measured_ms = None if measurement is None else float(measurement["latency_ms"]["median"])
+        environment = (measurement or {}).get("environment") or {}
         dispatch = self.dispatch_ms()
         layers: list[str | float | None] = [
             plan.key if isinstance(plan, BrickPlan) else dispatch if plan.dispatch_only else None
@@ -292,6 +293,8 @@ class BrickBench:
                 "bricks_detail": {part: round(value, 3) for part, value in done.detail.items()},
             },
             "measured_ms": measured_ms,
+            # Other processes' share of the CPUs while the model was measured whole (None: unknown).
+            "whole_other_cpu_share": environment.get("other_cpu_share"),
             "evaluation_id": whole["id"],
             "call_ms": _time(call).median_ms,
             "estimate_ms": None,
