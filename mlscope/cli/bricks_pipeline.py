@@ -111,13 +111,14 @@ class BrickBench:
     @property
     def execution(self) -> dict[str, Any]:
         """What a brick's latency depends on besides the brick itself: part of its key."""
-        # "method": bricks measured in one job, in sweeps, through bound inputs and outputs
-        # (runtime.bricks); results of another method are other measurements, never reused.
+        # "method": bricks measured in one job, apart, the private caches flushed before each run,
+        # through bound inputs and outputs (runtime.bricks); results of another method are other
+        # measurements, never reused.
         return {
             "threads": self.threads,
             "level": self.level,
             "framework": self.framework,
-            "method": "job-sweep",
+            "method": "job-flush",
         }
 
     def _calibration_bricks(self) -> list[tuple[str, str, Any, int]]:
