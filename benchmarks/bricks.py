@@ -6,7 +6,8 @@ Prints per model: estimate, measured, error, the sequential and critical-path bo
 overhead beyond the sequential bound, bricks new/reused/unique, and the cumulative seconds spent on
 bricks vs measuring every model whole, with their ratio after 1, 2, ... N models in the order
 measured, and oth%: other processes' share of the CPUs while the model was measured whole (the
-validity check's contention figure); then the median |error| (target ≤ 5%) and the time ratio
+validity check's contention figure), and err/min: the error against the whole model's fastest run
+(a run nothing interrupted); then the median |error| (target ≤ 5%) and the time ratio
 whole/bricks (target ≥ 3x).
 
 What each side counts. Bricks: decomposing the model's graph (ORT's offline optimisation, the run that
@@ -84,7 +85,7 @@ def main() -> None:
         header = (
             f"{'model':34} {'estimate':>9} {'measured':>9} {'error':>7} {'seq':>8} {'crit':>8} "
             f"{'crit/meas':>9} {'overhead':>8} {'new/reu/uniq':>12} {'cum s bricks':>12} {'cum s whole':>11} "
-            f"{'ratio':>6} {'oth%':>4}"
+            f"{'ratio':>6} {'oth%':>4} {'err/min':>7}"
         )
         print(header, flush=True)
         reports = []
@@ -110,6 +111,8 @@ def main() -> None:
             ratio = total["time_ratio_whole_to_bricks"]
             share = report.get("whole_other_cpu_share")
             other = "-" if share is None else f"{100 * share:.0f}"
+            versus = report.get("error_vs_min_pct")
+            against_min = "-" if versus is None else f"{versus:+.1f}%"
             print(
                 f"{ref:34} {ms(report.get('estimate_ms')):>9} {ms(measured):>9} "
                 f"{'-' if error is None else f'{error:+.1f}%':>7} {ms(bounds.get('sequential_ms')):>8} "
@@ -117,7 +120,7 @@ def main() -> None:
                 f"{ms(report.get('overhead_ms')):>8} "
                 f"{counts['measured_now']:>3}/{counts['reused']:>3}/{counts['unique']:>4} "
                 f"{total['seconds']['bricks']:>12.1f} {total['seconds']['whole']:>11.1f} "
-                f"{'-' if ratio is None else f'{ratio:.2f}':>6} {other:>4}"
+                f"{'-' if ratio is None else f'{ratio:.2f}':>6} {other:>4} {against_min:>7}"
                 f"  ({time.perf_counter() - started:.0f} s{fallback})",
                 flush=True,
             )
@@ -130,6 +133,12 @@ def main() -> None:
             if errors
             else "\nno model estimated"
         )
+        if total["median_abs_error_vs_min_pct"] is not None:
+            against = total["median_abs_error_vs_min_pct"]
+            print(
+                f"median |error| against the whole model's fastest run {against:.2f}% "
+                "(a contention-free reference where the median is not)"
+            )
         ratio = total["time_ratio_whole_to_bricks"]
         print(
             f"benchmarking time: bricks {total['seconds']['bricks']:.1f} s, "

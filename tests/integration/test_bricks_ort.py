@@ -73,6 +73,9 @@ def test_the_composed_estimate_is_close_to_the_measured_latency(
     low, high = report["estimate_ci"]
     assert low <= report["estimate_ms"] <= high
     assert report["overhead_ms"] == pytest.approx(report["measured_ms"] - report["bounds"]["sequential_ms"])
+    # and the whole model's fastest run is given beside its median, with the error against it
+    assert 0 < report["measured_min_ms"] <= report["measured_ms"]
+    assert report["error_vs_min_pct"] >= report["error_pct"]
 
 
 def test_the_critical_path_bound_stays_under_the_measured_latency(
