@@ -3,7 +3,8 @@ does not hold yet measured (`mlscope.workers.bricks`), the model measured whole,
 by side. It lives here, above both, because workers and analysis may not import each other.
 
     REF ─▶ its ONNX graph ─▶ decompose: the graph ORT runs, its layers, their bricks
-        ─▶ each unique brick: stored result reused, or measured now ─▶ the model whole
+        ─▶ each unique brick: its stored result reused; the others (and, the first time, the
+           calibrations) measured now, all in one job (mlscope.runtime.bricks) ─▶ the model whole
         ─▶ compose: estimate, interval, sequential and critical-path bounds, overhead
 
 A model whose graph cannot be decomposed (control flow, a brick that fails to build or run) is still
