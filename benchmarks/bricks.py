@@ -3,13 +3,22 @@ a model's layers (each measured once as a brick, shared bricks reused) to the mo
 and how much benchmarking time do bricks save as models are added?
 
 Prints per model: estimate, measured, error, the sequential and critical-path bounds (Benanza), the
-overhead beyond the sequential bound, bricks new/reused/unique, and the cumulative seconds spent
-measuring bricks vs measuring every model whole; then the median |error| (target ≤ 5%) and the
-time ratio whole/bricks (target ≥ 3x).
+overhead beyond the sequential bound, bricks new/reused/unique, and the cumulative seconds spent on
+bricks vs measuring every model whole, with their ratio after 1, 2, ... N models in the order
+measured, and oth%: other processes' share of the CPUs while the model was measured whole (the
+validity check's contention figure), and err/min: the error against the whole model's fastest run
+(a run nothing interrupted); then the median |error| (target ≤ 5%) and the time ratio
+whole/bricks (target ≥ 3x).
+
+What each side counts. Bricks: decomposing the model's graph (ORT's offline optimisation, the run that
+learns every value's shape, the plans), the store lookups, building and writing the brick models and
+admitting them, the one job that measures the new ones (sessions, sweeps, statistics), and storing
+each as an evaluation. Whole: the ordinary evaluation of the model (`mlscope run`'s defaults: process
+runner, at least 2 s and 30 inferences), admission to stored result. Neither counts exporting a
+catalogue model to ONNX (both need the graph; it is cached).
 
 A fresh store (a temporary SQLite file) is used, so every brick is measured from scratch in this run;
-the exported graphs come from the user's cache (MLSCOPE_CACHE_DIR). Each whole model is measured the
-ordinary way (`mlscope run`'s defaults: process runner, at least 2 s and 30 inferences).
+the exported graphs come from the user's cache (MLSCOPE_CACHE_DIR).
 
 Usage: python benchmarks/bricks.py [--threads 1] [--limit N] [REF ...]
 """
@@ -76,7 +85,7 @@ def main() -> None:
         header = (
             f"{'model':34} {'estimate':>9} {'measured':>9} {'error':>7} {'seq':>8} {'crit':>8} "
             f"{'crit/meas':>9} {'overhead':>8} {'new/reu/uniq':>12} {'cum s bricks':>12} {'cum s whole':>11} "
-            f"{'ratio':>6}"
+            f"{'ratio':>6} {'oth%':>4} {'err/min':>7}"
         )
         print(header, flush=True)
         reports = []
@@ -100,6 +109,10 @@ def main() -> None:
             error = report.get("error_pct")
             fallback = f"; {report['fallback']['reason'][:80]}" if report.get("fallback") else ""
             ratio = total["time_ratio_whole_to_bricks"]
+            share = report.get("whole_other_cpu_share")
+            other = "-" if share is None else f"{100 * share:.0f}"
+            versus = report.get("error_vs_min_pct")
+            against_min = "-" if versus is None else f"{versus:+.1f}%"
             print(
                 f"{ref:34} {ms(report.get('estimate_ms')):>9} {ms(measured):>9} "
                 f"{'-' if error is None else f'{error:+.1f}%':>7} {ms(bounds.get('sequential_ms')):>8} "
@@ -107,7 +120,7 @@ def main() -> None:
                 f"{ms(report.get('overhead_ms')):>8} "
                 f"{counts['measured_now']:>3}/{counts['reused']:>3}/{counts['unique']:>4} "
                 f"{total['seconds']['bricks']:>12.1f} {total['seconds']['whole']:>11.1f} "
-                f"{'-' if ratio is None else f'{ratio:.2f}':>6}"
+                f"{'-' if ratio is None else f'{ratio:.2f}':>6} {other:>4} {against_min:>7}"
                 f"  ({time.perf_counter() - started:.0f} s{fallback})",
                 flush=True,
             )
@@ -120,12 +133,29 @@ def main() -> None:
             if errors
             else "\nno model estimated"
         )
+        if total["median_abs_error_vs_min_pct"] is not None:
+            against = total["median_abs_error_vs_min_pct"]
+            print(
+                f"median |error| against the whole model's fastest run {against:.2f}% "
+                "(a contention-free reference where the median is not)"
+            )
         ratio = total["time_ratio_whole_to_bricks"]
         print(
             f"benchmarking time: bricks {total['seconds']['bricks']:.1f} s, "
             f"whole {total['seconds']['whole']:.1f} s, "
             f"ratio whole/bricks {'-' if ratio is None else f'{ratio:.2f}x'}; target ≥ 3x"
         )
+        steps = total["cumulative"]
+        print(
+            "whole/bricks after 1..N models: "
+            + " ".join("-" if step["ratio"] is None else f"{step['ratio']:.2f}" for step in steps)
+        )
+        parts: dict[str, float] = {}
+        for report in reports:
+            parts["decompose"] = parts.get("decompose", 0.0) + report["seconds"]["decompose"]
+            for part, value in report["seconds"].get("bricks_detail", {}).items():
+                parts[part] = parts.get(part, 0.0) + value
+        print("bricks' seconds by part: " + ", ".join(f"{part} {value:.1f}" for part, value in parts.items()))
         bound_ratios = [
             r["bounds"]["critical_path_ms"] / r["measured_ms"]
             for r in reports

@@ -51,7 +51,8 @@ def bricks(
     """Estimate each REF's latency from its layers (bricks) and compare it with the model measured whole.
 
     Every unique layer is measured once per system and framework version, and stored: a later model
-    that shares it reuses the stored result.
+    that shares it reuses the stored result. A model's layers not stored yet are measured together,
+    in one job in this process.
     """
     from mlscope.cli.bricks_pipeline import BrickBench, summary
 
@@ -159,3 +160,8 @@ def _print_human(reports: list[dict[str, Any]], total: dict[str, Any]) -> None:
         f"benchmarking time: bricks {seconds['bricks']:.1f} s, whole models {seconds['whole']:.1f} s "
         f"(whole/bricks {'-' if ratio is None else f'{ratio:.2f}x'})"
     )
+    if len(total["cumulative"]) > 1:
+        steps = " ".join(
+            "-" if step["ratio"] is None else f"{step['ratio']:.2f}" for step in total["cumulative"]
+        )
+        console.print(f"whole/bricks after 1..{len(total['cumulative'])} models, in the order given: {steps}")

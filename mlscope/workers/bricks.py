@@ -1,8 +1,11 @@
-"""Measuring bricks and whole models for `mlscope bricks`: a brick is an ordinary evaluation of a
-one-node ONNX file, stored like any result, so a later model (or a later run) reuses it.
+"""Measuring bricks and whole models for `mlscope bricks`: a brick is a one-node ONNX file whose
+single_stream measurement is stored as an evaluation's result like any other, so a later model (or a
+later run) reuses it.
 
     brick name ─ stored for (name, framework, framework version, system)? ─▶ reuse it
-               └ else write <cache>/bricks/<key>/<name>.onnx ─▶ evaluate it inline, single_stream
+    a model's bricks not stored yet ─▶ each written to <cache>/bricks/<key>/<name>.onnx and admitted
+        ─▶ ONE job measures them all (mlscope.runtime.bricks: one process, ORT imported once)
+        ─▶ each stored as its own evaluation (model brick-<key[:16]>, runner inline)
     model REF ─▶ evaluated the ordinary way (single_stream, batch 1), timed
 
 What a brick is and how a model is cut into them is `mlscope.analysis.bricks`'s; the pipeline that
@@ -13,7 +16,7 @@ each other.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,23 +25,36 @@ from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest
 from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
+from mlscope.runtime.bricks import BrickSpec, measure_bricks
 from mlscope.runtime.frameworks import get_framework, installed_version
+from mlscope.runtime.measure.settings import MeasureSettings
 from mlscope.runtime.predictors.onnxruntime.export import onnx_graph
 from mlscope.runtime.system import capture_system, system_id
 from mlscope.store import Store, open_store
+from mlscope.store.records import subsample_latencies
 from mlscope.workers.local import admit_all, evaluate_here
 
-__all__ = ["BRICK_MEASURE", "FRAMEWORKS", "BrickResult", "BrickRuns", "brick_files", "single_stream"]
+__all__ = [
+    "BRICK_MEASURE",
+    "FRAMEWORKS",
+    "BrickJobReport",
+    "BrickResult",
+    "BrickRuns",
+    "brick_files",
+    "single_stream",
+]
 
 # The frameworks whose graphs can be cut into bricks: ONNX Runtime's, an ONNX graph it optimises.
 FRAMEWORKS = ("onnxruntime",)
-# Short measurements: a brick is one op; the stopping rule still asks for a median known to ±5%.
+# The stopping rule of each brick in its job (runtime.bricks): 3 warm-up runs, then at least 15 timed
+# ones, until its median is known to ±5% (95%: the precision the bricks had as evaluations of their
+# own), or 0.25 s of the job's time spent on it (not settled by then: judged unstable, not valid).
 BRICK_MEASURE = {
-    "warmup_count": 5,
+    "warmup_count": 3,
     "warmup_seconds": 0.0,
-    "min_count": 50,
-    "min_seconds": 0.05,
-    "max_seconds": 2.0,
+    "min_count": 15,
+    "min_seconds": 0.0,
+    "max_seconds": 0.25,
     "stability": 0.05,
     "bootstrap_resamples": 500,
 }
@@ -83,6 +99,15 @@ def _brick_result(result: Mapping[str, Any], batch_size: int, measured_now: bool
 
 
 @dataclass
+class BrickJobReport:
+    """One job's bricks: each one's result by key (or why it failed, as text), and where the job's
+    seconds went (build: write and admit; import, sessions, measure, statistics: the job's; store)."""
+
+    results: dict[str, BrickResult | str] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
 class BrickRuns:
     """Bricks and models measured on this machine, into the settings' store.
 
@@ -116,6 +141,7 @@ class BrickRuns:
         if self.settings.instance_type:
             system["instance_type"] = self.settings.instance_type
         self.system_id = system_id(system)
+        self.system = {**system, "id": self.system_id}
         self._store: Store | None = None
 
     def _options(self, **more: Any) -> dict[str, Any]:
@@ -166,45 +192,90 @@ class BrickRuns:
                     return found
         return None
 
-    def brick(
-        self, key: str, name: str, model: Any, batch_size: int
-    ) -> tuple[BrickResult | None, str | None]:
-        """Brick `name`'s stored result, or one measured now from `model` (an onnx ModelProto);
-        (None, why) when it failed."""
-        stored = self.stored(name, batch_size)
-        if stored is not None:
-            return stored, None
+    def measure(self, bricks: Sequence[tuple[str, str, Any, int]]) -> BrickJobReport:
+        """Measure `bricks` ((key, name, onnx ModelProto, batch size) each, in the order a model runs them;
+        a brick given k times: k sessions timed in turn) in one job in this process
+        (`mlscope.runtime.bricks`), and store each brick as the result of its own evaluation (model
+        `brick-<key[:16]>`), so that a later model, or a later run, reuses it.
+
+        Returns:
+            Each brick's result by key (a brick that failed: why, as text), and the seconds spent.
+        """
         import onnx
 
-        path = self.settings.cache_dir / "bricks" / key / f"{name}.onnx"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.is_file():
-            partial = path.with_suffix(".partial")
-            onnx.save(model, str(partial))
-            partial.rename(path)
-        document = {
+        report = BrickJobReport()
+        began = time.perf_counter()
+        specs, admitted = [], {}
+        serialised: dict[str, bytes] = {}
+        for key, name, model, batch_size in bricks:
+            if name in serialised:  # the brick met again in the model: one more session of it
+                specs.append(BrickSpec(name, serialised[name], batch_size))
+                continue
+            if key in report.results:
+                continue
+            try:
+                path = self.settings.cache_dir / "bricks" / key / f"{name}.onnx"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if not path.is_file():
+                    partial = path.with_suffix(".partial")
+                    onnx.save(model, str(partial))
+                    partial.rename(path)
+                admitted[name] = admit_all(
+                    str(path), [self.framework], self._brick_request(batch_size),
+                    settings=self.settings, registry=self.registry,
+                )[0]  # fmt: skip
+            except Exception as exc:  # the brick model cannot be saved or admitted
+                report.results[key] = f"{type(exc).__name__}: {exc}"[:200]
+                continue
+            serialised[name] = model.SerializeToString()
+            specs.append(BrickSpec(name, serialised[name], batch_size))
+        report.seconds["build"] = time.perf_counter() - began
+        if not specs:
+            return report
+        settings = MeasureSettings.from_dict(dict(self.brick_measure))
+        job = measure_bricks(specs, settings, threads=self.threads)
+        report.seconds.update(job.seconds)
+        began = time.perf_counter()
+        keys = {name: key for key, name, _, _ in bricks}
+        store = self._lookups()
+        for outcome in job.outcomes:
+            item = admitted[outcome.name]
+            record = item.record()
+            record["framework"] = {"name": self.framework, "version": job.framework_version}
+            evaluation_id = store.create_evaluation(**record)
+            if outcome.measurement is None:
+                error = outcome.error or {"type": "BrickError", "message": "not measured", "phase": "measure"}
+                store.fail_evaluation(evaluation_id, error=error)
+                report.results[keys[outcome.name]] = f"{error['type']}: {str(error['message'])[:160]}"
+                continue
+            measurement = subsample_latencies(outcome.measurement, self.settings.max_raw_latencies)
+            store.finish_evaluation(
+                evaluation_id,
+                system=self.system,
+                framework={"name": self.framework, "version": job.framework_version},
+                cold_start=outcome.cold_start,
+                measurements=[measurement],
+            )
+            found = _brick_result(
+                {"id": evaluation_id, "measurements": [measurement]}, item.request.batch_sizes[0], True
+            )
+            report.results[keys[outcome.name]] = (
+                found if found is not None else "no single_stream measurement"
+            )
+        report.seconds["store"] = time.perf_counter() - began
+        return report
+
+    def _brick_request(self, batch_size: int) -> dict[str, Any]:
+        return {
             "batch_sizes": [batch_size],
             "scenarios": ["single_stream"],
+            # Measured in this process, in one job with the model's other bricks (runtime.bricks).
             "runner": "inline",
             "device": "cpu",
             "measure": dict(self.brick_measure),
             # The brick is a node of the optimised graph already: optimising it again could change it.
             "options": self._options(graph_optimization_level="disable"),
         }
-        try:
-            admitted = admit_all(
-                str(path), [self.framework], document, settings=self.settings, registry=self.registry
-            )
-        except UserError as exc:
-            return None, exc.message
-        result = evaluate_here(
-            str(path), [self.framework], document, settings=self.settings, admitted=admitted
-        )
-        if result[0]["status"] != "succeeded":
-            error = result[0].get("error") or {}
-            return None, f"{error.get('type')}: {str(error.get('message'))[:160]}"
-        found = _brick_result(result[0], batch_size, measured_now=True)
-        return (found, None) if found is not None else (None, "no single_stream measurement")
 
     def whole(self, ref: str, fields: Mapping[str, Any]) -> tuple[dict[str, Any], float]:
         """Model `ref` measured the ordinary way (single_stream, batch 1) with the request `fields`

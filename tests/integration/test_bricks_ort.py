@@ -43,6 +43,7 @@ def test_bricks_shared_by_two_models_are_measured_once(mlscope_env: dict[str, st
     report_b = bench.report(str(second))
     # Then the first measured all its bricks, and the second reused the shared ones from the store
     assert report_a["bricks"]["measured_now"] == report_a["bricks"]["unique"] > 0
+    assert report_a["seconds"]["bricks"] >= report_a["seconds"]["decompose"] > 0
     assert report_b["bricks"]["reused"] >= 1
     assert report_b["bricks"]["measured_now"] == report_b["bricks"]["unique"] - report_b["bricks"]["reused"]
     # and the store holds each unique brick's result once (plus the two calibration bricks)
@@ -53,6 +54,10 @@ def test_bricks_shared_by_two_models_are_measured_once(mlscope_env: dict[str, st
             e for path in files for e in store.list_evaluations(model=path.stem, status="succeeded", limit=5)
         ]
     assert len(stored) == len(files) == unique + 2
+    # and each model's new bricks (the first's with the calibrations) were measured in one job each:
+    # two jobs, each brick of a job carrying the job's one environment sample
+    jobs = {json.dumps(e["measurements"][0]["environment"], sort_keys=True) for e in stored}
+    assert len(jobs) == 2
 
 
 def test_the_composed_estimate_is_close_to_the_measured_latency(
@@ -68,6 +73,9 @@ def test_the_composed_estimate_is_close_to_the_measured_latency(
     low, high = report["estimate_ci"]
     assert low <= report["estimate_ms"] <= high
     assert report["overhead_ms"] == pytest.approx(report["measured_ms"] - report["bounds"]["sequential_ms"])
+    # and the whole model's fastest run is given beside its median, with the error against it
+    assert 0 < report["measured_min_ms"] <= report["measured_ms"]
+    assert report["error_vs_min_pct"] >= report["error_pct"]
 
 
 def test_the_critical_path_bound_stays_under_the_measured_latency(

@@ -19,7 +19,10 @@ from mlscope.analysis.bricks import (
     plan_bricks,
 )
 from mlscope.cli import main
-from tests.fixtures.brick_graphs import branchy, flattening, mlp, reshaping, with_control_flow
+from mlscope.cli.bricks_pipeline import summary
+from mlscope.runtime.bricks import BrickSpec, measure_bricks
+from mlscope.runtime.measure.settings import MeasureSettings
+from tests.fixtures.brick_graphs import branchy, flattening, mlp, reshaping, slicing, with_control_flow
 
 pytest.importorskip("onnxruntime")
 
@@ -61,13 +64,25 @@ def test_layers_repeated_within_a_model_are_one_brick(tmp_path: Path) -> None:
 
 
 def test_integer_input_values_are_part_of_the_key(tmp_path: Path) -> None:
-    # Given two Reshapes of the same input to different shapes (an int64 initializer each)
-    first = _plans(reshaping(tmp_path / "r1.onnx", [8, 8]), tmp_path, 64)
-    second = _plans(reshaping(tmp_path / "r2.onnx", [4, 16]), tmp_path, 64)
-    # Then they are different bricks, and the brick keeps the real shape values
-    assert _keys(first) and _keys(first) != _keys(second)
-    plan = next(p for p in first if isinstance(p, BrickPlan))
-    assert [8, 8] in [entry.get("values") for entry in plan.document["inputs"]]
+    # Given two Slices of the same input to different ends (an int64 initializer each)
+    first = _plans(slicing(tmp_path / "s1.onnx", 16), tmp_path, 64)
+    second = _plans(slicing(tmp_path / "s2.onnx", 32), tmp_path, 64)
+    # Then they are different bricks, and the brick keeps the real values
+    slices = [p for p in first if isinstance(p, BrickPlan) and p.layer.op_type == "Slice"]
+    assert slices and set(_keys(first)) != set(_keys(second))
+    assert [16] in [entry.get("values") for entry in slices[0].document["inputs"]]
+
+
+def test_a_view_costs_one_dispatch_not_a_brick(tmp_path: Path) -> None:
+    # Given a Reshape (ONNX Runtime aliases its output to its input: it copies nothing in a model)
+    plans = _plans(reshaping(tmp_path / "r.onnx", [8, 8]), tmp_path, 64)
+    # Then it is costed as one node dispatch, not measured as a brick (whose output would be a copy)
+    assert [(type(p).__name__, p.op_type) for p in plans if isinstance(p, NotABrick)] == [
+        ("NotABrick", "Reshape")
+    ]
+    view = plans[0]
+    assert isinstance(view, NotABrick) and view.dispatch_only and "view" in view.reason
+    assert not _keys(plans)
 
 
 def test_a_brick_model_runs_on_onnx_runtime(tmp_path: Path) -> None:
@@ -102,7 +117,7 @@ def test_shape_arithmetic_of_a_dynamic_batch_is_dispatch_only_not_bricks(tmp_pat
     plans = _plans(flattening(tmp_path / "flat.onnx"), tmp_path, 8)
     by_op = {plan.layer.op_type if isinstance(plan, BrickPlan) else plan.op_type: plan for plan in plans}
     # Then the shape computation is costed as node dispatches, not measured as bricks, and does not
-    # block the estimate; the Reshape and the Relu (data) are bricks
+    # block the estimate; so is the Reshape (a view); the Relu (data) is a brick
     shape_ops = [p for p in plans if isinstance(p, NotABrick)]
     assert shape_ops and all(p.zero_cost and p.dispatch_only for p in shape_ops)
     assert isinstance(by_op["Relu"], BrickPlan)
@@ -169,3 +184,48 @@ def test_an_unknown_framework_exits_2_naming_it(capsys: pytest.CaptureFixture[st
     assert ended.value.code == 2
     message = capsys.readouterr().err
     assert "'pytorch'" in message and "only onnxruntime" in message
+
+
+def _reports(*seconds: tuple[float, float]) -> list[dict[str, object]]:
+    return [{"seconds": {"bricks": b, "whole": w}, "error_pct": None} for b, w in seconds]
+
+
+def test_the_summary_says_how_the_time_ratio_grows_with_the_models() -> None:
+    # Given three models: the first needed every brick, the next two reused most of them
+    reports = _reports((4.0, 2.0), (0.5, 3.0), (0.5, 3.0))
+    # When summarised
+    total = summary(reports)
+    # Then the ratio is given after each model, cumulatively, in the order measured
+    assert [step["models"] for step in total["cumulative"]] == [1, 2, 3]
+    assert [step["ratio"] for step in total["cumulative"]] == pytest.approx([0.5, 5 / 4.5, 8 / 5])
+    assert total["time_ratio_whole_to_bricks"] == pytest.approx(8 / 5)
+
+
+def test_one_job_measures_many_bricks_on_onnx_runtime(tmp_path: Path) -> None:
+    # Given the bricks of an MLP, and one model ONNX Runtime cannot load
+    feeds = {"x": np.ones((1, 64), np.float32)}
+    graph = decompose(mlp(tmp_path / "job.onnx", [64, 32, 16]), feeds, tmp_path / "work")
+    plans = [plan for plan in plan_bricks(graph, execution=EXECUTION) if isinstance(plan, BrickPlan)]
+    specs = [BrickSpec(plan.name, brick_model(plan, graph).SerializeToString()) for plan in plans]
+    specs.append(BrickSpec("broken", b"not an onnx model"))
+    settings = MeasureSettings(warmup_count=2, warmup_seconds=0.0, min_count=10, min_seconds=0.0,
+                               max_seconds=0.5, stability=0.05, bootstrap_resamples=50)  # fmt: skip
+    # When they are measured in one job
+    job = measure_bricks(specs, settings, threads=1)
+    # Then every loadable brick has a single_stream measurement of at least min_count runs with a
+    # verdict, and the broken one its error, in the specs' order
+    assert [outcome.name for outcome in job.outcomes] == [spec.name for spec in specs]
+    measured, broken = job.outcomes[:-1], job.outcomes[-1]
+    assert len(measured) == len(plans) >= 2
+    assert all(o.measurement and o.measurement["latency_ms"]["count"] >= 10 for o in measured)
+    for outcome in measured:
+        assert outcome.error is None and outcome.measurement is not None
+        assert (
+            outcome.measurement["scenario"] == "single_stream"
+            and outcome.measurement["latency_ms"]["median"] > 0
+        )
+        assert outcome.measurement["stop_reason"] in ("stable", "max_seconds")
+        assert set(outcome.measurement["validity"]) == {"valid", "reasons"}
+        assert outcome.cold_start["load_ms"] > 0
+    assert broken.measurement is None and broken.error is not None and broken.error["phase"] == "load"
+    assert job.framework_version and job.seconds["sessions"] > 0

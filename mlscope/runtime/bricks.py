@@ -1,0 +1,313 @@
+"""Many bricks measured in one predictor job (DLBricks, arXiv 1911.07967): one process, ONNX Runtime
+imported once, a session per brick created back to back, then each brick timed in turn.
+
+    specs ─▶ a session per brick (optimisation off: the node is optimised already), its inputs and
+             its outputs bound once (IOBinding: no allocation, no conversion to numpy in a timed run)
+          ─▶ per brick: warm-up runs, then timed runs, each prepared untimed: the core's private
+             caches flushed, its inputs rewritten, its outputs touched
+          ─▶ per brick: stopping rule, statistics and verdict as any single_stream measurement
+
+Why the flush. In a model each layer runs once between the others, so its weights and its kernel's
+state are not in the core's own caches when it starts, but its input is (the layer before just wrote
+it) and so is its output buffer (arena memory another layer just used). A brick timed back to back
+has all of them hot and came out faster than the layer in the model: the estimates of MNASNet 0.5,
+ShuffleNet x0.5 and MobileNetV3-Small were 9-23% under the models measured whole here. Writing a
+buffer twice the size of the private caches (L1d + L2, from sysfs) before each run, then the brick's
+inputs and outputs, leaves its weights in the shared last-level cache, as in the model. (Timing the
+bricks interleaved, each once per sweep, was tried too: on this loaded 2-core machine it moved
+MNASNet 0.5's estimate from +2% to +96% between two runs, where the flush gave -10% and -6%.) What it
+does not reproduce: a model whose weights exceed the last-level cache streams them from memory; its
+bricks still find theirs in that cache (ResNet-18, 47 MB of weights: -10%).
+
+The stopping rule is MeasureSettings' own, per brick: `warmup_count` untimed runs, then timed runs
+until, after at least `min_count` of them and `min_seconds`, the median has a `confidence` interval
+within ±`stability`, or `max_seconds` of the job's time have gone to the brick (its runs and their
+untimed preparation: the cap bounds what a brick costs the job). The verdict is `judge`'s, with the
+job's environment (other processes' CPU use over the whole job) shared by every brick.
+
+Imports nothing but the contract and the runtime: it runs where a predictor runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mlscope.runtime.measure.loop import STOP_MAX_SECONDS, STOP_STABLE, LoopResult
+from mlscope.runtime.measure.scenario_base import Measurement
+from mlscope.runtime.measure.settings import MeasureSettings
+from mlscope.runtime.measure.stats import median_ci_relative_halfwidth, summarize
+from mlscope.runtime.measure.validity import EnvironmentMonitor, judge
+
+__all__ = ["BrickJob", "BrickOutcome", "BrickSpec", "measure_bricks"]
+
+_NS_PER_S = 1_000_000_000
+# Once a brick has its minimums, its stopping rule is checked every this many runs (a sort of its
+# latencies each time: cheap, but hundreds of bricks over hundreds of runs add up).
+_CHECK_EVERY = 4
+
+_DTYPES = {
+    "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BrickSpec:
+    """A brick to measure: its name, its one-node ONNX model (serialised), the batch size it runs."""
+
+    name: str
+    model: bytes
+    batch_size: int = 1
+
+
+@dataclass
+class BrickOutcome:
+    """One brick's end: its single_stream measurement (the result shape's, raw latencies included)
+    and cold start, or why it failed (`error`: {"type", "message", "phase"})."""
+
+    name: str
+    measurement: dict[str, Any] | None = None
+    cold_start: dict[str, Any] = field(default_factory=dict)
+    error: dict[str, Any] | None = None
+
+
+@dataclass
+class BrickJob:
+    """What the job came to: an outcome per spec (in their order), ONNX Runtime's version, and
+    where its seconds went (import, sessions, measuring, statistics)."""
+
+    outcomes: list[BrickOutcome]
+    framework_version: str
+    seconds: dict[str, float]
+
+
+class _Brick:
+    """A brick's session with its inputs and outputs bound, and its runs so far."""
+
+    def __init__(self, ort: Any, spec: BrickSpec, options: Any, rng: np.random.Generator) -> None:
+        self.spec = spec
+        started = time.perf_counter()
+        self.session = ort.InferenceSession(
+            spec.model, sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        self.load_ms = (time.perf_counter() - started) * 1000
+        self.binding = self.session.io_binding()
+        # (array ORT reads, the values it is rewritten with before each run)
+        self.inputs: list[tuple[np.ndarray, np.ndarray]] = []
+        for value in self.session.get_inputs():
+            shape = [size if isinstance(size, int) else spec.batch_size for size in value.shape]
+            dtype = _DTYPES.get(value.type, np.float32)
+            source: np.ndarray = (rng.standard_normal(shape) * 0.5).astype(dtype)
+            target = source.copy()
+            self.binding.bind_ortvalue_input(value.name, ort.OrtValue.ortvalue_from_numpy(target))
+            self.inputs.append((target, source))
+        for value in self.session.get_outputs():
+            self.binding.bind_output(value.name, "cpu")
+        started = time.perf_counter()
+        self.session.run_with_iobinding(self.binding)
+        self.first_ms = (time.perf_counter() - started) * 1000
+        # The outputs are written from now on into arrays of ours, of the shapes the first run made:
+        # no allocation in a timed run, and they can be touched before it (see `run`).
+        self.outputs: list[np.ndarray] = []
+        first = self.binding.get_outputs()
+        self.binding.clear_binding_outputs()
+        for value, made in zip(self.session.get_outputs(), first, strict=True):
+            array = np.zeros(made.shape(), dtype=_DTYPES.get(made.data_type(), np.float32))
+            self.binding.bind_output(value.name, "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)
+            self.outputs.append(array)
+        self.latencies: list[int] = []
+        self.own_ns = 0
+        self.warmups = 0
+
+    def run(self, clock: Callable[[], int], evict: np.ndarray | None = None) -> int:
+        """One timed run, prepared untimed: the core's private caches flushed by writing `evict`
+        (when given: so the brick's weights and state come from the shared cache, as a layer's do in
+        its model, where the others ran since), then its inputs rewritten and its outputs touched
+        (in the model the layer before has just written its input, and its output buffer is arena
+        memory another layer has just used, both in cache). Returns the run's latency, ns; what the
+        brick cost the job (preparation included) is added to `own_ns`."""
+        began = clock()
+        if evict is not None:
+            evict += 1
+        for target, source in self.inputs:
+            np.copyto(target, source)
+        for output in self.outputs:
+            output.fill(0)
+        run, binding = self.session.run_with_iobinding, self.binding
+        started = clock()
+        run(binding)
+        ended = clock()
+        self.own_ns += ended - began
+        return ended - started
+
+
+def _ort() -> Any:
+    import onnxruntime
+
+    return onnxruntime
+
+
+def measure_bricks(
+    specs: Sequence[BrickSpec],
+    settings: MeasureSettings,
+    *,
+    threads: int | None = None,
+    seed: int = 0,
+    note: Callable[[str], None] = lambda line: None,
+) -> BrickJob:
+    """Measure every brick of `specs` in this process, one after the other (see the module docstring).
+
+    Args:
+        specs: the bricks, in the order a model runs them. A name given k times is one brick: k
+            sessions, each with its own copy of the weights, timed in turn as one.
+        settings: warm-up, stopping rule, statistics and validity limits of every brick.
+        threads: ONNX Runtime's intra-op threads (None: its default).
+        seed: of the bricks' inputs.
+        note: told of progress, a line at a time.
+
+    Returns:
+        An outcome per brick (name), in the order first given: a brick that fails to load or run is
+        reported with its error, and the others are measured all the same.
+    """
+    seconds = {"import": 0.0, "sessions": 0.0, "measure": 0.0, "statistics": 0.0}
+    began = time.perf_counter()
+    ort = _ort()
+    seconds["import"] = time.perf_counter() - began
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = threads
+    rng = np.random.default_rng(seed)
+    outcomes = {spec.name: BrickOutcome(spec.name) for spec in specs}
+    groups: dict[str, _Occurrences] = {}
+    began = time.perf_counter()
+    for spec in specs:
+        try:
+            brick = _Brick(ort, spec, options, rng)
+        except Exception as exc:  # one brick ORT cannot load or run: the others are measured
+            outcomes[spec.name].error = {
+                "type": type(exc).__name__,
+                "message": str(exc)[:500],
+                "phase": "load",
+            }
+            continue
+        groups.setdefault(spec.name, _Occurrences(spec.name)).bricks.append(brick)
+    seconds["sessions"] = time.perf_counter() - began
+    note(f"{len(groups)} bricks, {sum(len(g.bricks) for g in groups.values())} sessions; measuring")
+    began = time.perf_counter()
+    monitor = EnvironmentMonitor()
+    monitor.start()
+    evict = np.zeros(private_cache_bytes() // 8 * 2, np.float64)  # twice the caches' size
+    for group in groups.values():
+        _apart(group, settings, evict)
+    environment = monitor.stop()
+    seconds["measure"] = time.perf_counter() - began
+    began = time.perf_counter()
+    for name, group in groups.items():
+        first = group.bricks[0]
+        outcome = outcomes[name]
+        outcome.error = None
+        outcome.cold_start = {
+            "import_ms": None,
+            "load_ms": first.load_ms,
+            "first_inference_ms": first.first_ms,
+        }
+        outcome.measurement = _measurement(group, settings, environment)
+    seconds["statistics"] = time.perf_counter() - began
+    return BrickJob(list(outcomes.values()), str(ort.__version__), seconds)
+
+
+@dataclass
+class _Occurrences:
+    """A brick's sessions (one per time its name is given), timed in turn as one brick."""
+
+    name: str
+    bricks: list[_Brick] = field(default_factory=list)
+    stop_reason: str | None = None
+
+    def latencies(self) -> np.ndarray:
+        """Every run of every session, in the order they ran."""
+        return np.asarray(
+            [run for runs in zip(*(b.latencies for b in self.bricks), strict=True) for run in runs], np.int64
+        )
+
+    def stable(self, settings: MeasureSettings) -> bool:
+        """Whether the brick's median is known to ±stability at the settings' confidence."""
+        return bool(median_ci_relative_halfwidth(self.latencies(), settings.confidence) <= settings.stability)
+
+
+def private_cache_bytes() -> int:
+    """The size of this machine's per-core caches (L1 data and L2 of the first CPU, from Linux's
+    sysfs), or 2 MiB where it cannot be read."""
+    total = 0
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        if level <= 2 and kind in ("Data", "Unified"):
+            scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
+            total += int(size.rstrip("KM")) * scale
+    return total or 2 << 20
+
+
+def _apart(group: _Occurrences, settings: MeasureSettings, evict: np.ndarray) -> None:
+    """Time one brick's runs one after the other (its sessions in turn), each after `evict` is
+    written, until its median is stable (after `min_count` runs and `min_seconds`, checked every
+    few runs) or `max_seconds` of the job's time have gone to it."""
+    clock = time.perf_counter_ns
+    for _ in range(settings.warmup_count):
+        for brick in group.bricks:
+            brick.run(clock, evict)
+            brick.warmups += 1
+    for brick in group.bricks:
+        brick.own_ns = 0
+    runs = 0
+    while True:
+        for brick in group.bricks:
+            brick.latencies.append(brick.run(clock, evict))
+        runs += len(group.bricks)
+        spent = sum(brick.own_ns for brick in group.bricks)
+        if runs < settings.min_count or spent < settings.min_seconds * _NS_PER_S:
+            continue
+        if spent >= settings.max_seconds * _NS_PER_S:
+            group.stop_reason = STOP_MAX_SECONDS
+            return
+        if runs % _CHECK_EVERY < len(group.bricks) and group.stable(settings):
+            group.stop_reason = STOP_STABLE
+            return
+
+
+def _measurement(
+    group: _Occurrences, settings: MeasureSettings, environment: dict[str, Any]
+) -> dict[str, Any]:
+    latencies = group.latencies()
+    own_ns = sum(brick.own_ns for brick in group.bricks)
+    warmups = sum(brick.warmups for brick in group.bricks)
+    loop = LoopResult(latencies, own_ns, group.stop_reason or STOP_MAX_SECONDS, warmups)
+    summary = summarize(latencies, settings)
+    validity = judge(summary, loop, environment, settings)
+    batch = group.bricks[0].spec.batch_size
+    return Measurement(
+        scenario="single_stream",
+        batch_size=batch,
+        latency_ms=summary,
+        throughput=batch / (summary.mean / 1000.0) if summary.mean > 0 else 0.0,
+        validity=validity,
+        latencies_ns=latencies,
+        duration_s=own_ns / _NS_PER_S,
+        stop_reason=loop.stop_reason,
+        warmup_count=warmups,
+        environment=environment,
+        settings=settings,
+    ).to_dict()
