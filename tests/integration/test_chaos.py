@@ -72,9 +72,11 @@ def _request(target: str) -> dict[str, Any]:
 
 
 def _measuring(farm: Farm, ids: list[str]) -> tuple[str, str] | None:
-    """(worker, job) of the job being measured now, if any."""
+    """(worker, job) of the job being measured now, if any: a worker names the job as its current one
+    before the store records the start (the attempt), so the store must say `running` too (a worker
+    killed in between had not started it: its job's attempts would not count that try)."""
     for agent in farm.registry.live():
-        if agent.current_job in ids:
+        if agent.current_job in ids and farm.status(agent.current_job) == "running":
             return agent.id, agent.current_job
     return None
 
