@@ -1,0 +1,301 @@
+"""A PyTorch model as layers and bricks: traced with torch.fx (symbolic tracing), run once on one
+batch with shape propagation (ShapeProp) to learn every node's input and output shapes, strides and
+dtypes, and every non-tensor value (sizes computed at run time).
+
+A layer is a call_module node (a leaf module: Conv2d, BatchNorm2d, Linear, ...), a call_function node
+(torch.add, F.relu, operator.add, torch.cat, ...) or a call_method node (x.mean(...)). Its brick key is
+the SHA-256 of: the module's class, its extra_repr() (Conv2d's channels, kernel, stride, padding,
+dilation, groups, bias) and its parameters' and buffers' shapes; or the function's qualified name or
+the method's; then every non-tensor argument by value and every tensor argument by shape, stride and
+dtype; and what the measurement depends on (threads, framework; the torch version is the stored
+result's). Views and shape arithmetic (getattr, size, getitem, view, permute, a reshape of a
+contiguous tensor, Flatten, Identity, Dropout in eval, anything whose output is not a tensor) cost one
+dispatch each and are not measured.
+
+torch is imported with this module: import it only where PyTorch runs.
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import hashlib
+import json
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.fx import GraphModule, Node, symbolic_trace
+from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
+from torch.utils import _pytree as pytree
+
+from mlscope.analysis.bricks.brick import BrickPlan, NotABrick, brick_name
+from mlscope.analysis.bricks.graph import Layer, LayerGraph, TensorFact
+from mlscope.runtime.predictors.pytorch.bricks import ModuleBrickSpec, TensorSpec
+
+__all__ = ["NotTraceable", "calibration_bricks", "decompose_module", "module_brick", "plan_module_bricks"]
+
+_VIEW_METHODS = frozenset(
+    {"size", "dim", "view", "view_as", "permute", "transpose", "unsqueeze", "squeeze", "expand",
+     "expand_as", "t", "chunk", "split", "unbind", "narrow", "select", "detach", "type_as"}
+)  # fmt: skip
+_VIEW_FUNCTIONS = frozenset(
+    {builtins.getattr, operator.getitem, torch.permute, torch.transpose, torch.unsqueeze, torch.squeeze,
+     torch.chunk, torch.split, torch.unbind, torch.narrow, torch.select}
+)  # fmt: skip
+# A reshape or flatten of a contiguous tensor is a view; of another, a copy (measured).
+_RESHAPES = frozenset({"reshape", "flatten", torch.reshape, torch.flatten})
+_VIEW_MODULES = (torch.nn.Identity, torch.nn.Flatten, torch.nn.Dropout, torch.nn.Dropout2d, torch.nn.Unflatten)
+
+
+class NotTraceable(Exception):
+    """torch.fx cannot trace the model, or its traced graph cannot run on the batch: why, as text."""
+
+
+class _Recorder(ShapeProp):
+    """ShapeProp that also keeps what every node made, tensors as their metadata only (not their
+    values: a model's activations would all stay alive)."""
+
+    def __init__(self, module: GraphModule) -> None:
+        super().__init__(module)
+        self.made: dict[str, Any] = {}
+
+    def run_node(self, n: Node) -> Any:
+        result = super().run_node(n)
+        self.made[n.name] = pytree.tree_map(
+            lambda value: _meta(value) if isinstance(value, torch.Tensor) else value, result
+        )
+        return result
+
+
+def _meta(tensor: torch.Tensor) -> TensorSpec:
+    return TensorSpec(tuple(tensor.shape), tuple(tensor.stride()), str(tensor.dtype).removeprefix("torch."))
+
+
+def decompose_module(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> LayerGraph:
+    """The layers of `module` as torch.fx traces it, run once on `inputs` (one batch) to learn shapes.
+
+    Raises:
+        NotTraceable: symbolic tracing failed (data-dependent control flow, ...) or the traced graph
+            failed on `inputs`; the message says which and why.
+    """
+    try:
+        traced = symbolic_trace(module)
+    except Exception as exc:
+        raise NotTraceable(f"torch.fx cannot trace the model: {type(exc).__name__}: {exc}"[:300]) from exc
+    recorder = _Recorder(traced)
+    try:
+        with torch.inference_mode():
+            recorder.propagate(*inputs)
+    except Exception as exc:
+        raise NotTraceable(
+            f"the traced graph fails on the synthetic batch: {type(exc).__name__}: {exc}"[:300]
+        ) from exc
+    layers = []
+    placeholders = []
+    for node in traced.graph.nodes:
+        if node.op == "placeholder":
+            placeholders.append(node.name)
+        if node.op not in ("call_module", "call_function", "call_method"):
+            continue
+        facts = []
+        for argument in node.all_input_nodes:
+            made = recorder.made.get(argument.name)
+            kind = "initializer" if argument.op == "get_attr" else "activation"
+            if isinstance(made, TensorSpec):
+                facts.append(TensorFact(argument.name, kind, made.dtype, made.shape))
+            else:
+                facts.append(TensorFact(argument.name, kind))
+        layers.append(
+            Layer(len(layers), node.name, _label(node, traced), "torch", tuple(facts), (node.name,), node)
+        )
+    return LayerGraph(
+        layers=layers,
+        facts={},
+        values=recorder.made,  # a node's name -> what it made (tensors as TensorSpec)
+        initializers={"module": traced},
+        opsets={},
+        ir_version=0,
+        graph_inputs=tuple(placeholders),
+    )
+
+
+def _qualified(function: Any) -> str:
+    return f"{getattr(function, '__module__', None) or ''}.{getattr(function, '__qualname__', repr(function))}"
+
+
+def _label(node: Node, root: torch.nn.Module) -> str:
+    if node.op == "call_module":
+        return type(root.get_submodule(str(node.target))).__name__
+    if node.op == "call_method":
+        return f"Tensor.{node.target}"
+    return getattr(node.target, "__name__", str(node.target))
+
+
+@dataclass
+class _Arguments:
+    """A node's (args, kwargs) flattened: `leaves` with every other node replaced by the value it had
+    and every tensor by None, at the positions `slots` (the brick's inputs, `tensors`, in order)."""
+
+    leaves: list[Any]
+    structure: Any
+    tensors: list[TensorSpec] = field(default_factory=list)
+    slots: list[int] = field(default_factory=list)
+
+
+def _arguments(node: Node, made: dict[str, Any]) -> _Arguments:
+    leaves, structure = pytree.tree_flatten((node.args, node.kwargs))
+    found = _Arguments([], structure)
+    for leaf in leaves:
+        value = made.get(leaf.name) if isinstance(leaf, Node) else leaf
+        if isinstance(leaf, Node) and leaf.op == "get_attr" and not isinstance(value, TensorSpec):
+            value = None
+        if isinstance(value, TensorSpec):
+            found.slots.append(len(found.leaves))
+            found.tensors.append(value)
+            found.leaves.append(None)
+        elif any(isinstance(item, TensorSpec) for item in pytree.tree_leaves(value)):
+            raise ValueError("an argument is a structure of tensors made by one node: not measured alone")
+        else:
+            found.leaves.append(value)
+    return found
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 9)
+    if isinstance(value, list | tuple):
+        return [_canonical(item) for item in value]
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    return repr(value)
+
+
+def _dispatch_only(node: Node, graph: LayerGraph, module: torch.nn.Module | None) -> str | None:
+    made = graph.values.get(node.name)
+    if not pytree.tree_leaves(made) or not any(isinstance(v, TensorSpec) for v in pytree.tree_leaves(made)):
+        return "computes no tensor (sizes, attributes): one dispatch"
+    if isinstance(module, _VIEW_MODULES):
+        return f"{type(module).__name__} in eval mode is a view or a no-op: one dispatch"
+    target = node.target
+    if (node.op == "call_method" and target in _VIEW_METHODS) or (
+        node.op == "call_function" and target in _VIEW_FUNCTIONS
+    ):
+        return "a view of its input (no copy): one dispatch"
+    if target in _RESHAPES or isinstance(module, torch.nn.Flatten):
+        source = graph.values.get(node.all_input_nodes[0].name) if node.all_input_nodes else None
+        if isinstance(source, TensorSpec) and _contiguous(source):
+            return "a reshape of a contiguous tensor is a view (no copy): one dispatch"
+    return None
+
+
+def _contiguous(spec: TensorSpec) -> bool:
+    expected = 1
+    for extent, step in reversed(list(zip(spec.shape, spec.stride, strict=True))):
+        if extent != 1 and step != expected:
+            return False
+        expected *= extent
+    return True
+
+
+def plan_module_bricks(graph: LayerGraph, *, execution: dict[str, Any]) -> list[BrickPlan | NotABrick]:
+    """A plan per layer of `graph` (decompose_module's), in its order: a brick keyed by what its cost
+    depends on, or why it is none (a view or shape arithmetic: one dispatch)."""
+    root: torch.nn.Module = graph.initializers["module"]
+    plans: list[BrickPlan | NotABrick] = []
+    for layer in graph.layers:
+        node: Node = layer.node
+        module = root.get_submodule(str(node.target)) if node.op == "call_module" else None
+        why = _dispatch_only(node, graph, module)
+        if why is not None:
+            plans.append(NotABrick(layer.name, layer.op_type, why, zero_cost=True, dispatch_only=True))
+            continue
+        try:
+            arguments = _arguments(node, graph.values)
+        except ValueError as exc:
+            plans.append(NotABrick(layer.name, layer.op_type, str(exc)))
+            continue
+        operation: dict[str, Any]
+        if module is not None:
+            operation = {
+                "module": _qualified(type(module)),
+                "extra_repr": module.extra_repr(),
+                "parameters": [[n, list(p.shape), str(p.dtype)] for n, p in module.named_parameters()],
+                "buffers": [[n, list(b.shape), str(b.dtype)] for n, b in module.named_buffers()],
+            }
+        elif node.op == "call_method":
+            operation = {"method": str(node.target)}
+        else:
+            operation = {"function": _qualified(node.target)}
+        document = {
+            **operation,
+            "arguments": _canonical(arguments.leaves),
+            "tensors_at": arguments.slots,
+            "inputs": [[list(t.shape), list(t.stride), t.dtype] for t in arguments.tensors],
+            "execution": execution,
+        }
+        canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+        key = hashlib.sha256(canonical.encode()).hexdigest()
+        tensors = arguments.tensors
+        batch = tensors[0].shape[0] if tensors and tensors[0].shape else 1
+        plans.append(BrickPlan(key, document, batch, layer))
+    return plans
+
+
+class _OneLayer(torch.nn.Module):
+    """One layer of a traced model: its arguments rebuilt around the tensors it is called with."""
+
+    def __init__(self, node: Node, arguments: _Arguments, module: torch.nn.Module | None) -> None:
+        super().__init__()
+        self.op, self.target = node.op, node.target
+        self.inner = module
+        self.leaves, self.structure, self.slots = arguments.leaves, arguments.structure, arguments.slots
+
+    def forward(self, *tensors: torch.Tensor) -> Any:
+        leaves = list(self.leaves)
+        for slot, tensor in zip(self.slots, tensors, strict=True):
+            leaves[slot] = tensor
+        args, kwargs = pytree.tree_unflatten(leaves, self.structure)
+        if self.inner is not None:
+            return self.inner(*args, **kwargs)
+        if self.op == "call_method":
+            return getattr(args[0], str(self.target))(*args[1:], **kwargs)
+        return self.target(*args, **kwargs)  # type: ignore[operator]
+
+
+def module_brick(plan: BrickPlan, graph: LayerGraph) -> ModuleBrickSpec:
+    """The module that runs `plan`'s layer alone (a copy of the layer's module, with its weights, for a
+    call_module), and its inputs' specs."""
+    root: torch.nn.Module = graph.initializers["module"]
+    node: Node = plan.layer.node
+    module = copy.deepcopy(root.get_submodule(str(node.target))) if node.op == "call_module" else None
+    arguments = _arguments(node, graph.values)
+    layer = _OneLayer(node, arguments, module)
+    return ModuleBrickSpec(plan.name, layer, tuple(arguments.tensors), plan.batch_size)
+
+
+class _AddChain(torch.nn.Module):
+    def __init__(self, length: int) -> None:
+        super().__init__()
+        self.length = length
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.length):
+            x = x + x
+        return x
+
+
+def calibration_bricks(execution: dict[str, Any], chain: int) -> list[tuple[str, str, ModuleBrickSpec, int]]:
+    """The calibration bricks, (key, name, spec, batch size) each, on a float32[1, 1]: one add (a brick
+    run's own cost with one tiny op in it), and `chain` adds one after another (what each further op
+    costs to dispatch)."""
+    bricks = []
+    for length in (1, chain):
+        document = {"calibration": True, "op": "add", "chain": length, "execution": execution}
+        key = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+        spec = ModuleBrickSpec(brick_name(key), _AddChain(length), (TensorSpec((1, 1), (1, 1), "float32"),))
+        bricks.append((key, spec.name, spec, 1))
+    return bricks
+
+
