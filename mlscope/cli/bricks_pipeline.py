@@ -90,7 +90,12 @@ class OrtBricks:
         # through bound inputs and outputs (runtime.bricks); results of another method are other
         # measurements, never reused.
         bench = self.bench
-        return {"threads": bench.threads, "level": bench.level, "framework": bench.framework, "method": "job-flush"}
+        return {
+            "threads": bench.threads,
+            "level": bench.level,
+            "framework": bench.framework,
+            "method": "job-flush",
+        }
 
     def calibration_bricks(self) -> list[tuple[str, str, Any, int]]:
         """One Identity and a chain of DISPATCH_CHAIN tiny Adds."""
@@ -429,4 +434,7 @@ def _pytorch(bench: BrickBench) -> FrameworkBricks:
 
 
 # Each framework's bricks, by the framework's name (workers.bricks.FRAMEWORKS: those it can measure).
-BRICKS_OF: dict[str, Callable[[BrickBench], FrameworkBricks]] = {"onnxruntime": OrtBricks, "pytorch": _pytorch}
+BRICKS_OF: dict[str, Callable[[BrickBench], FrameworkBricks]] = {
+    "onnxruntime": OrtBricks,
+    "pytorch": _pytorch,
+}

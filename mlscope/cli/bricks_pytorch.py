@@ -45,9 +45,8 @@ class TorchBricks:
         from mlscope.cli.bricks_pipeline import DISPATCH_CHAIN
 
         bricks = calibration_bricks(self.execution(), DISPATCH_CHAIN)
-        for key, _, spec, _ in bricks:
-            chain = getattr(spec.module, "length", None)
-            self.documents[key] = {"calibration": True, "op": "add", "chain": chain, "execution": self.execution()}
+        for key, *_ in bricks:
+            self.documents[key] = {"calibration": True, "op": "add", "execution": self.execution()}
         return bricks
 
     def decompose(self, ref: str) -> tuple[LayerGraph, list[BrickPlan | NotABrick]]:

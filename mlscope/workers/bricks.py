@@ -257,7 +257,9 @@ class BrickRuns:
         self._store_job(job, records, {name: key for key, name, _, _ in bricks}, batches, report)
         return report
 
-    def measure_modules(self, bricks: Sequence[tuple[str, str, Any, int, Mapping[str, Any]]]) -> BrickJobReport:
+    def measure_modules(
+        self, bricks: Sequence[tuple[str, str, Any, int, Mapping[str, Any]]]
+    ) -> BrickJobReport:
         """Measure PyTorch `bricks` ((key, name, ModuleBrickSpec, batch size, key document) each, in the
         order a model runs them) in one job in this process (`mlscope.runtime.predictors.pytorch.bricks`)
         and store each as the result of its own evaluation, as `measure` does ONNX Runtime's. A module
@@ -273,7 +275,12 @@ class BrickRuns:
             request = {**self._brick_request(batch_size), "model": name, "framework": self.framework}
             records[name] = {
                 "model": {"name": name, "version": "brick", "manifest_sha256": key},
-                "manifest": {"name": name, "version": "brick", "source": {"kind": "brick"}, "brick": document},
+                "manifest": {
+                    "name": name,
+                    "version": "brick",
+                    "source": {"kind": "brick"},
+                    "brick": document,
+                },
                 "framework": {"name": self.framework, "version": self.version},
                 "runner": "inline",
                 "device": "cpu",
@@ -318,7 +325,9 @@ class BrickRuns:
                 cold_start=outcome.cold_start,
                 measurements=[measurement],
             )
-            found = _brick_result({"id": evaluation_id, "measurements": [measurement]}, batches[outcome.name], True)
+            found = _brick_result(
+                {"id": evaluation_id, "measurements": [measurement]}, batches[outcome.name], True
+            )
             report.results[keys[outcome.name]] = (
                 found if found is not None else "no single_stream measurement"
             )

@@ -22,12 +22,13 @@ import copy
 import hashlib
 import json
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.fx import GraphModule, Node, symbolic_trace
-from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
+from torch.fx.passes.shape_prop import ShapeProp
 from torch.utils import _pytree as pytree
 
 from mlscope.analysis.bricks.brick import BrickPlan, NotABrick, brick_name
@@ -46,7 +47,7 @@ _VIEW_FUNCTIONS = frozenset(
 )  # fmt: skip
 # A reshape or flatten of a contiguous tensor is a view; of another, a copy (measured).
 _RESHAPES = frozenset({"reshape", "flatten", torch.reshape, torch.flatten})
-_VIEW_MODULES = (torch.nn.Identity, torch.nn.Flatten, torch.nn.Dropout, torch.nn.Dropout2d, torch.nn.Unflatten)
+_VIEW_MODULES = (torch.nn.Identity, torch.nn.Flatten, torch.nn.Dropout, torch.nn.Dropout2d)
 
 
 class NotTraceable(Exception):
@@ -92,7 +93,7 @@ def decompose_module(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) 
         raise NotTraceable(
             f"the traced graph fails on the synthetic batch: {type(exc).__name__}: {exc}"[:300]
         ) from exc
-    layers = []
+    layers: list[Layer] = []
     placeholders = []
     for node in traced.graph.nodes:
         if node.op == "placeholder":
@@ -122,7 +123,8 @@ def decompose_module(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) 
 
 
 def _qualified(function: Any) -> str:
-    return f"{getattr(function, '__module__', None) or ''}.{getattr(function, '__qualname__', repr(function))}"
+    module = getattr(function, "__module__", None) or ""
+    return f"{module}.{getattr(function, '__qualname__', repr(function))}"
 
 
 def _label(node: Node, root: torch.nn.Module) -> str:
@@ -135,30 +137,51 @@ def _label(node: Node, root: torch.nn.Module) -> str:
 
 @dataclass
 class _Arguments:
-    """A node's (args, kwargs) flattened: `leaves` with every other node replaced by the value it had
-    and every tensor by None, at the positions `slots` (the brick's inputs, `tensors`, in order)."""
+    """A node's arguments as a brick calls them: `args` and `kwargs` with every other node replaced by
+    the value it had and every tensor by None, at the places `slots` ((positional index or keyword,
+    index within a list argument or None)) that the brick's inputs, `tensors`, fill in order."""
 
-    leaves: list[Any]
-    structure: Any
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
     tensors: list[TensorSpec] = field(default_factory=list)
-    slots: list[int] = field(default_factory=list)
+    slots: list[tuple[int | str, int | None]] = field(default_factory=list)
+
+
+def _value(argument: Any, made: dict[str, Any]) -> Any:
+    if not isinstance(argument, Node):
+        return argument
+    value = made.get(argument.name)
+    if argument.op == "get_attr" and not isinstance(value, TensorSpec):
+        return None
+    return value
 
 
 def _arguments(node: Node, made: dict[str, Any]) -> _Arguments:
-    leaves, structure = pytree.tree_flatten((node.args, node.kwargs))
-    found = _Arguments([], structure)
-    for leaf in leaves:
-        value = made.get(leaf.name) if isinstance(leaf, Node) else leaf
-        if isinstance(leaf, Node) and leaf.op == "get_attr" and not isinstance(value, TensorSpec):
-            value = None
-        if isinstance(value, TensorSpec):
-            found.slots.append(len(found.leaves))
-            found.tensors.append(value)
-            found.leaves.append(None)
-        elif any(isinstance(item, TensorSpec) for item in pytree.tree_leaves(value)):
-            raise ValueError("an argument is a structure of tensors made by one node: not measured alone")
+    """Raises ValueError: a tensor nested deeper than one list, or a structure of tensors made by one
+    node (a tuple output passed whole)."""
+    found = _Arguments()
+    places: list[tuple[int | str, Any]] = [*enumerate(node.args), *node.kwargs.items()]
+    for place, argument in places:
+        value: Any
+        if isinstance(argument, list | tuple) and any(isinstance(item, Node) for item in argument):
+            value = [_value(item, made) for item in argument]
+            for index, item in enumerate(value):
+                if isinstance(item, TensorSpec):
+                    found.slots.append((place, index))
+                    found.tensors.append(item)
+                    value[index] = None
         else:
-            found.leaves.append(value)
+            value = _value(argument, made)
+            if isinstance(value, TensorSpec):
+                found.slots.append((place, None))
+                found.tensors.append(value)
+                value = None
+        if any(isinstance(item, TensorSpec) for item in pytree.tree_leaves(value)):
+            raise ValueError("a tensor nested in an argument deeper than one list: not measured alone")
+        if isinstance(place, int):
+            found.args.append(value)
+        else:
+            found.kwargs[place] = value
     return found
 
 
@@ -230,8 +253,9 @@ def plan_module_bricks(graph: LayerGraph, *, execution: dict[str, Any]) -> list[
             operation = {"function": _qualified(node.target)}
         document = {
             **operation,
-            "arguments": _canonical(arguments.leaves),
-            "tensors_at": arguments.slots,
+            "arguments": _canonical(arguments.args),
+            "keywords": {name: _canonical(value) for name, value in sorted(arguments.kwargs.items())},
+            "tensors_at": [list(slot) for slot in arguments.slots],
             "inputs": [[list(t.shape), list(t.stride), t.dtype] for t in arguments.tensors],
             "execution": execution,
         }
@@ -244,24 +268,30 @@ def plan_module_bricks(graph: LayerGraph, *, execution: dict[str, Any]) -> list[
 
 
 class _OneLayer(torch.nn.Module):
-    """One layer of a traced model: its arguments rebuilt around the tensors it is called with."""
+    """One operation called with its arguments, the brick's inputs put in their places. Kept to a few
+    list operations a call: the calibration brick (one add through this same class) measures what the
+    wrapper costs, and a costlier rebuild of the arguments (pytree's) would count a few µs against
+    every layer."""
 
-    def __init__(self, node: Node, arguments: _Arguments, module: torch.nn.Module | None) -> None:
+    call: Callable[..., Any]
+
+    def __init__(self, call: Any, arguments: _Arguments, module: torch.nn.Module | None = None) -> None:
         super().__init__()
-        self.op, self.target = node.op, node.target
-        self.inner = module
-        self.leaves, self.structure, self.slots = arguments.leaves, arguments.structure, arguments.slots
+        self.inner = module  # registered: the copy of the layer's module, with its weights
+        # A plain attribute, not a registered submodule: looked up as fast as a function is.
+        self.__dict__["call"] = call
+        self.args, self.kwargs, self.slots = arguments.args, arguments.kwargs, arguments.slots
 
     def forward(self, *tensors: torch.Tensor) -> Any:
-        leaves = list(self.leaves)
-        for slot, tensor in zip(self.slots, tensors, strict=True):
-            leaves[slot] = tensor
-        args, kwargs = pytree.tree_unflatten(leaves, self.structure)
-        if self.inner is not None:
-            return self.inner(*args, **kwargs)
-        if self.op == "call_method":
-            return getattr(args[0], str(self.target))(*args[1:], **kwargs)
-        return self.target(*args, **kwargs)  # type: ignore[operator]
+        args, kwargs = list(self.args), self.kwargs
+        for (place, index), tensor in zip(self.slots, tensors, strict=True):
+            if isinstance(place, str):
+                kwargs = {**kwargs, place: tensor}
+            elif index is None:
+                args[place] = tensor
+            else:
+                args[place] = [*args[place][:index], tensor, *args[place][index + 1 :]]
+        return self.call(*args, **kwargs)
 
 
 def module_brick(plan: BrickPlan, graph: LayerGraph) -> ModuleBrickSpec:
@@ -271,31 +301,33 @@ def module_brick(plan: BrickPlan, graph: LayerGraph) -> ModuleBrickSpec:
     node: Node = plan.layer.node
     module = copy.deepcopy(root.get_submodule(str(node.target))) if node.op == "call_module" else None
     arguments = _arguments(node, graph.values)
-    layer = _OneLayer(node, arguments, module)
+    if module is not None:
+        layer = _OneLayer(module, arguments, module)
+    elif node.op == "call_method":
+        layer = _OneLayer(getattr(torch.Tensor, str(node.target)), arguments)
+    else:
+        layer = _OneLayer(node.target, arguments)
     return ModuleBrickSpec(plan.name, layer, tuple(arguments.tensors), plan.batch_size)
 
 
-class _AddChain(torch.nn.Module):
-    def __init__(self, length: int) -> None:
-        super().__init__()
-        self.length = length
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for _ in range(self.length):
+def _adds(length: int) -> Any:
+    def chain(x: torch.Tensor) -> torch.Tensor:
+        for _ in range(length):
             x = x + x
         return x
 
+    return chain
+
 
 def calibration_bricks(execution: dict[str, Any], chain: int) -> list[tuple[str, str, ModuleBrickSpec, int]]:
-    """The calibration bricks, (key, name, spec, batch size) each, on a float32[1, 1]: one add (a brick
-    run's own cost with one tiny op in it), and `chain` adds one after another (what each further op
-    costs to dispatch)."""
+    """The calibration bricks, (key, name, spec, batch size) each, on a float32[1, 1], each called as a
+    layer's brick is (_OneLayer): one add (a brick run's own cost with one tiny op in it), and `chain`
+    adds one after another (what each further op costs to dispatch)."""
     bricks = []
     for length in (1, chain):
         document = {"calibration": True, "op": "add", "chain": length, "execution": execution}
         key = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
-        spec = ModuleBrickSpec(brick_name(key), _AddChain(length), (TensorSpec((1, 1), (1, 1), "float32"),))
+        layer = _OneLayer(_adds(length), _Arguments(args=[None], slots=[(0, None)]))
+        spec = ModuleBrickSpec(brick_name(key), layer, (TensorSpec((1, 1), (1, 1), "float32"),))
         bricks.append((key, spec.name, spec, 1))
     return bricks
-
-
