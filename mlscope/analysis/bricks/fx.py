@@ -8,8 +8,8 @@ the SHA-256 of: the module's class, its extra_repr() (Conv2d's channels, kernel,
 dilation, groups, bias) and its parameters' and buffers' shapes; or the function's qualified name or
 the method's; then every non-tensor argument by value and every tensor argument by shape, stride and
 dtype; and what the measurement depends on (threads, framework; the torch version is the stored
-result's). Views and shape arithmetic (getattr, size, getitem, view, permute, a reshape of a
-contiguous tensor, Flatten, Identity, Dropout in eval, anything whose output is not a tensor) cost one
+result's). Views and shape arithmetic (getattr, size, getitem, view, permute, a reshape or
+Flatten of a contiguous tensor, Identity, Dropout in eval, anything whose output is not a tensor) cost one
 dispatch each and are not measured.
 
 torch is imported with this module: import it only where PyTorch runs.
@@ -47,7 +47,7 @@ _VIEW_FUNCTIONS = frozenset(
 )  # fmt: skip
 # A reshape or flatten of a contiguous tensor is a view; of another, a copy (measured).
 _RESHAPES = frozenset({"reshape", "flatten", torch.reshape, torch.flatten})
-_VIEW_MODULES = (torch.nn.Identity, torch.nn.Flatten, torch.nn.Dropout, torch.nn.Dropout2d)
+_VIEW_MODULES = (torch.nn.Identity, torch.nn.Dropout, torch.nn.Dropout2d)
 
 
 class NotTraceable(Exception):
@@ -200,13 +200,13 @@ def _dispatch_only(node: Node, graph: LayerGraph, module: torch.nn.Module | None
     if not pytree.tree_leaves(made) or not any(isinstance(v, TensorSpec) for v in pytree.tree_leaves(made)):
         return "computes no tensor (sizes, attributes): one dispatch"
     if isinstance(module, _VIEW_MODULES):
-        return f"{type(module).__name__} in eval mode is a view or a no-op: one dispatch"
+        return f"{type(module).__name__} in eval mode is a no-op: one dispatch"
     target = node.target
     if (node.op == "call_method" and target in _VIEW_METHODS) or (
         node.op == "call_function" and target in _VIEW_FUNCTIONS
     ):
         return "a view of its input (no copy): one dispatch"
-    if target in _RESHAPES or isinstance(module, torch.nn.Flatten):
+    if (node.op != "call_module" and target in _RESHAPES) or isinstance(module, torch.nn.Flatten):
         source = graph.values.get(node.all_input_nodes[0].name) if node.all_input_nodes else None
         if isinstance(source, TensorSpec) and _contiguous(source):
             return "a reshape of a contiguous tensor is a view (no copy): one dispatch"
