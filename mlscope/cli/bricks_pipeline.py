@@ -7,8 +7,13 @@ by side. It lives here, above both, because workers and analysis may not import 
            calibrations) measured now, all in one job (mlscope.runtime.bricks) ─▶ the model whole
         ─▶ compose: estimate, interval, sequential and critical-path bounds, overhead
 
-A model whose graph cannot be decomposed (control flow, a brick that fails to build or run) is still
-measured whole; its report names the layers and why, and has no estimate.
+What is framework-specific (the layers, a brick's model, the calibrations, the job) is a
+`FrameworkBricks`: ONNX Runtime's here (`OrtBricks`), PyTorch's in `mlscope.cli.bricks_pytorch`
+(the module torch.fx traces, each layer an eager module), chosen by name in `BRICKS_OF`.
+
+A model whose graph cannot be decomposed (control flow, a model torch.fx cannot trace, a brick that
+fails to build or run) is still measured whole; its report names the layers and why, and has no
+estimate.
 """
 
 from __future__ import annotations
