@@ -85,3 +85,23 @@ def test_one_job_measures_module_bricks() -> None:
         assert outcome.measurement["latency_ms"]["count"] >= 10
         assert set(outcome.measurement["validity"]) == {"valid", "reasons"}
     assert job.framework_version == torch.__version__
+
+
+class _Shuffle(torch.nn.Module):
+    """ShuffleNet's channel shuffle: a transpose (a view), then a flatten that must copy."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (
+            torch.flatten(x.view(1, 2, 4, 8, 8).transpose(1, 2), 1, 2)
+            + torch.flatten(x, 1)[:, :1, None, None]
+        )
+
+
+def test_a_reshape_is_a_dispatch_only_when_it_does_not_copy() -> None:
+    # Given a flatten of a transposed tensor (a copy) and one of a contiguous tensor (a view)
+    plans = _plans(_Shuffle(), 1, 8, 8, 8)
+    flattens = [p for p in plans if (p.layer.op_type if isinstance(p, BrickPlan) else p.op_type) == "flatten"]
+    # Then the first is a brick whose input keeps the transposed strides, the second a dispatch
+    assert [type(p).__name__ for p in flattens] == ["BrickPlan", "NotABrick"]
+    copy = flattens[0]
+    assert isinstance(copy, BrickPlan) and copy.document["inputs"][0][1] == [512, 64, 256, 8, 1]
