@@ -15,7 +15,13 @@ import numpy as np
 import torch
 
 from mlscope.analysis.bricks import BrickPlan, LayerGraph, NotABrick
-from mlscope.analysis.bricks.fx import calibration_bricks, decompose_module, module_brick, plan_module_bricks
+from mlscope.analysis.bricks.fx import (
+    ModuleGraph,
+    calibration_bricks,
+    decompose_module,
+    module_brick,
+    plan_module_bricks,
+)
 from mlscope.runtime.predictors.inputs import synthetic_batch
 from mlscope.workers.bricks import BrickJobReport
 
@@ -66,6 +72,7 @@ class TorchBricks:
         return graph, plans
 
     def brick(self, plan: BrickPlan, graph: LayerGraph) -> Any:
+        assert isinstance(graph, ModuleGraph), "decompose() made it"
         return module_brick(plan, graph)
 
     def measure(self, bricks: list[tuple[str, str, Any, int]]) -> BrickJobReport:

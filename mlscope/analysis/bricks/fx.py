@@ -35,7 +35,14 @@ from mlscope.analysis.bricks.brick import BrickPlan, NotABrick, brick_name
 from mlscope.analysis.bricks.graph import Layer, LayerGraph, TensorFact
 from mlscope.runtime.predictors.pytorch.bricks import ModuleBrickSpec, TensorSpec
 
-__all__ = ["NotTraceable", "calibration_bricks", "decompose_module", "module_brick", "plan_module_bricks"]
+__all__ = [
+    "ModuleGraph",
+    "NotTraceable",
+    "calibration_bricks",
+    "decompose_module",
+    "module_brick",
+    "plan_module_bricks",
+]
 
 _VIEW_METHODS = frozenset(
     {"size", "dim", "view", "view_as", "permute", "transpose", "unsqueeze", "squeeze", "expand",
@@ -48,6 +55,16 @@ _VIEW_FUNCTIONS = frozenset(
 # A reshape or flatten of a contiguous tensor is a view; of another, a copy (measured).
 _RESHAPES = frozenset({"reshape", "flatten", torch.reshape, torch.flatten})
 _VIEW_MODULES = (torch.nn.Identity, torch.nn.Dropout, torch.nn.Dropout2d)
+
+
+@dataclass
+class ModuleGraph(LayerGraph):
+    """A traced module's layers (LayerGraph: their order and DAG), with what its bricks are built from:
+    the traced module and what each node made in the shape run (tensors as TensorSpec). The ONNX
+    fields (facts, values, initializers, opsets) are empty."""
+
+    module: Any = None  # the torch.fx GraphModule
+    made: dict[str, Any] = field(default_factory=dict)
 
 
 class NotTraceable(Exception):
@@ -74,7 +91,7 @@ def _meta(tensor: torch.Tensor) -> TensorSpec:
     return TensorSpec(tuple(tensor.shape), tuple(tensor.stride()), str(tensor.dtype).removeprefix("torch."))
 
 
-def decompose_module(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> LayerGraph:
+def decompose_module(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> ModuleGraph:
     """The layers of `module` as torch.fx traces it, run once on `inputs` (one batch) to learn shapes.
 
     Raises:
@@ -111,14 +128,16 @@ def decompose_module(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) 
         layers.append(
             Layer(len(layers), node.name, _label(node, traced), "torch", tuple(facts), (node.name,), node)
         )
-    return LayerGraph(
+    return ModuleGraph(
         layers=layers,
         facts={},
-        values=recorder.made,  # a node's name -> what it made (tensors as TensorSpec)
-        initializers={"module": traced},
+        values={},
+        initializers={},
         opsets={},
         ir_version=0,
         graph_inputs=tuple(placeholders),
+        module=traced,
+        made=recorder.made,
     )
 
 
@@ -195,8 +214,8 @@ def _canonical(value: Any) -> Any:
     return repr(value)
 
 
-def _dispatch_only(node: Node, graph: LayerGraph, module: torch.nn.Module | None) -> str | None:
-    made = graph.values.get(node.name)
+def _dispatch_only(node: Node, graph: ModuleGraph, module: torch.nn.Module | None) -> str | None:
+    made = graph.made.get(node.name)
     if not pytree.tree_leaves(made) or not any(isinstance(v, TensorSpec) for v in pytree.tree_leaves(made)):
         return "computes no tensor (sizes, attributes): one dispatch"
     if isinstance(module, _VIEW_MODULES):
@@ -207,7 +226,7 @@ def _dispatch_only(node: Node, graph: LayerGraph, module: torch.nn.Module | None
     ):
         return "a view of its input (no copy): one dispatch"
     if (node.op != "call_module" and target in _RESHAPES) or isinstance(module, torch.nn.Flatten):
-        source = graph.values.get(node.all_input_nodes[0].name) if node.all_input_nodes else None
+        source = graph.made.get(node.all_input_nodes[0].name) if node.all_input_nodes else None
         if isinstance(source, TensorSpec) and _contiguous(source):
             return "a reshape of a contiguous tensor is a view (no copy): one dispatch"
     return None
@@ -222,10 +241,10 @@ def _contiguous(spec: TensorSpec) -> bool:
     return True
 
 
-def plan_module_bricks(graph: LayerGraph, *, execution: dict[str, Any]) -> list[BrickPlan | NotABrick]:
+def plan_module_bricks(graph: ModuleGraph, *, execution: dict[str, Any]) -> list[BrickPlan | NotABrick]:
     """A plan per layer of `graph` (decompose_module's), in its order: a brick keyed by what its cost
     depends on, or why it is none (a view or shape arithmetic: one dispatch)."""
-    root: torch.nn.Module = graph.initializers["module"]
+    root: torch.nn.Module = graph.module
     plans: list[BrickPlan | NotABrick] = []
     for layer in graph.layers:
         node: Node = layer.node
@@ -235,7 +254,7 @@ def plan_module_bricks(graph: LayerGraph, *, execution: dict[str, Any]) -> list[
             plans.append(NotABrick(layer.name, layer.op_type, why, zero_cost=True, dispatch_only=True))
             continue
         try:
-            arguments = _arguments(node, graph.values)
+            arguments = _arguments(node, graph.made)
         except ValueError as exc:
             plans.append(NotABrick(layer.name, layer.op_type, str(exc)))
             continue
@@ -294,13 +313,13 @@ class _OneLayer(torch.nn.Module):
         return self.call(*args, **kwargs)
 
 
-def module_brick(plan: BrickPlan, graph: LayerGraph) -> ModuleBrickSpec:
+def module_brick(plan: BrickPlan, graph: ModuleGraph) -> ModuleBrickSpec:
     """The module that runs `plan`'s layer alone (a copy of the layer's module, with its weights, for a
     call_module), and its inputs' specs."""
-    root: torch.nn.Module = graph.initializers["module"]
+    root: torch.nn.Module = graph.module
     node: Node = plan.layer.node
     module = copy.deepcopy(root.get_submodule(str(node.target))) if node.op == "call_module" else None
-    arguments = _arguments(node, graph.values)
+    arguments = _arguments(node, graph.made)
     if module is not None:
         layer = _OneLayer(module, arguments, module)
     elif node.op == "call_method":
