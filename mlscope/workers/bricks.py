@@ -1,6 +1,6 @@
-"""Measuring bricks and whole models for `mlscope bricks`: a brick is a one-node ONNX file whose
-single_stream measurement is stored as an evaluation's result like any other, so a later model (or a
-later run) reuses it.
+"""Measuring bricks and whole models for `mlscope bricks`: a brick is a one-node ONNX file (or, for
+PyTorch, a tiny module running one layer: `measure_modules`) whose single_stream measurement is
+stored as an evaluation's result like any other, so a later model (or a later run) reuses it.
 
     brick name ─ stored for (name, framework, framework version, system)? ─▶ reuse it
     a model's bricks not stored yet ─▶ each written to <cache>/bricks/<key>/<name>.onnx and admitted
