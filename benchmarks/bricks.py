@@ -1,6 +1,6 @@
-"""DLBricks and Benanza on ONNX Runtime over catalogue models: how close is the latency composed from
-a model's layers (each measured once as a brick, shared bricks reused) to the model measured whole,
-and how much benchmarking time do bricks save as models are added?
+"""DLBricks and Benanza on ONNX Runtime or PyTorch over catalogue models: how close is the latency
+composed from a model's layers (each measured once as a brick, shared bricks reused) to the model
+measured whole, and how much benchmarking time do bricks save as models are added?
 
 Prints per model: estimate, measured, error, the sequential and critical-path bounds (Benanza), the
 overhead beyond the sequential bound, bricks new/reused/unique, and the cumulative seconds spent on
@@ -20,7 +20,11 @@ catalogue model to ONNX (both need the graph; it is cached).
 A fresh store (a temporary SQLite file) is used, so every brick is measured from scratch in this run;
 the exported graphs come from the user's cache (MLSCOPE_CACHE_DIR).
 
-Usage: python benchmarks/bricks.py [--threads 1] [--limit N] [REF ...]
+With --framework pytorch the bricks are the layers torch.fx traces (no ONNX export: the module is
+built as `mlscope run -f pytorch` builds it), measured as eager modules, and the whole model is the
+PyTorch predictor's run; the default models are then PYTORCH_MODELS.
+
+Usage: python benchmarks/bricks.py [--framework onnxruntime|pytorch] [--threads 1] [--limit N] [REF ...]
 """
 
 from __future__ import annotations
@@ -62,11 +66,25 @@ MODELS = [
     "mlscope:digits_cnn",
     "hf:bert",
 ]
+# PyTorch's default set: torchvision and timm models, some sharing layers.
+PYTORCH_MODELS = [
+    "torchvision:resnet18",
+    "timm:resnet18",
+    "torchvision:resnet34",
+    "torchvision:mobilenet_v2",
+    "torchvision:mobilenet_v3_small",
+    "torchvision:shufflenet_v2_x0_5",
+    "torchvision:squeezenet1_1",
+    "torchvision:mnasnet0_5",
+    "torchvision:efficientnet_b0",
+    "mlscope:digits_cnn",
+]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("refs", nargs="*", help=f"models [default: {len(MODELS)} catalogue models]")
+    parser.add_argument("--framework", default="onnxruntime", help="onnxruntime or pytorch")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads of every measurement")
     parser.add_argument("--limit", type=int, help="only the first N models")
     parser.add_argument("--json", dest="json_file", help="also write every report to this file")
@@ -74,12 +92,18 @@ def main() -> None:
         "--store", help="a store URL to keep (and reuse) the bricks in [default: a fresh one]"
     )
     args = parser.parse_args()
-    refs = (args.refs or MODELS)[: args.limit]
+    refs = (args.refs or (PYTORCH_MODELS if args.framework == "pytorch" else MODELS))[: args.limit]
     with tempfile.TemporaryDirectory(prefix="mlscope-bricks-bench-") as folder:
         settings = replace(load_settings(), store_url=args.store or f"sqlite:///{Path(folder) / 'store.db'}")
-        bench = BrickBench(settings, whole={"runner": "process", "device": "cpu"}, threads=args.threads)
+        bench = BrickBench(
+            settings,
+            whole={"runner": "process", "device": "cpu"},
+            threads=args.threads,
+            framework=args.framework,
+        )
+        label = {"onnxruntime": "ONNX Runtime", "pytorch": "PyTorch"}.get(args.framework, args.framework)
         print(
-            f"ONNX Runtime {bench.version}, threads {args.threads}, {len(refs)} models; ms, batch 1",
+            f"{label} {bench.version}, threads {args.threads}, {len(refs)} models; ms, batch 1",
             flush=True,
         )
         header = (

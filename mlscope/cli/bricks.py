@@ -23,9 +23,9 @@ __all__ = ["bricks"]
     "--framework",
     default="onnxruntime",
     show_default=True,
-    help="The framework whose graph is decomposed (only onnxruntime for now).",
+    help="The framework whose model is decomposed: onnxruntime (its optimised graph) or pytorch (torch.fx).",
 )
-@click.option("--threads", type=int, help="Intra-op threads of every measurement [default: ORT's].")
+@click.option("--threads", type=int, help="Intra-op threads of every measurement [default: the framework's].")
 @click.option(
     "--runner",
     default="process",

@@ -7,8 +7,13 @@ by side. It lives here, above both, because workers and analysis may not import 
            calibrations) measured now, all in one job (mlscope.runtime.bricks) ─▶ the model whole
         ─▶ compose: estimate, interval, sequential and critical-path bounds, overhead
 
-A model whose graph cannot be decomposed (control flow, a brick that fails to build or run) is still
-measured whole; its report names the layers and why, and has no estimate.
+What is framework-specific (the layers, a brick's model, the calibrations, the job) is a
+`FrameworkBricks`: ONNX Runtime's here (`OrtBricks`), PyTorch's in `mlscope.cli.bricks_pytorch`
+(the module torch.fx traces, each layer an eager module), chosen by name in `BRICKS_OF`.
+
+A model whose graph cannot be decomposed (control flow, a model torch.fx cannot trace, a brick that
+fails to build or run) is still measured whole; its report names the layers and why, and has no
+estimate.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -38,9 +43,9 @@ from mlscope.contract.errors import UserError
 from mlscope.contract.result import result_validity
 from mlscope.contract.settings import Settings
 from mlscope.runtime.predictors.inputs import synthetic_batch
-from mlscope.workers.bricks import BrickResult, BrickRuns, single_stream
+from mlscope.workers.bricks import BrickJobReport, BrickResult, BrickRuns, single_stream
 
-__all__ = ["DISPATCH_CHAIN", "BrickBench", "summary"]
+__all__ = ["BRICKS_OF", "DISPATCH_CHAIN", "BrickBench", "FrameworkBricks", "OrtBricks", "summary"]
 
 # The Identity chain whose per-node cost calibrates a shape arithmetic layer's.
 DISPATCH_CHAIN = 33
@@ -66,6 +71,66 @@ class _Bricks:
     measured_now: int = 0
     reused: int = 0
     invalid: list[str] = field(default_factory=list)
+
+
+class FrameworkBricks(Protocol):
+    """How one framework's models become bricks and its bricks are measured: what BrickBench asks of
+    a framework (the ONNX Runtime one below, PyTorch's in `mlscope.cli.bricks_pytorch`)."""
+
+    def execution(self) -> dict[str, Any]: ...
+    def calibration_bricks(self) -> list[tuple[str, str, Any, int]]: ...
+    def decompose(self, ref: str) -> tuple[LayerGraph, list[BrickPlan | NotABrick]]: ...
+    def brick(self, plan: BrickPlan, graph: LayerGraph) -> Any: ...
+    def measure(self, bricks: list[tuple[str, str, Any, int]]) -> BrickJobReport: ...
+
+
+@dataclass
+class OrtBricks:
+    """ONNX Runtime's bricks: the graph ORT runs, each node a one-node ONNX model."""
+
+    bench: BrickBench
+
+    def execution(self) -> dict[str, Any]:
+        # "method": bricks measured in one job, apart, the private caches flushed before each run,
+        # through bound inputs and outputs (runtime.bricks); results of another method are other
+        # measurements, never reused.
+        bench = self.bench
+        return {
+            "threads": bench.threads,
+            "level": bench.level,
+            "framework": bench.framework,
+            "method": "job-flush",
+        }
+
+    def calibration_bricks(self) -> list[tuple[str, str, Any, int]]:
+        """One Identity and a chain of DISPATCH_CHAIN tiny Adds."""
+        bricks = []
+        for chain in (1, DISPATCH_CHAIN):
+            key, model = identity_plan(self.execution(), chain=chain)
+            bricks.append((key, name_of(key), model, 1))
+        return bricks
+
+    def decompose(self, ref: str) -> tuple[LayerGraph, list[BrickPlan | NotABrick]]:
+        bench = self.bench
+        manifest, source = bench.runs.resolve(ref)
+        feeds = synthetic_batch(manifest, 1, np.random.default_rng(0))
+        shapes = "fixed" if bench.fix_shapes else "as-exported"
+        folder = bench.settings.cache_dir / "bricks" / "graphs"
+        graph = decompose(
+            source,
+            feeds,
+            folder / f"{manifest.sha256[:16]}-{bench.level}-t{bench.threads or 0}-{shapes}",
+            level=bench.level,
+            threads=bench.threads,
+            fix_shapes=bench.fix_shapes,
+        )
+        return graph, plan_bricks(graph, execution=self.execution())
+
+    def brick(self, plan: BrickPlan, graph: LayerGraph) -> Any:
+        return brick_model(plan, graph)
+
+    def measure(self, bricks: list[tuple[str, str, Any, int]]) -> BrickJobReport:
+        return self.bench.runs.measure(bricks)
 
 
 @dataclass
@@ -96,6 +161,7 @@ class BrickBench:
             runs.brick_measure = dict(self.brick_measure)
         self.runs = runs
         self.version = runs.version
+        self.kind: FrameworkBricks = BRICKS_OF[self.framework](self)
         self._call: BrickResult | None = None
         self._dispatch: float | None = None
 
@@ -112,24 +178,12 @@ class BrickBench:
     @property
     def execution(self) -> dict[str, Any]:
         """What a brick's latency depends on besides the brick itself: part of its key."""
-        # "method": bricks measured in one job, apart, the private caches flushed before each run,
-        # through bound inputs and outputs (runtime.bricks); results of another method are other
-        # measurements, never reused.
-        return {
-            "threads": self.threads,
-            "level": self.level,
-            "framework": self.framework,
-            "method": "job-flush",
-        }
+        return self.kind.execution()
 
     def _calibration_bricks(self) -> list[tuple[str, str, Any, int]]:
-        """The calibration bricks, (key, name, model, batch size) each: one Identity (a run's cost
-        with one node in it) and a chain of DISPATCH_CHAIN tiny Adds (what each further node costs)."""
-        bricks = []
-        for chain in (1, DISPATCH_CHAIN):
-            key, model = identity_plan(self.execution, chain=chain)
-            bricks.append((key, name_of(key), model, 1))
-        return bricks
+        """The calibration bricks, (key, name, model, batch size) each: one tiny op (a run's cost with
+        one node in it) and a chain of DISPATCH_CHAIN of them (what each further node costs)."""
+        return self.kind.calibration_bricks()
 
     def _calibrate(self, found: Mapping[str, BrickResult | str]) -> None:
         """Take the calibrations from `found` (a job's or the store's results, by key)."""
@@ -164,19 +218,7 @@ class BrickBench:
         return self._dispatch
 
     def _decompose(self, ref: str) -> tuple[LayerGraph, list[BrickPlan | NotABrick]]:
-        manifest, source = self.runs.resolve(ref)
-        feeds = synthetic_batch(manifest, 1, np.random.default_rng(0))
-        shapes = "fixed" if self.fix_shapes else "as-exported"
-        folder = self.settings.cache_dir / "bricks" / "graphs"
-        graph = decompose(
-            source,
-            feeds,
-            folder / f"{manifest.sha256[:16]}-{self.level}-t{self.threads or 0}-{shapes}",
-            level=self.level,
-            threads=self.threads,
-            fix_shapes=self.fix_shapes,
-        )
-        return graph, plan_bricks(graph, execution=self.execution)
+        return self.kind.decompose(ref)
 
     def _measure(self, ref: str, plans: list[BrickPlan], graph: LayerGraph | None) -> _Bricks:
         """The unique bricks of `plans` (the model's layers, in its order) from the store, and those it
@@ -185,7 +227,7 @@ class BrickBench:
         done = _Bricks()
         unique = {plan.key: plan for plan in plans}
         wanted = [
-            (plan.key, plan.name, partial(brick_model, plan, graph), plan.batch_size)
+            (plan.key, plan.name, partial(self.kind.brick, plan, graph), plan.batch_size)
             for plan in unique.values()
             if graph is not None
         ]
@@ -211,7 +253,7 @@ class BrickBench:
         done.detail["build"] = time.perf_counter() - began
         if built:
             self.note(f"{ref}: measuring {len(built)} bricks in one job")
-            job = self.runs.measure(built)
+            job = self.kind.measure(built)
             found.update(job.results)
             for part, seconds in job.seconds.items():
                 done.detail[part] = done.detail.get(part, 0.0) + seconds
@@ -388,3 +430,16 @@ def summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "time_ratio_whole_to_bricks": whole_s / bricks_s if bricks_s > 0 else None,
         "cumulative": cumulative,
     }
+
+
+def _pytorch(bench: BrickBench) -> FrameworkBricks:
+    from mlscope.cli.bricks_pytorch import TorchBricks  # torch is imported by PyTorch's bricks only
+
+    return TorchBricks(bench)
+
+
+# Each framework's bricks, by the framework's name (workers.bricks.FRAMEWORKS: those it can measure).
+BRICKS_OF: dict[str, Callable[[BrickBench], FrameworkBricks]] = {
+    "onnxruntime": OrtBricks,
+    "pytorch": _pytorch,
+}

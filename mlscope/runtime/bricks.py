@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -44,7 +44,7 @@ from mlscope.runtime.measure.settings import MeasureSettings
 from mlscope.runtime.measure.stats import median_ci_relative_halfwidth, summarize
 from mlscope.runtime.measure.validity import EnvironmentMonitor, judge
 
-__all__ = ["BrickJob", "BrickOutcome", "BrickSpec", "measure_bricks"]
+__all__ = ["BrickJob", "BrickOutcome", "BrickSpec", "TimedBrick", "measure_bricks", "run_job"]
 
 _NS_PER_S = 1_000_000_000
 # Once a brick has its minimums, its stopping rule is checked every this many runs (a sort of its
@@ -186,13 +186,44 @@ def measure_bricks(
     if threads:
         options.intra_op_num_threads = threads
     rng = np.random.default_rng(seed)
+    return run_job(
+        specs, lambda spec: _Brick(ort, spec, options, rng), settings, str(ort.__version__), seconds, note
+    )
+
+
+class TimedBrick(Protocol):
+    """What `run_job` times: a brick opened for a framework (an ORT session, a PyTorch module), its
+    cold-start figures, and its runs so far (`run` appends nothing: the job does)."""
+
+    spec: Any  # has .name and .batch_size
+    load_ms: float
+    first_ms: float
+    latencies: list[int]
+    own_ns: int
+    warmups: int
+
+    def run(self, clock: Callable[[], int], evict: np.ndarray | None = None) -> int: ...
+
+
+def run_job(
+    specs: Sequence[Any],
+    open_brick: Callable[[Any], TimedBrick],
+    settings: MeasureSettings,
+    framework_version: str,
+    seconds: dict[str, float],
+    note: Callable[[str], None] = lambda line: None,
+) -> BrickJob:
+    """The framework-neutral part of a brick job: every spec (with .name and .batch_size) opened by
+    `open_brick` back to back (one that fails is reported, the others measured), then each brick timed
+    apart with the private caches flushed before every run, under its own stopping rule and verdict
+    (the module docstring). `seconds` gets "sessions", "measure" and "statistics" added."""
     outcomes = {spec.name: BrickOutcome(spec.name) for spec in specs}
     groups: dict[str, _Occurrences] = {}
     began = time.perf_counter()
     for spec in specs:
         try:
-            brick = _Brick(ort, spec, options, rng)
-        except Exception as exc:  # one brick ORT cannot load or run: the others are measured
+            brick = open_brick(spec)
+        except Exception as exc:  # one brick the framework cannot load or run: the others are measured
             outcomes[spec.name].error = {
                 "type": type(exc).__name__,
                 "message": str(exc)[:500],
@@ -222,7 +253,7 @@ def measure_bricks(
         }
         outcome.measurement = _measurement(group, settings, environment)
     seconds["statistics"] = time.perf_counter() - began
-    return BrickJob(list(outcomes.values()), str(ort.__version__), seconds)
+    return BrickJob(list(outcomes.values()), framework_version, seconds)
 
 
 @dataclass
@@ -230,7 +261,7 @@ class _Occurrences:
     """A brick's sessions (one per time its name is given), timed in turn as one brick."""
 
     name: str
-    bricks: list[_Brick] = field(default_factory=list)
+    bricks: list[TimedBrick] = field(default_factory=list)
     stop_reason: str | None = None
 
     def latencies(self) -> np.ndarray:

@@ -1,6 +1,6 @@
-"""Measuring bricks and whole models for `mlscope bricks`: a brick is a one-node ONNX file whose
-single_stream measurement is stored as an evaluation's result like any other, so a later model (or a
-later run) reuses it.
+"""Measuring bricks and whole models for `mlscope bricks`: a brick is a one-node ONNX file (or, for
+PyTorch, a tiny module running one layer: `measure_modules`) whose single_stream measurement is
+stored as an evaluation's result like any other, so a later model (or a later run) reuses it.
 
     brick name ─ stored for (name, framework, framework version, system)? ─▶ reuse it
     a model's bricks not stored yet ─▶ each written to <cache>/bricks/<key>/<name>.onnx and admitted
@@ -25,7 +25,7 @@ from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest
 from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
-from mlscope.runtime.bricks import BrickSpec, measure_bricks
+from mlscope.runtime.bricks import BrickJob, BrickSpec, measure_bricks
 from mlscope.runtime.frameworks import get_framework, installed_version
 from mlscope.runtime.measure.settings import MeasureSettings
 from mlscope.runtime.predictors.onnxruntime.export import onnx_graph
@@ -44,8 +44,9 @@ __all__ = [
     "single_stream",
 ]
 
-# The frameworks whose graphs can be cut into bricks: ONNX Runtime's, an ONNX graph it optimises.
-FRAMEWORKS = ("onnxruntime",)
+# The frameworks whose models can be cut into bricks: ONNX Runtime's (the ONNX graph it optimises) and
+# PyTorch's (the module as torch.fx traces it).
+FRAMEWORKS = ("onnxruntime", "pytorch")
 # The stopping rule of each brick in its job (runtime.bricks): 3 warm-up runs, then at least 15 timed
 # ones, until its median is known to ±5% (95%: the precision the bricks had as evaluations of their
 # own), or 0.25 s of the job's time spent on it (not settled by then: judged unstable, not valid).
@@ -129,7 +130,7 @@ class BrickRuns:
         if self.framework not in FRAMEWORKS:
             raise UserError(
                 f"framework {self.framework!r} cannot be decomposed into bricks; only "
-                f"{', '.join(FRAMEWORKS)} is supported for now (its graph is an ONNX graph ORT optimises)",
+                f"{' and '.join(FRAMEWORKS)} are supported for now",
                 field="framework",
             )
         version = installed_version(get_framework(self.framework))
@@ -168,6 +169,19 @@ class BrickRuns:
         manifest = self.admit(ref)
         return manifest, onnx_graph(manifest, self.settings.cache_dir)
 
+    def module(self, ref: str) -> tuple[Manifest, Any]:
+        """The manifest `ref` resolves to, and its PyTorch module as `mlscope run -f pytorch` builds it
+        (random weights seeded as the predictor's, eval mode, on the CPU).
+
+        Raises:
+            UserError: `ref` names no model PyTorch can run.
+            PredictorError: the module cannot be built.
+        """
+        from mlscope.runtime.predictors.pytorch.models import build_module
+
+        manifest = self.admit(ref)
+        return manifest, build_module(manifest, seed=0)
+
     def _lookups(self) -> Store:
         """One store for every brick's lookup (a model has up to a hundred and more), opened once."""
         if self._store is None:
@@ -186,7 +200,10 @@ class BrickRuns:
             model=name, framework=self.framework, system_id=self.system_id, status="succeeded", limit=20
         )
         for row in rows:
-            if (row.get("framework") or {}).get("version") == self.version:
+            # torch reports its build's local tag ("2.14.1+cu130") where its distribution's metadata,
+            # what `self.version` is, does not: one installed framework either way.
+            stored_version = str((row.get("framework") or {}).get("version") or "")
+            if stored_version.split("+")[0] == self.version.split("+")[0]:
                 found = _brick_result(row, batch_size, measured_now=False)
                 if found is not None:
                     return found
@@ -220,10 +237,11 @@ class BrickRuns:
                     partial = path.with_suffix(".partial")
                     onnx.save(model, str(partial))
                     partial.rename(path)
+                # The brick is a node of the optimised graph already: optimising it again could change it.
+                request = self._brick_request(batch_size, graph_optimization_level="disable")
                 admitted[name] = admit_all(
-                    str(path), [self.framework], self._brick_request(batch_size),
-                    settings=self.settings, registry=self.registry,
-                )[0]  # fmt: skip
+                    str(path), [self.framework], request, settings=self.settings, registry=self.registry
+                )[0]
             except Exception as exc:  # the brick model cannot be saved or admitted
                 report.results[key] = f"{type(exc).__name__}: {exc}"[:200]
                 continue
@@ -234,13 +252,64 @@ class BrickRuns:
             return report
         settings = MeasureSettings.from_dict(dict(self.brick_measure))
         job = measure_bricks(specs, settings, threads=self.threads)
+        records = {name: item.record() for name, item in admitted.items()}
+        batches = {name: item.request.batch_sizes[0] for name, item in admitted.items()}
+        self._store_job(job, records, {name: key for key, name, _, _ in bricks}, batches, report)
+        return report
+
+    def measure_modules(
+        self, bricks: Sequence[tuple[str, str, Any, int, Mapping[str, Any]]]
+    ) -> BrickJobReport:
+        """Measure PyTorch `bricks` ((key, name, ModuleBrickSpec, batch size, key document) each, in the
+        order a model runs them) in one job in this process (`mlscope.runtime.predictors.pytorch.bricks`)
+        and store each as the result of its own evaluation, as `measure` does ONNX Runtime's. A module
+        brick has no file to admit: its evaluation's manifest snapshot is its key document."""
+        from mlscope.runtime.predictors.pytorch.bricks import measure_module_bricks
+
+        report = BrickJobReport()
+        began = time.perf_counter()
+        specs, records, batches, keys = [], {}, {}, {}
+        for key, name, spec, batch_size, document in bricks:
+            specs.append(spec)
+            keys[name], batches[name] = key, batch_size
+            request = {**self._brick_request(batch_size), "model": name, "framework": self.framework}
+            records[name] = {
+                "model": {"name": name, "version": "brick", "manifest_sha256": key},
+                "manifest": {
+                    "name": name,
+                    "version": "brick",
+                    "source": {"kind": "brick"},
+                    "brick": document,
+                },
+                "framework": {"name": self.framework, "version": self.version},
+                "runner": "inline",
+                "device": "cpu",
+                "request": request,
+                "trace_level": "NO_TRACE",
+            }
+        report.seconds["build"] = time.perf_counter() - began
+        if not specs:
+            return report
+        settings = MeasureSettings.from_dict(dict(self.brick_measure))
+        job = measure_module_bricks(specs, settings, threads=self.threads)
+        self._store_job(job, records, keys, batches, report)
+        return report
+
+    def _store_job(
+        self,
+        job: BrickJob,
+        records: Mapping[str, Mapping[str, Any]],
+        keys: Mapping[str, str],
+        batches: Mapping[str, int],
+        report: BrickJobReport,
+    ) -> None:
+        """Store each outcome of `job` as its own evaluation (created from `records[name]`), its result
+        (or why it failed) into `report.results` by key, and the job's and the writes' seconds."""
         report.seconds.update(job.seconds)
         began = time.perf_counter()
-        keys = {name: key for key, name, _, _ in bricks}
         store = self._lookups()
         for outcome in job.outcomes:
-            item = admitted[outcome.name]
-            record = item.record()
+            record = dict(records[outcome.name])
             record["framework"] = {"name": self.framework, "version": job.framework_version}
             evaluation_id = store.create_evaluation(**record)
             if outcome.measurement is None:
@@ -257,15 +326,14 @@ class BrickRuns:
                 measurements=[measurement],
             )
             found = _brick_result(
-                {"id": evaluation_id, "measurements": [measurement]}, item.request.batch_sizes[0], True
+                {"id": evaluation_id, "measurements": [measurement]}, batches[outcome.name], True
             )
             report.results[keys[outcome.name]] = (
                 found if found is not None else "no single_stream measurement"
             )
         report.seconds["store"] = time.perf_counter() - began
-        return report
 
-    def _brick_request(self, batch_size: int) -> dict[str, Any]:
+    def _brick_request(self, batch_size: int, **options: Any) -> dict[str, Any]:
         return {
             "batch_sizes": [batch_size],
             "scenarios": ["single_stream"],
@@ -273,8 +341,7 @@ class BrickRuns:
             "runner": "inline",
             "device": "cpu",
             "measure": dict(self.brick_measure),
-            # The brick is a node of the optimised graph already: optimising it again could change it.
-            "options": self._options(graph_optimization_level="disable"),
+            "options": self._options(**options),
         }
 
     def whole(self, ref: str, fields: Mapping[str, Any]) -> tuple[dict[str, Any], float]:

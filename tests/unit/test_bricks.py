@@ -177,13 +177,13 @@ def test_a_layer_keeps_its_own_dispatch_when_the_run_cost_is_subtracted() -> Non
 
 
 def test_an_unknown_framework_exits_2_naming_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    # When bricks are asked of a framework other than ONNX Runtime
+    # When bricks are asked of a framework neither ONNX Runtime nor PyTorch
     with pytest.raises(SystemExit) as ended:
-        main(["bricks", str(tmp_path / "x.onnx"), "--framework", "pytorch"])
+        main(["bricks", str(tmp_path / "x.onnx"), "--framework", "tensorflow"])
     # Then it is a user's mistake, and the message names the framework and what is supported
     assert ended.value.code == 2
     message = capsys.readouterr().err
-    assert "'pytorch'" in message and "only onnxruntime" in message
+    assert "'tensorflow'" in message and "only onnxruntime and pytorch" in message
 
 
 def _reports(*seconds: tuple[float, float]) -> list[dict[str, object]]:

@@ -1,0 +1,81 @@
+"""PyTorch's bricks for `mlscope bricks --framework pytorch`: the model's module (built as `mlscope run
+-f pytorch` builds it) traced with torch.fx and run once on the manifest's synthetic batch
+(`mlscope.analysis.bricks.fx`), each unique layer a tiny module measured in one job in this process
+(`mlscope.workers.bricks.BrickRuns.measure_modules`).
+
+torch is imported with this module: the pipeline loads it only for `--framework pytorch`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from mlscope.analysis.bricks import BrickPlan, LayerGraph, NotABrick
+from mlscope.analysis.bricks.fx import (
+    ModuleGraph,
+    calibration_bricks,
+    decompose_module,
+    module_brick,
+    plan_module_bricks,
+)
+from mlscope.runtime.predictors.inputs import synthetic_batch
+from mlscope.workers.bricks import BrickJobReport
+
+if TYPE_CHECKING:
+    from mlscope.cli.bricks_pipeline import BrickBench
+
+__all__ = ["TorchBricks"]
+
+
+@dataclass
+class TorchBricks:
+    """PyTorch's bricks: each layer of the traced module a module of its own, run on random inputs of
+    the shapes it had in the model."""
+
+    bench: BrickBench
+    # Each brick's key document, kept from its plan: a module brick's stored manifest snapshot.
+    documents: dict[str, Any] = field(default_factory=dict)
+
+    def execution(self) -> dict[str, Any]:
+        # "method": bricks measured in one job, apart, the private caches flushed before each run,
+        # each an eager module under inference_mode (runtime.predictors.pytorch.bricks).
+        bench = self.bench
+        return {"threads": bench.threads, "framework": bench.framework, "method": "job-flush-eager"}
+
+    def calibration_bricks(self) -> list[tuple[str, str, Any, int]]:
+        """One tiny add on a float32[1, 1] and a chain of DISPATCH_CHAIN of them."""
+        from mlscope.cli.bricks_pipeline import DISPATCH_CHAIN
+
+        bricks = calibration_bricks(self.execution(), DISPATCH_CHAIN)
+        for key, *_ in bricks:
+            self.documents[key] = {"calibration": True, "op": "add", "execution": self.execution()}
+        return bricks
+
+    def decompose(self, ref: str) -> tuple[LayerGraph, list[BrickPlan | NotABrick]]:
+        """The layers of `ref`'s module and their plans.
+
+        Raises:
+            NotTraceable: torch.fx cannot trace it, or its traced graph fails on the batch.
+        """
+        manifest, module = self.bench.runs.module(ref)
+        feeds = synthetic_batch(manifest, 1, np.random.default_rng(0))
+        inputs = tuple(torch.from_numpy(feeds[spec.name]) for spec in manifest.inputs)
+        graph = decompose_module(module, inputs)
+        plans = plan_module_bricks(graph, execution=self.execution())
+        for plan in plans:
+            if isinstance(plan, BrickPlan):
+                self.documents[plan.key] = plan.document
+        return graph, plans
+
+    def brick(self, plan: BrickPlan, graph: LayerGraph) -> Any:
+        assert isinstance(graph, ModuleGraph), "decompose() made it"
+        return module_brick(plan, graph)
+
+    def measure(self, bricks: list[tuple[str, str, Any, int]]) -> BrickJobReport:
+        return self.bench.runs.measure_modules(
+            [(key, name, spec, batch, self.documents.get(key, {})) for key, name, spec, batch in bricks]
+        )
