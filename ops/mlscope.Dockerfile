@@ -3,12 +3,12 @@
 #
 #   docker build -f ops/mlscope.Dockerfile -t mlscope-farm .
 #   docker build -f ops/mlscope.Dockerfile --build-arg EXTRAS=farm,postgresql,onnxruntime,pytorch \
-#       --build-arg PIP_ARGS="--extra-index-url <an index of CPU-only torch wheels>" -t mlscope-farm .
+#       --build-arg PIP_ARGS="<your pip options>" -t mlscope-farm .
 #
 # BASE is any Debian-based image with python3 and its venv module (CI passes its offline
-# mlscope-base:bookworm). PIP_ARGS passes extra pip options, e.g. an index of CPU-only PyTorch wheels
-# (PyPI's torch is the multi-GB CUDA build). Behind a TLS-intercepting proxy, put its CA bundle at
-# build-ca.crt in a build context of your own (ops/ci/compose.sh does): only the build stage sees it,
+# mlscope-base:bookworm). PIP_ARGS passes extra pip options to every install (a wheel source of your
+# own, for instance one with CPU-only PyTorch builds, which are far smaller). Behind a
+# TLS-intercepting proxy, put its CA bundle at build-ca.crt in a build context of your own (ops/ci/compose.sh does): only the build stage sees it,
 # and the repository's .dockerignore keeps such a file out of a context made from the checkout.
 ARG BASE=python:3.11-slim-bookworm
 
