@@ -8,8 +8,9 @@
 # BASE is any Debian-based image with python3 and its venv module (CI passes its offline
 # mlscope-base:bookworm). PIP_ARGS passes extra pip options to every install (a wheel source of your
 # own, for instance one with CPU-only PyTorch builds, which are far smaller). Behind a
-# TLS-intercepting proxy, put its CA bundle at build-ca.crt in a build context of your own (ops/ci/compose.sh does): only the build stage sees it,
-# and the repository's .dockerignore keeps such a file out of a context made from the checkout.
+# TLS-intercepting proxy, put its CA bundle at build-ca.crt in a build context of your own
+# (ops/ci/compose.sh does): only the build stage sees it, and the repository's .dockerignore keeps
+# such a file out of a context made from the checkout.
 ARG BASE=python:3.11-slim-bookworm
 
 FROM ${BASE} AS build
