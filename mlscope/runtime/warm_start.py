@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from mlscope.contract.job import Job
-from mlscope.runtime.model_store import ModelStore, ModelStoreBusy, entry_key
 from mlscope.runtime.predictors.base import Predictor, PredictorError
 from mlscope.runtime.trace.spans import Tracer
 
@@ -77,6 +76,10 @@ def warm_start(
     """
     if not job.model_store or not job.scenarios:  # nothing measured: no model worth sharing
         return cold, {}
+    # Here, not at the top: every predictor job imports this module, few have a store, and the store
+    # needs fcntl (POSIX only).
+    from mlscope.runtime.model_store import ModelStore, ModelStoreBusy, entry_key
+
     variant = cold.warm_variant()
     if variant is None:
         return cold, {"warm_unavailable": f"{cold.NAME} has no warm start"}
