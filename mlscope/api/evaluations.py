@@ -25,7 +25,16 @@ from .schemas import (
     EvaluationSchema,
     ListQuerySchema,
 )
-from .submit import BrokerUnavailable, LiveAgents, enqueue, plan_batch, plan_one, submit_span
+from .submit import (
+    BrokerUnavailable,
+    LiveAgents,
+    enqueue,
+    enqueue_together,
+    plan_batch,
+    plan_one,
+    submit_span,
+    together,
+)
 
 __all__ = ["blp", "list_filters"]
 
@@ -157,7 +166,9 @@ class EvaluationBatch(MethodView):
         One evaluation per (model, framework, target), each measuring every batch size. With
         `fan_out`, a capability target becomes one evaluation per live agent that matches it and
         has the framework, pinned to that agent. Pairs without a manifest are skipped, with the
-        reason. Everything is checked before anything is stored; at most 500 evaluations.
+        reason. With `bricks`, every model is a brick (a one-node ONNX graph, `options.brick`) and
+        each queue's are measured together in one predictor job, each still an evaluation of its
+        own. Everything is checked before anything is stored; at most 500 evaluations.
         """
         ctx = context()
         plan = plan_batch(body, ctx.models, LiveAgents.read(ctx.agents))
@@ -165,15 +176,15 @@ class EvaluationBatch(MethodView):
         # One trace for the whole batch: its evaluations are one comparison.
         trace_level = plan.jobs[0].request.trace_level if plan.jobs else "NO_TRACE"
         with submit_span(ctx, trace_level, "/api/v1/evaluations/batch") as traced:
-            for job in plan.jobs:
+            for jobs in together(plan):
                 try:
-                    evaluation_id = enqueue(ctx, job, traced)
+                    evaluation_ids = enqueue_together(ctx, jobs, traced)
                 except BrokerUnavailable as exc:
                     queued = [c["id"] for c in created]
                     raise _unavailable(
-                        exc, queued=queued, not_submitted=len(plan.jobs) - len(created) - 1
+                        exc, queued=queued, not_submitted=len(plan.jobs) - len(created) - len(jobs)
                     ) from None
-                created.append(
+                created.extend(
                     {
                         "id": evaluation_id,
                         "model": job.request.model,
@@ -182,6 +193,7 @@ class EvaluationBatch(MethodView):
                         "queue": job.queue,
                         "warnings": list(job.warnings),
                     }
+                    for evaluation_id, job in zip(evaluation_ids, jobs, strict=True)
                 )
         ids = ",".join(c["id"] for c in created)
         return {

@@ -23,6 +23,7 @@ from mlscope.runtime.frameworks import FRAMEWORKS
 from mlscope.store.base import MAX_LIST_LIMIT
 from mlscope.store.records import STATUSES
 
+from .schema_accepted import BatchAcceptedSchema, EvaluationAcceptedSchema
 from .schema_cost import MEMORY, RESOURCE_MEASUREMENT_PROPERTIES
 from .schema_load import MEASUREMENT_PROPERTIES
 
@@ -153,45 +154,14 @@ BatchRequestSchema: type[Schema] = _StrictSchema.from_dict(
                 "having the framework, pinned to that agent"
             },
         ),
+        "bricks": fields.Boolean(
+            load_default=False,
+            metadata={"description": "the models are bricks (options.brick): each queue's in one job"},
+        ),
         **_shared,
     },
     name="EvaluationBatch",
 )
-
-
-class LinksSchema(Schema):
-    self = fields.String(metadata={"description": "the evaluation's URL"})
-
-
-class EvaluationAcceptedSchema(Schema):
-    id = fields.String()
-    status = fields.String(metadata={"description": "queued"})
-    queue = fields.String(metadata={"description": "the broker queue the job waits in"})
-    target = fields.String(metadata={"description": "the capability or agent:<id> it runs on"})
-    warnings = fields.List(fields.String())
-    links = fields.Nested(LinksSchema)
-
-
-class BatchEvaluationSchema(Schema):
-    id = fields.String()
-    model = fields.String()
-    framework = fields.String()
-    target = fields.String()
-    queue = fields.String()
-    warnings = fields.List(fields.String())
-
-
-class SkippedSchema(Schema):
-    model = fields.String()
-    framework = fields.String()
-    reason = fields.String()
-
-
-class BatchAcceptedSchema(Schema):
-    evaluations = fields.List(fields.Nested(BatchEvaluationSchema))
-    skipped = fields.List(fields.Nested(SkippedSchema))
-    warnings = fields.List(fields.String())
-    compare_url = fields.String(metadata={"description": "the comparison of exactly these evaluations"})
 
 
 class ListQuerySchema(Schema):

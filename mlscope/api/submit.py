@@ -41,10 +41,17 @@ __all__ = [
     "LiveAgents",
     "TracedSubmit",
     "enqueue",
+    "enqueue_together",
     "plan_batch",
     "plan_one",
     "submit_span",
+    "together",
 ]
+
+# The most bricks one message (one predictor job) carries: a job's time limit is its first request's
+# (30 min by default), and a brick costs its job at most its measure settings' max_seconds (0.25 s
+# for `mlscope bricks`) plus its session.
+MAX_BRICKS_PER_JOB = 200
 
 logger = logging.getLogger("mlscope.api")
 
@@ -132,6 +139,8 @@ class BatchPlan:
     jobs: list[Job] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # The models are bricks (options.brick): each queue's are sent as one job (`together`).
+    bricks: bool = False
 
 
 def _job(admission: Admission, live: LiveAgents) -> Job:
@@ -207,8 +216,10 @@ def plan_batch(body: Mapping[str, Any], models: ModelRegistry, live: LiveAgents)
             raise UserError(exc.message, field=f"models.{index}") from None
     shared = {name: body[name] for name in SHARED_REQUEST_FIELDS if name in body}
     check_measure(shared.get("measure") or {})
+    if body.get("bricks"):
+        shared["options"] = {**(shared.get("options") or {}), "brick": True}
 
-    plan = BatchPlan()
+    plan = BatchPlan(bricks=bool(body.get("bricks")))
     pairs: list[tuple[str, str, Manifest]] = []
     options = ModelOptions.from_dict(shared.get("model_options"))
     for name in names:
@@ -290,28 +301,68 @@ def enqueue(ctx: ApiContext, job: Job, traced: TracedSubmit | None = None) -> st
         BrokerUnavailable: the broker did not take it; the evaluation is recorded as failed.
         UserError: the store refused the record (naming the field).
     """
+    return enqueue_together(ctx, [job], traced)[0]
+
+
+def enqueue_together(ctx: ApiContext, jobs: list[Job], traced: TracedSubmit | None = None) -> list[str]:
+    """Record every job as a queued evaluation and send them to their (one) queue as one message: the
+    first job's, the others its companions (a system's bricks, measured in one predictor job).
+
+    Returns:
+        The evaluation ids, in the order of `jobs` (the first is the Celery task id).
+
+    Raises:
+        BrokerUnavailable: the broker did not take the message; every evaluation of it is recorded
+            as failed.
+        UserError: the store refused a record (naming the field).
+    """
+    lead = jobs[0]
     tracer = traced.tracer if traced is not None and traced.tracer.enabled("APPLICATION") else None
-    evaluation_id = ctx.store.create_evaluation(
-        **job.admission.record(), trace_id=None if tracer is None else tracer.trace_id, queue=job.queue
-    )
+    ids = [
+        ctx.store.create_evaluation(
+            **job.admission.record(), trace_id=None if tracer is None else tracer.trace_id, queue=job.queue
+        )
+        for job in jobs
+    ]
     traceparent = ""
     if tracer is not None and traced is not None:
-        traced.evaluation_ids.append(evaluation_id)
+        traced.evaluation_ids.extend(ids)
         traceparent = TraceContext(tracer.trace_id, tracer.current_id).traceparent()
+    message = EvaluationMessage(
+        ids[0],
+        lead.request,
+        lead.queue,
+        traceparent=traceparent,
+        companions=tuple((id, job.request) for id, job in zip(ids[1:], jobs[1:], strict=True)),
+    )
     try:
-        send_evaluation(
-            ctx.celery, EvaluationMessage(evaluation_id, job.request, job.queue, traceparent=traceparent)
-        )
+        send_evaluation(ctx.celery, message)
     except Exception as exc:  # kombu, redis and amqp each raise their own kinds
-        message = f"the broker at {redact_url(ctx.broker_url)} did not take the job: {exc}"
-        logger.warning("evaluation %s not queued: %s", evaluation_id, message)
-        ctx.store.fail_evaluation(
-            evaluation_id, error={"type": "BrokerUnavailable", "message": message, "phase": "queue"}
-        )
-        raise BrokerUnavailable(evaluation_id, message) from None
+        message_text = f"the broker at {redact_url(ctx.broker_url)} did not take the job: {exc}"
+        logger.warning("evaluation %s not queued: %s", ids[0], message_text)
+        for id in ids:
+            ctx.store.fail_evaluation(
+                id, error={"type": "BrokerUnavailable", "message": message_text, "phase": "queue"}
+            )
+        raise BrokerUnavailable(ids[0], message_text) from None
     try:
-        ctx.agents.note_queue(job.queue)
+        ctx.agents.note_queue(lead.queue)
     except UserError as exc:
         # The job is queued; only the queue listing (/queues, metrics) misses it until the next job.
-        logger.warning("queue %s not noted in the agent registry: %s", job.queue, exc)
-    return evaluation_id
+        logger.warning("queue %s not noted in the agent registry: %s", lead.queue, exc)
+    return ids
+
+
+def together(plan: BatchPlan) -> list[list[Job]]:
+    """The plan's jobs as they are sent: with `bricks`, one message per queue (each system's bricks
+    in one predictor job, at most MAX_BRICKS_PER_JOB each); otherwise one per job."""
+    if not plan.bricks:
+        return [[job] for job in plan.jobs]
+    by_queue: dict[str, list[Job]] = {}
+    for job in plan.jobs:
+        by_queue.setdefault(job.queue, []).append(job)
+    return [
+        jobs[start : start + MAX_BRICKS_PER_JOB]
+        for jobs in by_queue.values()
+        for start in range(0, len(jobs), MAX_BRICKS_PER_JOB)
+    ]

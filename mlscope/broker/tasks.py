@@ -35,6 +35,9 @@ class EvaluationMessage:
         traceparent: the W3C trace context of the api's span for a traced request, so the
             worker's and the predictor's spans join the same trace; "" when not traced. An
             optional field: a message without it is read as untraced (still version 1).
+        companions: other evaluations measured in the same predictor job, after this one: a farm's
+            bricks (options.brick), each (evaluation id, request), recorded as queued by the api
+            with no message of their own. Optional as well: a message without it has none.
     """
 
     evaluation_id: str
@@ -42,6 +45,7 @@ class EvaluationMessage:
     queue: str
     submitted_at: float = field(default_factory=time.time)
     traceparent: str = ""
+    companions: tuple[tuple[str, EvaluationRequest], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -51,6 +55,11 @@ class EvaluationMessage:
             "queue": self.queue,
             "submitted_at": self.submitted_at,
             "traceparent": self.traceparent,
+            **(
+                {"companions": [{"evaluation_id": id, "request": r.to_dict()} for id, r in self.companions]}
+                if self.companions
+                else {}
+            ),
         }
 
     @classmethod
@@ -70,6 +79,10 @@ class EvaluationMessage:
                 queue=str(data["queue"]),
                 submitted_at=float(data["submitted_at"]),
                 traceparent=str(data.get("traceparent") or ""),
+                companions=tuple(
+                    (str(item["evaluation_id"]), parse_request(item["request"]))
+                    for item in data.get("companions") or ()
+                ),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"task message: missing or malformed field {exc}") from None

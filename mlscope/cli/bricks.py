@@ -9,8 +9,9 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from mlscope.cli.options import json_flag
+from mlscope.cli.options import json_flag, split_csv
 from mlscope.cli.render import EXIT_NOT_VALID, console, err_console, new_table, print_json_lines
+from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
 
 __all__ = ["bricks"]
@@ -37,6 +38,13 @@ __all__ = ["bricks"]
 @click.option(
     "--min-count", type=int, help="Measure each whole model at least this many times [default: 30]."
 )
+@click.option(
+    "--on",
+    "targets",
+    metavar="TARGETS",
+    help="Measure on the farm, through the API (MLSCOPE_API_URL): comma-separated capabilities or "
+    "agent:<id>, each every live agent that matches it (one system each) [default: this machine].",
+)
 @json_flag("Print one JSON object per model, then a summary object.")
 def bricks(
     refs: tuple[str, ...],
@@ -46,13 +54,14 @@ def bricks(
     min_seconds: float | None,
     max_seconds: float | None,
     min_count: int | None,
+    targets: str | None,
     as_json: bool,
 ) -> None:
     """Estimate each REF's latency from its layers (bricks) and compare it with the model measured whole.
 
     Every unique layer is measured once per system and framework version, and stored: a later model
     that shares it reuses the stored result. A model's layers not stored yet are measured together,
-    in one job in this process.
+    in one job in this process, or with --on in one job on each farm agent.
     """
     from mlscope.cli.bricks_pipeline import BrickBench, summary
 
@@ -71,23 +80,55 @@ def bricks(
         if not quiet:
             err_console.print(f"[dim]{escape(line)}[/dim]")
 
-    bench = BrickBench(
-        load_settings(),
-        whole={"runner": runner, "measure": measure, "device": "cpu"},
-        threads=threads,
-        framework=framework,
-        note=note,
-    )
-    with bench:
-        for ref in refs:  # every REF resolved before the first is measured: a typo costs no run
-            bench.runs.admit(ref)
-        reports = [bench.report(ref) for ref in refs]
+    whole = {"runner": runner, "measure": measure, "device": "cpu"}
+    settings = load_settings()
+    places: list[dict[str, Any]] = [{}]  # this machine
+    if targets is not None:
+        places = _farm_places(split_csv(targets), framework)
+    reports = []
+    for place in places:
+        bench = BrickBench(settings, whole=whole, threads=threads, framework=framework, note=note, **place)
+        with bench:
+            for ref in refs:  # every REF resolved before the first is measured: a typo costs no run
+                bench.runs.admit(ref)
+            reports += [bench.report(ref) for ref in refs]
     total = summary(reports)
+    if len(places) > 1:  # one summary per system, since bricks are reused per system
+        total["agents"] = {
+            agent: summary([report for report in reports if report.get("agent") == agent])
+            for agent in dict.fromkeys(str(report.get("agent")) for report in reports)
+        }
     if as_json:
         print_json_lines([*reports, total])
     else:
         _print_human(reports, total)
     sys.exit(_exit_code(reports))
+
+
+def _farm_places(targets: list[str], framework: str) -> list[dict[str, Any]]:
+    """A BrickBench's arguments per live agent `targets` name: its bricks and models measured there.
+
+    Raises:
+        UserError: a framework the farm measures no bricks of, or a target no live agent matches.
+    """
+    from functools import partial
+
+    from mlscope.cli.bricks_farm import FarmBrickRuns, farm_agents
+    from mlscope.cli.remote import api_client
+    from mlscope.runtime.frameworks import FRAMEWORKS, get_framework
+
+    if get_framework(framework).bricks is None:  # a brick job sends one-node ONNX graphs as files
+        able = " and ".join(spec.display for spec in FRAMEWORKS.values() if spec.bricks is not None)
+        raise UserError(
+            f"--on: the farm measures {able}'s bricks only; {framework}'s are measured on this "
+            "machine: drop --on",
+            field="on",
+        )
+    client = api_client()
+    return [
+        {"make_runs": partial(FarmBrickRuns, client=client, agent=agent)}
+        for agent in farm_agents(client, targets, framework)
+    ]
 
 
 def _exit_code(reports: list[dict[str, Any]]) -> int:
@@ -123,8 +164,9 @@ def _print_human(reports: list[dict[str, Any]], total: dict[str, Any]) -> None:
         bounds = report.get("bounds") or {}
         counts = report["bricks"]
         error = report.get("error_pct")
+        where = f" on {report['agent']}" if report.get("agent") else ""
         table.add_row(
-            escape(report["model"]),
+            escape(report["model"] + where),
             _ms(report.get("estimate_ms")),
             "-" if not ci else f"{ci[0]:.3f}–{ci[1]:.3f}",
             _ms(report.get("measured_ms")),
@@ -151,11 +193,17 @@ def _print_human(reports: list[dict[str, Any]], total: dict[str, Any]) -> None:
             console.print(
                 f"[red]{escape(report['model'])} failed[/red]: {error.get('type')}: {error.get('message')}"
             )
+    for agent, part in (total.get("agents") or {}).items():
+        _print_summary(part, f"on {agent}: ")
+    _print_summary(total, "in all: " if total.get("agents") else "")
+
+
+def _print_summary(total: dict[str, Any], head: str) -> None:
     median = total["median_abs_error_pct"]
     ratio = total["time_ratio_whole_to_bricks"]
     seconds = total["seconds"]
     console.print(
-        f"{total['estimated']} of {total['models']} models estimated; median |error| "
+        escape(head) + f"{total['estimated']} of {total['models']} models estimated; median |error| "
         f"{'-' if median is None else f'{median:.1f}%'}; "
         f"benchmarking time: bricks {seconds['bricks']:.1f} s, whole models {seconds['whole']:.1f} s "
         f"(whole/bricks {'-' if ratio is None else f'{ratio:.2f}x'})"

@@ -154,9 +154,11 @@ class BrickBench:
     note: Callable[[str], None] = field(default=lambda line: None)
     brick_measure: Mapping[str, Any] | None = None
     fix_shapes: bool = False
+    # What measures the bricks and models: this machine (BrickRuns), or a farm agent (cli.bricks_farm).
+    make_runs: Callable[..., BrickRuns] = BrickRuns
 
     def __post_init__(self) -> None:
-        runs = BrickRuns(self.settings, framework=self.framework, threads=self.threads)
+        runs = self.make_runs(self.settings, framework=self.framework, threads=self.threads)
         if self.brick_measure is not None:
             runs.brick_measure = dict(self.brick_measure)
         self.runs = runs
@@ -321,6 +323,8 @@ class BrickBench:
         ]
         report: dict[str, Any] = {
             "model": ref,
+            **self.runs.place(),
+            "system_id": (whole.get("system") or {}).get("id"),
             "framework": {"name": self.framework, "version": self.version},
             "layers": len(plans),
             "bricks": {

@@ -46,6 +46,9 @@ class Job:
             empty for the defaults.
         model_store: the machine's model store for a warm start, {"directory", "budget_mb"}
             (settings model_store_dir, model_store_mb); empty for none (no warm start measured).
+        companions: the other bricks measured in this brick job (options.brick), after this one and
+            by the same settings, each {"evaluation_id", "manifest", "origin", "batch_size"}; the
+            result then has `companions` too, each one's end by its evaluation id. Empty for none.
     """
 
     evaluation_id: str
@@ -65,6 +68,7 @@ class Job:
     load: dict[str, Any] = field(default_factory=dict)
     generation: dict[str, Any] = field(default_factory=dict)
     model_store: dict[str, Any] = field(default_factory=dict)
+    companions: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_request(
@@ -79,6 +83,7 @@ class Job:
         dataset: dict[str, Any] | None = None,
         outputs_for: int = 0,
         model_store: dict[str, Any] | None = None,
+        companions: list[dict[str, Any]] | None = None,
     ) -> Job:
         """The job of an admitted request: every field the two share (framework, device, batch
         sizes, scenarios, measure, options, trace level, load) is the request's, taken by name."""
@@ -97,6 +102,7 @@ class Job:
             dataset=dict(dataset or {}),
             outputs_for=outputs_for,
             model_store=dict(model_store or {}),
+            companions=list(companions or []),
             **shared,
         )
 

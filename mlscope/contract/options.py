@@ -35,6 +35,11 @@ class PredictorOptions:
         execution_providers: ONNX Runtime providers, in priority order (default: by device).
         input_pool: how many distinct input batches are cycled through while measuring, so a
             cache never serves the same input twice in a row.
+        brick: measure the model as a brick (`mlscope bricks`): a one-node graph timed by the brick
+            method (`mlscope.runtime.bricks`: the core's private caches flushed before every run,
+            inputs and outputs bound), not the scenario loop; single_stream at one batch size only,
+            on a framework that measures bricks (ONNX Runtime). A farm measures a system's bricks
+            together, in one predictor job (the batch body's `bricks`).
         seed: seeds random weights and inputs, so two runs build the same model. Not a request
             option: every evaluation of a model builds the same weights, which is what makes two
             runs (and two frameworks) comparable.
@@ -45,6 +50,7 @@ class PredictorOptions:
     graph_optimization_level: str = "all"
     execution_providers: tuple[str, ...] = ()
     input_pool: int = 4
+    brick: bool = False
     seed: int = 0
 
     @classmethod
@@ -66,6 +72,7 @@ class PredictorOptionsSchema(Schema):
     graph_optimization_level = schema_fields.String(validate=validate.OneOf(GRAPH_OPTIMIZATION_LEVELS))
     execution_providers = schema_fields.List(schema_fields.String(validate=validate.Length(min=1)))
     input_pool = schema_fields.Integer(validate=validate.Range(min=1, max=MAX_INPUT_POOL))
+    brick = schema_fields.Boolean()
 
 
 # The options a request may set: every field of PredictorOptions but the seed. Checked at import, so

@@ -26,7 +26,7 @@ from mlscope.contract.manifest import Manifest, parse_manifest
 from mlscope.runtime.data import DatasetRef
 from mlscope.runtime.dataset_pass import collect_outputs, postprocess, run_dataset_pass
 from mlscope.runtime.energy import EnergyMeter, EnergyUnavailable, open_energy_meter
-from mlscope.runtime.frameworks import get_framework, load_predictor_class
+from mlscope.runtime.frameworks import get_framework, load_object, load_predictor_class
 from mlscope.runtime.measure import MeasureSettings, get_scenario
 from mlscope.runtime.measure.parity import encode_outputs
 from mlscope.runtime.memory import PeakMemory
@@ -206,6 +206,20 @@ def execute(job: Job, emit: Emit) -> dict[str, Any]:
         with tracer.span("import", warm_process=warm_process):
             predictor_class = load_predictor_class(job.framework)
         import_ms = _ms(start)
+
+        if job.options.get("brick"):
+            # One-node graphs timed by the framework's brick method, not the scenario loop.
+            if spec.bricks is None:
+                raise JobFailed("InvalidRequest", f"{spec.display} does not measure bricks", "import")
+            result: dict[str, Any] = load_object(spec.bricks)(job, phases.enter)
+            result["cold_start"] = {
+                "import_ms": import_ms,
+                "warm_process": warm_process,
+                **result["cold_start"],
+            }
+            result["trace"] = {"trace_id": tracer.trace_id, "spans": tracer.spans}
+            root.__exit__(None, None, None)
+            return result
 
         manifest = parse_manifest(job.manifest, origin=job.origin)
         settings = MeasureSettings.from_dict(job.measure)

@@ -71,6 +71,10 @@ class FrameworkSpec:
             (they change the figures), besides numpy.
         generates: its predictor runs the generate scenario (`Predictor.generation_engine`); a
             generate run that names no framework uses those.
+        bricks: `module:function` running a brick job (`options.brick`: one-node graphs timed by the
+            brick method, `mlscope bricks` on a farm), called by the predictor runtime as
+            `function(job, enter)` (`enter(phase, **detail)` reports a phase) and returning the
+            job's result; None: it measures no bricks.
     """
 
     name: str
@@ -86,6 +90,7 @@ class FrameworkSpec:
     host_prefetch: str | None = None
     system_distributions: tuple[str, ...] = ()
     generates: bool = False
+    bricks: str | None = None
 
     def prefetch_on_host(
         self, manifest: Manifest, options: PredictorOptions, cache_dir: Path, *, timeout_s: float

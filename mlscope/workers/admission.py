@@ -29,6 +29,7 @@ from mlscope.registry.references import ModelOptions
 from mlscope.runtime.data import DatasetRef
 from mlscope.runtime.dataset_pass import check_takes_dataset
 from mlscope.runtime.frameworks import (
+    FRAMEWORKS,
     FrameworkSpec,
     check_available,
     check_runnable,
@@ -90,9 +91,11 @@ class Admission:
         cache_dir: str,
         traceparent: str = "",
         model_store: dict[str, Any] | None = None,
+        companions: list[dict[str, Any]] | None = None,
     ) -> Job:
         """What the predictor process is told to do for the stored evaluation `evaluation_id`
-        (`model_store`: the settings' `model_store`, for a warm start; None: none)."""
+        (`model_store`: the settings' `model_store`, for a warm start; None: none; `companions`: a
+        brick job's other bricks, `Job.companions`)."""
         return Job.from_request(
             self.request,
             evaluation_id=evaluation_id,
@@ -103,6 +106,7 @@ class Admission:
             dataset=None if self.dataset is None else self.dataset.to_dict(),
             outputs_for=PARITY_SAMPLES if self.parity_manifest is not None else 0,
             model_store=model_store,
+            companions=companions,
         )
 
     def parity_job(self, job: Job) -> Job:
@@ -163,6 +167,7 @@ def admit(
     _check_fixed_batch(manifest, request.batch_sizes)
     check_measure(request.measure)
     _check_multi_stream(request, None)
+    _check_brick(request, framework, manifest)
     if request.dataset is not None:
         check_dataset_reference(
             request.dataset, local_files=models.local_files, uploads=models.dataset_uploads
@@ -279,6 +284,39 @@ def _check_multi_stream(request: EvaluationRequest, dataset: DatasetRef | None) 
             f"samples_per_query to ≤ {used} or evaluate more of the dataset",
             field="load.samples_per_query",
         )
+
+
+def _check_brick(request: EvaluationRequest, framework: FrameworkSpec, manifest: Manifest) -> None:
+    """A brick (options.brick) is a one-node ONNX graph measured by its framework's brick method:
+    single_stream at one batch size, nothing else asked of it.
+
+    Raises:
+        UserError: naming the field that does not fit a brick.
+    """
+    if not request.options.get("brick"):
+        return
+    if framework.bricks is None:
+        able = [spec.display for spec in FRAMEWORKS.values() if spec.bricks is not None]
+        raise UserError(
+            f"{framework.display} does not measure bricks; {' and '.join(able) or 'no framework'} can "
+            "(or drop options.brick)",
+            field="options.brick",
+        )
+    if manifest.source.kind != "onnx":
+        raise UserError(
+            f"a brick is a one-node ONNX graph (an uploaded .onnx file), but {request.model} is a "
+            f"{manifest.source.kind} model: drop options.brick to measure it the ordinary way",
+            field="model",
+        )
+    wrong = (
+        ("scenarios", request.scenarios != ("single_stream",), "a brick is measured in single_stream only"),
+        ("batch_sizes", len(request.batch_sizes) != 1, "a brick is measured at one batch size"),
+        ("dataset", request.dataset is not None, "a brick measures no accuracy: drop the dataset"),
+        ("check_parity", request.check_parity, "a brick's outputs are not compared: drop check_parity"),
+    )
+    for name, failed, why in wrong:
+        if failed:
+            raise UserError(f"options.brick: {why}", field=name)
 
 
 def _check_fixed_batch(manifest: Manifest, batch_sizes: tuple[int, ...]) -> None:

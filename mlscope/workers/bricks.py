@@ -41,6 +41,7 @@ __all__ = [
     "BrickResult",
     "BrickRuns",
     "brick_files",
+    "brick_result",
     "single_stream",
 ]
 
@@ -82,7 +83,8 @@ def single_stream(result: Mapping[str, Any], batch_size: int) -> dict[str, Any] 
     return None
 
 
-def _brick_result(result: Mapping[str, Any], batch_size: int, measured_now: bool) -> BrickResult | None:
+def brick_result(result: Mapping[str, Any], batch_size: int, measured_now: bool) -> BrickResult | None:
+    """The brick's figures in a stored result (its single_stream measurement at `batch_size`)."""
     measurement = single_stream(result, batch_size)
     if measurement is None:
         return None
@@ -145,6 +147,10 @@ class BrickRuns:
         self.system = {**system, "id": self.system_id}
         self._store: Store | None = None
 
+    def place(self) -> dict[str, Any]:
+        """Where the measurements run, for a report: nothing to say for this machine."""
+        return {}
+
     def _options(self, **more: Any) -> dict[str, Any]:
         return {**more, **({"threads": self.threads} if self.threads else {})}
 
@@ -204,10 +210,22 @@ class BrickRuns:
             # what `self.version` is, does not: one installed framework either way.
             stored_version = str((row.get("framework") or {}).get("version") or "")
             if stored_version.split("+")[0] == self.version.split("+")[0]:
-                found = _brick_result(row, batch_size, measured_now=False)
+                found = brick_result(row, batch_size, measured_now=False)
                 if found is not None:
                     return found
         return None
+
+    def save_brick(self, key: str, name: str, model: Any) -> Path:
+        """Brick `name`'s one-node ONNX model, written once to <cache>/bricks/<key>/<name>.onnx."""
+        import onnx
+
+        path = self.settings.cache_dir / "bricks" / key / f"{name}.onnx"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.is_file():
+            partial = path.with_suffix(".partial")
+            onnx.save(model, str(partial))
+            partial.rename(path)
+        return path
 
     def measure(self, bricks: Sequence[tuple[str, str, Any, int]]) -> BrickJobReport:
         """Measure `bricks` ((key, name, onnx ModelProto, batch size) each, in the order a model runs them;
@@ -218,7 +236,6 @@ class BrickRuns:
         Returns:
             Each brick's result by key (a brick that failed: why, as text), and the seconds spent.
         """
-        import onnx
 
         report = BrickJobReport()
         began = time.perf_counter()
@@ -231,12 +248,7 @@ class BrickRuns:
             if key in report.results:
                 continue
             try:
-                path = self.settings.cache_dir / "bricks" / key / f"{name}.onnx"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                if not path.is_file():
-                    partial = path.with_suffix(".partial")
-                    onnx.save(model, str(partial))
-                    partial.rename(path)
+                path = self.save_brick(key, name, model)
                 # The brick is a node of the optimised graph already: optimising it again could change it.
                 request = self._brick_request(batch_size, graph_optimization_level="disable")
                 admitted[name] = admit_all(
@@ -325,7 +337,7 @@ class BrickRuns:
                 cold_start=outcome.cold_start,
                 measurements=[measurement],
             )
-            found = _brick_result(
+            found = brick_result(
                 {"id": evaluation_id, "measurements": [measurement]}, batches[outcome.name], True
             )
             report.results[keys[outcome.name]] = (

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from mlscope.contract.errors import StoreUnavailable
@@ -52,8 +52,9 @@ def run_owner() -> str:
 
 
 @contextlib.contextmanager
-def kept(store: Store, evaluation_id: str, lease: Lease | None) -> Iterator[None]:
-    """Renew `lease` on `evaluation_id` every third of its length while the block runs.
+def kept(store: Store, evaluation_id: str | Sequence[str], lease: Lease | None) -> Iterator[None]:
+    """Renew `lease` on `evaluation_id` (or on each of several: a brick job's) every third of its
+    length while the block runs.
 
     A renewal the store does not take (unreachable) is logged and tried again at the next turn: the
     sweeper leaves alone an evaluation its live worker names, and the lease is renewed once the store
@@ -62,22 +63,29 @@ def kept(store: Store, evaluation_id: str, lease: Lease | None) -> Iterator[None
     if lease is None:
         yield
         return
+    ids = [evaluation_id] if isinstance(evaluation_id, str) else list(evaluation_id)
+    held = set(ids)
     warned = False
 
     def renew() -> bool:
         nonlocal warned
-        try:
-            if not store.renew_lease(evaluation_id, owner=lease.owner, lease_s=lease.seconds):
-                log.info("evaluation %s: its lease is no longer %s's", evaluation_id, lease.owner)
-                return False
-            warned = False
-        except StoreUnavailable as exc:
-            if not warned:
-                log.warning("evaluation %s: cannot renew its lease: %s", evaluation_id, exc.message)
-                warned = True
-        except Exception:
-            log.exception("evaluation %s: renewing its lease", evaluation_id)
-        return True
+        for id in ids:
+            if id not in held:
+                continue
+            try:
+                if not store.renew_lease(id, owner=lease.owner, lease_s=lease.seconds):
+                    log.info("evaluation %s: its lease is no longer %s's", id, lease.owner)
+                    held.discard(id)
+                    continue
+                warned = False
+            except StoreUnavailable as exc:
+                if not warned:
+                    log.warning("evaluation %s: cannot renew its lease: %s", id, exc.message)
+                    warned = True
+                return True
+            except Exception:
+                log.exception("evaluation %s: renewing its lease", id)
+        return bool(held)
 
-    with every(lease.seconds / 3, renew, name=f"lease-{evaluation_id[:8]}"):
+    with every(lease.seconds / 3, renew, name=f"lease-{ids[0][:8]}"):
         yield

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from mlscope.broker.tracing import export_spans
@@ -23,7 +23,7 @@ from mlscope.contract.job import Job
 from mlscope.contract.settings import Settings
 from mlscope.runtime.system import system_id
 from mlscope.runtime.trace.spans import TraceContext, Tracer
-from mlscope.store import Store
+from mlscope.store import EvaluationNotFound, InvalidTransition, Store
 from mlscope.store.records import subsample_latencies
 from mlscope.workers.admission import Admission
 from mlscope.workers.leases import Lease, kept
@@ -92,6 +92,7 @@ def evaluate(
     tracer: Tracer | None = None,
     lease: Lease | None = None,
     writes: Writes | None = None,
+    companions: Sequence[tuple[str, Admission]] = (),
 ) -> dict[str, Any]:
     """Run an admitted evaluation to its end and return the stored result.
 
@@ -110,6 +111,10 @@ def evaluate(
         lease: held on the evaluation while it runs, renewed until it ends (workers.leases); an
             evaluation started more than `lease.max_attempts` times fails without running.
         writes: where its end is written (a farm worker's spool); None: straight to `store`.
+        companions: a brick job's other bricks (options.brick), each (evaluation id, admission),
+            recorded by the api: started, measured in the same predictor job after this one, and
+            each ended on its own (one whose start the store refuses, cancelled or ended, is left
+            out).
 
     Returns:
         The stored result; when `writes` kept the end for later (the store was unreachable), only
@@ -118,12 +123,32 @@ def evaluate(
     ends = writes or RetriedWrites(store)
     if tracer is not None:
         return _evaluate(
-            admitted, store, settings, emit, evaluation_id, system_extra, cancel, tracer, lease, ends
+            admitted,
+            store,
+            settings,
+            emit,
+            evaluation_id,
+            system_extra,
+            cancel,
+            tracer,
+            lease,
+            ends,
+            companions,
         )
     tracer = Tracer(admitted.request.trace_level)
     with tracer.span("run", **{"mlscope.process": "cli"}):
         result = _evaluate(
-            admitted, store, settings, emit, evaluation_id, system_extra, cancel, tracer, lease, ends
+            admitted,
+            store,
+            settings,
+            emit,
+            evaluation_id,
+            system_extra,
+            cancel,
+            tracer,
+            lease,
+            ends,
+            companions,
         )
     keep_spans(ends, settings, result["id"], tracer.drain())
     return result
@@ -150,6 +175,7 @@ def _evaluate(
     tracer: Tracer,
     lease: Lease | None,
     writes: Writes,
+    companions: Sequence[tuple[str, Admission]] = (),
 ) -> dict[str, Any]:
     request = admitted.request
     traced = tracer.enabled("APPLICATION")
@@ -170,21 +196,33 @@ def _evaluate(
             }
             writes.write(evaluation_id, "fail_evaluation", error=error)
             return store.get_evaluation(evaluation_id)
+    started = _start_companions(store, companions, lease, writes)
     job = admitted.job(
         evaluation_id,
         cache_dir=str(settings.cache_dir),
         model_store=settings.model_store,
         traceparent=TraceContext(tracer.trace_id, tracer.current_id).traceparent() if traced else "",
+        companions=[
+            {
+                "evaluation_id": id,
+                "manifest": companion.manifest.to_dict(),
+                "origin": companion.manifest.origin,
+                "batch_size": companion.request.batch_sizes[0],
+            }
+            for id, companion in started
+        ],
     )
     runner = get_runner(request.runner, settings)
     try:
-        with kept(store, evaluation_id, lease):
+        with kept(store, [evaluation_id, *(id for id, _ in started)], lease):
             outcome = _run(admitted, job, runner, emit, tracer, cancel)
     except KeyboardInterrupt:
-        store.cancel_evaluation(evaluation_id)
+        for id in [evaluation_id, *(id for id, _ in started)]:
+            store.cancel_evaluation(id)
         raise
     with tracer.span("store", status=_status(outcome)):
-        stored = _write_end(admitted, outcome, evaluation_id, settings, system_extra, writes)
+        stored = _write_companions(started, outcome, settings, system_extra, writes)
+        stored = _write_end(admitted, outcome, evaluation_id, settings, system_extra, writes) and stored
     spans = [*_predictor_spans(outcome), *tracer.drain()]
     stored = keep_spans(writes, settings, evaluation_id, spans) and stored
     if not stored:
@@ -214,6 +252,62 @@ def _run(
     return outcome
 
 
+def _start_companions(
+    store: Store, companions: Sequence[tuple[str, Admission]], lease: Lease | None, writes: Writes
+) -> list[tuple[str, Admission]]:
+    """Start each companion of a brick job (recorded by the api as queued); those the store will not
+    start (cancelled, or ended by an earlier delivery) are left out, as is one started too often."""
+    started = []
+    for id, companion in companions:
+        try:
+            if lease is None:
+                store.start_evaluation(id)
+            else:
+                attempts = store.start_evaluation(id, lease_owner=lease.owner, lease_s=lease.seconds)
+                if attempts > lease.max_attempts:
+                    error = {
+                        "type": "TooManyAttempts",
+                        "message": f"started {attempts} times in a brick job that never ended: not "
+                        f"trying again (the limit is {lease.max_attempts})",
+                        "phase": "run",
+                    }
+                    writes.write(id, "fail_evaluation", error=error)
+                    continue
+        except (InvalidTransition, EvaluationNotFound) as exc:
+            log.info("brick %s is not started: %s", id, exc)
+            continue
+        started.append((id, companion))
+    return started
+
+
+def _write_companions(
+    started: Sequence[tuple[str, Admission]],
+    outcome: Outcome,
+    settings: Settings,
+    system_extra: Mapping[str, Any] | None,
+    writes: Writes,
+) -> bool:
+    """Write each companion's end: its own result or error from the brick job's result, or the job's
+    error when the job failed as a whole. False when one was kept for later."""
+    stored = True
+    ends = (outcome.result or {}).get("companions") or {}
+    for id, companion in started:
+        end = ends.get(id)
+        if outcome.result is None or end is None or "error" in end:
+            error = outcome.error if outcome.result is None else (end or {}).get("error")
+            error = error or {
+                "type": "BrickError",
+                "message": "the brick job returned nothing for it",
+                "phase": "report",
+            }
+            stored = writes.write(id, "fail_evaluation", error=error) and stored
+            continue
+        shared = {k: v for k, v in outcome.result.items() if k not in ("brick_error", "companions")}
+        own = Outcome(result={**shared, "cold_start": end["cold_start"], "measurements": end["measurements"]})
+        stored = _write_end(companion, own, id, settings, system_extra, writes) and stored
+    return stored
+
+
 def _status(outcome: Outcome) -> str:
     return "succeeded" if outcome.result is not None else "failed"
 
@@ -237,6 +331,8 @@ def _write_end(
         assert outcome.error is not None
         return writes.write(evaluation_id, "fail_evaluation", error=outcome.error)
     result = outcome.result
+    if result.get("brick_error"):  # a brick job's own brick failed where its companions did not
+        return writes.write(evaluation_id, "fail_evaluation", error=result["brick_error"])
     measurements = [
         _with_cost(subsample_latencies(m, settings.max_raw_latencies), settings.price_per_hour)
         for m in result["measurements"]

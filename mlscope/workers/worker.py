@@ -40,7 +40,7 @@ from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.system import cpu_facts, gpu_facts
 from mlscope.runtime.trace.spans import TraceContext, Tracer
 from mlscope.store import EvaluationNotFound, InvalidTransition, Store, open_store
-from mlscope.workers.admission import admit
+from mlscope.workers.admission import Admission, admit
 from mlscope.workers.capabilities import detect_capabilities
 from mlscope.workers.dataset_fetch import DatasetFetcher
 from mlscope.workers.host_turn import HOST_LOCK, ConsumerGate, HostTurn
@@ -280,6 +280,7 @@ class Worker:
         except UserError as exc:
             self._fail(evaluation_id, "InvalidRequest", exc.message, "validate")
             return
+        companions = self._admit_companions(message)
         agent = {"id": self.agent_id, "capabilities": list(self.capabilities)}
         tracer = Tracer(request.trace_level, TraceContext.parse(message.traceparent))
         task_span = tracer.span(
@@ -316,6 +317,7 @@ class Worker:
                     # frozen for longer than any pause of a live one.
                     lease=Lease(self.agent_id, seconds=2 * self.registry.ttl_s),
                     writes=self.writes,
+                    companions=companions,
                 )
         except InvalidTransition as ended:
             # Cancelled before it started, or a duplicate delivery of a job that has ended.
@@ -324,6 +326,31 @@ class Worker:
         keep_spans(self.writes, self.settings, evaluation_id, tracer.drain())
         kept = " (kept in the spool until the store is back)" if result.get("spooled") else ""
         log.info("job %s %s%s", evaluation_id, result["status"], kept)
+
+    def _admit_companions(self, message: EvaluationMessage) -> list[tuple[str, Admission]]:
+        """The message's companions (a brick job's other bricks) admitted here; one that cannot be
+        (its upload not to be had, a request this machine cannot run) fails on its own."""
+        admitted = []
+        shared = ("framework", "runner", "device", "measure", "options")
+        lead = message.request
+        for companion_id, request in message.companions:
+            differ = [name for name in shared if getattr(request, name) != getattr(lead, name)]
+            if differ:
+                self._fail(
+                    companion_id,
+                    "InvalidRequest",
+                    f"the bricks of one job are measured alike, but this one's {', '.join(differ)} "
+                    f"differ from its job's ({message.evaluation_id})",
+                    "validate",
+                )
+                continue
+            try:
+                admitted.append((companion_id, admit(request, self.models, here=self.settings)))
+            except UploadFetchError as exc:
+                self._fail(companion_id, type(exc).__name__, exc.message, "fetch")
+            except UserError as exc:
+                self._fail(companion_id, "InvalidRequest", exc.message, "validate")
+        return admitted
 
     def _running_elsewhere(self, evaluation_id: str) -> str | None:
         """The live agent, other than this one, running `evaluation_id`, if any."""

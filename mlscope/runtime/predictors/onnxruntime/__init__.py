@@ -23,5 +23,7 @@ FRAMEWORK = register_framework(
         # A container has no torch to export with, and sees only the files mounted into it.
         host_prefetch="mlscope.runtime.predictors.onnxruntime.export:prefetch_on_host",
         system_distributions=("onnxruntime", "onnxruntime-gpu", "onnx"),
+        # One-node graphs measured together by the brick method (`mlscope bricks` on a farm).
+        bricks="mlscope.runtime.bricks:brick_job",
     )
 )
