@@ -32,6 +32,8 @@ __all__ = ["FarmBrickRuns", "farm_agents"]
 
 # How long one agent's brick job, or its whole-model evaluation, may take before the verb gives up.
 _WAIT_S = 3600.0
+# The most bricks one batch submission carries (the api accepts at most 500 evaluations a batch).
+_PER_BATCH = 200
 
 
 def farm_agents(client: Client, targets: Sequence[str], framework: str) -> list[dict[str, Any]]:
@@ -109,47 +111,57 @@ class FarmBrickRuns(BrickRuns):
         saved and uploaded; job: queued to ended)."""
         report = BrickJobReport()
         began = time.perf_counter()
-        refs: dict[int, dict[str, str]] = {}  # batch size → upload ref → key
+        refs: dict[int, dict[str, list[str]]] = {}  # batch size → upload ref → keys (one file each)
+        seen: set[str] = set()
         for key, name, model, batch_size in bricks:
-            if key in report.results or any(key in keys.values() for keys in refs.values()):
+            if key in seen:
                 continue
+            seen.add(key)
             try:
-                path = self.save_brick(key, name, model)
-                (ref,) = upload_local_models(self.api, [str(path)])
+                ref = self.api.upload_model(self.save_brick(key, name, model))["ref"]
             except Exception as exc:  # the brick cannot be saved or uploaded
                 report.results[key] = f"{type(exc).__name__}: {exc}"[:200]
                 continue
-            refs.setdefault(batch_size, {})[ref] = key
+            refs.setdefault(batch_size, {}).setdefault(ref, []).append(key)
         report.seconds["build"] = time.perf_counter() - began
         began = time.perf_counter()
-        queued: dict[str, tuple[str, int]] = {}  # evaluation id → (key, batch size)
-        for batch_size, keys in refs.items():
-            answer = self.api.submit_batch(
-                {
-                    "models": list(keys),
-                    "frameworks": [self.framework],
-                    "targets": [self.target],
-                    "bricks": True,
-                    "batch_sizes": [batch_size],
-                    "scenarios": ["single_stream"],
-                    "measure": dict(self.brick_measure),
-                    "options": self._options(graph_optimization_level="disable"),
-                }
-            )
-            for item in answer["evaluations"]:
-                queued[item["id"]] = (keys[item["model"]], batch_size)
+        queued: dict[str, tuple[list[str], int]] = {}  # evaluation id → (brick keys, batch size)
+        for batch_size, by_ref in refs.items():
+            names = list(by_ref)
+            for start in range(0, len(names), _PER_BATCH):
+                queued.update(self._queue(names[start : start + _PER_BATCH], batch_size, by_ref))
         ended = self.api.wait(list(queued), timeout_s=_WAIT_S) if queued else []
         for result in ended:
-            key, batch_size = queued[result["id"]]
+            keys, batch_size = queued[result["id"]]
+            found: BrickResult | str
             if result["status"] != "succeeded":
                 error = result.get("error") or {}
-                why = f"{error.get('type', result['status'])}: {error.get('message', '')}"
-                report.results[key] = why[:200]
-                continue
-            found = brick_result(result, batch_size, measured_now=True)
-            report.results[key] = found if found is not None else "no single_stream measurement"
+                found = f"{error.get('type', result['status'])}: {error.get('message', '')}"[:200]
+            else:
+                found = brick_result(result, batch_size, measured_now=True) or "no single_stream measurement"
+            for key in keys:
+                report.results[key] = found
         report.seconds["job"] = time.perf_counter() - began
         return report
+
+    def _queue(
+        self, refs: list[str], batch_size: int, keys: Mapping[str, list[str]]
+    ) -> dict[str, tuple[list[str], int]]:
+        """Queue the uploaded bricks `refs` on the agent as one batch with `bricks` (one predictor job
+        per 200, the api's MAX_BRICKS_PER_JOB); returns evaluation id → (brick key, batch size)."""
+        answer = self.api.submit_batch(
+            {
+                "models": refs,
+                "frameworks": [self.framework],
+                "targets": [self.target],
+                "bricks": True,
+                "batch_sizes": [batch_size],
+                "scenarios": ["single_stream"],
+                "measure": dict(self.brick_measure),
+                "options": self._options(graph_optimization_level="disable"),
+            }
+        )
+        return {item["id"]: (keys[item["model"]], batch_size) for item in answer["evaluations"]}
 
     def whole(self, ref: str, fields: Mapping[str, Any]) -> tuple[dict[str, Any], float]:
         """Model `ref` (an .onnx file here is uploaded first) measured whole on the agent the ordinary
