@@ -52,7 +52,7 @@ DISPATCH_CHAIN = 33
 
 
 def _time(result: BrickResult) -> BrickTime:
-    return BrickTime(result.median_ms, result.ci_ms)
+    return BrickTime(result.median_ms, result.ci_ms, min_ms=result.min_ms)
 
 
 def _fastest(result: BrickResult) -> float:
@@ -361,6 +361,7 @@ class BrickBench:
         report.update(
             estimate_ms=composition.estimate_ms,
             estimate_ci=list(composition.estimate_ci),
+            # Benanza's lower bounds, from the bricks' fastest runs (compose's docstring: why).
             bounds={
                 "sequential_ms": composition.sequential_ms,
                 "critical_path_ms": composition.critical_path_ms,
