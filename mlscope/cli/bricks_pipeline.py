@@ -18,6 +18,7 @@ estimate.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -154,9 +155,11 @@ class BrickBench:
     note: Callable[[str], None] = field(default=lambda line: None)
     brick_measure: Mapping[str, Any] | None = None
     fix_shapes: bool = False
+    # Where the bricks run (PyTorch's may run on a CUDA device; BrickRuns refuses what cannot).
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
-        runs = BrickRuns(self.settings, framework=self.framework, threads=self.threads)
+        runs = BrickRuns(self.settings, framework=self.framework, threads=self.threads, device=self.device)
         if self.brick_measure is not None:
             runs.brick_measure = dict(self.brick_measure)
         self.runs = runs
@@ -322,6 +325,7 @@ class BrickBench:
         report: dict[str, Any] = {
             "model": ref,
             "framework": {"name": self.framework, "version": self.version},
+            "device": self.device,
             "layers": len(plans),
             "bricks": {
                 "total": sum(isinstance(key, str) for key in layers),
@@ -376,7 +380,55 @@ class BrickBench:
             report["overhead_ms"] = measured_ms - composition.sequential_ms
         if fastest_ms:
             report["error_vs_min_pct"] = 100 * (composition.estimate_ms - fastest_ms) / fastest_ms
+        if self.device != "cpu":  # PyTorch on a GPU (BrickRuns refused any other framework)
+            report["cudnn"] = self._cudnn(ref, plans, graph, done, report)
         return report
+
+    def _cudnn(
+        self,
+        ref: str,
+        plans: list[BrickPlan | NotABrick],
+        graph: LayerGraph,
+        done: _Bricks,
+        report: dict[str, Any],
+    ) -> dict[str, Any]:
+        """cuDNN's algorithm-choice gap (Benanza): each convolution layer's brick measured again with
+        torch.backends.cudnn.benchmark on, and Σ over the model's convolution layers (a brick used k
+        times: k layers) of its median with benchmark off (the estimate's brick, as the whole model
+        runs) minus on. The run cost is in both medians and cancels. Adds the seconds and validity of
+        the benchmark-on bricks to `report`'s."""
+        from mlscope.cli.bricks_pytorch import TorchBricks
+
+        assert isinstance(self.kind, TorchBricks), "only PyTorch's bricks run on a GPU"
+        convolutions = [plan for plan in plans if isinstance(plan, BrickPlan)]
+        variants = self.kind.cudnn_variants(convolutions)
+        convolutions = [plan for plan in convolutions if plan.key in variants]
+        on = self._measure(f"{ref} (cudnn.benchmark on)", list(variants.values()), graph)
+        report["seconds"]["bricks"] = round(report["seconds"]["bricks"] + on.seconds, 3)
+        report["seconds"]["bricks_detail"]["cudnn"] = round(on.seconds, 3)
+        section: dict[str, Any] = {
+            "convolution_layers": len(convolutions),
+            "bricks": {"unique": len(variants), "measured_now": on.measured_now, "reused": on.reused},
+            "benchmark_off_ms": None,
+            "benchmark_on_ms": None,
+            "gap_ms": None,
+        }
+        if on.failed:
+            section["error"] = f"{len(on.failed)} benchmark-on brick(s) failed: {on.failed[0].reason}"[:300]
+            return section
+        off_ms = [done.times[plan.key].median_ms for plan in convolutions]
+        on_ms = [on.times[variants[plan.key].key].median_ms for plan in convolutions]
+        section.update(
+            benchmark_off_ms=math.fsum(off_ms),
+            benchmark_on_ms=math.fsum(on_ms),
+            gap_ms=math.fsum(off - benchmarked for off, benchmarked in zip(off_ms, on_ms, strict=True)),
+        )
+        if on.invalid:
+            report["validity"]["valid"] = False
+            report["validity"]["reasons"].append(
+                f"{len(on.invalid)} of its cudnn.benchmark-on bricks' measurements are not valid"
+            )
+        return section
 
 
 def _validity(whole: Mapping[str, Any], done: _Bricks) -> dict[str, Any]:

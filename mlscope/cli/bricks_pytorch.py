@@ -18,7 +18,9 @@ from mlscope.analysis.bricks import BrickPlan, LayerGraph, NotABrick
 from mlscope.analysis.bricks.fx import (
     ModuleGraph,
     calibration_bricks,
+    cudnn_benchmark_plan,
     decompose_module,
+    is_convolution,
     module_brick,
     plan_module_bricks,
 )
@@ -39,12 +41,25 @@ class TorchBricks:
     bench: BrickBench
     # Each brick's key document, kept from its plan: a module brick's stored manifest snapshot.
     documents: dict[str, Any] = field(default_factory=dict)
+    # The keys of the bricks to measure with torch.backends.cudnn.benchmark on (`cudnn_variants`).
+    benchmark_on: set[str] = field(default_factory=set)
 
     def execution(self) -> dict[str, Any]:
         # "method": bricks measured in one job, apart, the private caches flushed before each run,
-        # each an eager module under inference_mode (runtime.predictors.pytorch.bricks).
+        # each an eager module under inference_mode (runtime.predictors.pytorch.bricks). The device
+        # only when not the CPU: the CPU's keys stay those of the bricks stored before it was one.
         bench = self.bench
-        return {"threads": bench.threads, "framework": bench.framework, "method": "job-flush-eager"}
+        device = {} if bench.device == "cpu" else {"device": bench.device}
+        return {"threads": bench.threads, "framework": bench.framework, "method": "job-flush-eager", **device}
+
+    def cudnn_variants(self, plans: list[BrickPlan]) -> dict[str, BrickPlan]:
+        """Each convolution brick of `plans` (by its key) as a brick of its own measured with
+        torch.backends.cudnn.benchmark on (`measure` knows them by key)."""
+        variants = {plan.key: cudnn_benchmark_plan(plan) for plan in plans if is_convolution(plan)}
+        for variant in variants.values():
+            self.documents[variant.key] = variant.document
+            self.benchmark_on.add(variant.key)
+        return variants
 
     def calibration_bricks(self) -> list[tuple[str, str, Any, int]]:
         """One tiny add on a float32[1, 1] and a chain of DISPATCH_CHAIN of them."""
@@ -76,6 +91,19 @@ class TorchBricks:
         return module_brick(plan, graph)
 
     def measure(self, bricks: list[tuple[str, str, Any, int]]) -> BrickJobReport:
-        return self.bench.runs.measure_modules(
-            [(key, name, spec, batch, self.documents.get(key, {})) for key, name, spec, batch in bricks]
-        )
+        """The bricks in one job; those of `cudnn_variants` in a job of their own, cuDNN's benchmark
+        on (in a process of its own: see `runtime.predictors.pytorch.bricks`)."""
+        report = BrickJobReport()
+        for benchmark in (False, True):
+            these = [
+                (key, name, spec, batch, self.documents.get(key, {}))
+                for key, name, spec, batch in bricks
+                if (key in self.benchmark_on) == benchmark
+            ]
+            if not these:
+                continue
+            job = self.bench.runs.measure_modules(these, cudnn_benchmark=benchmark)
+            report.results.update(job.results)
+            for part, seconds in job.seconds.items():
+                report.seconds[part] = report.seconds.get(part, 0.0) + seconds
+        return report

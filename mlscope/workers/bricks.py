@@ -125,6 +125,8 @@ class BrickRuns:
     framework: str = "onnxruntime"
     threads: int | None = None
     brick_measure: Mapping[str, Any] = field(default_factory=lambda: dict(BRICK_MEASURE))
+    # Where PyTorch's bricks run ("cpu", "cuda", "cuda:1"); ONNX Runtime's run on the CPU only.
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.framework not in FRAMEWORKS:
@@ -136,6 +138,7 @@ class BrickRuns:
         version = installed_version(get_framework(self.framework))
         if version is None:
             raise UserError(f"{self.framework} is not installed here", field="framework")
+        self._check_device()
         self.version: str = version
         self.registry = ModelRegistry.load(self.settings.manifests)
         system = capture_system()
@@ -144,6 +147,23 @@ class BrickRuns:
         self.system_id = system_id(system)
         self.system = {**system, "id": self.system_id}
         self._store: Store | None = None
+
+    def _check_device(self) -> None:
+        """Raises UserError, naming the device and what is available, when the bricks cannot run on
+        `device` here."""
+        if self.device == "cpu":
+            return
+        if self.framework != "pytorch":
+            raise UserError(
+                f"device {self.device!r}: {self.framework}'s bricks are measured on the CPU only; "
+                "available: cpu (PyTorch's bricks also run on a CUDA device: --framework pytorch)",
+                field="device",
+            )
+        from mlscope.runtime.predictors.pytorch.bricks import device_refusal
+
+        refusal = device_refusal(self.device)
+        if refusal is not None:
+            raise UserError(refusal, field="device")
 
     def _options(self, **more: Any) -> dict[str, Any]:
         return {**more, **({"threads": self.threads} if self.threads else {})}
@@ -258,13 +278,20 @@ class BrickRuns:
         return report
 
     def measure_modules(
-        self, bricks: Sequence[tuple[str, str, Any, int, Mapping[str, Any]]]
+        self, bricks: Sequence[tuple[str, str, Any, int, Mapping[str, Any]]], cudnn_benchmark: bool = False
     ) -> BrickJobReport:
         """Measure PyTorch `bricks` ((key, name, ModuleBrickSpec, batch size, key document) each, in the
         order a model runs them) in one job in this process (`mlscope.runtime.predictors.pytorch.bricks`)
         and store each as the result of its own evaluation, as `measure` does ONNX Runtime's. A module
-        brick has no file to admit: its evaluation's manifest snapshot is its key document."""
-        from mlscope.runtime.predictors.pytorch.bricks import measure_module_bricks
+        brick has no file to admit: its evaluation's manifest snapshot is its key document.
+
+        On a CUDA device the job runs with `torch.backends.cudnn.benchmark` off (as the whole model
+        is measured), or, with `cudnn_benchmark`, on and in a process of its own (a fresh cuDNN
+        algorithm cache: `measure_module_bricks_apart`)."""
+        from mlscope.runtime.predictors.pytorch.bricks import (
+            measure_module_bricks,
+            measure_module_bricks_apart,
+        )
 
         report = BrickJobReport()
         began = time.perf_counter()
@@ -283,7 +310,7 @@ class BrickRuns:
                 },
                 "framework": {"name": self.framework, "version": self.version},
                 "runner": "inline",
-                "device": "cpu",
+                "device": self.device,
                 "request": request,
                 "trace_level": "NO_TRACE",
             }
@@ -291,7 +318,16 @@ class BrickRuns:
         if not specs:
             return report
         settings = MeasureSettings.from_dict(dict(self.brick_measure))
-        job = measure_module_bricks(specs, settings, threads=self.threads)
+        if self.device == "cpu":
+            job = measure_module_bricks(specs, settings, threads=self.threads)
+        elif not cudnn_benchmark:
+            job = measure_module_bricks(
+                specs, settings, threads=self.threads, device=self.device, cudnn_benchmark=False
+            )
+        else:
+            job = measure_module_bricks_apart(
+                specs, settings, threads=self.threads, device=self.device, cudnn_benchmark=True
+            )
         self._store_job(job, records, keys, batches, report)
         return report
 
@@ -339,7 +375,7 @@ class BrickRuns:
             "scenarios": ["single_stream"],
             # Measured in this process, in one job with the model's other bricks (runtime.bricks).
             "runner": "inline",
-            "device": "cpu",
+            "device": self.device,
             "measure": dict(self.brick_measure),
             "options": self._options(**options),
         }
