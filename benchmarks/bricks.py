@@ -26,7 +26,8 @@ With --framework pytorch the bricks are the layers torch.fx traces (no ONNX expo
 built as `mlscope run -f pytorch` builds it), measured as eager modules, and the whole model is the
 PyTorch predictor's run; the default models are then PYTORCH_MODELS.
 
-Usage: python benchmarks/bricks.py [--framework onnxruntime|pytorch] [--threads 1] [--limit N] [REF ...]
+Usage: python benchmarks/bricks.py [--framework onnxruntime|pytorch] [--device cpu|cuda[:N]] [--threads 1]
+       [--limit N] [REF ...]
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from mlscope.cli.bricks_pipeline import BrickBench, summary
+from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
 
 # Small models of many families; some share layers (resnet18 of torchvision and timm, the MobileNets).
@@ -88,6 +90,12 @@ def main() -> None:
     parser.add_argument("refs", nargs="*", help=f"models [default: {len(MODELS)} catalogue models]")
     parser.add_argument("--framework", default="onnxruntime", help="onnxruntime or pytorch")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads of every measurement")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where the bricks and the whole models run: cpu, or cuda[:N] with --framework pytorch "
+        "(then each row ends with the cuDNN gap, cudnn.benchmark off − on over the convolutions)",
+    )
     parser.add_argument("--limit", type=int, help="only the first N models")
     parser.add_argument("--json", dest="json_file", help="also write every report to this file")
     parser.add_argument(
@@ -97,12 +105,17 @@ def main() -> None:
     refs = (args.refs or (PYTORCH_MODELS if args.framework == "pytorch" else MODELS))[: args.limit]
     with tempfile.TemporaryDirectory(prefix="mlscope-bricks-bench-") as folder:
         settings = replace(load_settings(), store_url=args.store or f"sqlite:///{Path(folder) / 'store.db'}")
-        bench = BrickBench(
-            settings,
-            whole={"runner": "process", "device": "cpu"},
-            threads=args.threads,
-            framework=args.framework,
-        )
+        try:
+            bench = BrickBench(
+                settings,
+                whole={"runner": "process", "device": args.device},
+                threads=args.threads,
+                framework=args.framework,
+                device=args.device,
+            )
+        except UserError as exc:  # a framework or device the bricks cannot run on here
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
         label = {"onnxruntime": "ONNX Runtime", "pytorch": "PyTorch"}.get(args.framework, args.framework)
         print(
             f"{label} {bench.version}, threads {args.threads}, {len(refs)} models; ms, batch 1",
@@ -136,6 +149,8 @@ def main() -> None:
 
             error = report.get("error_pct")
             fallback = f"; {report['fallback']['reason'][:80]}" if report.get("fallback") else ""
+            if report.get("cudnn"):
+                fallback += f"; cuDNN gap {ms(report['cudnn']['gap_ms'])} ms"
             ratio = total["time_ratio_whole_to_bricks"]
             share = report.get("whole_other_cpu_share")
             other = "-" if share is None else f"{100 * share:.0f}"

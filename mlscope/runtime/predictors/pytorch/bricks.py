@@ -202,7 +202,8 @@ def measure_module_bricks(
 
     Args:
         threads: torch's intra-op threads during the job (None: as they are); restored after.
-        device: where the bricks run ("cpu", "cuda", "cuda:1"); checked by `device_refusal` first.
+        device: where the bricks run ("cpu", "cuda", "cuda:1"); the caller checks it first
+            (`device_refusal`).
         cudnn_benchmark: `torch.backends.cudnn.benchmark` during the job (None: as it is); restored
             after. In this process cuDNN's algorithm cache may hold choices made under the other
             setting: see the module docstring, and `measure_module_bricks_apart`.
