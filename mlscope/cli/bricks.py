@@ -28,6 +28,13 @@ __all__ = ["bricks"]
 )
 @click.option("--threads", type=int, help="Intra-op threads of every measurement [default: the framework's].")
 @click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    help="Where the bricks and the whole model run: cpu, or cuda[:N] for PyTorch's bricks (timed with "
+    "CUDA events; convolutions also with cudnn.benchmark on, reported as the cuDNN gap).",
+)
+@click.option(
     "--runner",
     default="process",
     show_default=True,
@@ -50,6 +57,7 @@ def bricks(
     refs: tuple[str, ...],
     framework: str,
     threads: int | None,
+    device: str,
     runner: str,
     min_seconds: float | None,
     max_seconds: float | None,
@@ -80,14 +88,16 @@ def bricks(
         if not quiet:
             err_console.print(f"[dim]{escape(line)}[/dim]")
 
-    whole = {"runner": runner, "measure": measure, "device": "cpu"}
+    whole = {"runner": runner, "measure": measure, "device": device}
     settings = load_settings()
     places: list[dict[str, Any]] = [{}]  # this machine
     if targets is not None:
         places = _farm_places(split_csv(targets), framework)
     reports = []
     for place in places:
-        bench = BrickBench(settings, whole=whole, threads=threads, framework=framework, note=note, **place)
+        bench = BrickBench(
+            settings, whole=whole, threads=threads, framework=framework, note=note, device=device, **place
+        )
         with bench:
             for ref in refs:  # every REF resolved before the first is measured: a typo costs no run
                 bench.runs.admit(ref)
@@ -185,6 +195,14 @@ def _print_human(reports: list[dict[str, Any]], total: dict[str, Any]) -> None:
             console.print(f"[yellow]{escape(report['model'])}[/yellow]: {escape(fallback['reason'])}")
             for layer in fallback["layers"][:10]:
                 console.print(f"  {escape(layer['layer'])} ({layer['op_type']}): {escape(layer['reason'])}")
+        cudnn = report.get("cudnn")
+        if cudnn:
+            gap = cudnn.get("gap_ms")
+            console.print(
+                f"{escape(report['model'])}: cuDNN gap (cudnn.benchmark off − on, Σ over "
+                f"{cudnn['convolution_layers']} convolution layers) "
+                + (f"{gap:.3f} ms" if gap is not None else escape(str(cudnn.get("error"))))
+            )
         verdict = "not valid" if not report["validity"]["valid"] else "note"
         for reason in report["validity"]["reasons"]:
             console.print(f"[yellow]{escape(report['model'])}[/yellow] {verdict}: {escape(reason)}")

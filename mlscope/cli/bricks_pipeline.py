@@ -52,7 +52,7 @@ DISPATCH_CHAIN = 33
 
 
 def _time(result: BrickResult) -> BrickTime:
-    return BrickTime(result.median_ms, result.ci_ms)
+    return BrickTime(result.median_ms, result.ci_ms, min_ms=result.min_ms)
 
 
 def _fastest(result: BrickResult) -> float:
@@ -156,9 +156,13 @@ class BrickBench:
     fix_shapes: bool = False
     # What measures the bricks and models: this machine (BrickRuns), or a farm agent (cli.bricks_farm).
     make_runs: Callable[..., BrickRuns] = BrickRuns
+    # Where the bricks run (PyTorch's may run on a CUDA device; BrickRuns refuses what cannot).
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
-        runs = self.make_runs(self.settings, framework=self.framework, threads=self.threads)
+        runs = self.make_runs(
+            self.settings, framework=self.framework, threads=self.threads, device=self.device
+        )
         if self.brick_measure is not None:
             runs.brick_measure = dict(self.brick_measure)
         self.runs = runs
@@ -326,6 +330,7 @@ class BrickBench:
             **self.runs.place(),
             "system_id": (whole.get("system") or {}).get("id"),
             "framework": {"name": self.framework, "version": self.version},
+            "device": self.device,
             "layers": len(plans),
             "bricks": {
                 "total": sum(isinstance(key, str) for key in layers),
@@ -365,6 +370,7 @@ class BrickBench:
         report.update(
             estimate_ms=composition.estimate_ms,
             estimate_ci=list(composition.estimate_ci),
+            # Benanza's lower bounds, from the bricks' fastest runs (compose's docstring: why).
             bounds={
                 "sequential_ms": composition.sequential_ms,
                 "critical_path_ms": composition.critical_path_ms,
@@ -379,6 +385,10 @@ class BrickBench:
             report["overhead_ms"] = measured_ms - composition.sequential_ms
         if fastest_ms:
             report["error_vs_min_pct"] = 100 * (composition.estimate_ms - fastest_ms) / fastest_ms
+        if self.device != "cpu":  # PyTorch on a GPU (BrickRuns refused any other framework)
+            from mlscope.cli.bricks_pytorch import cudnn_section
+
+            report["cudnn"] = cudnn_section(self, ref, plans, graph, done, report)
         return report
 
 

@@ -8,6 +8,7 @@ torch is imported with this module: the pipeline loads it only for `--framework 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,9 @@ from mlscope.analysis.bricks import BrickPlan, LayerGraph, NotABrick
 from mlscope.analysis.bricks.fx import (
     ModuleGraph,
     calibration_bricks,
+    cudnn_benchmark_plan,
     decompose_module,
+    is_convolution,
     module_brick,
     plan_module_bricks,
 )
@@ -28,7 +31,7 @@ from mlscope.workers.bricks import BrickJobReport
 if TYPE_CHECKING:
     from mlscope.cli.bricks_pipeline import BrickBench
 
-__all__ = ["TorchBricks"]
+__all__ = ["TorchBricks", "cudnn_section"]
 
 
 @dataclass
@@ -39,12 +42,25 @@ class TorchBricks:
     bench: BrickBench
     # Each brick's key document, kept from its plan: a module brick's stored manifest snapshot.
     documents: dict[str, Any] = field(default_factory=dict)
+    # The keys of the bricks to measure with torch.backends.cudnn.benchmark on (`cudnn_variants`).
+    benchmark_on: set[str] = field(default_factory=set)
 
     def execution(self) -> dict[str, Any]:
         # "method": bricks measured in one job, apart, the private caches flushed before each run,
-        # each an eager module under inference_mode (runtime.predictors.pytorch.bricks).
+        # each an eager module under inference_mode (runtime.predictors.pytorch.bricks). The device
+        # only when not the CPU: the CPU's keys stay those of the bricks stored before it was one.
         bench = self.bench
-        return {"threads": bench.threads, "framework": bench.framework, "method": "job-flush-eager"}
+        device = {} if bench.device == "cpu" else {"device": bench.device}
+        return {"threads": bench.threads, "framework": bench.framework, "method": "job-flush-eager", **device}
+
+    def cudnn_variants(self, plans: list[BrickPlan]) -> dict[str, BrickPlan]:
+        """Each convolution brick of `plans` (by its key) as a brick of its own measured with
+        torch.backends.cudnn.benchmark on (`measure` knows them by key)."""
+        variants = {plan.key: cudnn_benchmark_plan(plan) for plan in plans if is_convolution(plan)}
+        for variant in variants.values():
+            self.documents[variant.key] = variant.document
+            self.benchmark_on.add(variant.key)
+        return variants
 
     def calibration_bricks(self) -> list[tuple[str, str, Any, int]]:
         """One tiny add on a float32[1, 1] and a chain of DISPATCH_CHAIN of them."""
@@ -76,6 +92,64 @@ class TorchBricks:
         return module_brick(plan, graph)
 
     def measure(self, bricks: list[tuple[str, str, Any, int]]) -> BrickJobReport:
-        return self.bench.runs.measure_modules(
-            [(key, name, spec, batch, self.documents.get(key, {})) for key, name, spec, batch in bricks]
+        """The bricks in one job; those of `cudnn_variants` in a job of their own, cuDNN's benchmark
+        on (in a process of its own: see `runtime.predictors.pytorch.bricks`)."""
+        report = BrickJobReport()
+        for benchmark in (False, True):
+            these = [
+                (key, name, spec, batch, self.documents.get(key, {}))
+                for key, name, spec, batch in bricks
+                if (key in self.benchmark_on) == benchmark
+            ]
+            if not these:
+                continue
+            job = self.bench.runs.measure_modules(these, cudnn_benchmark=benchmark)
+            report.results.update(job.results)
+            for part, seconds in job.seconds.items():
+                report.seconds[part] = report.seconds.get(part, 0.0) + seconds
+        return report
+
+
+def cudnn_section(
+    bench: BrickBench,
+    ref: str,
+    plans: list[BrickPlan | NotABrick],
+    graph: LayerGraph,
+    done: Any,
+    report: dict[str, Any],
+) -> dict[str, Any]:
+    """cuDNN's algorithm-choice gap (Benanza): each convolution layer's brick measured again with
+    torch.backends.cudnn.benchmark on, and Σ over the model's convolution layers (a brick used k
+    times: k layers) of its median with benchmark off (the estimate's brick, as the whole model
+    runs) minus on. The run cost is in both medians and cancels. Adds the seconds and validity of
+    the benchmark-on bricks to `report`'s."""
+    assert isinstance(bench.kind, TorchBricks), "only PyTorch's bricks run on a GPU"
+    convolutions = [plan for plan in plans if isinstance(plan, BrickPlan)]
+    variants = bench.kind.cudnn_variants(convolutions)
+    convolutions = [plan for plan in convolutions if plan.key in variants]
+    on = bench._measure(f"{ref} (cudnn.benchmark on)", list(variants.values()), graph)
+    report["seconds"]["bricks"] = round(report["seconds"]["bricks"] + on.seconds, 3)
+    report["seconds"]["bricks_detail"]["cudnn"] = round(on.seconds, 3)
+    section: dict[str, Any] = {
+        "convolution_layers": len(convolutions),
+        "bricks": {"unique": len(variants), "measured_now": on.measured_now, "reused": on.reused},
+        "benchmark_off_ms": None,
+        "benchmark_on_ms": None,
+        "gap_ms": None,
+    }
+    if on.failed:
+        section["error"] = f"{len(on.failed)} benchmark-on brick(s) failed: {on.failed[0].reason}"[:300]
+        return section
+    off_ms = [done.times[plan.key].median_ms for plan in convolutions]
+    on_ms = [on.times[variants[plan.key].key].median_ms for plan in convolutions]
+    section.update(
+        benchmark_off_ms=math.fsum(off_ms),
+        benchmark_on_ms=math.fsum(on_ms),
+        gap_ms=math.fsum(off - benchmarked for off, benchmarked in zip(off_ms, on_ms, strict=True)),
+    )
+    if on.invalid:
+        report["validity"]["valid"] = False
+        report["validity"]["reasons"].append(
+            f"{len(on.invalid)} of its cudnn.benchmark-on bricks' measurements are not valid"
         )
+    return section

@@ -75,6 +75,8 @@ class FrameworkSpec:
             brick method, `mlscope bricks` on a farm), called by the predictor runtime as
             `function(job, enter)` (`enter(phase, **detail)` reports a phase) and returning the
             job's result; None: it measures no bricks.
+        brick_devices: `module:function(device)` saying why `mlscope bricks` cannot measure its bricks
+            on a device other than the CPU (None when it can); None: its bricks run on the CPU only.
     """
 
     name: str
@@ -91,6 +93,7 @@ class FrameworkSpec:
     system_distributions: tuple[str, ...] = ()
     generates: bool = False
     bricks: str | None = None
+    brick_devices: str | None = None
 
     def prefetch_on_host(
         self, manifest: Manifest, options: PredictorOptions, cache_dir: Path, *, timeout_s: float

@@ -26,7 +26,8 @@ from mlscope.contract.manifest import Manifest
 from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.bricks import BrickJob, BrickSpec, measure_bricks
-from mlscope.runtime.frameworks import get_framework, installed_version
+from mlscope.runtime.frameworks import FRAMEWORKS as FRAMEWORK_SPECS
+from mlscope.runtime.frameworks import get_framework, installed_version, load_object
 from mlscope.runtime.measure.settings import MeasureSettings
 from mlscope.runtime.predictors.onnxruntime.export import onnx_graph
 from mlscope.runtime.system import capture_system, system_id
@@ -127,6 +128,8 @@ class BrickRuns:
     framework: str = "onnxruntime"
     threads: int | None = None
     brick_measure: Mapping[str, Any] = field(default_factory=lambda: dict(BRICK_MEASURE))
+    # Where PyTorch's bricks run ("cpu", "cuda", "cuda:1"); ONNX Runtime's run on the CPU only.
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.framework not in FRAMEWORKS:
@@ -138,6 +141,7 @@ class BrickRuns:
         version = installed_version(get_framework(self.framework))
         if version is None:
             raise UserError(f"{self.framework} is not installed here", field="framework")
+        self._check_device()
         self.version: str = version
         self.registry = ModelRegistry.load(self.settings.manifests)
         system = capture_system()
@@ -150,6 +154,24 @@ class BrickRuns:
     def place(self) -> dict[str, Any]:
         """Where the measurements run, for a report: nothing to say for this machine."""
         return {}
+
+    def _check_device(self) -> None:
+        """Raises UserError, naming the device and what is available, when the bricks cannot run on
+        `device` here."""
+        if self.device == "cpu":
+            return
+        check = get_framework(self.framework).brick_devices
+        if check is None:
+            able = [spec for spec in FRAMEWORK_SPECS.values() if spec.brick_devices is not None]
+            also = "".join(f"; {spec.display}'s also run on a GPU (--framework {spec.name})" for spec in able)
+            raise UserError(
+                f"device {self.device!r}: {self.framework}'s bricks are measured on the CPU only; "
+                f"available: cpu{also}",
+                field="device",
+            )
+        refusal = load_object(check)(self.device)
+        if refusal is not None:
+            raise UserError(refusal, field="device")
 
     def _options(self, **more: Any) -> dict[str, Any]:
         return {**more, **({"threads": self.threads} if self.threads else {})}
@@ -270,13 +292,20 @@ class BrickRuns:
         return report
 
     def measure_modules(
-        self, bricks: Sequence[tuple[str, str, Any, int, Mapping[str, Any]]]
+        self, bricks: Sequence[tuple[str, str, Any, int, Mapping[str, Any]]], cudnn_benchmark: bool = False
     ) -> BrickJobReport:
         """Measure PyTorch `bricks` ((key, name, ModuleBrickSpec, batch size, key document) each, in the
         order a model runs them) in one job in this process (`mlscope.runtime.predictors.pytorch.bricks`)
         and store each as the result of its own evaluation, as `measure` does ONNX Runtime's. A module
-        brick has no file to admit: its evaluation's manifest snapshot is its key document."""
-        from mlscope.runtime.predictors.pytorch.bricks import measure_module_bricks
+        brick has no file to admit: its evaluation's manifest snapshot is its key document.
+
+        On a CUDA device the job runs with `torch.backends.cudnn.benchmark` off (as the whole model
+        is measured), or, with `cudnn_benchmark`, on and in a process of its own (a fresh cuDNN
+        algorithm cache: `measure_module_bricks_apart`)."""
+        from mlscope.runtime.predictors.pytorch.bricks import (
+            measure_module_bricks,
+            measure_module_bricks_apart,
+        )
 
         report = BrickJobReport()
         began = time.perf_counter()
@@ -295,7 +324,7 @@ class BrickRuns:
                 },
                 "framework": {"name": self.framework, "version": self.version},
                 "runner": "inline",
-                "device": "cpu",
+                "device": self.device,
                 "request": request,
                 "trace_level": "NO_TRACE",
             }
@@ -303,7 +332,16 @@ class BrickRuns:
         if not specs:
             return report
         settings = MeasureSettings.from_dict(dict(self.brick_measure))
-        job = measure_module_bricks(specs, settings, threads=self.threads)
+        if self.device == "cpu":
+            job = measure_module_bricks(specs, settings, threads=self.threads)
+        elif not cudnn_benchmark:
+            job = measure_module_bricks(
+                specs, settings, threads=self.threads, device=self.device, cudnn_benchmark=False
+            )
+        else:
+            job = measure_module_bricks_apart(
+                specs, settings, threads=self.threads, device=self.device, cudnn_benchmark=True
+            )
         self._store_job(job, records, keys, batches, report)
         return report
 
@@ -351,7 +389,7 @@ class BrickRuns:
             "scenarios": ["single_stream"],
             # Measured in this process, in one job with the model's other bricks (runtime.bricks).
             "runner": "inline",
-            "device": "cpu",
+            "device": self.device,
             "measure": dict(self.brick_measure),
             "options": self._options(**options),
         }

@@ -176,6 +176,23 @@ def test_a_layer_keeps_its_own_dispatch_when_the_run_cost_is_subtracted() -> Non
     assert result.estimate_ms == pytest.approx(2.06 + 0.08)
 
 
+def test_the_bounds_are_built_from_the_fastest_runs_and_the_estimate_from_the_medians() -> None:
+    # Given brick a (median 1.1, fastest 0.9 ms), brick b with no fastest run recorded (median 2.1),
+    # and a run cost of median 0.2, fastest 0.15 ms, of which one dispatch is 0.05 ms
+    times = {"a": BrickTime(1.1, (1.1, 1.1), min_ms=0.9), "b": BrickTime(2.1, (2.1, 2.1))}
+    call = BrickTime(0.2, (0.2, 0.2), min_ms=0.15)
+    # When composed over a diamond: a, then a and b side by side, then a fixed-cost layer
+    result = compose(["a", "a", "b", 0.05], times, [(0, 1), (0, 2), (1, 3), (2, 3)], call, dispatch_ms=0.05)
+    # Then the estimate subtracts the bare run's median (0.15) from each brick's median
+    assert result.layer_ms == pytest.approx([0.95, 0.95, 1.95, 0.05])
+    assert result.estimate_ms == pytest.approx(0.95 + 0.95 + 1.95 + 0.05 + 0.15)
+    # and the bounds subtract the bare run's fastest (0.10) from each brick's fastest run, brick b
+    # falling back to its median
+    assert result.bound_layer_ms == pytest.approx([0.8, 0.8, 2.0, 0.05])
+    assert result.sequential_ms == pytest.approx(0.8 + 0.8 + 2.0 + 0.05)
+    assert result.critical_path_ms == pytest.approx(0.8 + 2.0 + 0.05)
+
+
 def test_an_unknown_framework_exits_2_naming_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     # When bricks are asked of a framework neither ONNX Runtime nor PyTorch
     with pytest.raises(SystemExit) as ended:

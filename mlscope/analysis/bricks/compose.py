@@ -1,14 +1,27 @@
 """A model's latency from its bricks' (DLBricks), and its lower bounds (Benanza, arXiv 1911.06922).
 
-Each brick's measured median includes one session run's fixed cost. The calibration brick (one
+Each brick's measured runs include one session run's fixed cost. The calibration brick (one
 Identity on one float) measures that run plus one node's dispatch d; d itself is calibrated apart (a
-chain of tiny Adds, per node). So the run alone costs call − d, a layer's own time is its brick's
-median − (call − d) (never below zero), and the model pays the run once:
+chain of tiny Adds, per node). So the run alone costs call − d, and the model pays the run once.
 
-    estimate       = Σ layer time + (call − d)
-    sequential     = Σ layer time                      (Benanza's sequential bound)
-    critical path  = the longest path of layer times over the layer DAG   (the parallel bound)
-    overhead       = measured − sequential             (what the framework adds around the layers)
+The estimate is made of medians (what a layer typically costs):
+
+    layer time     = brick median − (call median − d)                  (never below zero)
+    estimate       = Σ layer time + (call median − d)
+
+The bounds are made of fastest runs, because a lower bound must come from runs no slower than the
+layer can go: a median includes the preemptions, cache misses and frequency dips of a typical run, and
+on a brick whose isolated runs are slower than the layer in its model (its caches flushed) the
+critical path of medians came out above the model's measured latency (MNASNet 0.5: 1.09×). So
+
+    bound time     = brick's fastest run − (call's fastest run − d)    (never below zero; a brick
+                     with no fastest run recorded: its median, as above)
+    sequential     = Σ bound time                                      (Benanza's sequential bound)
+    critical path  = the longest path of bound times over the layer DAG   (the parallel bound)
+    overhead       = measured − sequential        (what the framework adds around the layers; the
+                     caller's, in `mlscope bricks`)
+
+A layer costed as a fixed time (one dispatch d, itself from fastest runs) is that time in both.
 
 The interval: each brick's median has a confidence interval; its standard error is taken as the
 interval's half-width / z. A brick used k times in a model adds k times its error (the same
@@ -23,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -32,11 +45,18 @@ __all__ = ["BrickTime", "Composition", "compose", "critical_path"]
 
 @dataclass(frozen=True)
 class BrickTime:
-    """A brick's measured median latency and the confidence interval of that median, ms."""
+    """A brick's measured median latency, the confidence interval of that median, and its fastest run
+    (None: not recorded; the median stands in for it), ms."""
 
     median_ms: float
     ci_ms: tuple[float, float]
     confidence: float = 0.95
+    min_ms: float | None = None
+
+    @property
+    def fastest_ms(self) -> float:
+        """The fastest run, or the median where none was recorded."""
+        return self.median_ms if self.min_ms is None else self.min_ms
 
     @property
     def stderr_ms(self) -> float:
@@ -50,7 +70,9 @@ class Composition:
     estimate_ci: tuple[float, float]
     sequential_ms: float
     critical_path_ms: float
+    # Each layer's time in the estimate (from medians), and in the bounds (from fastest runs).
     layer_ms: list[float]
+    bound_layer_ms: list[float]
 
 
 def critical_path(weights: Sequence[float], edges: Sequence[tuple[int, int]]) -> float:
@@ -90,15 +112,23 @@ def compose(
 ) -> Composition:
     """The estimate and bounds of a model whose i-th layer is brick `layer_bricks[i]` (a float: a
     layer of that fixed cost in ms, such as one node dispatch; None: one that costs nothing), from
-    the bricks' `times`, the calibrated `call` cost and the `dispatch_ms` of one node within it."""
+    the bricks' `times`, the calibrated `call` cost and the `dispatch_ms` of one node within it.
+
+    The estimate and its interval come from the medians; the bounds from the fastest runs (the
+    module docstring says why)."""
     run_ms = max(call.median_ms - dispatch_ms, 0.0)
-    layer_ms = [
-        key if isinstance(key, float) else 0.0 if key is None else max(times[key].median_ms - run_ms, 0.0)
-        for key in layer_bricks
-    ]
+    fastest_run_ms = max(call.fastest_ms - dispatch_ms, 0.0)
+
+    def layer_times(brick_ms: Callable[[BrickTime], float], run: float) -> list[float]:
+        return [
+            key if isinstance(key, float) else 0.0 if key is None else max(brick_ms(times[key]) - run, 0.0)
+            for key in layer_bricks
+        ]
+
+    layer_ms = layer_times(lambda brick: brick.median_ms, run_ms)
+    bound_layer_ms = layer_times(lambda brick: brick.fastest_ms, fastest_run_ms)
     runs = sum(isinstance(key, str) for key in layer_bricks)
-    sequential = math.fsum(layer_ms)
-    estimate = sequential + run_ms
+    estimate = math.fsum(layer_ms) + run_ms
     uses = Counter(key for key in layer_bricks if isinstance(key, str))
     variance = math.fsum((count * times[key].stderr_ms) ** 2 for key, count in uses.items())
     variance += (max(runs - 1, 0) * call.stderr_ms) ** 2
@@ -106,7 +136,8 @@ def compose(
     return Composition(
         estimate_ms=estimate,
         estimate_ci=(max(estimate - half, 0.0), estimate + half),
-        sequential_ms=sequential,
-        critical_path_ms=critical_path(layer_ms, edges),
+        sequential_ms=math.fsum(bound_layer_ms),
+        critical_path_ms=critical_path(bound_layer_ms, edges),
         layer_ms=layer_ms,
+        bound_layer_ms=bound_layer_ms,
     )

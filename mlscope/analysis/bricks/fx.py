@@ -36,10 +36,13 @@ from mlscope.analysis.bricks.graph import Layer, LayerGraph, TensorFact
 from mlscope.runtime.predictors.pytorch.bricks import ModuleBrickSpec, TensorSpec
 
 __all__ = [
+    "CONVOLUTIONS",
     "ModuleGraph",
     "NotTraceable",
     "calibration_bricks",
+    "cudnn_benchmark_plan",
     "decompose_module",
+    "is_convolution",
     "module_brick",
     "plan_module_bricks",
 ]
@@ -284,6 +287,27 @@ def plan_module_bricks(graph: ModuleGraph, *, execution: dict[str, Any]) -> list
         batch = tensors[0].shape[0] if tensors and tensors[0].shape else 1
         plans.append(BrickPlan(key, document, batch, layer))
     return plans
+
+
+# The layers cuDNN runs as convolutions on a GPU: torch.nn's convolution modules and functions, by the
+# label a layer gets (its module's class name, or its function's name).
+CONVOLUTIONS = frozenset(
+    f"{kind}{dims}d" for kind in ("Conv", "ConvTranspose", "conv", "conv_transpose") for dims in (1, 2, 3)
+)
+
+
+def is_convolution(plan: BrickPlan) -> bool:
+    """Whether `plan`'s layer is a convolution (whose algorithm cuDNN chooses on a GPU)."""
+    return plan.layer.op_type in CONVOLUTIONS
+
+
+def cudnn_benchmark_plan(plan: BrickPlan) -> BrickPlan:
+    """`plan`'s brick measured with `torch.backends.cudnn.benchmark` on: the same layer under a key of
+    its own (its execution says so), so that both measurements are stored and reused apart."""
+    document = {**plan.document, "execution": {**plan.document["execution"], "cudnn_benchmark": True}}
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+    key = hashlib.sha256(canonical.encode()).hexdigest()
+    return BrickPlan(key, document, plan.batch_size, plan.layer, list(plan.notes))
 
 
 class _OneLayer(torch.nn.Module):

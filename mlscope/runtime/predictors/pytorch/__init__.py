@@ -22,5 +22,7 @@ FRAMEWORK = register_framework(
         image_by_default=False,
         system_distributions=("torch", "torchvision", "timm", "transformers"),
         generates=True,
+        # `mlscope bricks --device cuda`: its bricks are timed with CUDA events on a GPU.
+        brick_devices="mlscope.runtime.predictors.pytorch.bricks:device_refusal",
     )
 )
