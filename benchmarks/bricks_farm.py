@@ -24,12 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.bricks import MODELS  # noqa: E402
-from tests.fixtures.private_postgres import PrivatePostgres, _binaries  # noqa: E402
-from tests.fixtures.private_redis import PrivateRedis  # noqa: E402
-from tests.integration.farm import TOKEN, Farm  # noqa: E402
+from benchmarks.bricks import MODELS
+from tests.fixtures.private_postgres import PrivatePostgres, _binaries
+from tests.fixtures.private_redis import PrivateRedis
+from tests.integration.farm import TOKEN, Farm
 
 
 def _row(report: dict[str, Any]) -> str:
@@ -52,7 +50,7 @@ def _ms(value: float | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("refs", nargs="*", help="models [default: the first --limit of benchmarks/bricks.py's]")
+    parser.add_argument("refs", nargs="*", help="models [default: the first --limit of bricks.py's]")
     parser.add_argument("--limit", type=int, default=6, help="how many of the default models")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads of every measurement")
     args = parser.parse_args()
@@ -91,7 +89,9 @@ def main() -> None:
         if not lines:
             raise SystemExit(f"mlscope bricks failed ({done.returncode}):\n{done.stderr[-3000:]}")
         *reports, total = lines
-        print(f"{len(refs)} models on 2 systems (workers on this machine); exit {done.returncode}; ms, batch 1")
+        print(
+            f"{len(refs)} models on 2 systems (workers on this machine), exit {done.returncode}; ms, batch 1"
+        )
         print(
             f"{'model':<34}{'estimate':>10}{'measured':>10}{'error':>9}{'crit/meas':>9}"
             f"{'new/reu/uniq':>13}{'s bricks':>10}{'s whole':>9}"

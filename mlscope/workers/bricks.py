@@ -74,6 +74,8 @@ class BrickResult:
     min_ms: float | None = None
     # The measurement's validity verdict: an estimate built on an invalid brick is not valid either.
     valid: bool = True
+    # Its fastest run with nothing flushed (runtime.bricks' hot runs); None for a brick stored before.
+    hot_min_ms: float | None = None
 
 
 def single_stream(result: Mapping[str, Any], batch_size: int) -> dict[str, Any] | None:
@@ -99,6 +101,7 @@ def brick_result(result: Mapping[str, Any], batch_size: int, measured_now: bool)
         measured_now,
         None if low is None else float(low),
         (measurement.get("validity") or {}).get("valid") is True,
+        None if measurement.get("hot_min_ms") is None else float(measurement["hot_min_ms"]),
     )
 
 

@@ -176,9 +176,9 @@ def test_a_layer_keeps_its_own_dispatch_when_the_run_cost_is_subtracted() -> Non
     assert result.estimate_ms == pytest.approx(2.06 + 0.08)
 
 
-def test_the_bounds_are_built_from_the_fastest_runs_and_the_estimate_from_the_medians() -> None:
-    # Given brick a (median 1.1, fastest 0.9 ms), brick b with no fastest run recorded (median 2.1),
-    # and a run cost of median 0.2, fastest 0.15 ms, of which one dispatch is 0.05 ms
+def test_the_bounds_are_built_from_the_least_a_brick_costs_and_the_estimate_from_the_medians() -> None:
+    # Given brick a (median 1.1, least 0.9 ms), brick b with no least recorded (median 2.1), and a
+    # run cost of median 0.2, fastest 0.15 ms, of which one dispatch is 0.05 ms
     times = {"a": BrickTime(1.1, (1.1, 1.1), min_ms=0.9), "b": BrickTime(2.1, (2.1, 2.1))}
     call = BrickTime(0.2, (0.2, 0.2), min_ms=0.15)
     # When composed over a diamond: a, then a and b side by side, then a fixed-cost layer
@@ -186,11 +186,49 @@ def test_the_bounds_are_built_from_the_fastest_runs_and_the_estimate_from_the_me
     # Then the estimate subtracts the bare run's median (0.15) from each brick's median
     assert result.layer_ms == pytest.approx([0.95, 0.95, 1.95, 0.05])
     assert result.estimate_ms == pytest.approx(0.95 + 0.95 + 1.95 + 0.05 + 0.15)
-    # and the bounds subtract the bare run's fastest (0.10) from each brick's fastest run, brick b
-    # falling back to its median
+    # and the bounds subtract the bare run's least (0.10) from each brick's least, brick b falling
+    # back to its median
     assert result.bound_layer_ms == pytest.approx([0.8, 0.8, 2.0, 0.05])
     assert result.sequential_ms == pytest.approx(0.8 + 0.8 + 2.0 + 0.05)
     assert result.critical_path_ms == pytest.approx(0.8 + 2.0 + 0.05)
+
+
+def test_a_brick_job_records_each_bricks_fastest_hot_run_apart_from_its_statistics() -> None:
+    # Given a brick whose runs take 5 ms after a flush and 1 ms when nothing was flushed
+    from mlscope.runtime.bricks import HOT_RUNS, run_job
+    from mlscope.runtime.measure.settings import MeasureSettings
+
+    class Timed:
+        def __init__(self, spec: object) -> None:
+            self.spec, self.load_ms, self.first_ms = spec, 1.0, 1.0
+            self.latencies: list[int] = []
+            self.own_ns = self.warmups = 0
+            self.hot = 0
+
+        def run(self, clock: object, evict: object = None) -> int:
+            self.hot += evict is None
+            latency = 5_000_000 if evict is not None else 1_000_000
+            self.own_ns += latency
+            return latency
+
+    spec = type("Spec", (), {"name": "b", "batch_size": 1})()
+    opened: list[Timed] = []
+
+    def open_brick(s: object) -> Timed:
+        opened.append(Timed(s))
+        return opened[-1]
+
+    settings = MeasureSettings.from_dict(
+        {"warmup_count": 1, "min_count": 5, "min_seconds": 0.0, "max_seconds": 1}
+    )
+    # When the job measures it
+    job = run_job([spec], open_brick, settings, "x", {})
+    (outcome,) = job.outcomes
+    # Then its statistics are of its flushed runs, and its fastest hot run is recorded beside them
+    assert outcome.measurement is not None
+    assert outcome.measurement["latency_ms"]["min"] == pytest.approx(5.0)
+    assert outcome.measurement["hot_min_ms"] == pytest.approx(1.0)
+    assert opened[0].hot == HOT_RUNS
 
 
 def test_an_unknown_framework_exits_2_naming_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -12,9 +12,8 @@ import pytest
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.load import LoadSettings
-from mlscope.runtime.measure import MeasureSettings, get_scenario
+from mlscope.runtime.measure import MeasureSettings, get_scenario, load_report
 from mlscope.runtime.measure.generator import IssueRecord, Schedule
-from mlscope.runtime.measure import load_report
 from mlscope.runtime.measure.load_report import report
 from mlscope.runtime.measure.load_run import check_rate, generator_capacity, run_under_load
 from mlscope.runtime.measure.search import Probe, find_max_qps

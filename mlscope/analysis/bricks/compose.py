@@ -9,13 +9,19 @@ The estimate is made of medians (what a layer typically costs):
     layer time     = brick median − (call median − d)                  (never below zero)
     estimate       = Σ layer time + (call median − d)
 
-The bounds are made of fastest runs, because a lower bound must come from runs no slower than the
-layer can go: a median includes the preemptions, cache misses and frequency dips of a typical run, and
-on a brick whose isolated runs are slower than the layer in its model (its caches flushed) the
-critical path of medians came out above the model's measured latency (MNASNet 0.5: 1.09×). So
+The bounds are made of the least each layer can cost, because a lower bound must come from runs no
+slower than the layer can go in its model. A median includes the preemptions and cache misses of a
+typical run; and a brick's flushed runs (its weights out of the core's caches, as in a model where
+other layers ran since) are slower than the same layer in a small model whose weights stay in those
+caches: built from medians, the critical path came out above the model's measured latency (MNASNet
+0.5: 1.09x), and from the flushed runs' fastest still for 2-3 of 6 small models on a busy spell. So
+each brick also runs a few times back to back with nothing flushed (`mlscope.runtime.bricks`'s hot
+runs), and its fastest hot run is the least it costs. The run cost taken off it is the calibration
+brick's least, measured the same way (its median would take off more than a hot run pays: the tiny
+layers of a small model then bound at zero):
 
-    bound time     = brick's fastest run − (call's fastest run − d)    (never below zero; a brick
-                     with no fastest run recorded: its median, as above)
+    bound time     = brick's fastest hot run − (call's fastest hot run − d)   (never below zero; a brick
+                     stored before hot runs were recorded: its fastest flushed run; none: its median)
     sequential     = Σ bound time                                      (Benanza's sequential bound)
     critical path  = the longest path of bound times over the layer DAG   (the parallel bound)
     overhead       = measured − sequential        (what the framework adds around the layers; the
@@ -45,8 +51,8 @@ __all__ = ["BrickTime", "Composition", "compose", "critical_path"]
 
 @dataclass(frozen=True)
 class BrickTime:
-    """A brick's measured median latency, the confidence interval of that median, and its fastest run
-    (None: not recorded; the median stands in for it), ms."""
+    """A brick's measured median latency, the confidence interval of that median, and the least it can
+    cost (its fastest hot run; None: not recorded, the median stands in for it), ms."""
 
     median_ms: float
     ci_ms: tuple[float, float]
@@ -114,10 +120,10 @@ def compose(
     layer of that fixed cost in ms, such as one node dispatch; None: one that costs nothing), from
     the bricks' `times`, the calibrated `call` cost and the `dispatch_ms` of one node within it.
 
-    The estimate and its interval come from the medians; the bounds from the fastest runs (the
-    module docstring says why)."""
+    The estimate and its interval come from the medians; the bounds from the least each brick can
+    cost (the module docstring says why)."""
     run_ms = max(call.median_ms - dispatch_ms, 0.0)
-    fastest_run_ms = max(call.fastest_ms - dispatch_ms, 0.0)
+    least_run_ms = max(call.fastest_ms - dispatch_ms, 0.0)
 
     def layer_times(brick_ms: Callable[[BrickTime], float], run: float) -> list[float]:
         return [
@@ -126,7 +132,7 @@ def compose(
         ]
 
     layer_ms = layer_times(lambda brick: brick.median_ms, run_ms)
-    bound_layer_ms = layer_times(lambda brick: brick.fastest_ms, fastest_run_ms)
+    bound_layer_ms = layer_times(lambda brick: brick.fastest_ms, least_run_ms)
     runs = sum(isinstance(key, str) for key in layer_bricks)
     estimate = math.fsum(layer_ms) + run_ms
     uses = Counter(key for key in layer_bricks if isinstance(key, str))
