@@ -51,7 +51,7 @@ __all__ = ["BrickJob", "BrickOutcome", "BrickSpec", "TimedBrick", "brick_job", "
 _NS_PER_S = 1_000_000_000
 # After its timed runs, each brick runs this many times more with nothing flushed (`_hot`): the fastest
 # is what a lower bound is made of. Not in its statistics: they describe the brick as in its model.
-HOT_RUNS = 10
+HOT_RUNS = 20
 # Once a brick has its minimums, its stopping rule is checked every this many runs (a sort of its
 # latencies each time: cheap, but hundreds of bricks over hundreds of runs add up).
 _CHECK_EVERY = 4

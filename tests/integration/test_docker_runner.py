@@ -207,3 +207,39 @@ def _kill_containers(engine: Any, killed: list[str]) -> None:
     for container in containers:
         container.kill()
     killed.append(container.id)
+
+
+@pytest.mark.parametrize("farm", ["redis"], indirect=True)
+def test_a_farm_workers_brick_job_runs_in_the_onnxruntime_image(
+    farm: Farm, engine: Any, tmp_path: Path
+) -> None:
+    from tests.fixtures.brick_graphs import mlp
+
+    # Given a worker that runs evaluations in containers only, and two uploaded one-layer graphs
+    farm.start_api()
+    capability = farm.capability("docker-bricks")
+    farm.start_worker("agent-docker-bricks", capability, extra=("--runner", "docker"))
+    refs = [
+        farm.client.upload_model(mlp(tmp_path / f"b{n}.onnx", [32 * n, 16], seed=n))["ref"] for n in (1, 2)
+    ]
+    # When they are submitted as bricks (one job) asking for the docker runner
+    answer = farm.client.submit_batch(
+        {
+            "models": refs,
+            "frameworks": [FRAMEWORK],
+            "targets": [capability],
+            "bricks": True,
+            "runner": "docker",
+            "measure": {"warmup_count": 3, "min_count": 15, "min_seconds": 0.0, "max_seconds": 0.25},
+        }
+    )
+    ids = [item["id"] for item in answer["evaluations"]]
+    ended = farm.client.wait(ids, timeout_s=300)
+    # Then both are measured in the one container job, each an evaluation of its own
+    assert [e["status"] for e in ended] == ["succeeded", "succeeded"], [e["error"] for e in ended]
+    assert all(e["runner"] == "docker" for e in ended)
+    first, second = (e["measurements"][0] for e in ended)
+    assert first["environment"] == second["environment"]
+    assert first["hot_min_ms"] <= first["latency_ms"]["median"]
+    for evaluation_id in ids:
+        assert _containers_of(engine, evaluation_id) == []
