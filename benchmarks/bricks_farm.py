@@ -24,10 +24,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bricks import MODELS
-from tests.fixtures.private_postgres import PrivatePostgres, _binaries
-from tests.fixtures.private_redis import PrivateRedis
-from tests.integration.farm import TOKEN, Farm
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bricks import MODELS  # noqa: E402
+
+from tests.fixtures.private_postgres import PrivatePostgres, _binaries  # noqa: E402
+from tests.fixtures.private_redis import PrivateRedis  # noqa: E402
+from tests.integration.farm import TOKEN, Farm  # noqa: E402
 
 
 def _row(report: dict[str, Any]) -> str:
