@@ -9,7 +9,9 @@ Prints, in one run on this machine:
       the store's mapping), medians over the rounds after the first (which publishes), their ratio
       (target >= 10), the first inferences after each, and the bytes the warm load read (rchar);
   (b) per model and framework, the steady-state latency of the warm model against the cold one, both
-      in one process, inferences interleaved (the warm model is the one an evaluation measures);
+      in one process, inferences interleaved (the warm model is the one an evaluation measures), with
+      a second cold model beside them as a control: how far two sessions of one model differ here
+      anyway; and whether the warm model's outputs are bitwise the cold one's;
   (c) per model and framework, the resident (RSS) and proportional (PSS, from
       /proc/<pid>/smaps_rollup) memory of N predictor processes holding the model at once, each loaded
       on its own against all warm from the store, and what sharing saved. PSS divides a shared page
@@ -66,7 +68,9 @@ sys.stdin.readline()
 """
 
 
-# Cold and warm model side by side in one process, inferences interleaved: [cold median, warm median].
+# Cold and warm model side by side in one process, and a second cold model as a control, inferences
+# interleaved (each round in another order): [cold median, warm median, second cold median, warm
+# outputs bitwise the cold one's].
 INTERLEAVED = """
 import json, statistics, sys, tempfile, time
 from pathlib import Path
@@ -88,17 +92,24 @@ with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() els
     warm = kind(manifest=manifest, cache_dir=cache)
     warm.fetch()
     warm.load_mapped(store.open("entry"))
+    control = kind(manifest=manifest, cache_dir=cache)
+    control.fetch()
+    control.load()
     arrays = synthetic_batch(manifest, 1, np.random.default_rng(0))
-    batches = {"cold": (cold, cold.prepare(arrays)), "warm": (warm, warm.prepare(arrays))}
-    times = {"cold": [], "warm": []}
-    for index in range(count + 2):
-        for which in ("cold", "warm") if index % 2 else ("warm", "cold"):
+    models = {"cold": cold, "warm": warm, "control": control}
+    batches = {which: (predictor, predictor.prepare(arrays)) for which, predictor in models.items()}
+    answers = {which: p.outputs_to_numpy(p.predict(batch)) for which, (p, batch) in batches.items()}
+    same = all(np.array_equal(answers["warm"][out], answers["cold"][out]) for out in answers["cold"])
+    times = {which: [] for which in models}
+    names = list(models)
+    for index in range(count + 3):
+        for which in names[index % 3:] + names[:index % 3]:
             predictor, batch = batches[which]
             start = time.perf_counter_ns()
             predictor.predict(batch)
-            if index >= 2:
+            if index >= 3:
                 times[which].append((time.perf_counter_ns() - start) / 1e6)
-    print(json.dumps([statistics.median(times["cold"]), statistics.median(times["warm"])]))
+    print(json.dumps([statistics.median(times[which]) for which in names] + [same]))
     warm.close()
 """
 
@@ -175,10 +186,11 @@ def steady_latency(name: str, framework: str, cache: Path, inferences: int) -> N
         timeout=1800,
         check=True,
     )
-    cold_ms, warm_ms = json.loads(done.stdout.strip().splitlines()[-1])
+    cold_ms, warm_ms, control_ms, same = json.loads(done.stdout.strip().splitlines()[-1])
     print(
         f"{name:9} {framework:11} median of {inferences}: cold model {cold_ms:7.1f} ms, "
-        f"warm model {warm_ms:7.1f} ms"
+        f"warm model {warm_ms:7.1f} ms, second cold model (control) {control_ms:7.1f} ms | warm outputs "
+        f"{'bitwise the cold ones' if same else 'DIFFER from the cold ones'}"
     )
 
 
