@@ -298,9 +298,9 @@ class ModelStore:
         total = size_bytes + sum(len(b) for b in blobs.values()) + ALIGNMENT * (len(blobs) + 1)
         if size_bytes > self.budget_bytes:
             raise UserError(
-                f"the model's weights take {size_bytes / _MB:.1f} MB, more than the whole model store "
-                f"budget of {self.budget_bytes / _MB:.1f} MB (setting model_store_mb): raise the budget "
-                "or unset it to run without warm starts",
+                f"the model's weights take {size_bytes / _MB:.1f} MB in the store, more than the whole "
+                f"model store budget of {self.budget_bytes / _MB:.1f} MB (setting model_store_mb): raise "
+                "the budget or unset it to run without warm starts",
                 field="model_store_mb",
             )
         lock = self._prepare()

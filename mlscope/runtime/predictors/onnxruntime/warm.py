@@ -34,6 +34,7 @@ from typing import Any
 import onnxruntime as ort
 
 from mlscope.runtime.model_store import MappedModel, WeightsToStore
+from mlscope.runtime.predictors.base import PredictorError
 
 __all__ = ["DATA_FILE", "GRAPH_FILE", "STORED_FORM", "graph_path", "optimised_files"]
 
@@ -55,6 +56,9 @@ def optimised_files(
         open_session: opens a session on the predictor's graph with the given options and the
             predictor's providers.
         options: the predictor's session options (level, threads).
+
+    Raises:
+        PredictorError: ONNX Runtime saved no graph.
     """
     folder = Path(tempfile.mkdtemp(prefix="mlscope-ort-optimised-"))
     try:
@@ -68,7 +72,7 @@ def optimised_files(
         options.add_session_config_entry("session.save_external_prepacked_constant_initializers", "1")
         open_session(options)
         if not (folder / GRAPH_FILE).is_file():
-            raise RuntimeError(f"ONNX Runtime saved no optimised graph to {folder / GRAPH_FILE}")
+            raise PredictorError("ONNX Runtime saved no optimised graph for the model store")
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
