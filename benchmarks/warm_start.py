@@ -9,11 +9,14 @@ Prints, in one run on this machine:
       the store's mapping), medians over the rounds after the first (which publishes), their ratio
       (target >= 10), the first inferences after each, and the bytes the warm load read (rchar);
   (b) per model and framework, the steady-state latency of the warm model against the cold one, both
-      in one process, inferences interleaved (the warm model is the one an evaluation measures);
-  (c) per PyTorch model, the resident (RSS) and proportional (PSS, from /proc/<pid>/smaps_rollup)
-      memory of N predictor processes holding the model at once, each loaded on its own against all
-      warm from the store, and what sharing saved. PSS divides a shared page among its mappers, so
-      the sum of PSS counts the store's copy once.
+      in one process, inferences interleaved (the warm model is the one an evaluation measures), with
+      a second cold model beside them as a control: how far two sessions of one model differ here
+      anyway; and whether the warm model's outputs are bitwise the cold one's;
+  (c) per model and framework, the resident (RSS) and proportional (PSS, from
+      /proc/<pid>/smaps_rollup) memory of N predictor processes holding the model at once, each loaded
+      on its own against all warm from the store, and what sharing saved. PSS divides a shared page
+      among its mappers, so the sum of PSS counts the store's copy once. (ONNX Runtime's entry holds
+      its pre-packed weights too, so it is larger than the weights.)
 
 Models: ResNet-50 (torchvision, random weights) and BERT-base (transformers' default BertConfig:
 12 layers, d_model 768, 12 heads, ff 3072, vocabulary 30522; random weights): the `resnet50` and
@@ -49,12 +52,12 @@ from pathlib import Path
 import numpy as np
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.model_store import ModelStore
+from mlscope.runtime.frameworks import load_predictor_class
 from mlscope.runtime.predictors.inputs import synthetic_batch
-from mlscope.runtime.predictors.pytorch.predictor import PyTorchPredictor
 
-name, mode, store_dir, key = sys.argv[1:5]
-manifest = ModelRegistry.load([]).get(name, "pytorch")
-predictor = PyTorchPredictor(manifest=manifest, cache_dir=Path(store_dir).parent / "cache")
+name, framework, mode, store_dir, key, cache = sys.argv[1:7]
+manifest = ModelRegistry.load([]).get(name, framework)
+predictor = load_predictor_class(framework)(manifest=manifest, cache_dir=Path(cache))
 if mode == "warm":
     predictor.load_mapped(ModelStore(Path(store_dir), 2**40).open(key))
 else:
@@ -65,7 +68,9 @@ sys.stdin.readline()
 """
 
 
-# Cold and warm model side by side in one process, inferences interleaved: [cold median, warm median].
+# Cold and warm model side by side in one process, and a second cold model as a control, inferences
+# interleaved (each round in another order): [cold median, warm median, second cold median, warm
+# outputs bitwise the cold one's].
 INTERLEAVED = """
 import json, statistics, sys, tempfile, time
 from pathlib import Path
@@ -87,17 +92,24 @@ with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() els
     warm = kind(manifest=manifest, cache_dir=cache)
     warm.fetch()
     warm.load_mapped(store.open("entry"))
+    control = kind(manifest=manifest, cache_dir=cache)
+    control.fetch()
+    control.load()
     arrays = synthetic_batch(manifest, 1, np.random.default_rng(0))
-    batches = {"cold": (cold, cold.prepare(arrays)), "warm": (warm, warm.prepare(arrays))}
-    times = {"cold": [], "warm": []}
-    for index in range(count + 2):
-        for which in ("cold", "warm") if index % 2 else ("warm", "cold"):
+    models = {"cold": cold, "warm": warm, "control": control}
+    batches = {which: (predictor, predictor.prepare(arrays)) for which, predictor in models.items()}
+    answers = {which: p.outputs_to_numpy(p.predict(batch)) for which, (p, batch) in batches.items()}
+    same = all(np.array_equal(answers["warm"][out], answers["cold"][out]) for out in answers["cold"])
+    times = {which: [] for which in models}
+    names = list(models)
+    for index in range(count + 3):
+        for which in names[index % 3:] + names[:index % 3]:
             predictor, batch = batches[which]
             start = time.perf_counter_ns()
             predictor.predict(batch)
-            if index >= 2:
+            if index >= 3:
                 times[which].append((time.perf_counter_ns() - start) / 1e6)
-    print(json.dumps([statistics.median(times["cold"]), statistics.median(times["warm"])]))
+    print(json.dumps([statistics.median(times[which]) for which in names] + [same]))
     warm.close()
 """
 
@@ -174,10 +186,11 @@ def steady_latency(name: str, framework: str, cache: Path, inferences: int) -> N
         timeout=1800,
         check=True,
     )
-    cold_ms, warm_ms = json.loads(done.stdout.strip().splitlines()[-1])
+    cold_ms, warm_ms, control_ms, same = json.loads(done.stdout.strip().splitlines()[-1])
     print(
         f"{name:9} {framework:11} median of {inferences}: cold model {cold_ms:7.1f} ms, "
-        f"warm model {warm_ms:7.1f} ms"
+        f"warm model {warm_ms:7.1f} ms, second cold model (control) {control_ms:7.1f} ms | warm outputs "
+        f"{'bitwise the cold ones' if same else 'DIFFER from the cold ones'}"
     )
 
 
@@ -191,11 +204,13 @@ def rollup(pid: int) -> tuple[int, int]:
     return values["Rss:"], values["Pss:"]
 
 
-def held_memory(name: str, mode: str, processes: int, store: Path, key: str) -> tuple[int, int]:
+def held_memory(
+    name: str, framework: str, mode: str, processes: int, cache: Path, store: Path, key: str
+) -> tuple[int, int]:
     """Sum of RSS and of PSS of `processes` predictor processes holding the model at once."""
     children = [
         subprocess.Popen(
-            [sys.executable, "-c", HOLDER, name, mode, str(store), key],
+            [sys.executable, "-c", HOLDER, name, framework, mode, str(store), key, str(cache)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -217,24 +232,31 @@ def held_memory(name: str, mode: str, processes: int, store: Path, key: str) -> 
     return sum(r for r, _ in readings), sum(p for _, p in readings)
 
 
-def memory_saved(name: str, processes: int, cache: Path, store: Path) -> None:
-    from mlscope.registry.models import ModelRegistry
-    from mlscope.runtime.model_store import entry_key
+def entry_of(name: str, framework: str, store: Path) -> tuple[str, int] | None:
+    """The store's entry of the model on the framework, and its size in bytes."""
+    from mlscope.runtime.model_store import ModelStore
 
-    manifest = ModelRegistry.load([]).get(name, "pytorch")
-    key = entry_key("pytorch", manifest.sha256, 0, "", manifest.name)
-    if not (store / key / "weights.bin").is_file():
-        predictor_process(job(name, "pytorch", cache, store))  # publishes it
-    size = (store / key / "weights.bin").stat().st_size
-    own_rss, own_pss = held_memory(name, "cold", processes, store, key)
-    warm_rss, warm_pss = held_memory(name, "warm", processes, store, key)
+    prefix = f"{framework}-{name}-"
+    found = [(key, size) for key, size, _, _ in ModelStore(store, 2**40).entries() if key.startswith(prefix)]
+    return found[0] if found else None
+
+
+def memory_saved(name: str, framework: str, processes: int, cache: Path, store: Path) -> None:
+    entry = entry_of(name, framework, store)
+    if entry is None:
+        predictor_process(job(name, framework, cache, store))  # publishes it
+        entry = entry_of(name, framework, store)
+    assert entry is not None
+    key, size = entry
+    own_rss, own_pss = held_memory(name, framework, "cold", processes, cache, store, key)
+    warm_rss, warm_pss = held_memory(name, framework, "warm", processes, cache, store, key)
     saved = own_pss - warm_pss
-    own = f"each its own copy: RSS {own_rss / MB:7.1f} MB, PSS {own_pss / MB:7.1f} MB"
+    own = f"each its own: RSS {own_rss / MB:7.1f} MB, PSS {own_pss / MB:7.1f} MB"
     shared = f"sharing the store's: RSS {warm_rss / MB:7.1f} MB, PSS {warm_pss / MB:7.1f} MB"
-    ideal = f"one copy instead of {processes}: {processes - 1} x"
     print(
-        f"{name:9} weights {size / MB:6.1f} MB | {own} | {shared} | saved (PSS) {saved / MB:7.1f} MB = "
-        f"{saved / size:.2f} x the weights ({ideal})"
+        f"{name:9} {framework:11} stored {size / MB:6.1f} MB | {own} | {shared} | saved (PSS) "
+        f"{saved / MB:7.1f} MB = {saved / size:.2f} x the stored size (one copy instead of {processes}: "
+        f"{processes - 1} x)"
     )
 
 
@@ -261,9 +283,10 @@ def main() -> None:
         for name in models:
             for framework in arguments.frameworks.split(","):
                 steady_latency(name, framework, cache, arguments.inferences)
-        print(f"\nmemory of {arguments.processes} PyTorch predictor processes holding one model")
+        print(f"\nmemory of {arguments.processes} predictor processes holding one model")
         for name in models:
-            memory_saved(name, arguments.processes, cache, store)
+            for framework in arguments.frameworks.split(","):
+                memory_saved(name, framework, arguments.processes, cache, store)
     finally:
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(cache, ignore_errors=True)

@@ -6,7 +6,9 @@ manifest SHA-256, seed, and the framework's own variant: ONNX Runtime's optimisa
 
     <root>/store.lock            exclusive while an entry is added or evicted, shared while one is opened
     <root>/<entry>/weights.bin   every tensor's bytes, each at a 64-byte aligned offset
-    <root>/<entry>/index.json    name -> dtype, shape, offset, size; and named blobs (a stripped graph)
+    <root>/<entry>/index.json    name -> dtype, shape, offset, size; named blobs; the entry's files
+    <root>/<entry>/<file>        a framework's own model files, opened by path (ONNX Runtime's graph and
+                                 its external data, pre-packed weights included)
     <root>/<entry>/ref.lock      a shared flock per process that maps the entry: its reference count
     <root>/<entry>/used          touched on every open: the LRU order
 
@@ -84,11 +86,16 @@ class StoredTensor:
 @dataclass(frozen=True)
 class WeightsToStore:
     """What a loaded predictor hands the store: (name, dtype, shape, C-contiguous bytes) per tensor,
-    their total size, and named blobs stored with them (a graph stripped of its weights)."""
+    their total size, named blobs stored with them (a graph stripped of its weights), and `files`: a
+    directory of files that join the entry as they are, for a framework that opens its model by path
+    and maps its weights itself (ONNX Runtime). The store takes that directory: its files are moved
+    into the entry (or dropped, when another process published the entry first) and it is removed.
+    `size_bytes` counts the tensors only; the store adds the blobs and files."""
 
     tensors: list[tuple[str, str, tuple[int, ...], memoryview]]
     size_bytes: int
     blobs: dict[str, bytes] = field(default_factory=dict)
+    files: Path | None = None
 
 
 @dataclass
@@ -102,6 +109,7 @@ class MappedModel:
     blobs: dict[str, StoredTensor]
     size_bytes: int
     published: bool
+    files: dict[str, int] = field(default_factory=dict)  # name -> size in bytes
     _mapping: mmap.mmap | None = field(repr=False, default=None)
     _reference: int | None = field(repr=False, default=None)
 
@@ -121,6 +129,13 @@ class MappedModel:
     @property
     def weights_file(self) -> Path:
         return self.path / "weights.bin"
+
+    def file(self, name: str) -> Path:
+        """The path of one of the entry's files (see `WeightsToStore.files`): a framework opens it
+        itself, and it stays in place while this entry is referenced."""
+        if name not in self.files:
+            raise KeyError(f"model store entry {self.key} has no file {name!r}")
+        return self.path / name
 
     def close(self) -> None:
         """Drop this process's reference. The mapping itself lives as long as a tensor uses it."""
@@ -148,10 +163,19 @@ def _locked(path: Path, operation: int) -> Iterator[None]:
 
 
 def _size_of(entry: Path) -> int:
-    try:
-        return (entry / "weights.bin").stat().st_size
-    except FileNotFoundError:
-        return 0
+    """The bytes an entry holds: weights.bin and its files (index.json and the lock files are tiny)."""
+    total = 0
+    with contextlib.suppress(FileNotFoundError):
+        for item in entry.iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                total += item.stat().st_size
+    return total
+
+
+def _files_in(folder: Path | None) -> dict[str, int]:
+    if folder is None:
+        return {}
+    return {item.name: item.stat().st_size for item in sorted(folder.iterdir()) if item.is_file()}
 
 
 class ModelStore:
@@ -227,6 +251,7 @@ class ModelStore:
                 if size
                 else None
             )
+        files = {name: int(nbytes) for name, nbytes in index.get("files", {}).items()}
 
         def records(kind: str) -> dict[str, StoredTensor]:
             return {
@@ -239,8 +264,9 @@ class ModelStore:
             path=entry,
             tensors=records("tensors"),
             blobs=records("blobs"),
-            size_bytes=size,
+            size_bytes=size + sum(files.values()),
             published=published,
+            files=files,
             _mapping=mapping,
             _reference=reference,
         )
@@ -260,13 +286,21 @@ class ModelStore:
             UserError: the model is larger than the whole budget (field `model_store_mb`).
             ModelStoreBusy: it fits the budget, but not beside the models in use now.
         """
-        size_bytes, blobs = weights.size_bytes, weights.blobs
+        try:
+            return self._publish(key, weights, description)
+        finally:
+            if weights.files is not None:  # the store took it: moved into the entry, or not needed
+                shutil.rmtree(weights.files, ignore_errors=True)
+
+    def _publish(self, key: str, weights: WeightsToStore, description: dict[str, Any] | None) -> MappedModel:
+        blobs, files = weights.blobs, _files_in(weights.files)
+        size_bytes = weights.size_bytes + sum(files.values())
         total = size_bytes + sum(len(b) for b in blobs.values()) + ALIGNMENT * (len(blobs) + 1)
         if size_bytes > self.budget_bytes:
             raise UserError(
-                f"the model's weights take {size_bytes / _MB:.1f} MB, more than the whole model store "
-                f"budget of {self.budget_bytes / _MB:.1f} MB (setting model_store_mb): raise the budget "
-                "or unset it to run without warm starts",
+                f"the model's weights take {size_bytes / _MB:.1f} MB in the store, more than the whole "
+                f"model store budget of {self.budget_bytes / _MB:.1f} MB (setting model_store_mb): raise "
+                "the budget or unset it to run without warm starts",
                 field="model_store_mb",
             )
         lock = self._prepare()
@@ -279,12 +313,30 @@ class ModelStore:
             partial = Path(tempfile.mkdtemp(prefix=f".partial-{os.getpid()}-", dir=self.directory))
             try:
                 self._write(partial, weights.tensors, blobs, description or {})
+                if weights.files is not None:
+                    self._take_files(partial, weights.files, files)
                 os.chmod(partial, 0o755)
                 partial.rename(entry)
             except BaseException:
                 shutil.rmtree(partial, ignore_errors=True)
                 raise
             return self._map(entry, published=True)
+
+    @staticmethod
+    def _take_files(partial: Path, folder: Path, files: dict[str, int]) -> None:
+        """Move `folder`'s files into the partial entry (a rename on one file system, else a copy) and
+        list them in its index."""
+        reserved = {"weights.bin", "index.json", "ref.lock", "used"}
+        clash = reserved & set(files)
+        if clash:
+            raise ValueError(f"an entry's files cannot be named {', '.join(sorted(clash))}")
+        for name in files:
+            shutil.move(folder / name, partial / name)
+            os.chmod(partial / name, 0o644)
+        index_file = partial / "index.json"
+        index = json.loads(index_file.read_text())
+        index["files"] = files
+        index_file.write_text(json.dumps(index))
 
     @staticmethod
     def _write(
@@ -298,6 +350,7 @@ class ModelStore:
             "alignment": ALIGNMENT,
             "tensors": {},
             "blobs": {},
+            "files": {},
         }
         offset = 0
         with open(partial / "weights.bin", "wb") as weights:

@@ -8,7 +8,8 @@ Its figures join the result's `cold_start` under `warm_*` keys, present only whe
     warm_load_ms             the store opened, the weights mapped, the model built around them
     warm_first_inference_ms  the warm model's first inference
     warm_source              "store" (another evaluation had published it) | "published" (this one did)
-    warm_shared_mb           the weights' size in the store, shared by every process mapping them
+    warm_shared_mb           the entry's size in the store (weights; ONNX Runtime's pre-packed ones
+                             too), shared by every process mapping it
     warm_read_mb             bytes this process read with read() while loading warm (Linux's
                              /proc/self/io rchar): how a warm start shows it read no weights file
     warm_publish_ms          finding the entry, or writing it when this evaluation published it

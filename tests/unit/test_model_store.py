@@ -57,6 +57,46 @@ def test_a_published_entry_maps_back_the_same_bytes_aligned_and_read_only(tmp_pa
     opened.close()
 
 
+def files(folder: Path, sizes: dict[str, int]) -> Path:
+    """A directory of files of the given sizes, as a framework saves its own model files."""
+    folder.mkdir()
+    for name, size in sizes.items():
+        (folder / name).write_bytes(bytes(range(256)) * (size // 256) + b"x" * (size % 256))
+    return folder
+
+
+def test_an_entry_takes_a_frameworks_files_counts_them_and_removes_their_folder(tmp_path: Path) -> None:
+    # Given a store and a framework's own model files (a graph and its 3 MB data file), no tensors
+    store = ModelStore(tmp_path / "store", 64 * MB)
+    saved = files(tmp_path / "saved", {"model.onnx": 1000, "model.onnx.data": 3 * MB})
+    # When they are published, and opened again as another evaluation would
+    store.publish("m", WeightsToStore([], 0, files=saved)).close()
+    opened = store.open("m")
+    # Then the entry holds the same files, by path, counted in its size; the folder handed over is gone
+    assert opened is not None and not saved.exists()
+    assert opened.file("model.onnx.data").read_bytes() == bytes(range(256)) * (3 * MB // 256)
+    assert opened.file("model.onnx").stat().st_size == 1000
+    assert opened.size_bytes == 3 * MB + 1000
+    assert store.entries()[0][1] >= 3 * MB + 1000
+    with pytest.raises(KeyError):
+        opened.file("weights.bin")  # only the files it was given
+    # And a second publisher's files, not needed, are removed too
+    again = files(tmp_path / "again", {"model.onnx": 10})
+    store.publish("m", WeightsToStore([], 0, files=again)).close()
+    assert not again.exists()
+    opened.close()
+
+
+def test_files_larger_than_the_budget_are_refused_and_removed(tmp_path: Path) -> None:
+    # Given a 2 MB budget and 3 MB of files
+    store = ModelStore(tmp_path / "store", 2 * MB)
+    saved = files(tmp_path / "saved", {"model.onnx.data": 3 * MB})
+    # When they are published, the store refuses them, naming their size; nothing is written
+    with pytest.raises(UserError, match=r"3\.0 MB"):
+        store.publish("m", WeightsToStore([], 0, files=saved))
+    assert store.entries() == [] and not saved.exists()
+
+
 def test_a_model_larger_than_the_budget_is_refused_before_anything_is_evicted(tmp_path: Path) -> None:
     # Given a 4 MB budget holding one unreferenced 2 MB model
     store = ModelStore(tmp_path, 4 * MB)

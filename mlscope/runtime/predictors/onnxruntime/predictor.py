@@ -45,9 +45,9 @@ class OnnxRuntimePredictor(Predictor):
 
     _graph: Path | None = None
     _session: ort.InferenceSession | None = None
-    # A warm session's graph (optimised, its initialisers outside it) and what keeps them alive.
-    _warm_graph: bytes | None = None
-    _warm: tuple[MappedModel, list[str], list[ort.OrtValue], list[np.ndarray]] | None = None
+    # A warm session's store entry (referenced while the session lives) and its optimised graph.
+    _warm: MappedModel | None = None
+    _warm_graph: Path | None = None
 
     @classmethod
     def framework_version(cls) -> str:
@@ -81,31 +81,32 @@ class OnnxRuntimePredictor(Predictor):
         self._session = self._open_session(self._session_options())
 
     def warm_variant(self) -> str:
-        """The stored graph is optimised for a level and providers: both are part of its key."""
-        return f"{self.options.graph_optimization_level}|{','.join(self._providers())}"
+        """The stored graph is optimised for a level and providers, and its form is this version's:
+        all three are part of its key."""
+        from mlscope.runtime.predictors.onnxruntime.warm import STORED_FORM
+
+        return f"{self.options.graph_optimization_level}|{','.join(self._providers())}|{STORED_FORM}"
 
     def weights_to_store(self) -> WeightsToStore:
-        from mlscope.runtime.predictors.onnxruntime.warm import optimised_weights
+        from mlscope.runtime.predictors.onnxruntime.warm import optimised_files
 
-        return optimised_weights(self._open_session, self._session_options())
+        return optimised_files(self._open_session, self._session_options())
 
     def load_mapped(self, mapped: MappedModel) -> None:
-        """A session on the store's optimised graph, its initialisers the mapping's (see `warm`)."""
-        from mlscope.runtime.predictors.onnxruntime.warm import GRAPH_BLOB, mapped_initializers
+        """A session on the store's optimised graph, opened by path: ONNX Runtime maps its weights
+        and pre-packed weights from the entry (see `warm`)."""
+        from mlscope.runtime.predictors.onnxruntime.warm import graph_path
 
-        names, values, arrays = mapped_initializers(mapped)
-        self._warm_graph = mapped.blob(GRAPH_BLOB)
-        self._warm = (mapped, names, values, arrays)
+        self._warm = mapped
+        self._warm_graph = graph_path(mapped)
         self._session = self._open_session(self._session_options())
 
     def _session_options(self) -> ort.SessionOptions:
         options = ort.SessionOptions()
         options.graph_optimization_level = _LEVELS[self.options.graph_optimization_level]
         if self._warm is not None:
-            # The stored graph was optimised at this level when it was published; its initialisers
-            # are the mapping's, used in place.
+            # The stored graph was optimised at this level when it was published.
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-            options.add_external_initializers(self._warm[1], self._warm[2])
         if self.options.threads:
             options.intra_op_num_threads = self.options.threads
         if self.options.inter_op_threads:
@@ -120,7 +121,7 @@ class OnnxRuntimePredictor(Predictor):
         provider_options: list[dict[str, Any]] = [{} for _ in providers]
         if self.device.startswith("cuda"):
             provider_options[providers.index("CUDAExecutionProvider")] = {"device_id": self._device_id()}
-        graph: str | bytes = self._warm_graph if self._warm_graph is not None else str(self._graph)
+        graph = str(self._warm_graph if self._warm_graph is not None else self._graph)
         return ort.InferenceSession(
             graph, sess_options=options, providers=providers, provider_options=provider_options
         )
@@ -229,13 +230,14 @@ class OnnxRuntimePredictor(Predictor):
             facts["threads"] = options.intra_op_num_threads or "default"
             facts["graph_optimization_level"] = self.options.graph_optimization_level
         if self._warm is not None:  # the store's optimised graph, not the file
-            facts["graph"] = f"{self._warm[0].key} (model store)"
+            facts["graph"] = f"{self._warm.key} (model store)"
         elif self._graph is not None:
             facts["graph"] = self._graph.name
         return facts
 
     def close(self) -> None:
         self._session = None
+        self._warm_graph = None
         if self._warm is not None:
-            self._warm[0].close()
+            self._warm.close()
             self._warm = None
