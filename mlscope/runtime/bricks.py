@@ -320,7 +320,7 @@ def _apart(group: _Occurrences, settings: MeasureSettings, evict: np.ndarray) ->
             continue
         if spent >= settings.max_seconds * _NS_PER_S:
             group.stop_reason = STOP_MAX_SECONDS
-            return
+            break
         if runs % _CHECK_EVERY < len(group.bricks) and group.stable(settings):
             group.stop_reason = STOP_STABLE
             break

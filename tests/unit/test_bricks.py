@@ -194,7 +194,7 @@ def test_the_bounds_are_built_from_the_least_a_brick_costs_and_the_estimate_from
 
 
 def test_a_brick_job_records_each_bricks_fastest_hot_run_apart_from_its_statistics() -> None:
-    # Given a brick whose runs take 5 ms after a flush and 1 ms when nothing was flushed
+    # Given a brick whose runs take 5 or 7 ms after a flush and 1 ms when nothing was flushed
     from mlscope.runtime.bricks import HOT_RUNS, run_job
     from mlscope.runtime.measure.settings import MeasureSettings
 
@@ -207,7 +207,8 @@ def test_a_brick_job_records_each_bricks_fastest_hot_run_apart_from_its_statisti
 
         def run(self, clock: object, evict: object = None) -> int:
             self.hot += evict is None
-            latency = 5_000_000 if evict is not None else 1_000_000
+            self.flushed = getattr(self, "flushed", 0) + (evict is not None)
+            latency = (5_000_000 + 2_000_000 * (self.flushed % 2)) if evict is not None else 1_000_000
             self.own_ns += latency
             return latency
 
@@ -221,14 +222,26 @@ def test_a_brick_job_records_each_bricks_fastest_hot_run_apart_from_its_statisti
     settings = MeasureSettings.from_dict(
         {"warmup_count": 1, "min_count": 5, "min_seconds": 0.0, "max_seconds": 1}
     )
-    # When the job measures it
-    job = run_job([spec], open_brick, settings, "x", {})
-    (outcome,) = job.outcomes
-    # Then its statistics are of its flushed runs, and its fastest hot run is recorded beside them
-    assert outcome.measurement is not None
-    assert outcome.measurement["latency_ms"]["min"] == pytest.approx(5.0)
-    assert outcome.measurement["hot_min_ms"] == pytest.approx(1.0)
-    assert opened[0].hot == HOT_RUNS
+    # When the job measures it, until it is stable, and again until its time is up (runs of 5 and 7 ms
+    # in turn: never stable to ±0.01%)
+    for stability, reason in ((0.5, "stable"), (0.0001, "max_seconds")):
+        opened.clear()
+        settings = MeasureSettings.from_dict(
+            {
+                "warmup_count": 1,
+                "min_count": 5,
+                "min_seconds": 0.0,
+                "max_seconds": 0.1,
+                "stability": stability,
+            }
+        )
+        (outcome,) = run_job([spec], open_brick, settings, "x", {}).outcomes
+        # Then its statistics are of its flushed runs, and its fastest hot run is recorded beside them
+        assert outcome.measurement is not None
+        assert outcome.measurement["stop_reason"] == reason
+        assert outcome.measurement["latency_ms"]["min"] == pytest.approx(5.0)
+        assert outcome.measurement["hot_min_ms"] == pytest.approx(1.0)
+        assert opened[0].hot == HOT_RUNS
 
 
 def test_an_unknown_framework_exits_2_naming_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
