@@ -183,19 +183,8 @@ def _evaluate(
         id=evaluation_id, **admitted.record(), trace_id=tracer.trace_id if traced else None
     )
     emit({"event": "created", "id": evaluation_id})
-    if lease is None:
-        store.start_evaluation(evaluation_id)
-    else:
-        attempts = store.start_evaluation(evaluation_id, lease_owner=lease.owner, lease_s=lease.seconds)
-        if attempts > lease.max_attempts:
-            error = {
-                "type": "TooManyAttempts",
-                "message": f"started {attempts} times and never ended: each time the process running it "
-                f"died; not trying again (the limit is {lease.max_attempts})",
-                "phase": "run",
-            }
-            writes.write(evaluation_id, "fail_evaluation", error=error)
-            return store.get_evaluation(evaluation_id)
+    if not _start(store, evaluation_id, lease, writes):
+        return store.get_evaluation(evaluation_id)
     started = _start_companions(store, companions, lease, writes)
     job = admitted.job(
         evaluation_id,
@@ -260,24 +249,30 @@ def _start_companions(
     started = []
     for id, companion in companions:
         try:
-            if lease is None:
-                store.start_evaluation(id)
-            else:
-                attempts = store.start_evaluation(id, lease_owner=lease.owner, lease_s=lease.seconds)
-                if attempts > lease.max_attempts:
-                    error = {
-                        "type": "TooManyAttempts",
-                        "message": f"started {attempts} times in a brick job that never ended: not "
-                        f"trying again (the limit is {lease.max_attempts})",
-                        "phase": "run",
-                    }
-                    writes.write(id, "fail_evaluation", error=error)
-                    continue
+            if _start(store, id, lease, writes):
+                started.append((id, companion))
         except (InvalidTransition, EvaluationNotFound) as exc:
             log.info("brick %s is not started: %s", id, exc)
-            continue
-        started.append((id, companion))
     return started
+
+
+def _start(store: Store, evaluation_id: str, lease: Lease | None, writes: Writes) -> bool:
+    """Mark the evaluation running (under `lease`); False when it has been started more than the
+    lease allows, and is failed instead (each time, the process running it died)."""
+    if lease is None:
+        store.start_evaluation(evaluation_id)
+        return True
+    attempts = store.start_evaluation(evaluation_id, lease_owner=lease.owner, lease_s=lease.seconds)
+    if attempts <= lease.max_attempts:
+        return True
+    error = {
+        "type": "TooManyAttempts",
+        "message": f"started {attempts} times and never ended: each time the process running it "
+        f"died; not trying again (the limit is {lease.max_attempts})",
+        "phase": "run",
+    }
+    writes.write(evaluation_id, "fail_evaluation", error=error)
+    return False
 
 
 def _write_companions(
