@@ -1,6 +1,7 @@
 """PyTorch's bricks for `mlscope bricks --framework pytorch`: the model's module (built as `mlscope run
 -f pytorch` builds it) traced with torch.fx (a Hugging Face model torch.fx cannot trace: with
-TorchDynamo, on the batch) and run once on the manifest's synthetic batch (`mlscope.analysis.bricks.fx`), each unique layer a tiny module measured in one job in this process
+TorchDynamo, on the batch) and run once on the manifest's synthetic batch
+(`mlscope.analysis.bricks.fx`), each unique layer a tiny module measured in one job in this process
 (`mlscope.workers.bricks.BrickRuns.measure_modules`).
 
 torch is imported with this module: the pipeline loads it only for `--framework pytorch`.

@@ -122,13 +122,15 @@ def test_a_hugging_face_model_is_traced_by_dynamo_into_bricks() -> None:
     with torch.inference_mode():
         assert torch.equal(graph.module(tokens), module(tokens))
     assert all(p.zero_cost for p in plans if isinstance(p, NotABrick))
-    # and the two encoder layers' linears (6 each, and the pooler's), layer norms, attention and GELU are the same bricks
+    # and the two encoder layers' linears (6 each, and the pooler's), layer norms, attention and GELU
+    # are the same bricks
     keys = {}
     for plan in plans:
         if isinstance(plan, BrickPlan):
             keys.setdefault(plan.layer.op_type, []).append(plan.key)
     assert len(keys["linear"]) == 6 * 2 + 1 and len(set(keys["linear"])) == 4
-    assert len(keys["scaled_dot_product_attention"]) == 2 and len(set(keys["scaled_dot_product_attention"])) == 1
+    attention = keys["scaled_dot_product_attention"]
+    assert len(attention) == 2 and len(set(attention)) == 1
     assert len(keys["gelu"]) == 2 and len(set(keys["gelu"])) == 1
     assert len(set(_keys(plans))) < len(_keys(plans)) / 2
     # and dropout in eval mode is a dispatch, not a brick

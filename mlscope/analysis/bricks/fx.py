@@ -307,7 +307,8 @@ def _dispatch_only(node: Node, graph: ModuleGraph, module: torch.nn.Module | Non
 
 def _training(node: Node) -> Any:
     """A dropout call's `training` argument (third, or by keyword; F.dropout's default is True)."""
-    return node.kwargs.get("train" if node.target is torch.dropout else "training", (*node.args, True, True)[2])
+    keyword = "train" if node.target is torch.dropout else "training"
+    return node.kwargs.get(keyword, (*node.args, True, True)[2])
 
 
 def _contiguous(spec: TensorSpec) -> bool:
