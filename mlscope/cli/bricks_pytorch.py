@@ -1,5 +1,6 @@
 """PyTorch's bricks for `mlscope bricks --framework pytorch`: the model's module (built as `mlscope run
--f pytorch` builds it) traced with torch.fx and run once on the manifest's synthetic batch
+-f pytorch` builds it) traced with torch.fx (a Hugging Face model torch.fx cannot trace: with
+TorchDynamo, on the batch) and run once on the manifest's synthetic batch
 (`mlscope.analysis.bricks.fx`), each unique layer a tiny module measured in one job in this process
 (`mlscope.workers.bricks.BrickRuns.measure_modules`).
 
@@ -75,7 +76,8 @@ class TorchBricks:
         """The layers of `ref`'s module and their plans.
 
         Raises:
-            NotTraceable: torch.fx cannot trace it, or its traced graph fails on the batch.
+            NotTraceable: torch.fx (nor, a Hugging Face model, TorchDynamo) cannot trace it, or its
+                traced graph fails on the batch or does not reproduce the model's output.
         """
         manifest, module = self.bench.runs.module(ref)
         feeds = synthetic_batch(manifest, 1, np.random.default_rng(0))

@@ -1,7 +1,7 @@
 """Bricks on real PyTorch, into a real (SQLite) store: layers shared by two models are measured once,
 the composed estimate of a small MLP is close to the MLP measured whole, the critical-path bound stays
-under the measured latency, and a model torch.fx cannot trace falls back to the whole model, saying
-why.
+under the measured latency, a tiny Hugging Face BERT (traced by TorchDynamo) is estimated from its
+bricks, and a model torch.fx cannot trace falls back to the whole model, saying why.
 
 Measurements are short (a busy CI machine): the tolerance of the estimate is stated below, and the
 bound is checked with the whole model's measured median."""
@@ -71,6 +71,23 @@ def test_the_composed_estimate_is_close_to_the_measured_latency(bench: BrickBenc
     low, high = report["estimate_ci"]
     assert low <= report["estimate_ms"] <= high
     assert report["overhead_ms"] == pytest.approx(report["measured_ms"] - report["bounds"]["sequential_ms"])
+
+
+def test_a_hugging_face_model_is_estimated_from_its_bricks(bench: BrickBench) -> None:
+    # Given a 2-layer BERT of hidden size 256 on 128 tokens (transformers, random weights from its
+    # config), which torch.fx's own tracer cannot trace. (Of hidden size 64 on 16 tokens, its
+    # estimate was 39% under: transformers' Python around the graph, about 0.4 ms a call, is half of
+    # that model's time and in no layer: see tests/fixtures/torch_bricks.py. This one was -11% to
+    # -16% in 5 runs here at a load average of 2-3 on 2 cores, -25% to -40% in 4 and +19% in 1:
+    # over the tolerance in 3 of 12 runs; the MLP's test above failed once at +67% then: contention.)
+    pytest.importorskip("transformers")
+    report = bench.report("bricks_small_bert")
+    # Then it is decomposed (no fallback), its two encoder layers' bricks are measured once, and the
+    # estimate is within the tolerance of its measured median
+    assert report.get("fallback") is None, report.get("fallback")
+    assert report["bricks"]["unique"] < report["bricks"]["total"] / 2
+    assert report["bricks"]["measured_now"] == report["bricks"]["unique"]
+    assert abs(report["error_pct"]) <= 100 * TOLERANCE, report
 
 
 def test_the_critical_path_bound_stays_under_the_measured_latency(bench: BrickBench) -> None:

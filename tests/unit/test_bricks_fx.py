@@ -105,3 +105,78 @@ def test_a_reshape_is_a_dispatch_only_when_it_does_not_copy() -> None:
     assert [type(p).__name__ for p in flattens] == ["BrickPlan", "NotABrick"]
     copy = flattens[0]
     assert isinstance(copy, BrickPlan) and copy.document["inputs"][0][1] == [512, 64, 256, 8, 1]
+
+
+def test_a_hugging_face_model_is_traced_by_dynamo_into_bricks() -> None:
+    # Given a 2-layer BERT (random weights from a small config), which torch.fx's tracer cannot trace,
+    # called by position as the predictor calls it
+    pytest.importorskip("transformers")
+    module = torch_bricks.tiny_bert()
+    tokens = torch.randint(0, torch_bricks.TINY_BERT["vocab_size"], (1, torch_bricks.TINY_BERT_TOKENS))
+    # When it is decomposed
+    graph = decompose_module(module, (tokens,))
+    plans = plan_module_bricks(graph, execution=EXECUTION)
+    # Then TorchDynamo traced it, its graph reproduces the model, and every layer is a brick or a
+    # dispatch (no fallback)
+    assert graph.tracer == "torch._dynamo.export" and len(graph.graph_inputs) == 1
+    with torch.inference_mode():
+        assert torch.equal(graph.module(tokens), module(tokens))
+    assert all(p.zero_cost for p in plans if isinstance(p, NotABrick))
+    # and the two encoder layers' linears (6 each, and the pooler's), layer norms, attention and GELU
+    # are the same bricks
+    keys = {}
+    for plan in plans:
+        if isinstance(plan, BrickPlan):
+            keys.setdefault(plan.layer.op_type, []).append(plan.key)
+    assert len(keys["linear"]) == 6 * 2 + 1 and len(set(keys["linear"])) == 4
+    attention = keys["scaled_dot_product_attention"]
+    assert len(attention) == 2 and len(set(attention)) == 1
+    assert len(keys["gelu"]) == 2 and len(set(keys["gelu"])) == 1
+    assert len(set(_keys(plans))) < len(_keys(plans)) / 2
+    # and dropout in eval mode is a dispatch, not a brick
+    assert "dropout" not in keys
+    linear = next(p for p in plans if isinstance(p, BrickPlan) and p.layer.op_type == "linear")
+    assert [shape for shape, _, _ in linear.document["inputs"]] == [[1, 16, 64], [64, 64], [64]]
+
+
+def test_a_hugging_face_model_dynamo_cannot_export_says_why() -> None:
+    # Given a transformers model with a branch on a tensor's value
+    transformers = pytest.importorskip("transformers")
+
+    class Branchy(transformers.PreTrainedModel):
+        config_class = transformers.PretrainedConfig
+
+        def __init__(self, config: object) -> None:
+            super().__init__(config)
+            self.linear = torch.nn.Linear(8, 8)
+            self.post_init()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.linear(x) if x.sum() > 0 else -self.linear(x)
+
+    # Then neither tracer can trace it, and the reason names both
+    with pytest.raises(NotTraceable, match=r"torch\.fx cannot trace.*nor can torch\._dynamo\.export"):
+        decompose_module(Branchy(transformers.PretrainedConfig()).eval(), (torch.randn(1, 8),))
+
+
+class _Noisy(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.rand_like(x)
+
+
+def test_a_graph_that_does_not_reproduce_the_model_is_not_decomposed() -> None:
+    with pytest.raises(NotTraceable, match="does not reproduce the model's output"):
+        decompose_module(_Noisy(), (torch.randn(1, 8),))
+
+
+class _WholeTuple(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat(x.chunk(2, dim=1), dim=0)
+
+
+def test_a_layer_that_cannot_be_measured_alone_is_named() -> None:
+    # Given a cat of a tuple of tensors made by one node (passed whole)
+    plans = _plans(_WholeTuple(), 1, 8)
+    # Then the cat is not a brick, and not free: the model falls back naming that layer
+    (cat,) = [p for p in plans if isinstance(p, NotABrick) and not p.zero_cost]
+    assert cat.layer == "cat" and "not measured alone" in cat.reason

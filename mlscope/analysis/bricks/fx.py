@@ -2,6 +2,15 @@
 batch with shape propagation (ShapeProp) to learn every node's input and output shapes, strides and
 dtypes, and every non-tensor value (sizes computed at run time).
 
+A Hugging Face model (a module holding a `transformers.PreTrainedModel`) that torch.fx's symbolic
+tracing cannot trace (its control flow reads sizes and configuration: "Proxy object cannot be
+iterated") is traced by TorchDynamo instead (`torch._dynamo.export`), on the batch itself: Python's
+control flow runs with the batch's concrete shapes and the model's configuration, and the graph is
+specialised to them (one batch size, one sequence length), as the bricks are. Its modules are inlined,
+so its layers are functions (linear, layer_norm, conv2d, scaled_dot_product_attention, ...) whose
+weights are inputs of the brick. transformers' own tracer (`transformers.utils.fx`) is gone from
+transformers 5. Either way, the traced graph's output on the batch must equal the module's own.
+
 A layer is a call_module node (a leaf module: Conv2d, BatchNorm2d, Linear, ...), a call_function node
 (torch.add, F.relu, operator.add, torch.cat, ...) or a call_method node (x.mean(...)). Its brick key is
 the SHA-256 of: the module's class, its extra_repr() (Conv2d's channels, kernel, stride, padding,
@@ -22,6 +31,7 @@ import copy
 import hashlib
 import json
 import operator
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,8 +66,10 @@ _VIEW_FUNCTIONS = frozenset(
      torch.chunk, torch.split, torch.unbind, torch.narrow, torch.select}
 )  # fmt: skip
 # A reshape or flatten of a contiguous tensor is a view; of another, a copy (measured).
-_RESHAPES = frozenset({"reshape", "flatten", torch.reshape, torch.flatten})
+# (`contiguous` of a contiguous tensor returns it.)
+_RESHAPES = frozenset({"reshape", "flatten", "contiguous", torch.reshape, torch.flatten})
 _VIEW_MODULES = (torch.nn.Identity, torch.nn.Dropout, torch.nn.Dropout2d)
+_DROPOUTS = frozenset({torch.nn.functional.dropout, torch.nn.functional.dropout2d, torch.dropout})
 
 
 @dataclass
@@ -68,6 +80,7 @@ class ModuleGraph(LayerGraph):
 
     module: Any = None  # the torch.fx GraphModule
     made: dict[str, Any] = field(default_factory=dict)
+    tracer: str = "torch.fx"  # or "torch._dynamo.export" (a Hugging Face model: see the docstring)
 
 
 class NotTraceable(Exception):
@@ -95,24 +108,26 @@ def _meta(tensor: torch.Tensor) -> TensorSpec:
 
 
 def decompose_module(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> ModuleGraph:
-    """The layers of `module` as torch.fx traces it, run once on `inputs` (one batch) to learn shapes.
+    """The layers of `module` as torch.fx traces it (TorchDynamo, a Hugging Face model torch.fx cannot
+    trace), run once on `inputs` (one batch, positional as the predictor feeds them) to learn shapes.
 
     Raises:
-        NotTraceable: symbolic tracing failed (data-dependent control flow, ...) or the traced graph
-            failed on `inputs`; the message says which and why.
+        NotTraceable: tracing failed (data-dependent control flow, ...), the traced graph failed on
+            `inputs`, or its output differs from the module's; the message says which and why.
     """
-    try:
-        traced = symbolic_trace(module)
-    except Exception as exc:
-        raise NotTraceable(f"torch.fx cannot trace the model: {type(exc).__name__}: {exc}"[:300]) from exc
+    traced, tracer = _trace(module, inputs)
     recorder = _Recorder(traced)
     try:
         with torch.inference_mode():
-            recorder.propagate(*inputs)
+            # (copies: a layer in place on an input would change the other run's)
+            result = recorder.propagate(*(tensor.clone() for tensor in inputs))
+            expected = module(*(tensor.clone() for tensor in inputs))
     except Exception as exc:
         raise NotTraceable(
             f"the traced graph fails on the synthetic batch: {type(exc).__name__}: {exc}"[:300]
         ) from exc
+    if not _same(result, expected):
+        raise NotTraceable(f"the graph {tracer} traced does not reproduce the model's output on the batch")
     layers: list[Layer] = []
     placeholders = []
     for node in traced.graph.nodes:
@@ -141,7 +156,60 @@ def decompose_module(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) 
         graph_inputs=tuple(placeholders),
         module=traced,
         made=recorder.made,
+        tracer=tracer,
     )
+
+
+def _trace(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[GraphModule, str]:
+    try:
+        return symbolic_trace(module), "torch.fx"
+    except Exception as exc:
+        reason = f"torch.fx cannot trace the model: {type(exc).__name__}: {exc}"[:300]
+        if not _holds_hugging_face_model(module):
+            raise NotTraceable(reason) from exc
+    try:
+        with torch.no_grad():
+            traced, _ = torch._dynamo.export(module, assume_static_by_default=True)(*inputs)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise NotTraceable(
+            f"{reason[:150]}; nor can torch._dynamo.export (the Hugging Face model specialised on the "
+            f"batch): {type(exc).__name__}: {first}"[:400]
+        ) from exc
+    finally:
+        torch._dynamo.reset()  # nothing kept of the export in this process
+    return traced, "torch._dynamo.export"
+
+
+def _holds_hugging_face_model(module: torch.nn.Module) -> bool:
+    """Whether `module` is or holds a `transformers.PreTrainedModel`; transformers is not imported for
+    it (a model of its was built only if it is imported already)."""
+    transformers = sys.modules.get("transformers")
+    if transformers is None:
+        return False
+    base = transformers.PreTrainedModel
+    return any(isinstance(inner, base) for inner in module.modules())
+
+
+def _same(result: Any, expected: Any) -> bool:
+    """Whether two outputs are alike: the same structure, tensors of the same shape and dtype whose
+    values agree to float32's rounding (a traced graph may order a reduction otherwise), other values
+    equal."""
+    got, structure = pytree.tree_flatten(result)
+    wanted, expected_structure = pytree.tree_flatten(expected)
+    if structure != expected_structure:
+        return False
+    for a, b in zip(got, wanted, strict=True):
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            if a.shape != b.shape or a.dtype != b.dtype:
+                return False
+            if a.is_floating_point() and not torch.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True):
+                return False
+            if not a.is_floating_point() and not torch.equal(a, b):
+                return False
+        elif isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor) or a != b:
+            return False
+    return True
 
 
 def _qualified(function: Any) -> str:
@@ -223,6 +291,8 @@ def _dispatch_only(node: Node, graph: ModuleGraph, module: torch.nn.Module | Non
         return "computes no tensor (sizes, attributes): one dispatch"
     if isinstance(module, _VIEW_MODULES):
         return f"{type(module).__name__} in eval mode is a no-op: one dispatch"
+    if node.op == "call_function" and node.target in _DROPOUTS and not _training(node):
+        return "dropout not training is a no-op: one dispatch"
     target = node.target
     if (node.op == "call_method" and target in _VIEW_METHODS) or (
         node.op == "call_function" and target in _VIEW_FUNCTIONS
@@ -233,6 +303,12 @@ def _dispatch_only(node: Node, graph: ModuleGraph, module: torch.nn.Module | Non
         if isinstance(source, TensorSpec) and _contiguous(source):
             return "a reshape of a contiguous tensor is a view (no copy): one dispatch"
     return None
+
+
+def _training(node: Node) -> Any:
+    """A dropout call's `training` argument (third, or by keyword; F.dropout's default is True)."""
+    keyword = "train" if node.target is torch.dropout else "training"
+    return node.kwargs.get(keyword, (*node.args, True, True)[2])
 
 
 def _contiguous(spec: TensorSpec) -> bool:

@@ -96,7 +96,10 @@ def device_refusal(device: str) -> str | None:
     return None
 
 
-def _tensor(spec: TensorSpec, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+def _tensor(
+    spec: TensorSpec, generator: torch.Generator, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The input (a view of `spec`'s strides) and the storage it views, as a flat tensor."""
     dtype = getattr(torch, spec.dtype)
     if not spec.shape:
         size = 1
@@ -107,7 +110,8 @@ def _tensor(spec: TensorSpec, generator: torch.Generator, device: torch.device) 
     else:  # indices, masks: zeros are in range for every lookup
         storage = torch.zeros(max(size, 1), dtype=dtype)
     # The storage moved whole, then viewed: the layer's strides kept on any device (the CPU: no copy).
-    return storage.to(device).as_strided(spec.shape, spec.stride or ())
+    storage = storage.to(device)
+    return storage.as_strided(spec.shape, spec.stride or ()), storage
 
 
 _CPU = torch.device("cpu")
@@ -130,14 +134,16 @@ class _ModuleBrick:
         self.gpu = gpu
         started = time.perf_counter()
         self.module = spec.module.eval().to(device)
-        # (tensor the layer reads, the values it is rewritten with before each run)
+        # (tensor the layer reads, its storage, the values that is rewritten with before each run):
+        # the storage is, since a tensor of a stride 0 (an expand) cannot be written through.
         self.inputs = [
-            (tensor, tensor.clone()) for tensor in (_tensor(s, generator, device) for s in spec.inputs)
+            (tensor, storage, storage.clone())
+            for tensor, storage in (_tensor(s, generator, device) for s in spec.inputs)
         ]
         self.load_ms = (time.perf_counter() - started) * 1000
         started = time.perf_counter()
         with torch.inference_mode():
-            self.module(*(tensor for tensor, _ in self.inputs))
+            self.module(*(tensor for tensor, _, _ in self.inputs))
         if gpu is not None:
             torch.cuda.synchronize(device)
         self.first_ms = (time.perf_counter() - started) * 1000
@@ -154,9 +160,9 @@ class _ModuleBrick:
         began = clock()
         if evict is not None:
             evict += 1
-        for target, source in self.inputs:
+        for _, target, source in self.inputs:
             target.copy_(source)
-        module, tensors = self.module, [tensor for tensor, _ in self.inputs]
+        module, tensors = self.module, [tensor for tensor, _, _ in self.inputs]
         if self.gpu is None:  # the CPU: the layer runs within the call, the host's clock times it
             started = clock()
             with torch.inference_mode():
