@@ -121,7 +121,8 @@ def evaluate(
         {"id", "status", "spooled": True}.
     """
     ends = writes or RetriedWrites(store)
-    if tracer is not None:
+
+    def run(tracer: Tracer) -> dict[str, Any]:
         return _evaluate(
             admitted,
             store,
@@ -135,21 +136,12 @@ def evaluate(
             ends,
             companions,
         )
+
+    if tracer is not None:
+        return run(tracer)
     tracer = Tracer(admitted.request.trace_level)
     with tracer.span("run", **{"mlscope.process": "cli"}):
-        result = _evaluate(
-            admitted,
-            store,
-            settings,
-            emit,
-            evaluation_id,
-            system_extra,
-            cancel,
-            tracer,
-            lease,
-            ends,
-            companions,
-        )
+        result = run(tracer)
     keep_spans(ends, settings, result["id"], tracer.drain())
     return result
 
