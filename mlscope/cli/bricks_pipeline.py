@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from mlscope.analysis.bricks import (
+    DISPATCH_CHAIN,
     BrickPlan,
     BrickTime,
     LayerGraph,
@@ -42,13 +43,11 @@ from mlscope.analysis.bricks import brick_name as name_of
 from mlscope.contract.errors import UserError
 from mlscope.contract.result import result_validity
 from mlscope.contract.settings import Settings
+from mlscope.runtime.frameworks import load_object
 from mlscope.runtime.predictors.inputs import synthetic_batch
 from mlscope.workers.bricks import BrickJobReport, BrickResult, BrickRuns, single_stream
 
 __all__ = ["BRICKS_OF", "DISPATCH_CHAIN", "BrickBench", "FrameworkBricks", "OrtBricks", "summary"]
-
-# The Identity chain whose per-node cost calibrates a shape arithmetic layer's.
-DISPATCH_CHAIN = 33
 
 
 def _time(result: BrickResult) -> BrickTime:
@@ -85,6 +84,14 @@ class FrameworkBricks(Protocol):
     def decompose(self, ref: str) -> tuple[LayerGraph, list[BrickPlan | NotABrick]]: ...
     def brick(self, plan: BrickPlan, graph: LayerGraph) -> Any: ...
     def measure(self, bricks: list[tuple[str, str, Any, int]]) -> BrickJobReport: ...
+    def cudnn_section(
+        self,
+        ref: str,
+        plans: list[BrickPlan | NotABrick],
+        graph: LayerGraph,
+        done: Any,
+        report: dict[str, Any],
+    ) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -134,6 +141,17 @@ class OrtBricks:
 
     def measure(self, bricks: list[tuple[str, str, Any, int]]) -> BrickJobReport:
         return self.bench.runs.measure(bricks)
+
+    def cudnn_section(
+        self,
+        ref: str,
+        plans: list[BrickPlan | NotABrick],
+        graph: LayerGraph,
+        done: Any,
+        report: dict[str, Any],
+    ) -> dict[str, Any]:
+        """Never asked: ONNX Runtime's bricks run on the CPU only (BrickRuns refuses another device)."""
+        raise UserError("ONNX Runtime's bricks run on the CPU only: it has no cuDNN gap", field="device")
 
 
 @dataclass
@@ -389,9 +407,7 @@ class BrickBench:
         if fastest_ms:
             report["error_vs_min_pct"] = 100 * (composition.estimate_ms - fastest_ms) / fastest_ms
         if self.device != "cpu":  # PyTorch on a GPU (BrickRuns refused any other framework)
-            from mlscope.cli.bricks_pytorch import cudnn_section
-
-            report["cudnn"] = cudnn_section(self, ref, plans, graph, done, report)
+            report["cudnn"] = self.kind.cudnn_section(ref, plans, graph, done, report)
         return report
 
 
@@ -449,14 +465,19 @@ def summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _pytorch(bench: BrickBench) -> FrameworkBricks:
-    from mlscope.cli.bricks_pytorch import TorchBricks  # torch is imported by PyTorch's bricks only
+def _named(path: str) -> Callable[[BrickBench], FrameworkBricks]:
+    """A framework's bricks named by `module:Class`, imported when first made (PyTorch's import torch,
+    and import this module: named here, not imported, so the two do not import each other)."""
 
-    return TorchBricks(bench)
+    def make(bench: BrickBench) -> FrameworkBricks:
+        made: FrameworkBricks = load_object(path)(bench)
+        return made
+
+    return make
 
 
 # Each framework's bricks, by the framework's name (workers.bricks.FRAMEWORKS: those it can measure).
 BRICKS_OF: dict[str, Callable[[BrickBench], FrameworkBricks]] = {
     "onnxruntime": OrtBricks,
-    "pytorch": _pytorch,
+    "pytorch": _named("mlscope.cli.bricks_pytorch:TorchBricks"),
 }

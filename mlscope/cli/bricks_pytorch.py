@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from mlscope.analysis.bricks import BrickPlan, LayerGraph, NotABrick
+from mlscope.analysis.bricks import DISPATCH_CHAIN, BrickPlan, LayerGraph, NotABrick
 from mlscope.analysis.bricks.fx import (
     ModuleGraph,
     calibration_bricks,
@@ -54,6 +54,17 @@ class TorchBricks:
         device = {} if bench.device == "cpu" else {"device": bench.device}
         return {"threads": bench.threads, "framework": bench.framework, "method": "job-flush-eager", **device}
 
+    def cudnn_section(
+        self,
+        ref: str,
+        plans: list[BrickPlan | NotABrick],
+        graph: LayerGraph,
+        done: Any,
+        report: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The model's cuDNN gap on a GPU (`cudnn_section`)."""
+        return cudnn_section(self.bench, ref, plans, graph, done, report)
+
     def cudnn_variants(self, plans: list[BrickPlan]) -> dict[str, BrickPlan]:
         """Each convolution brick of `plans` (by its key) as a brick of its own measured with
         torch.backends.cudnn.benchmark on (`measure` knows them by key)."""
@@ -65,7 +76,6 @@ class TorchBricks:
 
     def calibration_bricks(self) -> list[tuple[str, str, Any, int]]:
         """One tiny add on a float32[1, 1] and a chain of DISPATCH_CHAIN of them."""
-        from mlscope.cli.bricks_pipeline import DISPATCH_CHAIN
 
         bricks = calibration_bricks(self.execution(), DISPATCH_CHAIN)
         for key, *_ in bricks:

@@ -9,6 +9,7 @@ arithmetic: measuring the bricks is `mlscope.workers.bricks`'s.
 
 from mlscope.analysis.bricks.brick import (
     BRICK_PREFIX,
+    DISPATCH_CHAIN,
     BrickPlan,
     NotABrick,
     brick_model,
@@ -23,6 +24,7 @@ from mlscope.analysis.bricks.graph import CONTROL_FLOW, Layer, LayerGraph, Tenso
 __all__ = [
     "BRICK_PREFIX",
     "CONTROL_FLOW",
+    "DISPATCH_CHAIN",
     "BrickPlan",
     "BrickTime",
     "Composition",

@@ -275,6 +275,10 @@ def brick_model(plan: BrickPlan, graph: LayerGraph) -> Any:
     return model
 
 
+# The calibration chain's length: its per-node cost, over one Identity's, is a node's dispatch.
+DISPATCH_CHAIN = 33
+
+
 def identity_plan(execution: dict[str, Any], opset: int = 17, chain: int = 1) -> tuple[str, Any]:
     """A calibration brick on a float32[1, 1]. chain 1: one Identity, whose latency is one session
     run's cost and nothing else; chain n: n Adds one after another, whose difference with the one
