@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -75,15 +75,25 @@ class _Bricks:
     invalid: list[str] = field(default_factory=list)
 
 
-class FrameworkBricks(Protocol):
+class FrameworkBricks:
     """How one framework's models become bricks and its bricks are measured: what BrickBench asks of
     a framework (the ONNX Runtime one below, PyTorch's in `mlscope.cli.bricks_pytorch`)."""
 
-    def execution(self) -> dict[str, Any]: ...
-    def calibration_bricks(self) -> list[tuple[str, str, Any, int]]: ...
-    def decompose(self, ref: str) -> tuple[LayerGraph, list[BrickPlan | NotABrick]]: ...
-    def brick(self, plan: BrickPlan, graph: LayerGraph) -> Any: ...
-    def measure(self, bricks: list[tuple[str, str, Any, int]]) -> BrickJobReport: ...
+    def execution(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def calibration_bricks(self) -> list[tuple[str, str, Any, int]]:
+        raise NotImplementedError
+
+    def decompose(self, ref: str) -> tuple[LayerGraph, list[BrickPlan | NotABrick]]:
+        raise NotImplementedError
+
+    def brick(self, plan: BrickPlan, graph: LayerGraph) -> Any:
+        raise NotImplementedError
+
+    def measure(self, bricks: list[tuple[str, str, Any, int]]) -> BrickJobReport:
+        raise NotImplementedError
+
     def cudnn_section(
         self,
         ref: str,
@@ -91,11 +101,14 @@ class FrameworkBricks(Protocol):
         graph: LayerGraph,
         done: Any,
         report: dict[str, Any],
-    ) -> dict[str, Any]: ...
+    ) -> dict[str, Any]:
+        """cuDNN's algorithm-choice gap of a model measured on a GPU (the report's `cudnn`); asked only
+        of a framework whose bricks run on one (BrickRuns refuses another device first)."""
+        raise UserError(f"{type(self).__name__} run on the CPU only: no cuDNN gap", field="device")
 
 
 @dataclass
-class OrtBricks:
+class OrtBricks(FrameworkBricks):
     """ONNX Runtime's bricks: the graph ORT runs, each node a one-node ONNX model."""
 
     bench: BrickBench
@@ -141,17 +154,6 @@ class OrtBricks:
 
     def measure(self, bricks: list[tuple[str, str, Any, int]]) -> BrickJobReport:
         return self.bench.runs.measure(bricks)
-
-    def cudnn_section(
-        self,
-        ref: str,
-        plans: list[BrickPlan | NotABrick],
-        graph: LayerGraph,
-        done: Any,
-        report: dict[str, Any],
-    ) -> dict[str, Any]:
-        """Never asked: ONNX Runtime's bricks run on the CPU only (BrickRuns refuses another device)."""
-        raise UserError("ONNX Runtime's bricks run on the CPU only: it has no cuDNN gap", field="device")
 
 
 @dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,17 +26,15 @@ from mlscope.analysis.bricks.fx import (
     module_brick,
     plan_module_bricks,
 )
+from mlscope.cli.bricks_pipeline import BrickBench, FrameworkBricks
 from mlscope.runtime.predictors.inputs import synthetic_batch
 from mlscope.workers.bricks import BrickJobReport
 
-if TYPE_CHECKING:
-    from mlscope.cli.bricks_pipeline import BrickBench
-
-__all__ = ["TorchBricks", "cudnn_section"]
+__all__ = ["TorchBricks"]
 
 
 @dataclass
-class TorchBricks:
+class TorchBricks(FrameworkBricks):
     """PyTorch's bricks: each layer of the traced module a module of its own, run on random inputs of
     the shapes it had in the model."""
 
@@ -62,8 +60,40 @@ class TorchBricks:
         done: Any,
         report: dict[str, Any],
     ) -> dict[str, Any]:
-        """The model's cuDNN gap on a GPU (`cudnn_section`)."""
-        return cudnn_section(self.bench, ref, plans, graph, done, report)
+        """cuDNN's algorithm-choice gap (Benanza): each convolution layer's brick measured again with
+        torch.backends.cudnn.benchmark on, and Σ over the model's convolution layers (a brick used k
+        times: k layers) of its median with benchmark off (the estimate's brick, as the whole model
+        runs) minus on. The run cost is in both medians and cancels. Adds the seconds and validity of
+        the benchmark-on bricks to `report`'s."""
+        convolutions = [plan for plan in plans if isinstance(plan, BrickPlan)]
+        variants = self.cudnn_variants(convolutions)
+        convolutions = [plan for plan in convolutions if plan.key in variants]
+        on = self.bench._measure(f"{ref} (cudnn.benchmark on)", list(variants.values()), graph)
+        report["seconds"]["bricks"] = round(report["seconds"]["bricks"] + on.seconds, 3)
+        report["seconds"]["bricks_detail"]["cudnn"] = round(on.seconds, 3)
+        section: dict[str, Any] = {
+            "convolution_layers": len(convolutions),
+            "bricks": {"unique": len(variants), "measured_now": on.measured_now, "reused": on.reused},
+            "benchmark_off_ms": None,
+            "benchmark_on_ms": None,
+            "gap_ms": None,
+        }
+        if on.failed:
+            section["error"] = f"{len(on.failed)} benchmark-on brick(s) failed: {on.failed[0].reason}"[:300]
+            return section
+        off_ms = [done.times[plan.key].median_ms for plan in convolutions]
+        on_ms = [on.times[variants[plan.key].key].median_ms for plan in convolutions]
+        section.update(
+            benchmark_off_ms=math.fsum(off_ms),
+            benchmark_on_ms=math.fsum(on_ms),
+            gap_ms=math.fsum(off - benchmarked for off, benchmarked in zip(off_ms, on_ms, strict=True)),
+        )
+        if on.invalid:
+            report["validity"]["valid"] = False
+            report["validity"]["reasons"].append(
+                f"{len(on.invalid)} of its cudnn.benchmark-on bricks' measurements are not valid"
+            )
+        return section
 
     def cudnn_variants(self, plans: list[BrickPlan]) -> dict[str, BrickPlan]:
         """Each convolution brick of `plans` (by its key) as a brick of its own measured with
@@ -120,48 +150,3 @@ class TorchBricks:
             for part, seconds in job.seconds.items():
                 report.seconds[part] = report.seconds.get(part, 0.0) + seconds
         return report
-
-
-def cudnn_section(
-    bench: BrickBench,
-    ref: str,
-    plans: list[BrickPlan | NotABrick],
-    graph: LayerGraph,
-    done: Any,
-    report: dict[str, Any],
-) -> dict[str, Any]:
-    """cuDNN's algorithm-choice gap (Benanza): each convolution layer's brick measured again with
-    torch.backends.cudnn.benchmark on, and Σ over the model's convolution layers (a brick used k
-    times: k layers) of its median with benchmark off (the estimate's brick, as the whole model
-    runs) minus on. The run cost is in both medians and cancels. Adds the seconds and validity of
-    the benchmark-on bricks to `report`'s."""
-    assert isinstance(bench.kind, TorchBricks), "only PyTorch's bricks run on a GPU"
-    convolutions = [plan for plan in plans if isinstance(plan, BrickPlan)]
-    variants = bench.kind.cudnn_variants(convolutions)
-    convolutions = [plan for plan in convolutions if plan.key in variants]
-    on = bench._measure(f"{ref} (cudnn.benchmark on)", list(variants.values()), graph)
-    report["seconds"]["bricks"] = round(report["seconds"]["bricks"] + on.seconds, 3)
-    report["seconds"]["bricks_detail"]["cudnn"] = round(on.seconds, 3)
-    section: dict[str, Any] = {
-        "convolution_layers": len(convolutions),
-        "bricks": {"unique": len(variants), "measured_now": on.measured_now, "reused": on.reused},
-        "benchmark_off_ms": None,
-        "benchmark_on_ms": None,
-        "gap_ms": None,
-    }
-    if on.failed:
-        section["error"] = f"{len(on.failed)} benchmark-on brick(s) failed: {on.failed[0].reason}"[:300]
-        return section
-    off_ms = [done.times[plan.key].median_ms for plan in convolutions]
-    on_ms = [on.times[variants[plan.key].key].median_ms for plan in convolutions]
-    section.update(
-        benchmark_off_ms=math.fsum(off_ms),
-        benchmark_on_ms=math.fsum(on_ms),
-        gap_ms=math.fsum(off - benchmarked for off, benchmarked in zip(off_ms, on_ms, strict=True)),
-    )
-    if on.invalid:
-        report["validity"]["valid"] = False
-        report["validity"]["reasons"].append(
-            f"{len(on.invalid)} of its cudnn.benchmark-on bricks' measurements are not valid"
-        )
-    return section

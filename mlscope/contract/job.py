@@ -47,8 +47,8 @@ class Job:
         model_store: the machine's model store for a warm start, {"directory", "budget_mb"}
             (settings model_store_dir, model_store_mb); empty for none (no warm start measured).
         companions: the other bricks measured in this brick job (options.brick), after this one and
-            by the same settings, each {"evaluation_id", "manifest", "origin", "batch_size"}; the
-            result then has `companions` too, each one's end by its evaluation id. Empty for none.
+            by the same settings, each {"evaluation_id", "manifest", "origin", "batch_size"}. A brick
+            job's result has `bricks`: each brick's end (its own too) by evaluation id. Empty for none.
     """
 
     evaluation_id: str

@@ -380,59 +380,34 @@ def brick_job(job: Any, enter: Callable[..., None]) -> dict[str, Any]:
     `measure_bricks` with the job's measure settings and threads, each brick under its evaluation id.
 
     Returns:
-        The job's result (system, framework, its own brick's cold start and single_stream
-        measurement) with `companions`: each companion's end by evaluation id, {"cold_start",
-        "measurements"} or {"error"}. A brick of the job's own that failed while others were measured
-        is reported as `brick_error` (its companions' results are kept): the worker fails it alone.
-
-    Raises:
-        PredictorError: a graph is missing or differs from its manifest's SHA-256 (the job's own).
+        The job's result: system, framework, and `bricks`: each brick's end by evaluation id,
+        {"cold_start", "measurements"} or {"error"} (a brick whose graph cannot be had, or that
+        fails to load or run, fails alone; the others are measured).
     """
     from mlscope.contract.manifest import parse_manifest
     from mlscope.runtime.predictors.onnxruntime.export import onnx_graph
     from mlscope.runtime.system import capture_system
 
-    cache_dir = Path(job.cache_dir)
-    members = [
-        {
-            "evaluation_id": job.evaluation_id,
-            "manifest": job.manifest,
-            "origin": job.origin,
-            "batch_size": job.batch_sizes[0],
-        },
-        *job.companions,
-    ]
+    own = {"evaluation_id": job.evaluation_id, "manifest": job.manifest, "origin": job.origin}
+    members = [{**own, "batch_size": job.batch_sizes[0]}, *job.companions]
     enter("fetch", bricks=len(members))
-    specs, unreadable = [], {}
+    specs: list[BrickSpec] = []
+    ends: dict[str, dict[str, Any]] = {}
     for member in members:
         try:
             manifest = parse_manifest(member["manifest"], origin=member["origin"])
-            graph = onnx_graph(manifest, cache_dir)
+            graph = onnx_graph(manifest, Path(job.cache_dir))
             specs.append(BrickSpec(member["evaluation_id"], graph.read_bytes(), int(member["batch_size"])))
         except Exception as exc:  # one brick's graph cannot be had: the others are measured
-            if member["evaluation_id"] == job.evaluation_id and not job.companions:
-                raise
-            unreadable[member["evaluation_id"]] = {
-                "type": type(exc).__name__,
-                "message": str(exc)[:500],
-                "phase": "fetch",
-            }
+            error = {"type": type(exc).__name__, "message": str(exc)[:500], "phase": "fetch"}
+            ends[member["evaluation_id"]] = {"error": error}
     enter("measure", bricks=len(specs))
     settings = MeasureSettings.from_dict(dict(job.measure))
     measured = measure_bricks(specs, settings, threads=job.options.get("threads"))
-    ends: dict[str, dict[str, Any]] = {name: {"error": error} for name, error in unreadable.items()}
     for outcome in measured.outcomes:
         if outcome.measurement is None:
             ends[outcome.name] = {"error": outcome.error or {"type": "BrickError", "message": "not measured"}}
         else:
             ends[outcome.name] = {"cold_start": outcome.cold_start, "measurements": [outcome.measurement]}
-    own = ends.pop(job.evaluation_id)
     enter("report")
-    return {
-        "system": capture_system(),
-        "framework": {"version": measured.framework_version},
-        "cold_start": own.get("cold_start", {}),
-        "measurements": own.get("measurements", []),
-        **({"brick_error": own["error"]} if "error" in own else {}),
-        "companions": ends,
-    }
+    return {"system": capture_system(), "framework": {"version": measured.framework_version}, "bricks": ends}

@@ -212,11 +212,8 @@ def execute(job: Job, emit: Emit) -> dict[str, Any]:
             if spec.bricks is None:
                 raise JobFailed("InvalidRequest", f"{spec.display} does not measure bricks", "import")
             result: dict[str, Any] = load_object(spec.bricks)(job, phases.enter)
-            result["cold_start"] = {
-                "import_ms": import_ms,
-                "warm_process": warm_process,
-                **result["cold_start"],
-            }
+            # The job's own: the worker adds it to its first brick's cold start.
+            result["cold_start"] = {"import_ms": import_ms, "warm_process": warm_process}
             result["trace"] = {"trace_id": tracer.trace_id, "spans": tracer.spans}
             root.__exit__(None, None, None)
             return result

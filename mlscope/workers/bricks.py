@@ -335,16 +335,10 @@ class BrickRuns:
         if not specs:
             return report
         settings = MeasureSettings.from_dict(dict(self.brick_measure))
-        if self.device == "cpu":
-            job = measure_module_bricks(specs, settings, threads=self.threads)
-        elif not cudnn_benchmark:
-            job = measure_module_bricks(
-                specs, settings, threads=self.threads, device=self.device, cudnn_benchmark=False
-            )
-        else:
-            job = measure_module_bricks_apart(
-                specs, settings, threads=self.threads, device=self.device, cudnn_benchmark=True
-            )
+        measure = measure_module_bricks_apart if cudnn_benchmark else measure_module_bricks
+        job = measure(
+            specs, settings, threads=self.threads, device=self.device, cudnn_benchmark=cudnn_benchmark
+        )
         self._store_job(job, records, keys, batches, report)
         return report
 

@@ -194,16 +194,16 @@ def _evaluate(
         ],
     )
     runner = get_runner(request.runner, settings)
+    members = [(evaluation_id, admitted), *started]
     try:
-        with kept(store, [evaluation_id, *(id for id, _ in started)], lease):
+        with kept(store, [id for id, _ in members], lease):
             outcome = _run(admitted, job, runner, emit, tracer, cancel)
     except KeyboardInterrupt:
-        for id in [evaluation_id, *(id for id, _ in started)]:
+        for id, _ in members:
             store.cancel_evaluation(id)
         raise
     with tracer.span("store", status=_status(outcome)):
-        stored = _write_companions(started, outcome, settings, system_extra, writes)
-        stored = _write_end(admitted, outcome, evaluation_id, settings, system_extra, writes) and stored
+        stored = _write_ends(members, outcome, settings, system_extra, writes)
     spans = [*_predictor_spans(outcome), *tracer.drain()]
     stored = keep_spans(writes, settings, evaluation_id, spans) and stored
     if not stored:
@@ -267,32 +267,35 @@ def _start(store: Store, evaluation_id: str, lease: Lease | None, writes: Writes
     return False
 
 
-def _write_companions(
-    started: Sequence[tuple[str, Admission]],
+def _write_ends(
+    members: Sequence[tuple[str, Admission]],
     outcome: Outcome,
     settings: Settings,
     system_extra: Mapping[str, Any] | None,
     writes: Writes,
 ) -> bool:
-    """Write each companion's end: its own result or error from the brick job's result, or the job's
-    error when the job failed as a whole. False when one was kept for later."""
-    stored = True
-    ends = (outcome.result or {}).get("companions") or {}
-    for id, companion in started:
-        end = ends.get(id)
-        if outcome.result is None or end is None or "error" in end:
-            error = outcome.error if outcome.result is None else (end or {}).get("error")
-            error = error or {
-                "type": "BrickError",
-                "message": "the brick job returned nothing for it",
-                "phase": "report",
-            }
-            stored = writes.write(id, "fail_evaluation", error=error) and stored
+    """Write how each evaluation of the job ended. An ordinary job (or a brick job that failed as a
+    whole) ends every member alike; a brick job's result holds each brick's own end under `bricks`,
+    by evaluation id, and the job's import figures go to the first brick's cold start. False when an
+    end was kept for later."""
+    result = outcome.result or {}
+    ends = result.get("bricks")
+    if ends is None:
+        written = [_write_end(adm, outcome, id, settings, system_extra, writes) for id, adm in members]
+        return all(written)
+    shared = {key: value for key, value in result.items() if key != "bricks"}
+    written = []
+    for index, (id, adm) in enumerate(members):
+        end = ends.get(id) or {"error": {"type": "BrickError", "message": "its job returned nothing for it"}}
+        if "error" in end:
+            written.append(writes.write(id, "fail_evaluation", error={"phase": "report", **end["error"]}))
             continue
-        shared = {k: v for k, v in outcome.result.items() if k not in ("brick_error", "companions")}
-        own = Outcome(result={**shared, "cold_start": end["cold_start"], "measurements": end["measurements"]})
-        stored = _write_end(companion, own, id, settings, system_extra, writes) and stored
-    return stored
+        cold_start = (
+            {**shared.get("cold_start", {}), **end["cold_start"]} if index == 0 else end["cold_start"]
+        )
+        own = Outcome(result={**shared, "cold_start": cold_start, "measurements": end["measurements"]})
+        written.append(_write_end(adm, own, id, settings, system_extra, writes))
+    return all(written)
 
 
 def _status(outcome: Outcome) -> str:
@@ -318,8 +321,6 @@ def _write_end(
         assert outcome.error is not None
         return writes.write(evaluation_id, "fail_evaluation", error=outcome.error)
     result = outcome.result
-    if result.get("brick_error"):  # a brick job's own brick failed where its companions did not
-        return writes.write(evaluation_id, "fail_evaluation", error=result["brick_error"])
     measurements = [
         _with_cost(subsample_latencies(m, settings.max_raw_latencies), settings.price_per_hour)
         for m in result["measurements"]

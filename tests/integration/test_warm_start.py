@@ -68,20 +68,29 @@ def job(model: Manifest, cache: Path, store: Path, budget_mb: int = 256) -> Job:
     )
 
 
-def in_a_predictor_process(work: Job) -> dict[str, Any]:
-    """The job run as the process runner runs it: `python -m mlscope.runtime.execute`, its own process."""
+def python(
+    *arguments: str, stdin: str | None = None, timeout: float = 300, check: bool = True
+) -> tuple[Any, str]:
+    """`python ARGUMENTS` in a process of its own, on this checkout; the last line it printed, as JSON."""
     done = subprocess.run(
-        [sys.executable, "-m", "mlscope.runtime.execute"],
-        input=json.dumps(work.to_dict()),
+        [sys.executable, *arguments],
+        input=stdin,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
-        check=False,
+        check=check,
     )
-    final = json.loads(done.stdout.strip().splitlines()[-1])
-    assert final["event"] == "result", (final, done.stderr[-2000:])
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def in_a_predictor_process(work: Job) -> dict[str, Any]:
+    """The job run as the process runner runs it: `python -m mlscope.runtime.execute`, its own process."""
+    final, stderr = python(
+        "-m", "mlscope.runtime.execute", stdin=json.dumps(work.to_dict()), timeout=600, check=False
+    )
+    assert final["event"] == "result", (final, stderr[-2000:])
     return final["result"]
 
 
@@ -157,16 +166,7 @@ def test_a_warm_process_maps_the_store_file_shared_and_a_read_of_it_would_show(
     in_a_predictor_process(job(model, shared_cache, store))
     key = entry_key("pytorch", model.sha256, 0, "", model.name)
     # When another process loads it from the store and runs it
-    done = subprocess.run(
-        [sys.executable, "-c", _MAP_AND_LOOK, json.dumps(model.to_dict()), str(store), key],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        check=True,
-    )
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen, _ = python("-c", _MAP_AND_LOOK, json.dumps(model.to_dict()), str(store), key)
     # Then the store's file is mapped read-only and shared, its pages resident after an inference
     assert seen["perms"] == "r--s", seen
     assert seen["rss_kb"] * 1024 > 0.9 * seen["size"]
@@ -229,16 +229,7 @@ def test_a_warm_onnxruntime_process_maps_the_stored_weights_and_pre_packed_weigh
     assert published["warm_shared_mb"] > 1.5 * 16.4  # the pre-packed copies are in the store too
     # When another process loads it from the store and runs it
     arguments = [json.dumps(model.to_dict()), str(store), key, str(shared_cache)]
-    done = subprocess.run(
-        [sys.executable, "-c", _ORT_MAP_AND_LOOK, *arguments],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        check=True,
-    )
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen, _ = python("-c", _ORT_MAP_AND_LOOK, *arguments)
     # Then ONNX Runtime mapped the store's data file (privately: a write would copy the page for this
     # process alone), and pages of it are resident after an inference
     assert seen["perms"] and all(p.startswith("r") and p.endswith("p") for p in seen["perms"]), seen

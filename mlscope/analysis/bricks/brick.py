@@ -213,9 +213,13 @@ def plan_brick(layer: Layer, graph: LayerGraph, *, execution: dict[str, Any]) ->
         "outputs": len(layer.outputs),
         "execution": execution,
     }
+    return BrickPlan(brick_key(document), document, batch or 1, layer, notes)
+
+
+def brick_key(document: dict[str, Any]) -> str:
+    """A brick's key: the SHA-256 of its document as canonical JSON (sorted keys, no spaces)."""
     canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
-    key = hashlib.sha256(canonical.encode()).hexdigest()
-    return BrickPlan(key, document, batch or 1, layer, notes)
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def plan_bricks(graph: LayerGraph, *, execution: dict[str, Any]) -> list[BrickPlan | NotABrick]:

@@ -41,7 +41,7 @@ from torch.fx import GraphModule, Node, symbolic_trace
 from torch.fx.passes.shape_prop import ShapeProp
 from torch.utils import _pytree as pytree
 
-from mlscope.analysis.bricks.brick import BrickPlan, NotABrick, brick_name
+from mlscope.analysis.bricks.brick import BrickPlan, NotABrick, brick_key, brick_name
 from mlscope.analysis.bricks.graph import Layer, LayerGraph, TensorFact
 from mlscope.runtime.predictors.pytorch.bricks import ModuleBrickSpec, TensorSpec
 
@@ -357,8 +357,7 @@ def plan_module_bricks(graph: ModuleGraph, *, execution: dict[str, Any]) -> list
             "inputs": [[list(t.shape), list(t.stride), t.dtype] for t in arguments.tensors],
             "execution": execution,
         }
-        canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
-        key = hashlib.sha256(canonical.encode()).hexdigest()
+        key = brick_key(document)
         tensors = arguments.tensors
         batch = tensors[0].shape[0] if tensors and tensors[0].shape else 1
         plans.append(BrickPlan(key, document, batch, layer))
@@ -381,9 +380,7 @@ def cudnn_benchmark_plan(plan: BrickPlan) -> BrickPlan:
     """`plan`'s brick measured with `torch.backends.cudnn.benchmark` on: the same layer under a key of
     its own (its execution says so), so that both measurements are stored and reused apart."""
     document = {**plan.document, "execution": {**plan.document["execution"], "cudnn_benchmark": True}}
-    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
-    key = hashlib.sha256(canonical.encode()).hexdigest()
-    return BrickPlan(key, document, plan.batch_size, plan.layer, list(plan.notes))
+    return BrickPlan(brick_key(document), document, plan.batch_size, plan.layer, list(plan.notes))
 
 
 class _OneLayer(torch.nn.Module):

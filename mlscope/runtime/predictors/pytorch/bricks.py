@@ -154,9 +154,10 @@ class _ModuleBrick:
     def run(self, clock: Callable[[], int], evict: np.ndarray | None = None) -> int:
         """One timed run, prepared untimed as `mlscope.runtime.bricks` prepares an ORT brick's: the
         private caches flushed by writing `evict` (and, on a GPU, its L2 by writing the device
-        buffer), then the inputs rewritten (an in-place layer, such as ReLU(inplace=True), changed them
-        last run; and in the model the layer before just wrote them). Returns the run's latency, ns;
-        what the brick cost the job is added to `own_ns`."""
+        buffer; neither for a hot run, `evict` None), then the inputs rewritten (an in-place layer,
+        such as ReLU(inplace=True), changed them last run; and in the model the layer before just
+        wrote them). Returns the run's latency, ns; what the brick cost the job is added to
+        `own_ns`."""
         began = clock()
         if evict is not None:
             evict += 1
@@ -171,7 +172,8 @@ class _ModuleBrick:
             latency = ended - started
         else:  # a GPU: the call only queues the layer; two CUDA events on its stream time it
             timer, l2_flush = self.gpu
-            l2_flush += 1  # queued before the start event: done, and untimed, when the layer starts
+            if evict is not None:  # queued before the start event: done, and untimed, when it starts
+                l2_flush += 1
             latency = timer.time(_call_inference, (module, tensors))
             ended = clock()
         self.own_ns += ended - began
