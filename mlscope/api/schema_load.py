@@ -84,8 +84,22 @@ _LOAD_SECTION: dict[str, Any] = {
         "seed": _integer("the arrival times' seed"),
         "in_flight": {
             "type": "object",
-            "description": "queries in flight, observed and by Little's law (rate × latency)",
-            "properties": {name: _number(name) for name in ("observed", "littles_law", "ratio")},
+            "description": (
+                "samples in the system: as arrivals found them, as a time average, by Little's law "
+                "(rate × latency), and the time average over Little's law"
+            ),
+            "properties": {
+                name: _number(name) for name in ("observed", "time_average", "littles_law", "ratio")
+            },
+        },
+        "generator": {
+            "type": "object",
+            "description": "the issuing process: its scheduling priority and its share of one CPU",
+            "properties": {
+                "process": {"type": "string"},
+                "priority": {"type": "string"},
+                "cpu_share": _number("the issuing process's CPU time over its wall time"),
+            },
         },
         "service_ms": _spread("the model's time per query, queueing left out", ("median", "p90", "p99")),
         "samples_per_query": _integer("multi_stream: samples in each query"),

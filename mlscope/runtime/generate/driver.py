@@ -20,7 +20,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +31,7 @@ from mlscope.contract.load import LoadSettings
 from mlscope.runtime.generate.records import GenerateEngine, GenerationRequest, RequestRecord
 from mlscope.runtime.generate.reduce import MIN_REQUESTS, Point, per_request, reduce_records
 from mlscope.runtime.measure.certify import min_queries
-from mlscope.runtime.measure.generator import Schedule
+from mlscope.runtime.measure.generator import Schedule, issue
 from mlscope.runtime.measure.loop import NS_PER_S
 from mlscope.runtime.measure.search import find_max_qps
 from mlscope.runtime.measure.settings import MeasureSettings
@@ -123,17 +122,23 @@ def issue_requests(
         for thread in threads:
             thread.join()
     else:
-        offsets = Schedule("poisson", qps, seed=seed).offsets_ns(len(requests))
-        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="mlscope-generate") as pool:
-            futures = []
-            for position, offset in enumerate(offsets.tolist()):
-                due = started + int(offset)
-                delay = (due - time.perf_counter_ns()) / NS_PER_S
-                if delay > 0:
-                    time.sleep(delay)
-                futures.append(pool.submit(run, position, due))
-            for future in futures:
-                future.result()
+        # The server scenario's generator: a process of its own sends each request's position when
+        # it is due to `concurrency` slots (docs/load.md).
+        issued = issue(
+            lambda position: run(position, None),
+            range(len(requests)),
+            Schedule("poisson", qps, seed=seed),
+            max_in_flight=concurrency,
+            max_seconds=float("inf"),
+            check_every_seconds=1.0,
+            decide=lambda record, elapsed: None,
+            drain_seconds=None,
+            queries=len(requests),
+        )
+        for sent, due in zip(records, issued.scheduled.tolist(), strict=True):
+            if sent is not None:
+                sent.due_ns = issued.start_ns + int(due)
+        started = issued.start_ns
     wall_ns = time.perf_counter_ns() - started
     finished = [record for record in records if record is not None]
     return Point(finished, wall_ns, qps, monitor.stop())

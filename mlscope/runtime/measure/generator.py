@@ -3,27 +3,41 @@
 Owns `Schedule` (when each query is due: Poisson arrivals for the server scenario, a fixed
 interval for multi_stream), `issue` (the generator itself) and the `IssueRecord` it returns.
 
-The calling thread is the generator: it waits for each query's scheduled time and hands the query
-to a pool of `max_in_flight` model threads through a queue; it never runs the model. A query that
-finds every model thread busy waits in the queue, and that wait counts: its latency runs from its
-scheduled arrival to its completion (no coordinated omission). What the generator itself did is
-recorded beside it — when each query was actually sent, and how many were outstanding then — so
-the run can check that the load was the load it promised.
+The schedule is issued by a process of its own (`issuer_process`), not by a thread beside the model:
+a thread in the model's process waits for the GIL whenever the model's Python code holds it, and for
+a core whenever the model's threads fill them, and both waits showed up as issue lateness and as
+arrivals correlated with completions (docs/load.md, "Why the generator is a process"). The issuing
+process sleeps to each due time on the monotonic clock (the one perf_counter_ns reads in every
+process), asks for a real-time priority where the system grants one, and hands each sample's index
+to a pool of `max_in_flight` model threads through a pipe; it never runs the model. A query that
+finds every model thread busy waits in the pipe, and that wait counts: its latency runs from its
+scheduled arrival to its completion (no coordinated omission). Per sample the record keeps when it
+was due, sent, started and finished, so the run can check that the load was the load it promised.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import math
-import queue
+import mmap
+import os
+import select
+import struct
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from mlscope.runtime.measure import issuer_process as proto
 from mlscope.runtime.measure.loop import NS_PER_S, Timer
 
 __all__ = ["MAX_SAMPLES", "IssueRecord", "Schedule", "issue"]
@@ -31,11 +45,23 @@ __all__ = ["MAX_SAMPLES", "IssueRecord", "Schedule", "issue"]
 # At most this many samples are recorded in one run (five int64 arrays each: 80 MB); a schedule
 # longer than that ends the run early, with stop reason "capacity".
 MAX_SAMPLES = 2_000_000
-# The generator sleeps until this long before a query is due, then yields the GIL in a tight loop
-# until it is: time.sleep overshoots by ~60 µs on Linux.
-_SPIN_NS = 200_000
-# The first query is due this long after the generator starts, so the model threads are waiting.
-_LEAD_NS = 2_000_000
+# The first query is due this long after the issuing process is ready, so the model threads wait.
+_LEAD_NS = proto.LEAD_NS
+# The issuing process's script: run by path, so it imports nothing of mlscope's.
+_ISSUER = str(Path(proto.__file__).resolve())
+# MLSCOPE_GENERATOR_PRIORITY=normal keeps the issuing process at the ordinary priority (to measure
+# what the priority buys, or where a real-time thread is unwelcome).
+_PRIORITY_ENV = "MLSCOPE_GENERATOR_PRIORITY"
+_PRIORITY_NAMES = {
+    proto.PRIORITY_NORMAL: "normal",
+    proto.PRIORITY_NICE: "nice -10",
+    proto.PRIORITY_REALTIME: "realtime",
+}
+_STOP_NAMES = {proto.STOP_MAX_SECONDS: "max_seconds", proto.STOP_CAPACITY: "capacity"}
+# Queued samples the pipe to the model threads holds before the issuing process would block (1 MiB,
+# the most an unprivileged process may ask for; a run this far behind is overloaded anyway).
+_PIPE_BYTES = 1 << 20
+_SAMPLE = struct.Struct("<q")
 
 Decide = Callable[["IssueRecord", int], "str | None"]
 
@@ -84,6 +110,9 @@ class IssueRecord:
         issued: how many samples were sent.
         stop_reason: why issuing ended: "certified", "failed", "max_seconds", "stable", "capacity".
         issue_end_ns: when issuing ended.
+        issuer_cpu_ns: CPU time the issuing process spent from its start to its end.
+        issuer_priority: the scheduling priority the issuing process obtained ("realtime",
+            "nice -10" or "normal").
     """
 
     start_ns: int
@@ -96,6 +125,8 @@ class IssueRecord:
     issued: int = 0
     stop_reason: str = "max_seconds"
     issue_end_ns: int = 0
+    issuer_cpu_ns: int = 0
+    issuer_priority: str = "normal"
 
     def trimmed(self) -> IssueRecord:
         """The record cut to the samples issued, whole queries only."""
@@ -111,11 +142,23 @@ class IssueRecord:
             count,
             self.stop_reason,
             self.issue_end_ns,
+            self.issuer_cpu_ns,
+            self.issuer_priority,
         )
+
+    def fill_in_flight(self) -> None:
+        """Set `in_flight`: for each sample, the samples sent before it and not yet completed when
+        it was sent (from the recorded times; a sample never completed counts as in flight)."""
+        count = self.issued
+        ended = self.ended[:count]
+        completions = np.sort(ended[ended > 0])
+        seen_done = np.searchsorted(completions, self.sent[:count], side="right")
+        self.in_flight[:count] = np.maximum(np.arange(count) - seen_done, 0)
 
 
 class _ModelThreads:
-    """The model's side: `count` threads taking sample indices from a queue and running them."""
+    """The model's side: `count` threads reading sample indices from the issuing pipe and running
+    them. An index of −1 ends a thread."""
 
     def __init__(
         self,
@@ -124,9 +167,11 @@ class _ModelThreads:
         batches: Sequence[Any],
         record: IssueRecord,
         timer: Timer | None,
+        read_fd: int,
+        start_ns: Callable[[], int],
     ) -> None:
-        self.queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self.predict, self.batches, self.record, self.timer = predict, batches, record, timer
+        self.read_fd, self.start_ns = read_fd, start_ns
         # list.append is atomic under the GIL, so len(done) is a lock-free completion counter.
         self.done: list[None] = []
         self.cancel = threading.Event()
@@ -139,18 +184,21 @@ class _ModelThreads:
             thread.start()
 
     def _serve(self) -> None:
-        clock, get = time.perf_counter_ns, self.queue.get
-        predict, batches, timer = self.predict, self.batches, self.timer
+        clock, read, unpack = time.perf_counter_ns, os.read, _SAMPLE.unpack
+        predict, batches, timer, fd = self.predict, self.batches, self.timer, self.read_fd
         pool = len(batches)
-        start = self.record.start_ns
         started, ended = self.record.started.data, self.record.ended.data
         done, cancel = self.done, self.cancel
+        start: int | None = None
         while True:
-            index = get()
-            if index is None:
+            # The issuing process writes whole 8-byte records, which a pipe never splits.
+            (index,) = unpack(read(fd, 8))
+            if index < 0:
                 return
             if cancel.is_set() or self.errors:
                 continue
+            if start is None:
+                start = self.start_ns()
             batch = batches[index % pool]
             begin = clock()
             try:
@@ -167,11 +215,109 @@ class _ModelThreads:
             ended[index] = max(end - start, 1)
             done.append(None)
 
-    def stop(self) -> None:
+    def stop(self, write_fd: int) -> None:
         for _ in self.threads:
-            self.queue.put(None)
+            os.write(write_fd, _SAMPLE.pack(-1))
         for thread in self.threads:
             thread.join()
+
+
+class _Issuer:
+    """The issuing process and what it shares with this one: a mapped file holding the header, the
+    due times and the send times, the pipe to the model threads, and its control channel."""
+
+    def __init__(self, offsets: npt.NDArray[np.int64], per_query: int, max_ns: int) -> None:
+        count = int(offsets.size)
+        self._file = tempfile.TemporaryFile(prefix="mlscope-issue-")  # noqa: SIM115 (closed in close())
+        size = (proto.HEADER_SLOTS + 2 * count) * 8
+        self._file.truncate(size)
+        self._map = mmap.mmap(self._file.fileno(), size)
+        words: npt.NDArray[np.int64] = np.frombuffer(self._map, dtype=np.int64)
+        self.header = words[: proto.HEADER_SLOTS]
+        self.header[:] = 0
+        self.header[proto.COUNT], self.header[proto.PER_QUERY], self.header[proto.MAX_NS] = (
+            count,
+            per_query,
+            max_ns,
+        )
+        words[proto.HEADER_SLOTS : proto.HEADER_SLOTS + count] = offsets
+        self.sent = words[proto.HEADER_SLOTS + count :]
+        self.read_fd, self.write_fd = os.pipe()
+        if hasattr(fcntl, "F_SETPIPE_SZ"):
+            # Refused: the default 64 KiB still holds 8,192 queued samples.
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(self.write_fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+        shared_fd = self._file.fileno()
+        command = [sys.executable, "-I", _ISSUER, str(shared_fd), str(self.write_fd)]
+        if os.environ.get(_PRIORITY_ENV) == "normal":
+            command.append("normal")
+        self.process: subprocess.Popen[bytes] | None = None
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(shared_fd, self.write_fd),
+        )
+
+    def wait_ready(self) -> int:
+        """Block until the issuing process has started its clock; returns its start (perf_counter_ns).
+
+        Raises:
+            RuntimeError: it exited first (its error output is in the message).
+        """
+        assert self.process is not None and self.process.stdout is not None
+        if self.process.stdout.read(1) != b"r":
+            self.process.wait()
+            error = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
+            raise RuntimeError(f"the load generator's issuing process failed to start: {error.strip()}")
+        return int(self.header[proto.START])
+
+    @property
+    def issued(self) -> int:
+        return int(self.header[proto.ISSUED])
+
+    def wait_ended(self, timeout_s: float) -> bool:
+        """Wait at most `timeout_s` for the issuing process to end by itself; True when it has."""
+        assert self.process is not None and self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], max(timeout_s, 0.0))
+        return bool(ready)
+
+    def ask_stop(self) -> None:
+        assert self.process is not None and self.process.stdin is not None
+        try:
+            self.process.stdin.write(b"s")
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            pass  # it had already ended
+
+    def finish(self, record: IssueRecord) -> None:
+        """Wait for the issuing process and copy what it recorded into `record`."""
+        assert self.process is not None
+        self.process.wait()
+        header = self.header
+        record.issued = int(header[proto.ISSUED])
+        record.issue_end_ns = int(header[proto.END])
+        record.issuer_cpu_ns = int(header[proto.CPU_NS])
+        record.issuer_priority = _PRIORITY_NAMES.get(int(header[proto.PRIORITY]), "normal")
+        stop = int(header[proto.STOP])
+        if stop in _STOP_NAMES:
+            record.stop_reason = _STOP_NAMES[stop]
+        record.sent = self.sent[: record.sent.size].copy()
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        if self.process is not None:
+            for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+                if stream is not None:
+                    stream.close()
+        os.close(self.read_fd)
+        os.close(self.write_fd)
+        del self.header, self.sent
+        self._map.close()
+        self._file.close()
 
 
 def issue(
@@ -183,8 +329,9 @@ def issue(
     max_seconds: float,
     check_every_seconds: float,
     decide: Decide,
-    drain_seconds: float,
+    drain_seconds: float | None,
     timer: Timer | None = None,
+    queries: int | None = None,
 ) -> IssueRecord:
     """Issue queries on `schedule` to `max_in_flight` model threads until `decide` stops it.
 
@@ -194,100 +341,94 @@ def issue(
         schedule: when each query is due.
         max_in_flight: model threads: samples run at once.
         max_seconds: issuing ends here whatever `decide` says.
-        check_every_seconds: how often `decide` is consulted (from the generator, between sends).
+        check_every_seconds: how often `decide` is consulted.
         decide: called with the record so far and the elapsed ns; returns a stop reason or None.
         drain_seconds: after issuing ends, how long to wait for the samples still queued; those
-            not begun by then are cancelled and stay unfinished (ended == 0).
+            not begun by then are cancelled and stay unfinished (ended == 0). None waits for all.
         timer: a device timer; the model threads call `timer.time` and take the host clock after.
+        queries: issue exactly this many queries (then stop, reason "capacity"); by default as many
+            as `max_seconds` may hold.
 
     Returns:
         The record, trimmed to the samples issued.
 
     Raises:
+        RuntimeError: the issuing process could not start.
         Exception: the first exception `predict` or `timer` raised, after the threads are stopped.
     """
     per_query = schedule.samples_per_query
-    capacity = min(MAX_SAMPLES, per_query * (math.ceil(schedule.rate * max(max_seconds, 0.0) * 1.25) + 64))
-    capacity -= capacity % per_query
-    queries = capacity // per_query
+    if queries is None:
+        capacity = min(
+            MAX_SAMPLES, per_query * (math.ceil(schedule.rate * max(max_seconds, 0.0) * 1.25) + 64)
+        )
+        capacity -= capacity % per_query
+        queries = capacity // per_query
+    capacity = queries * per_query
     offsets = np.repeat(schedule.offsets_ns(queries) + _LEAD_NS, per_query)
-    record = IssueRecord(
-        start_ns=0,
-        samples_per_query=per_query,
-        scheduled=offsets,
-        sent=np.zeros(capacity, dtype=np.int64),
-        started=np.zeros(capacity, dtype=np.int64),
-        ended=np.zeros(capacity, dtype=np.int64),
-        in_flight=np.zeros(capacity, dtype=np.int64),
-    )
-    record.start_ns = time.perf_counter_ns()
-    model = _ModelThreads(max_in_flight, predict, batches, record, timer)
+    # A year stands for "no limit" (max_seconds may be infinite when `queries` bounds the run).
+    max_ns = int(min(max_seconds, 365 * 86400.0) * NS_PER_S) + _LEAD_NS
+    empty = np.zeros(capacity, dtype=np.int64)
+    record = IssueRecord(0, per_query, offsets, empty, empty.copy(), empty.copy(), empty.copy())
+    issuer = _Issuer(offsets, per_query, max_ns)
     try:
-        _send(record, model, offsets, max_seconds, check_every_seconds, decide)
-        _drain(record, model, drain_seconds)
+        model = _ModelThreads(
+            max_in_flight, predict, batches, record, timer, issuer.read_fd, lambda: record.start_ns
+        )
+        try:
+            record.start_ns = issuer.wait_ready()
+            _control(record, model, issuer, max_ns, check_every_seconds, decide)
+            issuer.finish(record)
+            _drain(record, model, drain_seconds)
+        finally:
+            model.cancel.set()
+            model.stop(issuer.write_fd)
     finally:
-        model.cancel.set()
-        model.stop()
+        issuer.close()
     if model.errors:
         raise model.errors[0]
+    record.fill_in_flight()
     return record.trimmed()
 
 
-def _send(
+def _control(
     record: IssueRecord,
     model: _ModelThreads,
-    offsets: npt.NDArray[np.int64],
-    max_seconds: float,
+    issuer: _Issuer,
+    max_ns: int,
     check_every_seconds: float,
     decide: Decide,
 ) -> None:
-    clock, sleep, put = time.perf_counter_ns, time.sleep, model.queue.put
-    done, errors = model.done, model.errors
-    start = record.start_ns
-    sent, in_flight = record.sent.data, record.in_flight.data
+    """Consult `decide` every `check_every_seconds` while the issuing process runs; tell it to stop
+    when `decide`, an error or the wall clock says so."""
+    clock, start = time.perf_counter_ns, record.start_ns
     check_ns = int(check_every_seconds * NS_PER_S)
-    max_ns = int(max_seconds * NS_PER_S) + _LEAD_NS
-    next_check = check_ns + _LEAD_NS
-    due_times = offsets.tolist()
-    index = 0
-    for index, due in enumerate(due_times):
-        if due > max_ns:
-            record.stop_reason = "max_seconds"
-            break
-        target = start + due
-        wait = target - clock()
-        if wait > _SPIN_NS:
-            sleep((wait - _SPIN_NS) / NS_PER_S)
-        while clock() < target:
-            sleep(0)
-        now = clock()
-        sent[index] = now - start
-        in_flight[index] = index - len(done)
-        put(index)
-        if now - start >= next_check:
-            record.issued = index + 1
-            next_check = now - start + check_ns
-            # A generator behind its schedule still stops on the wall clock.
-            wall_over = now - start > max_ns
-            reason = (
-                "error" if errors else "max_seconds" if wall_over else decide(record, now - start - _LEAD_NS)
-            )
-            if reason is not None:
-                record.stop_reason = reason
-                index += 1
-                break
-    else:
-        record.stop_reason = "capacity"
-        index = len(due_times)
-    record.issued = index
-    record.issue_end_ns = clock() - start
+    next_check = _LEAD_NS + check_ns
+    while not issuer.wait_ended((next_check - (clock() - start)) / NS_PER_S):
+        elapsed = clock() - start
+        if elapsed < next_check:
+            continue
+        next_check = elapsed + check_ns
+        record.issued = issuer.issued
+        # A generator behind its schedule still stops on the wall clock.
+        reason = (
+            "error"
+            if model.errors
+            else "max_seconds"
+            if elapsed > max_ns
+            else decide(record, elapsed - _LEAD_NS)
+        )
+        if reason is not None:
+            record.stop_reason = reason
+            issuer.ask_stop()
+            return
 
 
-def _drain(record: IssueRecord, model: _ModelThreads, drain_seconds: float) -> None:
-    """Wait for the samples still queued, at most `drain_seconds`; then cancel what is left."""
-    deadline = time.perf_counter_ns() + int(drain_seconds * NS_PER_S)
+def _drain(record: IssueRecord, model: _ModelThreads, drain_seconds: float | None) -> None:
+    """Wait for the samples still queued, at most `drain_seconds` (None: all of them); then cancel
+    what is left."""
+    deadline = None if drain_seconds is None else time.perf_counter_ns() + int(drain_seconds * NS_PER_S)
     while len(model.done) < record.issued and not model.errors:
-        if time.perf_counter_ns() >= deadline:
+        if deadline is not None and time.perf_counter_ns() >= deadline:
             break
         time.sleep(0.001)
     model.cancel.set()
