@@ -9,6 +9,7 @@ queries left unfinished.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -237,6 +238,13 @@ def _littles_law(record: IssueRecord, scenario: str, scheduled_qps: float | None
     return {"observed": observed, "time_average": time_average, "littles_law": law, "ratio": ratio}
 
 
+def _usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask, which a container's cpuset narrows)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _judge(
     result: LoadReport,
     scheduled_qps: float | None,
@@ -288,6 +296,12 @@ def _judge(
     late = section["late"]
     if late and not result.invalid:
         result.warnings.append(f"{late} of {queries} queries issued more than {LATE_MS:g} ms late")
+    cores = _usable_cores()
+    if section["max_in_flight"] > cores:
+        result.warnings.append(
+            f"max_in_flight={section['max_in_flight']} is above the {cores} cores this process may use: the "
+            "model's threads contend for them, and the latencies include that contention"
+        )
     overruns = section.get("overruns")
     if overruns:
         result.warnings.append(
