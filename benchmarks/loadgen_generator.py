@@ -1,25 +1,43 @@
-"""How accurately the server scenario's load generator issues its Poisson schedule, on a no-op model.
+"""How accurately the server scenario's load generator issues its Poisson schedule, on a no-op model
+and beside models that keep the machine busy.
 
 For each target rate (default 100, 1,000, 5,000, 10,000 and 20,000 queries/s) one run of the
 generator (`run_under_load`, which skips the MAX_QPS cap and the rate check, so rates past what this
 machine can issue are measured too) to a model that does nothing, each at least `--seconds` long,
 printing: achieved / target QPS (the Poisson schedule's own rate differs from the target by
 sampling noise, ~1/√n), achieved / scheduled QPS (what the generator did against what its schedule
-asked), the p99 and max issue lateness, and the Little's-law ratio (in flight seen by arrivals /
+asked), the p99 and max issue lateness, and the Little's-law ratio (time-averaged number in the system /
 rate × mean latency). Targets: achieved / scheduled ≥ 0.99 and p99 lateness ≤ 1 ms; the table says
 at which rate they stop holding on this machine.
 
+Then the same generator beside busy models (`--busy-seconds`, 0 to skip): torchvision ResNet-18
+(random weights, seed 0) exported to ONNX and run by ONNX Runtime with its default threads (one per
+core) at 30 queries/s, and a model whose Python code holds the GIL for 8 ms a query at 40 queries/s;
+each once with the issuing process at the priority it obtains (real-time where the system grants
+it) and once at the ordinary priority (MLSCOPE_GENERATOR_PRIORITY=normal). Per run: achieved /
+scheduled, issue lateness p50/p99/max, the issuing process's share of one CPU and Little's law.
+Targets: achieved / scheduled ≥ 0.99 and p99 issue lateness ≤ 0.5 ms.
+
     python benchmarks/loadgen_generator.py [--rates 100,1000,5000,10000,20000] [--seconds 5]
+        [--busy-seconds 20]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mlscope.contract.load import LoadSettings
-from mlscope.runtime.measure import MeasureSettings
+from mlscope.runtime.measure import MeasureSettings, get_scenario
 from mlscope.runtime.measure.generator import Schedule
 from mlscope.runtime.measure.load_run import generator_capacity, run_under_load
 
@@ -27,6 +45,7 @@ __all__ = ["TARGET_LATENESS_MS", "TARGET_RATIO", "measure_generator"]
 
 TARGET_RATIO = 0.99
 TARGET_LATENESS_MS = 1.0
+TARGET_BUSY_LATENESS_MS = 0.5
 
 
 def _noop(batch: Any) -> None:
@@ -66,11 +85,120 @@ def measure_generator(qps: float, seconds: float, seed: int = 0) -> dict[str, An
     }
 
 
+def resnet18_session(directory: Path) -> Any:
+    """torchvision ResNet-18 (random weights, seed 0) exported to ONNX, in an ONNX Runtime session
+    with its default options (as many intra-op threads as cores)."""
+    import onnxruntime as ort
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(weights=None).eval()
+    path = directory / "resnet18.onnx"
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model,
+            (torch.zeros(1, 3, 224, 224),),
+            str(path),
+            input_names=["x"],
+            output_names=["y"],
+            dynamo=False,
+        )
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def gil_holder(milliseconds: float) -> Callable[[Any], None]:
+    """A model whose Python code holds the GIL for `milliseconds` a query (a busy loop)."""
+
+    def predict(batch: Any) -> None:
+        end = time.perf_counter_ns() + int(milliseconds * 1e6)
+        while time.perf_counter_ns() < end:
+            pass
+
+    return predict
+
+
+@contextmanager
+def priority(name: str) -> Iterator[None]:
+    """The issuing process's priority for the runs inside: "granted" (what it obtains) or "normal"."""
+    before = os.environ.pop("MLSCOPE_GENERATOR_PRIORITY", None)
+    if name == "normal":
+        os.environ["MLSCOPE_GENERATOR_PRIORITY"] = "normal"
+    try:
+        yield
+    finally:
+        os.environ.pop("MLSCOPE_GENERATOR_PRIORITY", None)
+        if before is not None:
+            os.environ["MLSCOPE_GENERATOR_PRIORITY"] = before
+
+
+def measure_busy(
+    predict: Callable[[Any], Any], batches: Sequence[Any], qps: float, seconds: float
+) -> dict[str, Any]:
+    """One server run beside a busy model; the generator's own figures."""
+    settings = MeasureSettings(min_seconds=seconds, max_seconds=seconds * 2 + 5)
+    load = LoadSettings(qps=qps, max_in_flight=1)
+    measurement = get_scenario("server").run(predict, batches, 1, settings, load=load)
+    section = measurement.load or {}
+    late = section["issue_lateness_ms"]
+    ratio = (section["achieved_qps"] or 0.0) / (section["scheduled_qps"] or 1.0)
+    return {
+        "achieved_over_scheduled": ratio,
+        "late": late,
+        "generator": section["generator"],
+        "little": section["in_flight"]["ratio"],
+        "median_ms": measurement.latency_ms.median,
+        "queries": section["queries"],
+        "valid": measurement.validity.valid,
+        "reasons": list(measurement.validity.reasons),
+        "holds": ratio >= TARGET_RATIO and (late["p99"] or 0.0) <= TARGET_BUSY_LATENESS_MS,
+    }
+
+
+def busy_part(seconds: float) -> None:
+    print(
+        f"\nbeside a busy model ({seconds:g} s per run; target: ach/sched ≥ {TARGET_RATIO}, p99 lateness "
+        f"≤ {TARGET_BUSY_LATENESS_MS:g} ms)"
+    )
+    print(
+        f"  {'model':<30} {'priority':<9} {'ach/sched':>9} {'late p50':>9} {'late p99':>9} {'late max':>9} "
+        f"{'gen CPU':>8} {'Little':>7} {'median':>8} {'queries':>7}  holds  valid"
+    )
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        session = resnet18_session(Path(tmp))
+        images = [rng.standard_normal((1, 3, 224, 224), dtype=np.float32) for _ in range(8)]
+        models = [
+            ("ResNet-18 ORT default threads", lambda x: session.run(None, {"x": x}), images, 30.0),
+            ("Python holding the GIL 8 ms", gil_holder(8.0), [None], 40.0),
+        ]
+        for name, predict, batches, qps in models:
+            for wanted in ("granted", "normal"):
+                with priority(wanted):
+                    row = measure_busy(predict, batches, qps, seconds)
+                late, gen = row["late"], row["generator"]
+                label = f"{name} {qps:g} qps"
+                print(
+                    f"  {label:<30} {gen['priority']:<9} {row['achieved_over_scheduled']:>9.4f} "
+                    f"{late['p50']:>7.3f}ms {late['p99']:>7.3f}ms {late['max']:>7.2f}ms "
+                    f"{gen['cpu_share']:>7.2%} {row['little']:>7.3f} {row['median_ms']:>6.2f}ms "
+                    f"{row['queries']:>7,}  "
+                    f"{'yes' if row['holds'] else 'NO':<5}  {'yes' if row['valid'] else 'NO'}",
+                    flush=True,
+                )
+                for reason in row["reasons"]:
+                    print(f"      validity: {reason}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default="100,1000,5000,10000,20000", help="target QPS, comma separated")
     parser.add_argument("--seconds", type=float, default=5.0, help="minimum length of each run")
     parser.add_argument("--seed", type=int, default=0, help="seed of the Poisson schedule")
+    parser.add_argument(
+        "--busy-seconds", type=float, default=20.0, help="length of each busy-model run; 0 skips"
+    )
     args = parser.parse_args()
     rates = [float(rate) for rate in args.rates.split(",") if rate.strip()]
 
@@ -111,6 +239,8 @@ def main() -> None:
     for row in rows:
         for reason in row["invalid"]:
             print(f"  [{row['target_qps']:,.0f} qps] invalid: {reason}")
+    if args.busy_seconds > 0:
+        busy_part(args.busy_seconds)
 
 
 if __name__ == "__main__":
