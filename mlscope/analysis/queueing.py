@@ -40,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "busy_service_ns",
     "dkw_epsilon",
     "erlang_md1_wait_cdf",
     "fcfs_response_ns",
@@ -324,24 +325,67 @@ def fcfs_response_ns(arrivals_ns: npt.ArrayLike, service_ns: float, servers: int
     return starts + service_ns - relative
 
 
-def ks_distance(samples_ms: npt.ArrayLike, cdf: Callable[[float], float]) -> float:
+def busy_service_ns(
+    arrivals_ns: npt.ArrayLike, responses_ns: npt.ArrayLike, servers: int
+) -> npt.NDArray[np.float64]:
+    """How long each queued query held its server, read off a measured run: the service time the
+    queue really had, the serving side's own overhead per query included.
+
+    In an FCFS queue with c servers and identical service, a query n that arrived before query
+    n - c completed starts the moment that one completes; its completion follows by exactly one
+    service. So E_n - E_{n-c} over those queries (E = arrival + response) is the per-query time a
+    server was held, which a sleep's own record (its time inside the call) leaves out.
+
+    Args:
+        arrivals_ns: each query's arrival, nondecreasing, in ns.
+        responses_ns: each query's measured response time, same order, in ns.
+        servers: c, the servers.
+
+    Returns:
+        E_n - E_{n-c} for every query n >= c that arrived before E_{n-c} (empty when none queued).
+
+    Raises:
+        ValueError: the sequences differ in length or servers < 1.
+    """
+    arrivals = np.asarray(arrivals_ns, dtype=np.float64)
+    responses = np.asarray(responses_ns, dtype=np.float64)
+    if arrivals.shape != responses.shape or arrivals.ndim != 1:
+        raise ValueError("arrivals_ns and responses_ns: expected one-dimensional sequences of one length")
+    if isinstance(servers, bool) or not isinstance(servers, int) or servers < 1:
+        raise ValueError(f"servers={servers!r}: expected an int >= 1")
+    ends = arrivals + responses
+    earlier, later = ends[:-servers], ends[servers:]
+    queued = arrivals[servers:] < earlier
+    return np.asarray((later - earlier)[queued], dtype=np.float64)
+
+
+def ks_distance(samples_ms: npt.ArrayLike, cdf: Callable[[float], float], tolerance_ms: float = 0.0) -> float:
     """The Kolmogorov-Smirnov distance sup_x |F_n(x) - F(x)| between the samples' empirical CDF and
-    `cdf`.
+    `cdf`; with a tolerance tau, the vertical distance by which F_n leaves the band between F moved
+    tau to the right and tau to the left: sup_x max(F_n(x) - F(x + tau), F(x - tau) - F_n(x), 0).
+
+    The tolerance is for a law with an atom (the M/D/c response time has one at D, the queries that
+    did not wait): measured times scatter around an atom by the tool's timing jitter, and however
+    small the scatter the plain distance reads the atom's whole mass, while a band of tau reads only
+    what lies more than tau from where the law puts it.
 
     Ties and atoms are handled: at each distinct sample value u the supremum is taken of
-    F_n(u) - F(u) and of F(u-) - F_n(u-), the left limit F(u-) read as `cdf` at the float just
-    below u (exact for a right-continuous `cdf` of floats).
+    F_n(u) - F(u + tau) and of F((u - tau)-) - F_n(u-), the left limit read as `cdf` at the float
+    just below (exact for a right-continuous `cdf` of floats).
 
     Args:
         samples_ms: the samples (at least one).
         cdf: the distribution function to compare with, x -> P(X <= x), right-continuous.
+        tolerance_ms: tau, >= 0 (0: the plain Kolmogorov-Smirnov distance).
 
     Returns:
         The distance, in [0, 1].
 
     Raises:
-        ValueError: no samples.
+        ValueError: no samples, or a negative tolerance.
     """
+    if not tolerance_ms >= 0:
+        raise ValueError(f"tolerance_ms={tolerance_ms!r}: expected a number >= 0")
     x = np.asarray(samples_ms, dtype=np.float64).ravel()
     n = x.size
     if n == 0:
@@ -349,10 +393,11 @@ def ks_distance(samples_ms: npt.ArrayLike, cdf: Callable[[float], float]) -> flo
     values, counts = np.unique(x, return_counts=True)
     at = np.cumsum(counts) / n  # F_n(u)
     below = at - counts / n  # F_n(u-)
-    f_at = np.fromiter((cdf(float(u)) for u in values), dtype=np.float64, count=values.size)
-    left = np.nextafter(values, -np.inf)
-    f_below = np.fromiter((cdf(float(u)) for u in left), dtype=np.float64, count=values.size)
-    return float(max(0.0, np.max(at - f_at), np.max(f_below - below)))
+    right = values + tolerance_ms
+    left = np.nextafter(values - tolerance_ms, -np.inf)
+    f_right = np.fromiter((cdf(float(u)) for u in right), dtype=np.float64, count=values.size)
+    f_left = np.fromiter((cdf(float(u)) for u in left), dtype=np.float64, count=values.size)
+    return float(max(0.0, np.max(at - f_right), np.max(f_left - below)))
 
 
 def dkw_epsilon(n: int, alpha: float) -> float:

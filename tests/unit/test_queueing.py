@@ -160,3 +160,16 @@ def test_dkw_epsilon_is_massarts_band() -> None:
 def test_bad_parameters_are_refused(args: tuple[float, float, float, int]) -> None:
     with pytest.raises(ValueError):
         md_c_wait_cdf(*args)
+
+
+def test_ks_distance_with_a_tolerance_forgives_jitter_around_an_atom_and_no_more() -> None:
+    # The law: all mass at 5 ms. Samples jittered 0-0.05 ms above it read the whole atom as distance
+    # without a tolerance, none with 0.1 ms, and all of it again when the jitter is past the tolerance.
+    samples = 5.0 + np.linspace(0.0, 0.05, 100)
+
+    def atom(x: float) -> float:
+        return 1.0 if x >= 5.0 else 0.0
+
+    assert ks_distance(samples, atom) == pytest.approx(0.99)
+    assert ks_distance(samples, atom, tolerance_ms=0.1) == 0.0
+    assert ks_distance(samples + 0.2, atom, tolerance_ms=0.1) == pytest.approx(1.0)
