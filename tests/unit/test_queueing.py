@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from mlscope.analysis.queueing import (
+    busy_service_ns,
     dkw_epsilon,
     erlang_md1_wait_cdf,
     fcfs_response_ns,
@@ -173,3 +174,12 @@ def test_ks_distance_with_a_tolerance_forgives_jitter_around_an_atom_and_no_more
     assert ks_distance(samples, atom) == pytest.approx(0.99)
     assert ks_distance(samples, atom, tolerance_ms=0.1) == 0.0
     assert ks_distance(samples + 0.2, atom, tolerance_ms=0.1) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("servers", [1, 2])
+def test_busy_service_reads_the_service_time_off_the_completions(servers: int) -> None:
+    rng = np.random.default_rng(9)
+    arrivals = np.cumsum(rng.exponential(1.0, 2_000))
+    held = busy_service_ns(arrivals, fcfs_response_ns(arrivals, 0.8 * servers, servers), servers)
+    assert held.size > 100
+    assert np.allclose(held, 0.8 * servers)
