@@ -85,6 +85,8 @@ class Point:
         dkw: the DKW band at DKW_ALPHA for `queries` samples.
         service_held_ms: D'', the median time a queued query held its server, read off the run's
             completions (`busy_service_ns`): D' plus the serving side's overhead per query.
+        service_held_mean_ms: the mean of the same (what sets the queue's real utilisation: a
+            rare long hold moves it where the median does not), None when no query queued.
         truth_held_ms: p50, p90, p99 of the path truth with D''.
         tolerance_ms: tau of the tolerant KS distance: the percentile target's, max(2% D', 0.1 ms).
         ks_tolerant, dkw_thinned: KS distance within tau (`ks_distance`'s tolerance_ms) of every
@@ -108,6 +110,7 @@ class Point:
     ks: float
     dkw: float
     service_held_ms: float
+    service_held_mean_ms: float | None
     truth_held_ms: tuple[float, ...]
     tolerance_ms: float
     ks_tolerant: float
@@ -177,6 +180,7 @@ def measure_point(servers: int, service_ms: float, rho: float, seconds: float, s
         ks=ks,
         dkw=dkw_epsilon(max(int(latencies_ms.size), 1), DKW_ALPHA),
         service_held_ms=held_ms,
+        service_held_mean_ms=float(held.mean()) / 1e6 if held.size else None,
         truth_held_ms=_percentiles(truth_held_ms),
         tolerance_ms=tolerance_ms,
         ks_tolerant=ks_tolerant,
@@ -232,9 +236,11 @@ def _print_point(point: Point) -> bool:
         f"DKW epsilon {point.dkw_thinned:.4f}: KS <= epsilon {verdict}"
     )
     held_label = "(iii) truth with D''"
+    mean = point.service_held_mean_ms
+    held_mean = f"{mean:.4f} ms" if mean is not None else "none queued"
     print(
         f"  D'' = {point.service_held_ms:.4f} ms: median time a queued query held its server (from the "
-        "run's completions)"
+        f"run's completions); mean {held_mean}"
     )
     print(f"  {held_label:<22}" + "".join(f"{v:>10.4f}" for v in point.truth_held_ms))
     print(
