@@ -8,9 +8,10 @@ in `--servers` (1, 2), service D in `--service-ms` (2, 20) ms, utilisation rho i
 
 * mlscope's p50, p90 and p99 (from the measurement's latencies);
 * (i) the path truth: the exact FCFS response time of every query on the very arrival times the
-  run scheduled (`fcfs_response_ns`), with D' the service's real time (the median of its own
-  record: a hair over D, the wake-up latency), its percentiles, mlscope / truth and
-  mlscope - truth per percentile;
+  run scheduled, each query served for as long as the service's own record says it served it
+  (`fcfs_response_given_ns`; a sleep's wake-up makes each a little longer than D, and not by the
+  same amount), its percentiles, mlscope / truth and mlscope - truth per percentile; beside it the
+  same with every service D', the median of that record (`fcfs_response_ns`);
 * (ii) the stationary M/D/c law with D': its percentiles, the Kolmogorov-Smirnov distance of
   mlscope's response times to its CDF, and the Dvoretzky-Kiefer-Wolfowitz 99% band for that many
   queries; then the same within a tolerance of max(2% D', 0.1 ms) on every 5th query (see below);
@@ -45,6 +46,7 @@ import numpy.typing as npt
 from mlscope.analysis.queueing import (
     busy_service_ns,
     dkw_epsilon,
+    fcfs_response_given_ns,
     fcfs_response_ns,
     ks_distance,
     md_c_response_percentile,
@@ -80,7 +82,9 @@ class Point:
         service_mlscope_ms: the model's time per query as mlscope measured it (load.service_ms).
         lateness_p99_ms: the generator's p99 issue lateness.
         mlscope_ms, truth_ms, theory_ms: p50, p90, p99 of mlscope's latencies, of the path truth
-            on the same arrivals, and of the stationary M/D/c law, all with D'.
+            on the same arrivals with each query's own service time as the service recorded it,
+            and of the stationary M/D/c law with D'.
+        truth_fixed_ms: p50, p90, p99 of the path truth with every service time D'.
         ks: Kolmogorov-Smirnov distance of mlscope's response times to the stationary law.
         dkw: the DKW band at DKW_ALPHA for `queries` samples.
         service_held_ms: D'', the median time a queued query held its server, read off the run's
@@ -106,6 +110,7 @@ class Point:
     lateness_p99_ms: float | None
     mlscope_ms: tuple[float, ...]
     truth_ms: tuple[float, ...]
+    truth_fixed_ms: tuple[float, ...]
     theory_ms: tuple[float, ...]
     ks: float
     dkw: float
@@ -151,7 +156,14 @@ def measure_point(servers: int, service_ms: float, rho: float, seconds: float, s
     real_ms = float(np.median(service.taken_ns)) / 1e6
     latencies_ms = m.latencies_ns.astype(np.float64) / 1e6
     assert m.starts_ns is not None
-    truth_ms = fcfs_response_ns(m.starts_ns, real_ms * 1e6, servers) / 1e6
+    # Each query's own service, as the service recorded it: the timed run's calls, in the order they
+    # began (FCFS: the order of the queries), from the first query's due time on.
+    given = service.served_after(int(m.starts_ns[0]))[: m.starts_ns.size]
+    if given.size == m.starts_ns.size:
+        truth_ms = fcfs_response_given_ns(m.starts_ns, given, servers) / 1e6
+    else:  # a query left unserved: fall back to the fixed D'
+        truth_ms = fcfs_response_ns(m.starts_ns, real_ms * 1e6, servers) / 1e6
+    truth_fixed_ms = fcfs_response_ns(m.starts_ns, real_ms * 1e6, servers) / 1e6
     theory = tuple(md_c_response_percentile(p, qps, real_ms, servers) for p in PERCENTILES)
     ks = ks_distance(latencies_ms, lambda r: md_c_wait_cdf(r - real_ms, qps, real_ms, servers))
     held = busy_service_ns(m.starts_ns, m.latencies_ns, servers)
@@ -176,6 +188,7 @@ def measure_point(servers: int, service_ms: float, rho: float, seconds: float, s
         lateness_p99_ms=(section.get("issue_lateness_ms") or {}).get("p99"),
         mlscope_ms=_percentiles(latencies_ms),
         truth_ms=_percentiles(truth_ms),
+        truth_fixed_ms=_percentiles(truth_fixed_ms),
         theory_ms=theory,
         ks=ks,
         dkw=dkw_epsilon(max(int(latencies_ms.size), 1), DKW_ALPHA),
@@ -205,6 +218,7 @@ def _print_point(point: Point) -> bool:
     print(f"  {'':<22}" + "".join(f"{f'p{p:g}':>10}" for p in PERCENTILES))
     print(f"  {'mlscope ms':<22}" + "".join(f"{v:>10.4f}" for v in point.mlscope_ms))
     print(f"  {'(i) path truth ms':<22}" + "".join(f"{v:>10.4f}" for v in point.truth_ms))
+    print(f"  {'    with D fixed at D':<22}" + "".join(f"{v:>10.4f}" for v in point.truth_fixed_ms))
     print(
         f"  {'    ratio':<22}"
         + "".join(f"{m / t:>10.4f}" for m, t in zip(point.mlscope_ms, point.truth_ms, strict=True))

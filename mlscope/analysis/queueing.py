@@ -32,6 +32,7 @@ and cancels catastrophically in floating point at high load, so it is summed in 
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 from collections.abc import Callable
 from decimal import Decimal, localcontext
@@ -43,6 +44,7 @@ __all__ = [
     "busy_service_ns",
     "dkw_epsilon",
     "erlang_md1_wait_cdf",
+    "fcfs_response_given_ns",
     "fcfs_response_ns",
     "ks_distance",
     "md_c_response_percentile",
@@ -323,6 +325,45 @@ def fcfs_response_ns(arrivals_ns: npt.ArrayLike, service_ns: float, servers: int
         steps = np.arange(chain.size, dtype=np.float64) * service_ns
         starts[residue::servers] = steps + np.maximum.accumulate(chain - steps)
     return starts + service_ns - relative
+
+
+def fcfs_response_given_ns(
+    arrivals_ns: npt.ArrayLike, services_ns: npt.ArrayLike, servers: int
+) -> npt.NDArray[np.float64]:
+    """The exact response time of each query at an FCFS queue with `servers` servers, given each
+    query's own service time: the truth for a run whose service recorded how long it really served
+    each query (a sleep's wake-up makes every one a little longer than asked, and not equally).
+
+    Each query, in arrival order, takes the server that frees first: start = max(arrival, earliest
+    free), and that server is free again at start + its service. The queue starts empty.
+
+    Args:
+        arrivals_ns: arrival times, nondecreasing, in ns (any origin).
+        services_ns: each query's service time in ns, in arrival order (same length).
+        servers: c, the servers (>= 1).
+
+    Returns:
+        Each query's response time in ns, in arrival order (float64).
+
+    Raises:
+        ValueError: the sequences differ in length, arrivals decrease, or servers < 1.
+    """
+    arrivals = np.asarray(arrivals_ns, dtype=np.float64)
+    services = np.asarray(services_ns, dtype=np.float64)
+    if arrivals.shape != services.shape or arrivals.ndim != 1:
+        raise ValueError("arrivals_ns and services_ns: expected one-dimensional sequences of one length")
+    if np.any(np.diff(arrivals) < 0):
+        raise ValueError("arrivals_ns: expected nondecreasing arrival times")
+    if isinstance(servers, bool) or not isinstance(servers, int) or servers < 1:
+        raise ValueError(f"servers={servers!r}: expected an int >= 1")
+    relative = (arrivals - arrivals[0]).tolist() if arrivals.size else []
+    free = [0.0] * servers
+    responses = np.empty(len(relative), dtype=np.float64)
+    for index, (arrival, service) in enumerate(zip(relative, services.tolist(), strict=True)):
+        start = max(arrival, heapq.heappop(free))
+        heapq.heappush(free, start + service)
+        responses[index] = start + service - arrival
+    return responses
 
 
 def busy_service_ns(

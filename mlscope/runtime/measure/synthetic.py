@@ -50,6 +50,8 @@ class FixedService:
     Attributes:
         service_ms: the time asked for.
         taken_ns: every call's own duration as the service measured it, in call-completion order.
+        begun_ns: when each of those calls began (monotonic clock, the one perf_counter_ns reads),
+            same order.
     """
 
     def __init__(self, service_ms: float) -> None:
@@ -59,7 +61,7 @@ class FixedService:
         self._service_ns = round(service_ms * 1e6)
         self._libc = _libc()
         self._local = threading.local()
-        self._taken: list[int] = []
+        self._calls: list[tuple[int, int]] = []
 
     def _prepare_thread(self) -> None:
         if getattr(self._local, "ready", False):
@@ -83,15 +85,24 @@ class FixedService:
             if remaining > 0:
                 time.sleep(remaining / _NS_PER_S)
         # list.append is atomic under the GIL: concurrent callers need no lock.
-        self._taken.append(time.monotonic_ns() - begin)
+        self._calls.append((begin, time.monotonic_ns() - begin))
 
     @property
     def taken_ns(self) -> npt.NDArray[np.int64]:
-        return np.asarray(self._taken, dtype=np.int64)
+        return np.asarray([taken for _, taken in self._calls], dtype=np.int64)
+
+    @property
+    def begun_ns(self) -> npt.NDArray[np.int64]:
+        return np.asarray([begin for begin, _ in self._calls], dtype=np.int64)
+
+    def served_after(self, since_ns: int) -> npt.NDArray[np.int64]:
+        """The durations of the calls begun at or after `since_ns`, in the order they began."""
+        calls = sorted(call for call in self._calls if call[0] >= since_ns)
+        return np.asarray([taken for _, taken in calls], dtype=np.int64)
 
     def reset(self) -> None:
         """Forget the calls recorded so far (e.g. the warm-up's)."""
-        self._taken.clear()
+        self._calls.clear()
 
 
 if __name__ == "__main__":  # a quick look at the service's accuracy on this machine
