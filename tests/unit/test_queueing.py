@@ -14,6 +14,7 @@ from mlscope.analysis.queueing import (
     busy_service_ns,
     dkw_epsilon,
     erlang_md1_wait_cdf,
+    fcfs_response_given_ns,
     fcfs_response_ns,
     ks_distance,
     md_c_response_percentile,
@@ -183,3 +184,17 @@ def test_busy_service_reads_the_service_time_off_the_completions(servers: int) -
     held = busy_service_ns(arrivals, fcfs_response_ns(arrivals, 0.8 * servers, servers), servers)
     assert held.size > 100
     assert np.allclose(held, 0.8 * servers)
+
+
+def test_the_path_truth_with_each_querys_own_service_matches_the_fixed_one_and_a_hand_example() -> None:
+    rng = np.random.default_rng(5)
+    arrivals = np.cumsum(rng.exponential(2e6, size=2_000))
+    for servers in (1, 2, 3):
+        fixed = fcfs_response_ns(arrivals, 3e6, servers)
+        given = fcfs_response_given_ns(arrivals, np.full(arrivals.size, 3e6), servers)
+        np.testing.assert_allclose(given, fixed, rtol=0, atol=1e-3)
+    # One server: the second query waits for the first's 5 ms, the third for the second's 1 ms.
+    hand = fcfs_response_given_ns([0, 1, 2], [5, 1, 4], 1)
+    assert hand.tolist() == [5.0, 5.0, 8.0]
+    # Two servers: the third query takes the server the second frees at 2, not the first's at 5.
+    assert fcfs_response_given_ns([0, 1, 2], [5, 1, 4], 2).tolist() == [5.0, 1.0, 4.0]
