@@ -1,33 +1,76 @@
-"""Whether mlscope's single_stream and server scenarios agree with MLPerf LoadGen on the same model.
+"""Whether mlscope's single_stream and server scenarios agree with MLPerf LoadGen on the same model,
+and when they do not, which tool is off, by how much and why.
 
-A small MLP (`--hidden` wide, 3 layers, random weights seeded) is exported with torch.onnx.export
-into a temporary directory and run with one onnxruntime InferenceSession (intra_op_num_threads
-fixed), the same session and the same inputs for both tools:
+Two setups (`--setup a|b|both`, default both), each one ONNX model exported with torch.onnx.export
+(the legacy exporter, dynamo=False) into a temporary directory and run by one onnxruntime
+InferenceSession, the same session and the same inputs (`--inputs` distinct, seeded) for both tools:
+
+* a: a 512→2048→2048→1000 MLP (random weights, seeded), batch 8, ONNX Runtime with one intra-op
+  thread; server at 100 qps, latency bound 50 ms; runs of at least 10 s;
+* b: torchvision's ResNet-18 with random weights (torch.manual_seed(0), weights=None), batch 1,
+  input 1x3x224x224, ONNX Runtime with its default session options (no thread settings); server at
+  30 qps, latency bound 100 ms; runs of at least 20 s.
+
+The tools:
 
 * LoadGen (the `mlcommons-loadgen` package, import name `mlperf_loadgen`): a SUT whose
   issue_queries runs the session inline (SingleStream) or hands the query to one worker thread
   through a queue (Server), then calls QuerySamplesComplete; PerformanceOnly, min_duration_ms and
-  min_query_count as given; its figures are read from mlperf_log_summary.txt;
+  min_query_count as given; its figures are read from mlperf_log_summary.txt (50/90/95/97/99/99.9
+  percentiles, the result, early stopping, the scheduled and completed rates);
 * mlscope: get_scenario("single_stream" / "server").run with the session's run as predict, the
-  same rate, percentile (90 for single stream; the server percentile for server), latency bound
-  and minimum duration.
+  same rate, percentile (90 for single stream; `--server-percentile`, 99, for server), latency bound
+  and minimum duration; max_in_flight 1 (LoadGen's one worker thread). Its p50/p90/p99 are the
+  measurement's latency summary's.
 
-Prints per scenario each tool's median and p90, the ratios mlscope / LoadGen of the medians and of
-the p90s (target: within 3%), and LoadGen's VALID / INVALID beside mlscope's validity (with its
-reasons). The runs alternate (LoadGen, mlscope for single_stream; mlscope, LoadGen for server) so
-machine drift affects both.
+Prints one table per setup: for single_stream and server, each tool's p50, p90 and p99 (ms) and
+verdict, then a ratio row mlscope / LoadGen per percentile (target: each within 3%) and whether
+the VALID / INVALID verdicts agree; then mlscope's validity reasons, its load section's achieved qps
+and p99 issue lateness, and LoadGen's completed/scheduled rate and early-stopping lines. The two
+tools draw different Poisson schedules (each its own seed), so a server p99 from ~1000 queries
+differs between them by sampling alone by a few percent.
+
+`--diagnose` adds, per setup:
+
+* each tool's own per-query cost, on a no-op SUT: LoadGen single_stream with a SUT that completes
+  at once inside issue_queries and mlscope single_stream with a predict that returns at once
+  (`--noop-seconds` each); then both server scenarios at the setup's rate on the no-op (LoadGen's
+  through the same worker thread as the model's run); p50/p90/p99 in microseconds;
+* LoadGen's SUT timed apart: in the LoadGen runs of the model (both scenarios), per query with
+  time.perf_counter_ns (mlscope's clock) the moment issue_queries was entered, the moment the
+  model started, its end and the return of QuerySamplesComplete; median and p99 of callback →
+  model start (the handoff to the worker plus queueing behind the previous query), the model's
+  time, the QuerySamplesComplete call, and callback → complete returned; beside them the model's
+  time under mlscope (its load section's service_ms, server) and LoadGen's reported percentile
+  minus the SUT-side one (a difference of percentiles: roughly LoadGen's own issue path, from its
+  scheduled time to the callback);
+
+and once after the setups (it does not depend on the model):
+
+* both tools on `FixedService(D)` (a service of exactly D ms that holds neither the GIL nor a
+  core) at D = 2 and 20 ms, utilisation 0.6 (qps = 0.6 * 1000 / D), max_in_flight 1 (LoadGen: one
+  worker thread), bound 10 D, `--fixed-seconds` each: both tools' p50/p90/p99, the ratio row, and,
+  when `mlscope.analysis.queueing.md_c_response_percentile` is importable, the M/D/1 theory's
+  percentiles at the run's target rate with D' = the median of the service's own record of its
+  calls (`taken_ns`), and each tool / theory; else "theory: not available".
+
+The runs alternate (LoadGen then mlscope for single_stream and D = 2 ms; mlscope then LoadGen for
+server and D = 20 ms) so machine drift affects both.
 
 When `mlperf_loadgen` is not importable, the benchmark pip-installs `mlcommons-loadgen` into a
 directory of its own under the user's cache directory (not the project's environment) and imports
 it from there.
 
-    python benchmarks/loadgen_agreement.py [--qps 100] [--bound-ms 50] [--seconds 10]
+    python benchmarks/loadgen_agreement.py [--setup a|b|both] [--diagnose] [--seconds S]
+        [--qps Q] [--bound-ms B] [--noop-seconds 1] [--fixed-seconds 20]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import importlib.metadata
 import os
 import queue
 import re
@@ -37,6 +80,8 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +89,18 @@ import numpy as np
 
 from mlscope.contract.load import LoadSettings
 from mlscope.runtime.measure import MeasureSettings, get_scenario
+from mlscope.runtime.measure.synthetic import FixedService
 
-__all__ = ["TARGET_RATIO", "ensure_loadgen", "parse_summary"]
+__all__ = ["TARGET_RATIO", "Plan", "ensure_loadgen", "parse_summary"]
 
 TARGET_RATIO = 0.03
+PERCENTILES = (50.0, 90.0, 99.0)
 _PACKAGE = "mlcommons-loadgen"
+# A no-op single-stream LoadGen run pre-generates its queries (~1 kB each) from the expected
+# latency; at most this many, so the run's memory stays bounded.
+_NOOP_MAX_QUERIES = 250_000
+FIXED_SERVICE_MS = (2.0, 20.0)
+FIXED_RHO = 0.6
 
 
 def _cache_dir() -> Path:
@@ -94,8 +146,16 @@ def ensure_loadgen() -> Any:
     return importlib.import_module("mlperf_loadgen")
 
 
-def build_session(directory: Path, width: int, hidden: int, batch: int, threads: int, seed: int) -> Any:
-    """Export a seeded 3-layer MLP to ONNX in `directory` and open it with onnxruntime."""
+def _export(model: Any, example: Any, path: Path) -> None:
+    import torch
+
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the legacy exporter's deprecation, chosen for speed
+        torch.onnx.export(model, (example,), str(path), input_names=["x"], output_names=["y"], dynamo=False)
+
+
+def build_mlp_session(directory: Path, width: int, hidden: int, batch: int, threads: int, seed: int) -> Any:
+    """Setup a: a seeded 3-layer MLP exported to ONNX in `directory`, opened with `threads` threads."""
     import onnxruntime as ort
     import torch
 
@@ -108,36 +168,69 @@ def build_session(directory: Path, width: int, hidden: int, batch: int, threads:
         torch.nn.Linear(hidden, 1000),
     ).eval()
     path = directory / "mlp.onnx"
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # the legacy exporter, chosen for speed
-        torch.onnx.export(
-            model,
-            (torch.zeros(batch, width),),
-            str(path),
-            input_names=["x"],
-            output_names=["y"],
-            dynamo=False,
-        )
+    _export(model, torch.zeros(batch, width), path)
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
+def build_resnet_session(directory: Path) -> Any:
+    """Setup b: torchvision's ResNet-18, random weights (seed 0), batch 1, ONNX Runtime's defaults."""
+    import onnxruntime as ort
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(weights=None).eval()
+    path = directory / "resnet18.onnx"
+    _export(model, torch.zeros(1, 3, 224, 224), path)
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one pair of runs (one per tool) is asked for.
+
+    Attributes:
+        seconds: minimum duration of each run.
+        min_queries: minimum query count of each run.
+        qps: the server scenario's target rate.
+        bound_ms: the server scenario's latency bound (LoadGen's target latency).
+        percentile: the server scenario's percentile.
+        expected_ms: LoadGen single stream's expected latency (it pre-generates queries from it).
+    """
+
+    seconds: float
+    min_queries: int
+    qps: float
+    bound_ms: float
+    percentile: float
+    expected_ms: float
+
+
 _PERCENTILE = re.compile(r"^\s*(\d+(?:\.\d+)?) percentile latency \(ns\)\s*:\s*(\d+)")
+_RATE = re.compile(r"^\s*(Completed|Scheduled) samples per second\s*:\s*([\d.]+)")
 
 
 def parse_summary(text: str) -> dict[str, Any]:
-    """LoadGen's mlperf_log_summary.txt: percentiles (ms, by percentile), result, early stopping."""
+    """LoadGen's mlperf_log_summary.txt: percentiles (ms, by percentile), result, its unmet
+    conditions, early stopping, and the server's completed / scheduled rates (None if absent)."""
     percentiles: dict[float, float] = {}
-    result, early = None, []
+    rates: dict[str, float] = {}
+    result, early, unmet = None, [], []
     in_early = False
     for line in text.splitlines():
         match = _PERCENTILE.match(line)
         if match:
             percentiles[float(match.group(1))] = int(match.group(2)) / 1e6
+        rate = _RATE.match(line)
+        if rate:
+            rates[rate.group(1).lower()] = float(rate.group(2))
         if line.startswith("Result is"):
             result = line.split(":", 1)[1].strip()
+        if line.strip().endswith(": NO"):
+            unmet.append(line.strip())
         if line.startswith("Early Stopping Result"):
             in_early = True
             continue
@@ -146,49 +239,83 @@ def parse_summary(text: str) -> dict[str, Any]:
                 early.append(line.strip().lstrip("* ").strip())
             elif line.strip() and not line.startswith(" "):
                 in_early = False
-        elif "Early stopping" in line or "early stopping" in line:
+        elif ("Early stopping" in line or "early stopping" in line) and not line.strip().endswith(
+            (": Yes", ": NO")
+        ):
             early.append(line.strip())
-    return {"percentiles": percentiles, "result": result, "early_stopping": early}
+    return {
+        "percentiles": percentiles,
+        "result": result,
+        "unmet": unmet,
+        "early_stopping": early,
+        "completed_qps": rates.get("completed"),
+        "scheduled_qps": rates.get("scheduled"),
+    }
 
 
 def run_loadgen(
-    lg: Any, scenario: str, run: Any, inputs: list[Any], args: argparse.Namespace, outdir: Path
+    lg: Any,
+    scenario: str,
+    run: Callable[[Any], Any],
+    inputs: Sequence[Any],
+    plan: Plan,
+    outdir: Path,
+    *,
+    stamp: bool = True,
+    max_queries: int = 0,
 ) -> dict[str, Any]:
-    """One LoadGen PerformanceOnly run; its summary parsed."""
+    """One LoadGen PerformanceOnly run; its summary parsed.
+
+    With `stamp`, the summary also carries "stamps": an (n, 4) int64 array, per query the
+    perf_counter_ns of issue_queries entered, model start, model end and QuerySamplesComplete
+    returned (a no-op run goes without: four clock reads would double its cost).
+    """
     settings = lg.TestSettings()
     settings.mode = lg.TestMode.PerformanceOnly
-    settings.min_duration_ms = int(args.seconds * 1000)
-    settings.min_query_count = args.min_queries
+    settings.min_duration_ms = int(plan.seconds * 1000)
+    settings.min_query_count = plan.min_queries
+    settings.max_query_count = max_queries
     if scenario == "single_stream":
         settings.scenario = lg.TestScenario.SingleStream
-        settings.single_stream_expected_latency_ns = int(args.expected_ms * 1e6)
+        settings.single_stream_expected_latency_ns = max(1, int(plan.expected_ms * 1e6))
         settings.single_stream_target_latency_percentile = 0.9
     else:
         settings.scenario = lg.TestScenario.Server
-        settings.server_target_qps = args.qps
-        settings.server_target_latency_ns = int(args.bound_ms * 1e6)
-        settings.server_target_latency_percentile = args.server_percentile / 100
+        settings.server_target_qps = plan.qps
+        settings.server_target_latency_ns = int(plan.bound_ms * 1e6)
+        settings.server_target_latency_percentile = plan.percentile / 100
 
     work: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    stamps: list[tuple[int, int, int, int]] = []
+    clock = time.perf_counter_ns
 
-    def complete(sample: Any) -> None:
-        run(inputs[sample.index])
-        lg.QuerySamplesComplete([lg.QuerySampleResponse(sample.id, 0, 0)])
+    def complete(sample: Any, entered: int) -> None:
+        if stamp:
+            begun = clock()
+            run(inputs[sample.index])
+            ended = clock()
+            lg.QuerySamplesComplete([lg.QuerySampleResponse(sample.id, 0, 0)])
+            stamps.append((entered, begun, ended, clock()))
+        else:
+            run(inputs[sample.index])
+            lg.QuerySamplesComplete([lg.QuerySampleResponse(sample.id, 0, 0)])
 
     def worker() -> None:
         while True:
-            samples = work.get()
-            if samples is None:
+            item = work.get()
+            if item is None:
                 return
+            samples, entered = item
             for sample in samples:
-                complete(sample)
+                complete(sample, entered)
 
     def issue_queries(samples: list[Any]) -> None:
+        entered = clock() if stamp else 0
         if scenario == "single_stream":
             for sample in samples:
-                complete(sample)
+                complete(sample, entered)
         else:
-            work.put(samples)
+            work.put((samples, entered))
 
     thread = threading.Thread(target=worker, daemon=True)
     thread.start()
@@ -197,6 +324,7 @@ def run_loadgen(
     log = lg.LogSettings()
     log.log_output.outdir = str(outdir)
     log.log_output.copy_summary_to_stdout = False
+    outdir.mkdir(parents=True, exist_ok=True)
     try:
         lg.StartTestWithLogSettings(sut, qsl, settings, log)
     finally:
@@ -204,35 +332,323 @@ def run_loadgen(
         thread.join()
         lg.DestroyQSL(qsl)
         lg.DestroySUT(sut)
-    return parse_summary((outdir / "mlperf_log_summary.txt").read_text())
+    summary = parse_summary((outdir / "mlperf_log_summary.txt").read_text())
+    summary["stamps"] = np.asarray(stamps, dtype=np.int64).reshape(-1, 4)
+    return summary
 
 
-def run_mlscope(scenario: str, run: Any, inputs: list[Any], args: argparse.Namespace) -> Any:
+def run_mlscope(scenario: str, run: Callable[[Any], Any], inputs: Sequence[Any], plan: Plan) -> Any:
+    """One mlscope measurement of `scenario`, as `plan` asks."""
     settings = MeasureSettings(
-        min_seconds=args.seconds, min_count=args.min_queries, max_seconds=args.seconds * 6
+        min_seconds=plan.seconds, min_count=plan.min_queries, max_seconds=plan.seconds * 6
     )
     if scenario == "single_stream":
         load = LoadSettings(percentile=90)
     else:
         load = LoadSettings(
-            qps=args.qps, percentile=args.server_percentile, latency_bound_ms=args.bound_ms, max_in_flight=1
+            qps=plan.qps, percentile=plan.percentile, latency_bound_ms=plan.bound_ms, max_in_flight=1
         )
     return get_scenario(scenario).run(run, inputs, 1, settings, load=load)
 
 
+def _lg_percentiles(figures: dict[str, Any]) -> tuple[float, ...]:
+    return tuple(figures["percentiles"].get(p, float("nan")) for p in PERCENTILES)
+
+
+def _ml_percentiles(m: Any) -> tuple[float, ...]:
+    return (m.latency_ms.median, m.latency_ms.p90, m.latency_ms.p99)
+
+
+def _ml_verdict(m: Any) -> str:
+    return f"{'VALID' if m.validity.valid else 'INVALID'} ({m.stop_reason}, {m.latency_ms.count} queries)"
+
+
+def _lg_verdict(figures: dict[str, Any]) -> str:
+    return str(figures["result"])
+
+
+HEADER = f"  {'scenario':<16} {'tool':<9} {'p50':>9} {'p90':>9} {'p99':>9}  verdict"
+
+
+def _row(label: str, tool: str, values: Sequence[float], verdict: str, scale: float = 1.0) -> str:
+    cells = " ".join(f"{v * scale:>9.3f}" for v in values)
+    return f"  {label:<16} {tool:<9} {cells}  {verdict}"
+
+
+def _ratio_row(label: str, ml: Sequence[float], lg: Sequence[float], agree: bool | None) -> str:
+    ratios = [a / b if b else float("nan") for a, b in zip(ml, lg, strict=True)]
+    passes = [abs(r - 1) <= TARGET_RATIO for r in ratios]
+    marks = ", ".join(f"p{p:g} {'PASS' if ok else 'FAIL'}" for p, ok in zip(PERCENTILES, passes, strict=True))
+    tail = f"within {TARGET_RATIO:.0%}: {marks}"
+    if agree is not None:
+        tail += f"; verdicts agree: {'yes' if agree else 'NO'}"
+    return _row(label, "ratio", ratios, tail)
+
+
+def _notes(scenario: str, m: Any, figures: dict[str, Any] | None) -> list[str]:
+    lines = []
+    if figures is not None:
+        if figures["completed_qps"] is not None:
+            lines.append(
+                f"      LoadGen: completed {figures['completed_qps']:.2f} qps, "
+                f"scheduled {figures['scheduled_qps'] or float('nan'):.2f} qps"
+            )
+        lines.extend(f"      LoadGen unmet: {line}" for line in figures["unmet"])
+        if figures["result"] != "VALID":
+            lines.extend(f"      LoadGen early stopping: {line}" for line in figures["early_stopping"])
+    if m.load is not None and "achieved_qps" in m.load:
+        lines.append(
+            f"      mlscope load: achieved {m.load['achieved_qps']:.2f} qps, "
+            f"p99 issue lateness {m.load['issue_lateness_ms']['p99']:.3f} ms"
+        )
+    lines.extend(f"      mlscope validity: {reason}" for reason in m.validity.reasons)
+    return lines
+
+
+def _pair(
+    lg: Any,
+    scenario: str,
+    order: tuple[str, str],
+    run: Callable[[Any], Any],
+    inputs: Sequence[Any],
+    plan: Plan,
+    outdir: Path,
+    **loadgen_kwargs: Any,
+) -> tuple[Any, dict[str, Any] | None]:
+    """Both tools on the same `run`, in `order`; (mlscope's measurement, LoadGen's summary or None)."""
+    m, figures = None, None
+    for tool in order:
+        if tool == "loadgen":
+            if lg is not None:
+                figures = run_loadgen(lg, scenario, run, inputs, plan, outdir, **loadgen_kwargs)
+        else:
+            m = run_mlscope(scenario, run, inputs, plan)
+    return m, figures
+
+
+def _print_pair(label: str, m: Any, figures: dict[str, Any] | None, scale: float = 1.0) -> None:
+    if figures is not None:
+        print(_row(label, "LoadGen", _lg_percentiles(figures), _lg_verdict(figures), scale))
+    print(_row(label, "mlscope", _ml_percentiles(m), _ml_verdict(m), scale))
+    if figures is not None:
+        agree = (figures["result"] == "VALID") == m.validity.valid
+        print(_ratio_row(label, _ml_percentiles(m), _lg_percentiles(figures), agree))
+
+
+@dataclass
+class Setup:
+    """One model under test: its session's run, inputs, and what the runs are asked for."""
+
+    key: str
+    title: str
+    run: Callable[[Any], Any]
+    inputs: list[Any]
+    plan: Plan
+
+
+def _prepare(key: str, directory: Path, args: argparse.Namespace) -> Setup:
+    rng = np.random.default_rng(args.seed)
+    if key == "a":
+        session = build_mlp_session(directory, args.width, args.hidden, args.batch, args.threads, args.seed)
+        inputs = [rng.standard_normal((args.batch, args.width), dtype=np.float32) for _ in range(args.inputs)]
+        title = (
+            f"{args.width}→{args.hidden}→{args.hidden}→1000 MLP, batch {args.batch}, "
+            f"ONNX Runtime {args.threads} intra-op thread(s)"
+        )
+        qps, bound_ms, seconds = 100.0, 50.0, 10.0
+    else:
+        session = build_resnet_session(directory)
+        inputs = [rng.standard_normal((1, 3, 224, 224), dtype=np.float32) for _ in range(args.inputs)]
+        title = "ResNet-18 (random weights), batch 1, 1x3x224x224, ONNX Runtime default session options"
+        qps, bound_ms, seconds = 30.0, 100.0, 20.0
+
+    def run(x: Any) -> Any:
+        return session.run(None, {"x": x})
+
+    for x in inputs * 2:  # warm-up, for LoadGen's sake (mlscope warms up itself)
+        run(x)
+    started = time.perf_counter()
+    for x in inputs:
+        run(x)
+    bare_ms = (time.perf_counter() - started) * 1000 / len(inputs)
+    plan = Plan(
+        seconds=args.seconds if args.seconds is not None else seconds,
+        min_queries=args.min_queries,
+        qps=args.qps if args.qps is not None else qps,
+        bound_ms=args.bound_ms if args.bound_ms is not None else bound_ms,
+        percentile=args.server_percentile,
+        # LoadGen pre-generates min_duration / expected queries and stops early once its minimums
+        # are met; half the bare time leaves room for a run that goes faster than the warm-up.
+        expected_ms=bare_ms / 2,
+    )
+    return Setup(key, f"{title}, ~{bare_ms:.2f} ms per bare inference", run, inputs, plan)
+
+
+def _stamp_lines(stamps: np.ndarray, label: str) -> list[str]:
+    if stamps.size == 0:
+        return [f"    {label}: no queries stamped"]
+    parts = {
+        "callback → model start": stamps[:, 1] - stamps[:, 0],
+        "model": stamps[:, 2] - stamps[:, 1],
+        "QuerySamplesComplete call": stamps[:, 3] - stamps[:, 2],
+        "callback → complete returned": stamps[:, 3] - stamps[:, 0],
+    }
+    lines = [f"    {label} ({stamps.shape[0]} queries)        median µs     p99 µs"]
+    for name, values in parts.items():
+        median, p99 = np.percentile(values, [50, 99]) / 1e3
+        lines.append(f"      {name:<30} {median:>11.1f} {p99:>10.1f}")
+    return lines
+
+
+def _diagnose_setup(lg: Any, setup: Setup, directory: Path, args: argparse.Namespace, main: dict) -> None:
+    plan = setup.plan
+    print(f"  diagnose, setup {setup.key}")
+
+    def noop(batch: Any) -> None:
+        return None
+
+    noop_inputs = [0] * 16
+    # LoadGen single stream pre-generates seconds / expected queries: at most _NOOP_MAX_QUERIES.
+    noop_plan = replace(
+        plan,
+        seconds=args.noop_seconds,
+        expected_ms=max(args.noop_seconds * 1000 / _NOOP_MAX_QUERIES, 1e-3),
+    )
+    ss = _pair(
+        lg,
+        "single_stream",
+        ("loadgen", "mlscope"),
+        noop,
+        noop_inputs,
+        noop_plan,
+        directory / "noop-ss",
+        stamp=False,
+    )
+    server_plan = replace(plan, seconds=args.noop_seconds_server or plan.seconds)
+    sv = _pair(
+        lg,
+        "server",
+        ("mlscope", "loadgen"),
+        noop,
+        noop_inputs,
+        server_plan,
+        directory / "noop-sv",
+        stamp=False,
+    )
+    print("  no-op SUT: each tool's own per-query cost (µs)")
+    print(HEADER)
+    _print_pair("single_stream", *ss, scale=1e3)
+    _print_pair(f"server {plan.qps:g} qps", *sv, scale=1e3)
+    for line in _notes("server", *sv):
+        print(line)
+
+    if lg is None:
+        return
+    print("  LoadGen's SUT timed apart (perf_counter_ns, the runs of the model above)")
+    for scenario in ("single_stream", "server"):
+        m, figures = main[scenario]
+        print("\n".join(_stamp_lines(figures["stamps"], f"{scenario}:")))
+        lg_p = np.array(_lg_percentiles(figures))
+        if figures["stamps"].size:
+            sut_p = np.percentile(figures["stamps"][:, 3] - figures["stamps"][:, 0], PERCENTILES) / 1e6
+            gap = ", ".join(f"p{p:g} {g * 1e3:.1f}" for p, g in zip(PERCENTILES, lg_p - sut_p, strict=True))
+            print(f"      LoadGen's percentile − SUT-side percentile (µs): {gap}")
+        if scenario == "server" and m.load is not None and "service_ms" in m.load:
+            service = m.load["service_ms"]
+            print(
+                f"      model under mlscope (load.service_ms) {service['median'] * 1e3:>11.1f} "
+                f"{service['p99'] * 1e3:>10.1f}"
+            )
+
+
+def _theory() -> Callable[..., float] | None:
+    try:
+        module = importlib.import_module("mlscope.analysis.queueing")
+    except ImportError:
+        return None
+    return getattr(module, "md_c_response_percentile", None)
+
+
+def _fixed_services(lg: Any, directory: Path, args: argparse.Namespace) -> None:
+    print(
+        f"\nFixedService(D): utilisation {FIXED_RHO:g}, max_in_flight 1 (LoadGen: one worker thread), "
+        f"bound 10 D, ≥ {args.fixed_seconds:g} s per run (ms)"
+    )
+    print(HEADER)
+    theory = _theory()
+    for i, service_ms in enumerate(FIXED_SERVICE_MS):
+        qps = FIXED_RHO * 1000 / service_ms
+        plan = Plan(
+            seconds=args.fixed_seconds,
+            min_queries=args.min_queries,
+            qps=qps,
+            bound_ms=10 * service_ms,
+            percentile=args.server_percentile,
+            expected_ms=service_ms,
+        )
+        order = ("loadgen", "mlscope") if i % 2 == 0 else ("mlscope", "loadgen")
+        service = FixedService(service_ms)
+        taken: dict[str, np.ndarray] = {}
+        m, figures = None, None
+        for tool in order:
+            service.reset()
+            if tool == "loadgen":
+                if lg is None:
+                    continue
+                figures = run_loadgen(
+                    lg, "server", service, [None] * 16, plan, directory / f"fixed-{i}", stamp=False
+                )
+            else:
+                m = run_mlscope("server", service, [None] * 16, plan)
+            taken[tool] = service.taken_ns
+        label = f"D={service_ms:g} {qps:g}qps"
+        _print_pair(label, m, figures)
+        if theory is None:
+            print(f"  {label:<16} theory: not available")
+        else:
+            d_prime = float(np.median(np.concatenate(list(taken.values())))) / 1e6
+            expected = [theory(p, qps, d_prime, 1) for p in PERCENTILES]
+            print(_row(label, "M/D/1", expected, f"D' = {d_prime:.4f} ms (median of the service's calls)"))
+            if figures is not None:
+                lg_ratio = [a / b for a, b in zip(_lg_percentiles(figures), expected, strict=True)]
+                print(_row(label, "LoadGen/th", lg_ratio, ""))
+            ml_ratio = [a / b for a, b in zip(_ml_percentiles(m), expected, strict=True)]
+            print(_row(label, "mlscope/th", ml_ratio, ""))
+        for tool, values in taken.items():
+            print(f"      service under {tool}: median {np.median(values) / 1e6:.4f} ms, {values.size} calls")
+        for line in _notes("server", m, figures):
+            print(line)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--qps", type=float, default=100.0, help="server target QPS")
-    parser.add_argument("--bound-ms", type=float, default=50.0, help="server latency bound")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--setup", choices=("a", "b", "both"), default="both", help="which setup(s)")
+    parser.add_argument("--qps", type=float, default=None, help="server target QPS (default: a 100, b 30)")
+    parser.add_argument(
+        "--bound-ms", type=float, default=None, help="server latency bound (default: a 50, b 100)"
+    )
     parser.add_argument("--server-percentile", type=float, default=99.0, help="server percentile")
-    parser.add_argument("--seconds", type=float, default=10.0, help="minimum duration of each run")
+    parser.add_argument(
+        "--seconds", type=float, default=None, help="minimum duration of each run (a 10, b 20)"
+    )
     parser.add_argument("--min-queries", type=int, default=100, help="minimum query count")
-    parser.add_argument("--hidden", type=int, default=2048, help="MLP hidden width")
-    parser.add_argument("--width", type=int, default=512, help="MLP input width")
-    parser.add_argument("--batch", type=int, default=8, help="rows per inference")
-    parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra_op_num_threads")
+    parser.add_argument("--hidden", type=int, default=2048, help="setup a: MLP hidden width")
+    parser.add_argument("--width", type=int, default=512, help="setup a: MLP input width")
+    parser.add_argument("--batch", type=int, default=8, help="setup a: rows per inference")
+    parser.add_argument("--threads", type=int, default=1, help="setup a: onnxruntime intra_op_num_threads")
     parser.add_argument("--inputs", type=int, default=64, help="distinct inputs in the pool")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--diagnose", action="store_true", help="no-op SUTs, LoadGen's SUT timed, FixedService"
+    )
+    parser.add_argument("--noop-seconds", type=float, default=1.0, help="no-op single-stream runs' duration")
+    parser.add_argument(
+        "--noop-seconds-server",
+        type=float,
+        default=None,
+        help="no-op server runs' duration (default: the setup's)",
+    )
+    parser.add_argument("--fixed-seconds", type=float, default=20.0, help="FixedService runs' duration")
     args = parser.parse_args()
 
     try:
@@ -241,84 +657,56 @@ def main() -> None:
         lg = None
         print(f"  LoadGen unavailable: {exc}")
 
+    keys = ("a", "b") if args.setup == "both" else (args.setup,)
+    version = None
+    if lg is not None:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            version = importlib.metadata.version(_PACKAGE)
+    print(
+        f"LoadGen{f' {version}' if version else ''} vs mlscope; load average {os.getloadavg()[0]:.2f} "
+        f"on {os.cpu_count()} cores; target: every ratio within {TARGET_RATIO:.0%}, verdicts agree"
+    )
+    if lg is None:
+        print("  LoadGen side skipped")
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        session = build_session(directory, args.width, args.hidden, args.batch, args.threads, args.seed)
-        rng = np.random.default_rng(args.seed)
-        inputs = [rng.standard_normal((args.batch, args.width), dtype=np.float32) for _ in range(args.inputs)]
-
-        def run(x: Any) -> Any:
-            return session.run(None, {"x": x})
-
-        for x in inputs * 4:  # warm-up, for LoadGen's sake (mlscope warms up itself)
-            run(x)
-        started = time.perf_counter()
-        for x in inputs:
-            run(x)
-        args.expected_ms = (time.perf_counter() - started) * 1000 / len(inputs)
-        print(
-            f"LoadGen vs mlscope: {args.width}→{args.hidden}→{args.hidden}→1000 MLP, batch {args.batch}, "
-            f"onnxruntime {args.threads} thread(s), ~{args.expected_ms:.2f} ms per inference"
-        )
-        print(
-            f"  server {args.qps:g} qps, p{args.server_percentile:g} ≤ {args.bound_ms:g} ms; "
-            f"≥ {args.seconds:g} s and {args.min_queries} queries per run; "
-            f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
-        )
-        if lg is None:
-            print("  LoadGen side skipped")
-
-        rows = []
-        for scenario, order in (
-            ("single_stream", ("loadgen", "mlscope")),
-            ("server", ("mlscope", "loadgen")),
-        ):
-            figures: dict[str, Any] = {}
-            for tool in order:
-                if tool == "loadgen":
-                    if lg is None:
-                        continue
-                    outdir = directory / f"loadgen-{scenario}"
-                    outdir.mkdir()
-                    figures["loadgen"] = run_loadgen(lg, scenario, run, inputs, args, outdir)
-                else:
-                    figures["mlscope"] = run_mlscope(scenario, run, inputs, args)
-            rows.append((scenario, figures))
-
-    print(f"  {'scenario':<14} {'tool':<8} {'median ms':>10} {'p90 ms':>8}  verdict")
-    for scenario, figures in rows:
-        m = figures["mlscope"]
-        ml_median, ml_p90 = m.latency_ms.median, m.latency_ms.p90
-        lg_figures = figures.get("loadgen")
-        if lg_figures is not None:
-            pct = lg_figures["percentiles"]
-            lg_median, lg_p90 = pct.get(50.0, float("nan")), pct.get(90.0, float("nan"))
+        for key in keys:
+            (directory / key).mkdir()
+            try:
+                setup = _prepare(key, directory / key, args)
+            except ImportError as exc:
+                print(f"\nsetup {key}: skipped ({exc})")
+                continue
+            plan = setup.plan
+            print(f"\nsetup {key}: {setup.title}")
             print(
-                f"  {scenario:<14} {'LoadGen':<8} {lg_median:>10.3f} {lg_p90:>8.3f}  {lg_figures['result']}"
+                f"  server {plan.qps:g} qps, p{plan.percentile:g} ≤ {plan.bound_ms:g} ms; "
+                f"≥ {plan.seconds:g} s and "
+                f"{plan.min_queries} queries per run; load average {os.getloadavg()[0]:.2f}"
             )
-        print(
-            f"  {scenario:<14} {'mlscope':<8} {ml_median:>10.3f} {ml_p90:>8.3f}  "
-            f"{'VALID' if m.validity.valid else 'INVALID'} ({m.stop_reason}, {m.latency_ms.count} queries)"
-        )
-        if lg_figures is not None:
-            median_ratio, p90_ratio = ml_median / lg_median, ml_p90 / lg_p90
-            ok = abs(median_ratio - 1) <= TARGET_RATIO and abs(p90_ratio - 1) <= TARGET_RATIO
-            agree = (lg_figures["result"] == "VALID") == m.validity.valid
-            print(
-                f"  {scenario:<14} {'ratio':<8} {median_ratio:>10.3f} {p90_ratio:>8.3f}  "
-                f"within {TARGET_RATIO:.0%}: {'PASS' if ok else 'FAIL'}; "
-                f"verdicts agree: {'yes' if agree else 'NO'}"
-            )
-            for line in lg_figures["early_stopping"]:
-                print(f"      LoadGen early stopping: {line}")
-        if m.load is not None and scenario == "server":
-            print(
-                f"      mlscope load: achieved {m.load['achieved_qps']:.1f} qps, "
-                f"p99 issue lateness {m.load['issue_lateness_ms']['p99']:.3f} ms, "
-                f"certified {m.load['certified']}"
-            )
-        for reason in m.validity.reasons:
-            print(f"      mlscope validity: {reason}")
+            results: dict[str, tuple[Any, dict[str, Any] | None]] = {}
+            for scenario, order in (
+                ("single_stream", ("loadgen", "mlscope")),
+                ("server", ("mlscope", "loadgen")),
+            ):
+                results[scenario] = _pair(
+                    lg,
+                    scenario,
+                    order,
+                    setup.run,
+                    setup.inputs,
+                    plan,
+                    directory / key / f"loadgen-{scenario}",
+                )
+            print(HEADER.replace("  verdict", "  verdict  (ms)"))
+            for scenario, (m, figures) in results.items():
+                _print_pair(scenario, m, figures)
+                for line in _notes(scenario, m, figures):
+                    print(line)
+            if args.diagnose:
+                _diagnose_setup(lg, setup, directory / key, args, results)
+        if args.diagnose:
+            _fixed_services(lg, directory, args)
 
 
 if __name__ == "__main__":
