@@ -52,7 +52,8 @@ and once after the setups (it does not depend on the model):
   worker thread), bound 10 D, `--fixed-seconds` each: both tools' p50/p90/p99, the ratio row, and,
   when `mlscope.analysis.queueing.md_c_response_percentile` is importable, the M/D/1 theory's
   percentiles at the run's target rate with D' = the median of the service's own record of its
-  calls (`taken_ns`), and each tool / theory; else "theory: not available".
+  calls (`taken_ns`), and each tool / theory (rows LoadGen/M, mlscope/M); else "theory: not
+  available".
 
 The runs alternate (LoadGen then mlscope for single_stream and D = 2 ms; mlscope then LoadGen for
 server and D = 20 ms) so machine drift affects both.
@@ -367,12 +368,12 @@ def _lg_verdict(figures: dict[str, Any]) -> str:
     return str(figures["result"])
 
 
-HEADER = f"  {'scenario':<16} {'tool':<9} {'p50':>9} {'p90':>9} {'p99':>9}  verdict"
+HEADER = f"  {'scenario':<16} {'tool':<10} {'p50':>9} {'p90':>9} {'p99':>9}  verdict"
 
 
 def _row(label: str, tool: str, values: Sequence[float], verdict: str, scale: float = 1.0) -> str:
     cells = " ".join(f"{v * scale:>9.3f}" for v in values)
-    return f"  {label:<16} {tool:<9} {cells}  {verdict}"
+    return f"  {label:<16} {tool:<10} {cells}  {verdict}".rstrip()
 
 
 def _ratio_row(label: str, ml: Sequence[float], lg: Sequence[float], agree: bool | None) -> str:
@@ -493,10 +494,11 @@ def _stamp_lines(stamps: np.ndarray, label: str) -> list[str]:
         "QuerySamplesComplete call": stamps[:, 3] - stamps[:, 2],
         "callback → complete returned": stamps[:, 3] - stamps[:, 0],
     }
-    lines = [f"    {label} ({stamps.shape[0]} queries)        median µs     p99 µs"]
+    head = f"{label} ({stamps.shape[0]} queries)"
+    lines = [f"    {head:<32} {'median µs':>11} {'p99 µs':>10} {'max µs':>10}"]
     for name, values in parts.items():
         median, p99 = np.percentile(values, [50, 99]) / 1e3
-        lines.append(f"      {name:<30} {median:>11.1f} {p99:>10.1f}")
+        lines.append(f"      {name:<30} {median:>11.1f} {p99:>10.1f} {values.max() / 1e3:>10.1f}")
     return lines
 
 
@@ -548,17 +550,26 @@ def _diagnose_setup(lg: Any, setup: Setup, directory: Path, args: argparse.Names
     for scenario in ("single_stream", "server"):
         m, figures = main[scenario]
         print("\n".join(_stamp_lines(figures["stamps"], f"{scenario}:")))
-        lg_p = np.array(_lg_percentiles(figures))
+        if scenario == "single_stream":  # mlscope's single-stream latency is the model's time
+            name, median, p99, top = (
+                "model under mlscope (latency)",
+                m.latency_ms.median,
+                m.latency_ms.p99,
+                m.latency_ms.max,
+            )
+        elif m.load is not None and "service_ms" in m.load:
+            service = m.load["service_ms"]
+            name, median, p99, top = "model under mlscope (service)", service["median"], service["p99"], None
+        else:
+            name = ""
+        if name:
+            tail = f" {top * 1e3:>10.1f}" if top is not None else ""
+            print(f"      {name:<30} {median * 1e3:>11.1f} {p99 * 1e3:>10.1f}{tail}")
         if figures["stamps"].size:
+            lg_p = np.array(_lg_percentiles(figures))
             sut_p = np.percentile(figures["stamps"][:, 3] - figures["stamps"][:, 0], PERCENTILES) / 1e6
             gap = ", ".join(f"p{p:g} {g * 1e3:.1f}" for p, g in zip(PERCENTILES, lg_p - sut_p, strict=True))
             print(f"      LoadGen's percentile − SUT-side percentile (µs): {gap}")
-        if scenario == "server" and m.load is not None and "service_ms" in m.load:
-            service = m.load["service_ms"]
-            print(
-                f"      model under mlscope (load.service_ms) {service['median'] * 1e3:>11.1f} "
-                f"{service['p99'] * 1e3:>10.1f}"
-            )
 
 
 def _theory() -> Callable[..., float] | None:
@@ -611,9 +622,19 @@ def _fixed_services(lg: Any, directory: Path, args: argparse.Namespace) -> None:
             print(_row(label, "M/D/1", expected, f"D' = {d_prime:.4f} ms (median of the service's calls)"))
             if figures is not None:
                 lg_ratio = [a / b for a, b in zip(_lg_percentiles(figures), expected, strict=True)]
-                print(_row(label, "LoadGen/th", lg_ratio, ""))
+                print(_row(label, "LoadGen/M", lg_ratio, ""))
             ml_ratio = [a / b for a, b in zip(_ml_percentiles(m), expected, strict=True)]
-            print(_row(label, "mlscope/th", ml_ratio, ""))
+            print(_row(label, "mlscope/M", ml_ratio, ""))
+            # A short run's Poisson draw can fall well off the target rate: the law at each tool's
+            # own scheduled rate, beside it.
+            realised = {
+                "LoadGen": figures and figures["scheduled_qps"],
+                "mlscope": (m.load or {}).get("scheduled_qps"),
+            }
+            for tool, rate in realised.items():
+                if rate and rate * d_prime < 1000:
+                    at_rate = ", ".join(f"p{p:g} {theory(p, rate, d_prime, 1):.3f}" for p in PERCENTILES)
+                    print(f"      M/D/1 at {tool}'s scheduled {rate:.2f} qps: {at_rate} ms")
         for tool, values in taken.items():
             print(f"      service under {tool}: median {np.median(values) / 1e6:.4f} ms, {values.size} calls")
         for line in _notes("server", m, figures):
