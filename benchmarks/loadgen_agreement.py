@@ -34,8 +34,11 @@ differs between them by sampling alone by a few percent.
 
 * each tool's own per-query cost, on a no-op SUT: LoadGen single_stream with a SUT that completes
   at once inside issue_queries and mlscope single_stream with a predict that returns at once
-  (`--noop-seconds` each); then both server scenarios at the setup's rate on the no-op (LoadGen's
-  through the same worker thread as the model's run); p50/p90/p99 in microseconds;
+  (`--noop-seconds`, 0.25 s, each: LoadGen pre-generates a single-stream run's queries, ~1 kB each,
+  from the expected latency, so the run is kept to 250,000 of them, which at ~1 µs a query just
+  fill it); then both server scenarios at the setup's rate on the no-op (`--noop-seconds-server`,
+  default the setup's duration; LoadGen's through the same worker thread as the model's run);
+  p50/p90/p99 in microseconds;
 * LoadGen's SUT timed apart: in the LoadGen runs of the model (both scenarios), per query with
   time.perf_counter_ns (mlscope's clock) the moment issue_queries was entered, the moment the
   model started, its end and the return of QuerySamplesComplete; median and p99 of callback →
@@ -63,7 +66,7 @@ directory of its own under the user's cache directory (not the project's environ
 it from there.
 
     python benchmarks/loadgen_agreement.py [--setup a|b|both] [--diagnose] [--seconds S]
-        [--qps Q] [--bound-ms B] [--noop-seconds 1] [--fixed-seconds 20]
+        [--qps Q] [--bound-ms B] [--noop-seconds 0.25] [--fixed-seconds 20]
 """
 
 from __future__ import annotations
@@ -238,6 +241,8 @@ def parse_summary(text: str) -> dict[str, Any]:
         if in_early:
             if line.strip().startswith("*"):
                 early.append(line.strip().lstrip("* ").strip())
+            elif line.startswith(" ") and line.strip() and early:  # a wrapped line of the last item
+                early[-1] += " " + line.strip()
             elif line.strip() and not line.startswith(" "):
                 in_early = False
         elif ("Early stopping" in line or "early stopping" in line) and not line.strip().endswith(
@@ -514,7 +519,7 @@ def _diagnose_setup(lg: Any, setup: Setup, directory: Path, args: argparse.Names
     noop_plan = replace(
         plan,
         seconds=args.noop_seconds,
-        expected_ms=max(args.noop_seconds * 1000 / _NOOP_MAX_QUERIES, 1e-3),
+        expected_ms=args.noop_seconds * 1000 / _NOOP_MAX_QUERIES,
     )
     ss = _pair(
         lg,
@@ -662,7 +667,7 @@ def main() -> None:
     parser.add_argument(
         "--diagnose", action="store_true", help="no-op SUTs, LoadGen's SUT timed, FixedService"
     )
-    parser.add_argument("--noop-seconds", type=float, default=1.0, help="no-op single-stream runs' duration")
+    parser.add_argument("--noop-seconds", type=float, default=0.25, help="no-op single-stream runs' duration")
     parser.add_argument(
         "--noop-seconds-server",
         type=float,
