@@ -26,9 +26,13 @@ The tools:
 Prints one table per setup: for single_stream and server, each tool's p50, p90 and p99 (ms) and
 verdict, then a ratio row mlscope / LoadGen per percentile (target: each within 3%) and whether
 the VALID / INVALID verdicts agree; then mlscope's validity reasons, its load section's achieved qps
-and p99 issue lateness, and LoadGen's completed/scheduled rate and early-stopping lines. The two
-tools draw different Poisson schedules (each its own seed), so a server p99 from ~1000 queries
-differs between them by sampling alone by a few percent.
+and p99 issue lateness, and LoadGen's completed/scheduled rate, unmet conditions and (when not
+VALID) early-stopping lines. The two tools draw different Poisson schedules (each its own seed),
+and queueing delays are correlated, so a server p99 from ~600-1000 queries can differ between them
+by more than 3% by sampling alone. mlscope runs on until its certificate decides (up to 6x the
+duration); LoadGen stops at its minimums, and its early stopping needs at least ~460 queries for a
+p99: a run shorter than that is INVALID under LoadGen alone. `--qps`, `--bound-ms` and `--seconds`
+override the setups' values for every setup run.
 
 `--diagnose` adds, per setup:
 
@@ -43,10 +47,12 @@ differs between them by sampling alone by a few percent.
   time.perf_counter_ns (mlscope's clock) the moment issue_queries was entered, the moment the
   model started, its end and the return of QuerySamplesComplete; median and p99 of callback →
   model start (the handoff to the worker plus queueing behind the previous query), the model's
-  time, the QuerySamplesComplete call, and callback → complete returned; beside them the model's
-  time under mlscope (its load section's service_ms, server) and LoadGen's reported percentile
-  minus the SUT-side one (a difference of percentiles: roughly LoadGen's own issue path, from its
-  scheduled time to the callback);
+  time, the QuerySamplesComplete call, and callback → complete returned (median, p99, max, µs);
+  beside them the model's time under mlscope (single stream: its latency; server: its load
+  section's service_ms), and LoadGen's reported percentile minus the SUT-side one (a difference of
+  percentiles, not a percentile of differences: in server roughly LoadGen's own issue path, from a
+  query's scheduled time to the callback; in single stream LoadGen's clock stops inside the
+  QuerySamplesComplete call, so it can be slightly negative);
 
 and once after the setups (it does not depend on the model):
 
@@ -55,8 +61,11 @@ and once after the setups (it does not depend on the model):
   worker thread), bound 10 D, `--fixed-seconds` each: both tools' p50/p90/p99, the ratio row, and,
   when `mlscope.analysis.queueing.md_c_response_percentile` is importable, the M/D/1 theory's
   percentiles at the run's target rate with D' = the median of the service's own record of its
-  calls (`taken_ns`), and each tool / theory (rows LoadGen/M, mlscope/M); else "theory: not
-  available".
+  calls (`taken_ns`, both runs), each tool / theory (rows LoadGen/M, mlscope/M), and the law again
+  at each tool's own scheduled rate (a short run's Poisson draw strays from the target); else
+  "theory: not available". The percentiles of one run stray from the stationary law by its
+  sampling noise (several percent at p99 over a few hundred queries); the ratio row compares the
+  tools with each other.
 
 The runs alternate (LoadGen then mlscope for single_stream and D = 2 ms; mlscope then LoadGen for
 server and D = 20 ms) so machine drift affects both.
