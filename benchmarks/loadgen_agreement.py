@@ -656,7 +656,7 @@ def _fixed_services(lg: Any, directory: Path, args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join((__doc__ or "").split("\n\n")[0].split()))
     parser.add_argument("--setup", choices=("a", "b", "both"), default="both", help="which setup(s)")
     parser.add_argument("--qps", type=float, default=None, help="server target QPS (default: a 100, b 30)")
     parser.add_argument(
