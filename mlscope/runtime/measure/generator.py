@@ -47,6 +47,9 @@ __all__ = ["MAX_SAMPLES", "IssueRecord", "Schedule", "issue"]
 MAX_SAMPLES = 2_000_000
 # The first query is due this long after the issuing process is ready, so the model threads wait.
 _LEAD_NS = proto.LEAD_NS
+# A model thread holding a sample to its due time sleeps until this long before it, then yields in
+# a loop: a sleep on an idle virtual CPU wakes up to this late.
+_GATE_SPIN_NS = 200_000
 # The issuing process's script: run by path, so it imports nothing of mlscope's.
 _ISSUER = str(Path(proto.__file__).resolve())
 # MLSCOPE_GENERATOR_PRIORITY=normal keeps the issuing process at the ordinary priority (to measure
@@ -172,6 +175,8 @@ class _ModelThreads:
     ) -> None:
         self.predict, self.batches, self.record, self.timer = predict, batches, record, timer
         self.read_fd, self.start_ns = read_fd, start_ns
+        # When a thread that held a sample to its due time let it go (0: it found it already due).
+        self.gated = np.zeros(record.scheduled.size, dtype=np.int64)
         # list.append is atomic under the GIL, so len(done) is a lock-free completion counter.
         self.done: list[None] = []
         self.cancel = threading.Event()
@@ -184,10 +189,14 @@ class _ModelThreads:
             thread.start()
 
     def _serve(self) -> None:
-        clock, read, unpack = time.perf_counter_ns, os.read, _SAMPLE.unpack
+        proto.precise_timers()
+        clock, read, unpack, sleep = time.perf_counter_ns, os.read, _SAMPLE.unpack, time.sleep
+        # sched_yield releases the GIL for a microsecond; time.sleep(0) costs tens of them here.
+        yield_gil = getattr(os, "sched_yield", lambda: time.sleep(0))
         predict, batches, timer, fd = self.predict, self.batches, self.timer, self.read_fd
         pool = len(batches)
-        started, ended = self.record.started.data, self.record.ended.data
+        due_at = self.record.scheduled.data
+        started, ended, gated = self.record.started.data, self.record.ended.data, self.gated.data
         done, cancel = self.done, self.cancel
         start: int | None = None
         while True:
@@ -200,7 +209,17 @@ class _ModelThreads:
             if start is None:
                 start = self.start_ns()
             batch = batches[index % pool]
+            due = start + due_at[index]
             begin = clock()
+            if begin < due:
+                # Handed over early: hold it to its due time, sleeping the bulk and yielding the
+                # GIL in the last stretch (a sleep wakes late by up to the stretch on an idle CPU).
+                if due - begin > _GATE_SPIN_NS:
+                    sleep((due - begin - _GATE_SPIN_NS) / NS_PER_S)
+                while clock() < due:
+                    yield_gil()
+                begin = clock()
+                gated[index] = begin - start
             try:
                 if timer is None:
                     predict(batch)
@@ -271,6 +290,9 @@ class _Issuer:
             self.process.wait()
             error = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
             raise RuntimeError(f"the load generator's issuing process failed to start: {error.strip()}")
+        return self.start_ns()
+
+    def start_ns(self) -> int:
         return int(self.header[proto.START])
 
     @property
@@ -291,10 +313,18 @@ class _Issuer:
         except BrokenPipeError:
             pass  # it had already ended
 
-    def finish(self, record: IssueRecord) -> None:
-        """Wait for the issuing process and copy what it recorded into `record`."""
+    def wait_exit(self) -> None:
         assert self.process is not None
         self.process.wait()
+
+    def finish(self, record: IssueRecord, gated: npt.NDArray[np.int64]) -> None:
+        """Copy what the issuing process recorded (it has ended) into `record`.
+
+        A sample's send time is when it was there for the model to take: the moment a model thread
+        that held it let it go at its due time (`gated`), else the later of its hand-over and its
+        due time (a thread busy with another query took it from the pipe later: that wait is
+        queueing, not lateness).
+        """
         header = self.header
         record.issued = int(header[proto.ISSUED])
         record.issue_end_ns = int(header[proto.END])
@@ -303,7 +333,8 @@ class _Issuer:
         stop = int(header[proto.STOP])
         if stop in _STOP_NAMES:
             record.stop_reason = _STOP_NAMES[stop]
-        record.sent = self.sent[: record.sent.size].copy()
+        handed = self.sent[: record.sent.size]
+        record.sent = np.where(gated > 0, gated, np.maximum(handed, record.scheduled))
 
     def close(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -372,16 +403,25 @@ def issue(
     issuer = _Issuer(offsets, per_query, max_ns)
     try:
         model = _ModelThreads(
-            max_in_flight, predict, batches, record, timer, issuer.read_fd, lambda: record.start_ns
+            # The issuing process sets its start before it hands anything over.
+            max_in_flight,
+            predict,
+            batches,
+            record,
+            timer,
+            issuer.read_fd,
+            issuer.start_ns,
         )
         try:
             record.start_ns = issuer.wait_ready()
             _control(record, model, issuer, max_ns, check_every_seconds, decide)
-            issuer.finish(record)
+            issuer.wait_exit()
+            record.issued = issuer.issued
             _drain(record, model, drain_seconds)
         finally:
             model.cancel.set()
             model.stop(issuer.write_fd)
+        issuer.finish(record, model.gated)
     finally:
         issuer.close()
     if model.errors:

@@ -34,6 +34,11 @@ RUNNING, STOP_MAX_SECONDS, STOP_CAPACITY, STOP_ASKED = 0, 1, 2, 3
 PRIORITY_NORMAL, PRIORITY_NICE, PRIORITY_REALTIME = 0, 1, 2
 # The first query is due this long after the process is ready.
 LEAD_NS = 2_000_000
+# Each sample is handed over this long before it is due; the model thread that takes it starts it
+# at its due time (generator.py). Waking a thread on an idle virtual CPU takes tens to hundreds of
+# microseconds, twice over (this process's timer, then the model thread's read): sent at its due
+# time, a query would reach an idle model that much late.
+EARLY_NS = 400_000
 # Waits longer than this are spent in select() on the control channel (so a stop is seen at once);
 # the last stretch is one clock_nanosleep to the due time, with the timer slack at 1 ns.
 _COARSE_NS = 1_000_000
@@ -55,7 +60,8 @@ def _raise_priority() -> int:
         return PRIORITY_NORMAL
 
 
-def _precise_timers() -> None:
+def precise_timers() -> None:
+    """Set the calling thread's timer slack to 1 ns, so the kernel does not round its wake-ups."""
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
@@ -72,7 +78,7 @@ def main(shared_fd: int, data_fd: int, normal_priority: bool) -> None:
     due_at = HEADER_SLOTS
     sent_at = HEADER_SLOTS + count
     view[PRIORITY] = PRIORITY_NORMAL if normal_priority else _raise_priority()
-    _precise_timers()
+    precise_timers()
     control = sys.stdin.fileno()
     clock, sleep, write, pack = time.perf_counter_ns, time.sleep, os.write, struct.pack
     cpu_start = time.process_time_ns()
@@ -86,7 +92,7 @@ def main(shared_fd: int, data_fd: int, normal_priority: bool) -> None:
         if due > max_ns:
             stop = STOP_MAX_SECONDS
             break
-        target = start + due
+        target = start + due - EARLY_NS
         wait = target - clock()
         if wait > _COARSE_NS:
             ready, _, _ = select.select([control], [], [], (wait - _COARSE_NS) / _NS_PER_S)
