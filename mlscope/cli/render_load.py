@@ -66,8 +66,9 @@ def has_load_column(results: list[dict[str, Any]]) -> bool:
 
 def load_cell(measurement: Mapping[str, Any]) -> str:
     """A measurement's load, in a table cell: server "20 → 19.7 qps, p99 ✓"; multi_stream
-    "8 per 50 ms → 19.7 qps, p99 ✓, 2 overruns"; a search "max 183 qps, p99 ✓"; the other scenarios
-    only their certificate; "" without a load section."""
+    "8 per 50 ms → 19.7 qps, p99 ✓, 2 overruns", or back to back "8 back to back → 19.7 qps, p99 ✓";
+    a search "max 183 qps, p99 ✓"; the other scenarios only their certificate; "" without a load
+    section."""
     load = measurement.get("load") or {}
     if not load:
         return ""
@@ -78,7 +79,10 @@ def load_cell(measurement: Mapping[str, Any]) -> str:
         found = search.get("max_qps")
         parts.append(f"max {_number(found)} qps" if found is not None else "[red]no qps met the bound[/red]")
     elif measurement.get("scenario") == "multi_stream" and "samples_per_query" in load:
-        every = f"{load['samples_per_query']} per {_number(load.get('interval_ms'))} ms"
+        if load.get("back_to_back"):
+            every = f"{load['samples_per_query']} back to back"
+        else:
+            every = f"{load['samples_per_query']} per {_number(load.get('interval_ms'))} ms"
         parts.append(f"{every} → {_number(achieved)} qps")
     elif load.get("target_qps") is not None:
         parts.append(f"{_number(load['target_qps'])} → {_number(achieved)} qps")

@@ -13,6 +13,7 @@ import pytest
 from mlscope.contract.errors import UserError
 from mlscope.contract.load import LoadSettings
 from mlscope.runtime.measure import MeasureSettings, get_scenario
+from mlscope.runtime.measure.closed_loop import issue_back_to_back
 from mlscope.runtime.measure.generator import IssueRecord, Schedule
 from mlscope.runtime.measure.load_report import report
 from mlscope.runtime.measure.load_run import check_rate, generator_capacity, run_under_load
@@ -294,3 +295,57 @@ def test_search_finds_a_known_capacity() -> None:
         point = best.curve_point()
         assert point["passed"] and point["certified"] and point["reason"] == "certified"
         assert point["p90_ms"] <= 40
+
+
+def test_back_to_back_issues_each_query_when_the_previous_completed() -> None:
+    """LoadGen >= 1.0's multi_stream: a query's samples are sent together, the next query only once
+    all of them completed; its latency is its slowest sample's (one in four sleeps 6 ms, the others
+    1 ms, on four model threads)."""
+    per_query, queries = 4, 40
+
+    def predict(batch: int) -> None:
+        time.sleep(0.006 if batch == 3 else 0.001)
+
+    def decide(record: IssueRecord, elapsed_ns: int) -> str | None:
+        assert (record.ended[: record.issued] > 0).all()  # consulted between queries only
+        return "certified" if record.issued >= queries * per_query else None
+
+    record = issue_back_to_back(
+        predict,
+        [0, 1, 2, 3],
+        per_query,
+        max_in_flight=4,
+        max_seconds=10,
+        check_every_seconds=0,
+        decide=decide,
+    )
+    assert record.stop_reason == "certified" and record.issued == queries * per_query
+    shape = (queries, per_query)
+    scheduled, started, ended = (a.reshape(shape) for a in (record.scheduled, record.started, record.ended))
+    assert np.array_equal(record.sent, record.scheduled)
+    assert (scheduled == scheduled[:, :1]).all()  # a query's samples issued at one moment
+    # Each query issued, and each of its samples begun, only after the previous query's last sample ended.
+    assert (scheduled[1:, 0] >= ended[:-1].max(axis=1)).all()
+    assert (started[1:].min(axis=1) >= ended[:-1].max(axis=1)).all()
+    load = LoadSettings(samples_per_query=per_query, max_in_flight=4, back_to_back=True, percentile=90)
+    result = report(record, "multi_stream", load, 1, None, None)
+    assert np.array_equal(result.latencies_ns, ended.max(axis=1) - scheduled[:, 0])
+    assert result.latencies_ns.min() >= 6_000_000  # the slow sample's sleep
+    section = result.section
+    assert section["back_to_back"] is True and section["interval_ms"] is None and "overruns" not in section
+    assert section["target_qps"] is None and section["late"] == 0 and section["unfinished"] == 0
+    assert section["issue_lateness_ms"]["max"] == 0.0
+    assert section["achieved_qps"] == section["scheduled_qps"] > 0
+    assert not any("load generator" in reason for reason in result.invalid)
+
+
+def test_multi_stream_back_to_back_estimates_its_percentile() -> None:
+    load = LoadSettings(samples_per_query=4, max_in_flight=4, back_to_back=True, percentile=90)
+    measurement = run("multi_stream", sleeper(0.002), load)
+    section = measurement.load
+    assert section["back_to_back"] and section["interval_ms"] is None and "overruns" not in section
+    assert section["target_qps"] is None and section["achieved_qps"] > 0
+    certified = section["certified"]
+    assert certified["ok"] and certified["bound_ms"] is None and certified["estimate_ms"] >= 2
+    assert measurement.stop_reason == "certified"
+    assert 2 <= measurement.latency_ms.median < 15
