@@ -91,6 +91,20 @@ def test_multi_stream_on_a_real_model(mlscope_env: dict[str, str]) -> None:
     assert load["certified"]["bound_ms"] == 20
 
 
+def test_multi_stream_back_to_back_on_a_real_model(mlscope_env: dict[str, str]) -> None:
+    # Given --back-to-back, When multi_stream runs, Then each query went when the last one completed
+    done = mlscope(
+        mlscope_env, "run", "test_tiny_mlp", "-f", "onnxruntime", "--scenario", "multi_stream",
+        "--samples-per-query", "4", "--back-to-back", "--percentile", "90", "--json", *FAST,
+    )  # fmt: skip
+    assert done.returncode in (0, 3), done.stderr
+    (result,) = json_lines(done.stdout)
+    load = result["measurements"][0]["load"]
+    assert load["back_to_back"] is True and load["interval_ms"] is None and "overruns" not in load
+    assert load["target_qps"] is None and load["achieved_qps"] > 0 and load["late"] == 0
+    assert load["certified"]["bound_ms"] is None
+
+
 @pytest.mark.parametrize(
     ("arguments", "named"),
     [

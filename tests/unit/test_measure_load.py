@@ -349,3 +349,23 @@ def test_multi_stream_back_to_back_estimates_its_percentile() -> None:
     assert certified["ok"] and certified["bound_ms"] is None and certified["estimate_ms"] >= 2
     assert measurement.stop_reason == "certified"
     assert 2 <= measurement.latency_ms.median < 15
+
+
+def test_back_to_back_cancels_a_query_still_running_at_max_seconds() -> None:
+    """A query whose second sample never began by max_seconds is cancelled: unfinished, so the point is
+    overloaded (with no target rate to name)."""
+    record = issue_back_to_back(
+        sleeper(0.4),
+        [0, 1],
+        2,
+        max_in_flight=1,
+        max_seconds=0.1,
+        check_every_seconds=0,
+        decide=lambda r, e: None,
+    )
+    assert record.stop_reason == "max_seconds" and record.issued == 2
+    assert record.ended[0] > 0 and record.ended[1] == 0
+    load = LoadSettings(samples_per_query=2, back_to_back=True, percentile=90)
+    result = report(record, "multi_stream", load, 1, None, None)
+    assert result.section["unfinished"] == 1
+    assert any(reason.startswith("overloaded: 1 of 1 queries never completed") for reason in result.invalid)
