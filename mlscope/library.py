@@ -119,7 +119,8 @@ def evaluate(
         batch_sizes: batch sizes to measure (an int: one).
         scenarios: `single_stream` (back-to-back latency), `offline` (throughput), `server`
             (Poisson arrivals at load["qps"]), `multi_stream` (load["samples_per_query"] samples
-            every load["interval_ms"]), `generate` (a generative model's requests token by token,
+            every load["interval_ms"], or each when the last completed with load["back_to_back"]),
+            `generate` (a generative model's requests token by token,
             set by the `generation` field, e.g. generation={"output_tokens": 64, "slo":
             "ttft_ms=200"}: docs/generate.md); a string: one.
         device: `cpu`, `cuda` or `cuda:N`.

@@ -69,7 +69,9 @@ _LOAD_SECTION: dict[str, Any] = {
                 "over_bound": {"type": "integer", "nullable": True, "description": "queries over the bound"},
             },
         },
-        "target_qps": _number("server: the rate asked for; multi_stream: 1000 / interval_ms", nullable=True),
+        "target_qps": _number(
+            "server: the rate asked for; multi_stream: 1000 / interval_ms (null back to back)", nullable=True
+        ),
         "scheduled_qps": _number("the rate of the drawn schedule"),
         "achieved_qps": _number("queries issued per second, as measured"),
         "completed_qps": _number("queries completed per second"),
@@ -103,8 +105,16 @@ _LOAD_SECTION: dict[str, Any] = {
         },
         "service_ms": _spread("the model's time per query, queueing left out", ("median", "p90", "p99")),
         "samples_per_query": _integer("multi_stream: samples in each query"),
-        "interval_ms": _number("multi_stream: the interval between queries"),
-        "overruns": _integer("multi_stream: queries still running when the next was due"),
+        "back_to_back": {
+            "type": "boolean",
+            "description": "multi_stream: each query issued when the previous one completed (no interval)",
+        },
+        "interval_ms": _number(
+            "multi_stream: the interval between queries; null back to back", nullable=True
+        ),
+        "overruns": _integer(
+            "multi_stream: queries still running when the next was due (absent back to back)"
+        ),
         "search": {
             "type": "object",
             "description": "server with find_max_qps: the search for the highest QPS meeting the bound",

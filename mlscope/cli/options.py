@@ -155,6 +155,7 @@ _LOAD_FLAGS = (
     ("max_in_flight", "max_in_flight"),
     ("samples_per_query", "samples_per_query"),
     ("interval_ms", "interval_ms"),
+    ("back_to_back", "back_to_back"),
     ("load_seed", "seed"),
 )
 
@@ -191,6 +192,12 @@ LOAD_OPTIONS = (
     ),
     click.option(
         "--interval-ms", type=float, metavar="MS", help="multi_stream: a query every MS [default: 50]."
+    ),
+    click.option(
+        "--back-to-back",
+        is_flag=True,
+        help="multi_stream: issue each query when the previous one completes (LoadGen >= 1.0), not every "
+        "--interval-ms.",
     ),
     click.option("--load-seed", type=int, metavar="N", help="Seeds the arrival times [default: 0]."),
     click.option(

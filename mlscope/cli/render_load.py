@@ -22,6 +22,13 @@ def _number(value: Any, digits: int = 1) -> str:
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.{digits}f}".rstrip("0").rstrip(".")
 
 
+def _bound_text(value: Any) -> str:
+    """A latency bound as given (50, 0.25, 0.001): rounding it to one digit would misstate it."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:g}"
+
+
 def ms_text(value: Any) -> str:
     """A duration in ms, its digits by size ("-" for no number)."""
     if not isinstance(value, int | float) or isinstance(value, bool):
@@ -43,7 +50,7 @@ def certified_text(certified: Mapping[str, Any]) -> str:
     if isinstance(needed, int) and needed > 0:
         return f"[yellow]{name} ✗ {needed:,} more[/yellow]"
     if isinstance(bound, int | float) and isinstance(estimate, int | float) and estimate > bound:
-        return f"[red]{name} ✗ > {_number(bound)} ms[/red]"
+        return f"[red]{name} ✗ > {_bound_text(bound)} ms[/red]"
     return f"[red]{name} ✗[/red]"
 
 
@@ -59,8 +66,9 @@ def has_load_column(results: list[dict[str, Any]]) -> bool:
 
 def load_cell(measurement: Mapping[str, Any]) -> str:
     """A measurement's load, in a table cell: server "20 → 19.7 qps, p99 ✓"; multi_stream
-    "8 per 50 ms → 19.7 qps, p99 ✓, 2 overruns"; a search "max 183 qps, p99 ✓"; the other scenarios
-    only their certificate; "" without a load section."""
+    "8 per 50 ms → 19.7 qps, p99 ✓, 2 overruns", or back to back "8 back to back → 19.7 qps, p99 ✓";
+    a search "max 183 qps, p99 ✓"; the other scenarios only their certificate; "" without a load
+    section."""
     load = measurement.get("load") or {}
     if not load:
         return ""
@@ -71,7 +79,10 @@ def load_cell(measurement: Mapping[str, Any]) -> str:
         found = search.get("max_qps")
         parts.append(f"max {_number(found)} qps" if found is not None else "[red]no qps met the bound[/red]")
     elif measurement.get("scenario") == "multi_stream" and "samples_per_query" in load:
-        every = f"{load['samples_per_query']} per {_number(load.get('interval_ms'))} ms"
+        if load.get("back_to_back"):
+            every = f"{load['samples_per_query']} back to back"
+        else:
+            every = f"{load['samples_per_query']} per {_number(load.get('interval_ms'))} ms"
         parts.append(f"{every} → {_number(achieved)} qps")
     elif load.get("target_qps") is not None:
         parts.append(f"{_number(load['target_qps'])} → {_number(achieved)} qps")
@@ -98,7 +109,7 @@ def _probe_text(probe: Mapping[str, Any]) -> str:
 
 def _answer(search: Mapping[str, Any]) -> str:
     percentile = _percentile(search.get("percentile"))
-    bound = f"{percentile} ≤ {_number(search.get('latency_bound_ms'))} ms"
+    bound = f"{percentile} ≤ {_bound_text(search.get('latency_bound_ms'))} ms"
     found = search.get("max_qps")
     if found is None:
         return f"[red]no QPS tried met {bound}[/red]"
@@ -121,7 +132,7 @@ def search_lines(result: Mapping[str, Any]) -> list[str]:
         lines.append(
             f"[bold]search[/bold]     {escape(str(m.get('scenario')))} batch {m.get('batch_size')}: "
             f"{len(search.get('probes') or [])} probes for the highest QPS with {percentile} ≤ "
-            f"{_number(search.get('latency_bound_ms'))} ms"
+            f"{_bound_text(search.get('latency_bound_ms'))} ms"
         )
         lines += [f"  {_probe_text(probe)}" for probe in search.get("probes") or []]
         lines.append(f"  {_answer(search)}")

@@ -15,7 +15,7 @@ from typing import ClassVar
 from mlscope.contract.errors import UserError
 from mlscope.contract.section import SettingsSection
 
-__all__ = ["DEFAULT_PERCENTILES", "LOAD_SCENARIOS", "MAX_QPS", "LoadSettings"]
+__all__ = ["DEFAULT_INTERVAL_MS", "DEFAULT_PERCENTILES", "LOAD_SCENARIOS", "MAX_QPS", "LoadSettings"]
 
 # The scenarios a load generator drives (the others issue back to back).
 LOAD_SCENARIOS = ("server", "multi_stream")
@@ -32,6 +32,8 @@ DEFAULT_PERCENTILES = {
 # No single Python load generator issues more than this; a target above it is a typo, refused at
 # once. What this machine's generator really sustains is measured when the run starts.
 MAX_QPS = 100_000.0
+# multi_stream's interval between queries unless `interval_ms` says otherwise.
+DEFAULT_INTERVAL_MS = 50.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ class LoadSettings(SettingsSection):
         samples_per_query: 8. multi_stream: samples in each query (each an input of the point's
             batch size), issued together; the query's latency is its slowest sample's.
         interval_ms: 50. multi_stream: a query is issued every interval_ms.
+        back_to_back: multi_stream: issue each query when the previous one completes (LoadGen ≥ 1.0's
+            MultiStream) instead of every interval_ms, which then does not apply.
         find_max_qps: server: search for the highest QPS whose certified percentile latency meets
             latency_bound_ms.
         latency_bound_ms: the latency the percentile must stay under (server; needed by
@@ -62,7 +66,8 @@ class LoadSettings(SettingsSection):
     qps: float | None = None
     max_in_flight: int = 1
     samples_per_query: int = 8
-    interval_ms: float = 50.0
+    interval_ms: float = DEFAULT_INTERVAL_MS
+    back_to_back: bool = False
     find_max_qps: bool = False
     latency_bound_ms: float | None = None
     percentile: float | None = None
@@ -80,10 +85,18 @@ class LoadSettings(SettingsSection):
         self._require_int("max_in_flight", 1, 1024)
         self._require_int("samples_per_query", 1, 1024)
         self._require_number("interval_ms", "a number > 0", lambda v: v > 0)
-        if not isinstance(self.find_max_qps, bool):
+        for name in ("find_max_qps", "back_to_back"):
+            if not isinstance(getattr(self, name), bool):
+                raise UserError(
+                    f"load setting {name}={getattr(self, name)!r} is invalid: expected true or false",
+                    field=name,
+                )
+        # An interval of 50 cannot be told from the default, so only another one is refused.
+        if self.back_to_back and self.interval_ms != DEFAULT_INTERVAL_MS:
             raise UserError(
-                f"load setting find_max_qps={self.find_max_qps!r} is invalid: expected true or false",
-                field="find_max_qps",
+                f"interval_ms={self.interval_ms:g} does not apply with back_to_back (each query is issued "
+                "when the previous one completes): give one or the other",
+                field="interval_ms",
             )
         if self.latency_bound_ms is not None:
             self._require_number("latency_bound_ms", "a number > 0", lambda v: v > 0)
@@ -103,8 +116,13 @@ class LoadSettings(SettingsSection):
         Raises:
             UserError: the server scenario has neither qps nor find_max_qps, or find_max_qps without
                 latency_bound_ms; latency_bound_ms without the server scenario; qps or find_max_qps
-                without the server or generate scenario.
+                without the server or generate scenario; back_to_back without multi_stream.
         """
+        if self.back_to_back and "multi_stream" not in scenarios:
+            raise UserError(
+                "back_to_back applies only to the multi_stream scenario (--scenario multi_stream)",
+                field="back_to_back",
+            )
         if "server" in scenarios:
             if self.qps is None and not self.find_max_qps:
                 raise UserError(

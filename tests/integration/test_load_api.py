@@ -84,6 +84,12 @@ BAD_LOADS: list[tuple[str, dict[str, Any], str, str]] = [
     ("unknown setting", {"scenarios": ["server"], "load": {"qps": 5, "burst": 2}}, "load.burst", "burst"),
     ("load not an object", {"scenarios": ["server"], "load": [5]}, "load", ""),
     (
+        "back_to_back without multi_stream",
+        {"scenarios": ["server"], "load": {"qps": 5, "back_to_back": True}},
+        "load.back_to_back",
+        "applies only to the multi_stream scenario",
+    ),
+    (
         "pool smaller than a query",
         {"scenarios": ["multi_stream"], "load": {"samples_per_query": 16}, "options": {"input_pool": 4}},
         "load.samples_per_query",

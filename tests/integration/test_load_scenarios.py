@@ -55,6 +55,30 @@ def test_find_max_qps_prints_probes_and_stores_the_curve(mlscope_env: dict[str, 
         assert search["max_target_qps"] == max(passed)
 
 
+def test_find_max_qps_reports_no_rate_when_no_probe_passes(mlscope_env: dict[str, str]) -> None:
+    # Given a bound no model meets (1 µs), When the search runs from 2 queries/s (halving to below
+    # 0.1 queries/s: five short probes)
+    done = mlscope(
+        mlscope_env, "run", "test_tiny_mlp", "-f", "onnxruntime", "--scenario", "server", "--find-max-qps",
+        "--latency-bound-ms", "0.001", "--percentile", "90", "--qps", "2", "--json", *FAST,
+        "--max-seconds", "1",
+    )  # fmt: skip
+    # Then no max QPS is reported, and the point is invalid for it
+    assert done.returncode == 3, done.stderr
+    (result,) = json_lines(done.stdout)
+    (point,) = result["measurements"]
+    search = point["load"]["search"]
+    assert search["max_qps"] is None and search["max_target_qps"] is None and not search["capped"]
+    assert search["probes"] and not any(p["passed"] for p in search["probes"])
+    assert not point["validity"]["valid"]
+    assert any(r.startswith("no rate met p90 ≤ 0.001 ms") for r in point["validity"]["reasons"])
+    # And the CLI says so
+    shown = mlscope(mlscope_env, "results", "show", result["id"])
+    assert shown.returncode == 0, shown.stderr
+    assert "no QPS tried met p90 ≤ 0.001 ms" in shown.stdout
+    assert "max QPS with" not in shown.stdout
+
+
 def test_multi_stream_on_a_real_model(mlscope_env: dict[str, str]) -> None:
     done = mlscope(
         mlscope_env, "run", "test_tiny_mlp", "-f", "onnxruntime", "--scenario", "multi_stream",
@@ -65,6 +89,20 @@ def test_multi_stream_on_a_real_model(mlscope_env: dict[str, str]) -> None:
     load = result["measurements"][0]["load"]
     assert load["samples_per_query"] == 4 and load["interval_ms"] == 20
     assert load["certified"]["bound_ms"] == 20
+
+
+def test_multi_stream_back_to_back_on_a_real_model(mlscope_env: dict[str, str]) -> None:
+    # Given --back-to-back, When multi_stream runs, Then each query went when the last one completed
+    done = mlscope(
+        mlscope_env, "run", "test_tiny_mlp", "-f", "onnxruntime", "--scenario", "multi_stream",
+        "--samples-per-query", "4", "--back-to-back", "--percentile", "90", "--json", *FAST,
+    )  # fmt: skip
+    assert done.returncode in (0, 3), done.stderr
+    (result,) = json_lines(done.stdout)
+    load = result["measurements"][0]["load"]
+    assert load["back_to_back"] is True and load["interval_ms"] is None and "overruns" not in load
+    assert load["target_qps"] is None and load["achieved_qps"] > 0 and load["late"] == 0
+    assert load["certified"]["bound_ms"] is None
 
 
 @pytest.mark.parametrize(

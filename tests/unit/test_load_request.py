@@ -40,6 +40,18 @@ def test_a_server_request_keeps_the_settings_given_validated() -> None:
     assert request.to_dict()["load"] == {"qps": 20.0, "seed": 3}
 
 
+def test_back_to_back_reaches_the_request_from_its_flag_or_load_key() -> None:
+    # Given --back-to-back, or --load back_to_back=true (read as JSON), for multi_stream
+    for document in (load_document({}, back_to_back=True), load_document({"back_to_back": True})):
+        assert document == {"back_to_back": True}
+        # When parsed, Then it is kept, and LoadSettings reads it back
+        request = parse_request({**BASE, "scenarios": ["multi_stream"], "load": document})
+        assert request.load == {"back_to_back": True}
+        assert LoadSettings.from_dict(request.load).back_to_back
+    # A flag left off says nothing
+    assert load_document({}, back_to_back=False) == {}
+
+
 def test_a_request_without_load_has_an_empty_one() -> None:
     assert parse_request(dict(BASE)).load == {}
 
@@ -57,6 +69,19 @@ def test_a_request_without_load_has_an_empty_one() -> None:
         ({}, ["server"], "load.qps", "the server scenario needs a target rate"),
         ({"qps": 5}, ["single_stream"], "load.qps", "qps applies only to the server scenario"),
         ({"find_max_qps": True}, ["server"], "load.latency_bound_ms", "find_max_qps needs latency_bound_ms"),
+        (
+            {"back_to_back": True, "qps": 5},
+            ["server"],
+            "load.back_to_back",
+            "back_to_back applies only to the multi_stream scenario",
+        ),
+        ({"back_to_back": "yes"}, ["multi_stream"], "load.back_to_back", "expected true or false"),
+        (
+            {"back_to_back": True, "interval_ms": 20},
+            ["multi_stream"],
+            "load.interval_ms",
+            "interval_ms=20 does not apply with back_to_back",
+        ),
     ],
 )
 def test_a_bad_load_is_refused_naming_the_setting(
@@ -160,6 +185,14 @@ def test_the_cli_options_build_only_the_settings_set() -> None:
         (["--scenario", "server", "--find-max-qps"], "load.latency_bound_ms: find_max_qps needs"),
         (["--scenario", "server", "--load", "burst=2", "--qps", "5"], "load.burst: unknown load setting"),
         (
+            ["--scenario", "server", "--qps", "5", "--back-to-back"],
+            "load.back_to_back: back_to_back applies only to the multi_stream scenario",
+        ),
+        (
+            ["--scenario", "multi_stream", "--back-to-back", "--interval-ms", "20"],
+            "load.interval_ms: interval_ms=20 does not apply with back_to_back",
+        ),
+        (
             ["--scenario", "multi_stream", "--samples-per-query", "16", "--option", "input_pool=4"],
             "options.input_pool is 4: raise input_pool to ≥ 16",
         ),
@@ -198,5 +231,6 @@ def test_the_scenario_help_lists_the_four_scenarios(capsys: pytest.CaptureFixtur
         "--latency-bound-ms",
         "--percentile",
         "--load-seed",
+        "--back-to-back",
     ):
         assert words in out

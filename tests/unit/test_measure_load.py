@@ -12,11 +12,12 @@ import pytest
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.load import LoadSettings
-from mlscope.runtime.measure import MeasureSettings, get_scenario, load_report
+from mlscope.runtime.measure import MeasureSettings, get_scenario
+from mlscope.runtime.measure.closed_loop import issue_back_to_back
 from mlscope.runtime.measure.generator import IssueRecord, Schedule
 from mlscope.runtime.measure.load_report import report
 from mlscope.runtime.measure.load_run import check_rate, generator_capacity, run_under_load
-from mlscope.runtime.measure.search import Probe, find_max_qps
+from mlscope.runtime.measure.search import Probe, find_max_qps, probe_passes
 
 QUICK = MeasureSettings(warmup_count=3, warmup_seconds=0.0, min_count=10, min_seconds=1.0, max_seconds=8.0)
 
@@ -229,37 +230,142 @@ def test_search_reports_no_rate_when_none_passes() -> None:
     assert best is None and probes[-1].qps < 0.2
 
 
-def test_search_finds_a_known_capacity(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Eight model threads each sleeping 10 ms serve at most 800 queries/s; under a generous bound
-    (p90 ≤ 40 ms) latency holds until close to that and then explodes, so the search must end
-    within a bisection step or two of it, and never above it.
-
-    Above the capacity is impossible on any try. Far below it means the search stopped early, or
-    that the machine's own noise (2 shared cores, other tests' containers) failed a probe before
-    the model saturated: a try that stops below half the capacity is repeated, up to three tries,
-    and one of them must reach it (a search that always stops early fails all three).
-
-    What is tested is the search on a model of known capacity, not the generator's punctuality
-    (the lateness tests above): on a loaded machine the generator's 2 ms lateness limit failed every
-    probe from 100/s down to 6/s in all three tries, so here a probe fails for lateness only past
-    25 ms, which a 10 ms model under a 40 ms bound cannot hide."""
-    monkeypatch.setattr(load_report, "LATENESS_LIMIT_MS", 25.0)
-    threads, service = 8, 0.010
-    capacity = threads / service
-    load = LoadSettings(find_max_qps=True, latency_bound_ms=40, percentile=90, max_in_flight=threads, qps=100)
-    tries: list[list[dict]] = []
-    for _ in range(3):
-        probes: list[dict] = []
-        measurement = run("server", sleeper(service), load, on_probe=probes.append)
-        search = measurement.load["search"]
-        tries.append(probes)
-        assert search["probes"] == probes and len(probes) >= 3
-        assert search["max_qps"] is not None
-        assert search["max_target_qps"] <= capacity * 1.02, probes
-        if search["max_target_qps"] >= capacity * 0.5:
-            break
-    else:
-        pytest.fail(f"three searches stopped below half the capacity of {capacity:g}/s: {tries}")
-    assert all(
-        {"target_qps", "achieved_qps", "p50_ms", "p90_ms", "p99_ms", "passed"} <= set(p) for p in probes
+def queue_record(schedule: Schedule, queries: int, service_ns: int, servers: int) -> IssueRecord:
+    """What a perfect generator and `servers` model threads of exactly `service_ns` each would
+    record for the first `queries` of `schedule`, in virtual time: each query sent when due, and
+    begun first come, first served when a thread frees (with a fixed service time threads free in
+    start order, so query n waits for query n − servers to end)."""
+    arrivals = schedule.offsets_ns(queries) + 1_000_000
+    started = np.empty(queries, dtype=np.int64)
+    for n, arrival in enumerate(arrivals.tolist()):
+        started[n] = arrival if n < servers else max(arrival, int(started[n - servers]) + service_ns)
+    ended = started + service_ns
+    # Ends are in start order, so those before n still running when n was sent are a suffix.
+    in_flight = np.arange(queries) - np.array(
+        [np.searchsorted(ended[:n], arrival, side="right") for n, arrival in enumerate(arrivals)]
     )
+    return IssueRecord(
+        start_ns=0,
+        samples_per_query=1,
+        scheduled=arrivals,
+        sent=arrivals.copy(),
+        started=started,
+        ended=ended,
+        in_flight=in_flight.astype(np.int64),
+        issued=queries,
+        stop_reason="certified",
+        issue_end_ns=int(arrivals[-1]),
+    )
+
+
+def test_search_finds_a_known_capacity() -> None:
+    """Eight model threads of exactly 10 ms each (800 queries/s at most), in virtual time: a probe at
+    rate q draws the seeded Poisson schedule, queues it first come, first served, and is judged by the
+    real report and pass rule (p90 ≤ 40 ms certified, no generator or overload finding). The same
+    gaps scaled by 1/q only ever wait longer as q grows, so the probe passes below one rate and fails
+    above it; a fine scan finds that rate, and the search must end within one bisection step (its
+    resolution) below it, never above."""
+    servers, service_ns, queries = 8, 10_000_000, 1000
+    load = LoadSettings(find_max_qps=True, latency_bound_ms=40, percentile=90, max_in_flight=servers)
+
+    def probe(qps: float) -> Probe:
+        schedule = Schedule("poisson", qps, seed=load.seed)
+        record = queue_record(schedule, queries, service_ns, servers)
+        result = report(record, "server", load, 1, qps, load.latency_bound_ms)
+        passed, reason = probe_passes(result)
+        return Probe(qps, passed, reason, record, result, 0.0)
+
+    # The capacity: the last passing rate of a scan in steps of 3 queries/s, refined in steps of 0.01%; every
+    # rate below it passes and every one above fails.
+    coarse = np.arange(300.0, 1200.0, 3.0)
+    verdicts = [probe(q).passed for q in coarse]
+    last = max(i for i, ok in enumerate(verdicts) if ok)
+    assert all(verdicts[: last + 1]) and not any(verdicts[last + 1 :]), "the probe is not monotone"
+    fine = np.arange(coarse[last], coarse[last + 1], coarse[last] * 1e-4)
+    capacity = max(q for q in fine if probe(q).passed)
+    assert 0.5 * servers * 1e9 / service_ns < capacity < servers * 1e9 / service_ns
+
+    resolution = load.resolution
+    for start in (100.0, capacity, 5000.0):
+        best, probes = find_max_qps(probe, start, resolution=resolution, cap_qps=100_000)
+        assert best is not None and best.passed
+        assert capacity / (1 + resolution) <= best.qps <= capacity * (1 + 1e-4), (start, best.qps, capacity)
+        assert all(p.passed == (p.qps <= capacity) for p in probes if abs(p.qps / capacity - 1) > 1e-4)
+        assert len(probes) < 24
+        point = best.curve_point()
+        assert point["passed"] and point["certified"] and point["reason"] == "certified"
+        assert point["p90_ms"] <= 40
+
+
+def test_back_to_back_issues_each_query_when_the_previous_completed() -> None:
+    """LoadGen >= 1.0's multi_stream: a query's samples are sent together, the next query only once
+    all of them completed; its latency is its slowest sample's (one in four sleeps 6 ms, the others
+    1 ms, on four model threads)."""
+    per_query, queries = 4, 40
+
+    def predict(batch: int) -> None:
+        time.sleep(0.006 if batch == 3 else 0.001)
+
+    def decide(record: IssueRecord, elapsed_ns: int) -> str | None:
+        assert (record.ended[: record.issued] > 0).all()  # consulted between queries only
+        return "certified" if record.issued >= queries * per_query else None
+
+    record = issue_back_to_back(
+        predict,
+        [0, 1, 2, 3],
+        per_query,
+        max_in_flight=4,
+        max_seconds=10,
+        check_every_seconds=0,
+        decide=decide,
+    )
+    assert record.stop_reason == "certified" and record.issued == queries * per_query
+    shape = (queries, per_query)
+    scheduled, started, ended = (a.reshape(shape) for a in (record.scheduled, record.started, record.ended))
+    assert np.array_equal(record.sent, record.scheduled)
+    assert (scheduled == scheduled[:, :1]).all()  # a query's samples issued at one moment
+    # Each query issued, and each of its samples begun, only after the previous query's last sample ended.
+    assert (scheduled[1:, 0] >= ended[:-1].max(axis=1)).all()
+    assert (started[1:].min(axis=1) >= ended[:-1].max(axis=1)).all()
+    load = LoadSettings(samples_per_query=per_query, max_in_flight=4, back_to_back=True, percentile=90)
+    result = report(record, "multi_stream", load, 1, None, None)
+    assert np.array_equal(result.latencies_ns, ended.max(axis=1) - scheduled[:, 0])
+    assert result.latencies_ns.min() >= 6_000_000  # the slow sample's sleep
+    section = result.section
+    assert section["back_to_back"] is True and section["interval_ms"] is None and "overruns" not in section
+    assert section["target_qps"] is None and section["late"] == 0 and section["unfinished"] == 0
+    assert section["issue_lateness_ms"]["max"] == 0.0
+    assert section["achieved_qps"] == section["scheduled_qps"] > 0
+    assert not any("load generator" in reason for reason in result.invalid)
+
+
+def test_multi_stream_back_to_back_estimates_its_percentile() -> None:
+    load = LoadSettings(samples_per_query=4, max_in_flight=4, back_to_back=True, percentile=90)
+    measurement = run("multi_stream", sleeper(0.002), load)
+    section = measurement.load
+    assert section["back_to_back"] and section["interval_ms"] is None and "overruns" not in section
+    assert section["target_qps"] is None and section["achieved_qps"] > 0
+    certified = section["certified"]
+    assert certified["ok"] and certified["bound_ms"] is None and certified["estimate_ms"] >= 2
+    assert measurement.stop_reason == "certified"
+    assert 2 <= measurement.latency_ms.median < 15
+
+
+def test_back_to_back_cancels_a_query_still_running_at_max_seconds() -> None:
+    """A query whose second sample never began by max_seconds is cancelled: unfinished, so the point is
+    overloaded (with no target rate to name)."""
+    record = issue_back_to_back(
+        sleeper(0.4),
+        [0, 1],
+        2,
+        max_in_flight=1,
+        max_seconds=0.1,
+        check_every_seconds=0,
+        decide=lambda r, e: None,
+    )
+    assert record.stop_reason == "max_seconds" and record.issued == 2
+    assert record.ended[0] > 0 and record.ended[1] == 0
+    load = LoadSettings(samples_per_query=2, back_to_back=True, percentile=90)
+    result = report(record, "multi_stream", load, 1, None, None)
+    assert result.section["unfinished"] == 1
+    assert any(reason.startswith("overloaded: 1 of 1 queries never completed") for reason in result.invalid)

@@ -167,6 +167,26 @@ def test_a_multi_stream_point_shows_its_queries_and_overruns() -> None:
     cell = text(load_cell(measurement("multi_stream", load))).strip()
     assert cell == "8 per 50 ms → 19.7 qps, p99 ✓, 2 overruns"
     assert load_cell(measurement("server", None)) == ""
+    back_to_back = {
+        **SERVER_LOAD,
+        "target_qps": None,
+        "samples_per_query": 8,
+        "back_to_back": True,
+        "interval_ms": None,
+    }
+    cell = text(load_cell(measurement("multi_stream", back_to_back))).strip()
+    assert cell == "8 back to back → 19.7 qps, p99 ✓"
+
+
+def test_a_search_bound_reads_as_given() -> None:
+    """A bound below 0.05 ms used to read "p99 ≤ 0 ms"."""
+    tight = {**SEARCH, "latency_bound_ms": 0.001, "max_qps": None}
+    lines = [
+        text(line).rstrip()
+        for line in search_lines(result(measurement("server", {**SERVER_LOAD, "search": tight})))
+    ]
+    assert "highest QPS with p99 ≤ 0.001 ms" in lines[0]
+    assert lines[-1].strip() == "no QPS tried met p99 ≤ 0.001 ms"
 
 
 def test_a_search_prints_its_curve_and_answer() -> None:

@@ -115,7 +115,7 @@ def report(
     scenario: str,
     load: LoadSettings,
     batch_size: int,
-    target_qps: float,
+    target_qps: float | None,
     bound_ms: float | None,
 ) -> LoadReport:
     """Summarise a run under load.
@@ -125,7 +125,8 @@ def report(
         scenario: "server" or "multi_stream".
         load: the run's load settings.
         batch_size: samples per input, for throughput.
-        target_qps: the queries per second asked for.
+        target_qps: the queries per second asked for; None when queries were issued back to back
+            (each when the previous one completed: sent when scheduled, so never late).
         bound_ms: the latency bound certified against; None to estimate the percentile instead.
 
     Returns:
@@ -178,9 +179,13 @@ def report(
         },
         "service_ms": _ms_summary(service, ("median", "p90", "p99")),
     }
-    if scenario == "multi_stream":
+    if scenario == "multi_stream" and load.back_to_back:
+        # No interval, so nothing to overrun.
+        section.update(samples_per_query=per_query, back_to_back=True, interval_ms=None)
+    elif scenario == "multi_stream":
         section.update(
             samples_per_query=per_query,
+            back_to_back=False,
             interval_ms=load.interval_ms,
             overruns=int((latencies > load.interval_ms * NS_PER_MS).sum()),
         )
@@ -274,10 +279,11 @@ def _judge(
         )
     if unfinished:
         rate = f"{completed_qps:.4g}" if completed_qps is not None else "?"
+        target = section["target_qps"]
+        asked = f" of the {target:.4g} asked for" if target is not None else ""
         result.invalid.append(
             f"overloaded: {unfinished} of {queries} queries never completed (the model completed {rate} "
-            f"queries/s of the {section['target_qps']:.4g} asked for); latencies grow with the run's "
-            "length"
+            f"queries/s{asked}); latencies grow with the run's length"
         )
     reason = certificate_reason(result.certificate)
     if reason is not None:

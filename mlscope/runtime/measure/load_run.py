@@ -14,6 +14,7 @@ import numpy as np
 from mlscope.contract.errors import UserError
 from mlscope.contract.load import LoadSettings
 from mlscope.runtime.measure.certify import certainly_fails, min_passing, min_queries
+from mlscope.runtime.measure.closed_loop import issue_back_to_back
 from mlscope.runtime.measure.generator import IssueRecord, Schedule, issue
 from mlscope.runtime.measure.load_report import LoadReport, report
 from mlscope.runtime.measure.loop import NS_PER_S, LoopResult, Timer
@@ -70,13 +71,15 @@ def run_under_load(
     settings: MeasureSettings,
     load: LoadSettings,
     scenario: str,
-    schedule: Schedule,
+    schedule: Schedule | None,
     bound_ms: float | None,
     *,
     timer: Timer | None = None,
     on_progress: Callable[[float], None] | None = None,
 ) -> tuple[IssueRecord, LoadReport]:
-    """One run of the generator on `schedule`, stopped by the early-stopping rule.
+    """One run of the generator on `schedule`, stopped by the early-stopping rule; with no schedule,
+    queries of `load.samples_per_query` samples issued back to back, each when the previous one
+    completed (multi_stream's closed loop, see closed_loop).
 
     Issuing stops, once min_seconds and min_count are met, when the percentile is certified (with
     a bound: enough queries under it; without: enough queries for LoadGen's estimate) or, with a
@@ -87,7 +90,7 @@ def run_under_load(
     """
     percentile = load.percentile_for(scenario)
     p, confidence = percentile / 100, load.confidence
-    per_query = schedule.samples_per_query
+    per_query = schedule.samples_per_query if schedule is not None else load.samples_per_query
     bound_ns = None if bound_ms is None else bound_ms * 1e6
     min_ns = settings.min_seconds * NS_PER_S
     estimate_needed = min_queries(p, confidence)
@@ -119,20 +122,33 @@ def run_under_load(
             return "failed"
         return None
 
-    record = issue(
-        predict,
-        batches,
-        schedule,
-        max_in_flight=load.max_in_flight,
-        max_seconds=settings.max_seconds,
-        check_every_seconds=settings.check_every_seconds,
-        decide=decide,
-        drain_seconds=max(_MIN_DRAIN_SECONDS, 0.25 * settings.max_seconds, 2 * (bound_ms or 0) / 1000),
-        timer=timer,
-    )
+    if schedule is None:
+        record = issue_back_to_back(
+            predict,
+            batches,
+            per_query,
+            max_in_flight=load.max_in_flight,
+            max_seconds=settings.max_seconds,
+            check_every_seconds=settings.check_every_seconds,
+            decide=decide,
+            timer=timer,
+        )
+    else:
+        record = issue(
+            predict,
+            batches,
+            schedule,
+            max_in_flight=load.max_in_flight,
+            max_seconds=settings.max_seconds,
+            check_every_seconds=settings.check_every_seconds,
+            decide=decide,
+            drain_seconds=max(_MIN_DRAIN_SECONDS, 0.25 * settings.max_seconds, 2 * (bound_ms or 0) / 1000),
+            timer=timer,
+        )
     if on_progress is not None:
         on_progress(1.0)
-    return record, report(record, scenario, load, batch_size, schedule.rate, bound_ms)
+    target_qps = schedule.rate if schedule is not None else None
+    return record, report(record, scenario, load, batch_size, target_qps, bound_ms)
 
 
 def outcome_of(record: IssueRecord, result: LoadReport, warmup_count: int, record_starts: bool) -> Outcome:

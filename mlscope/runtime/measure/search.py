@@ -24,11 +24,19 @@ from mlscope.runtime.measure.loop import NS_PER_S, Timer, _warm_up
 from mlscope.runtime.measure.scenario_base import OnProbe, Outcome
 from mlscope.runtime.measure.settings import MeasureSettings
 
-__all__ = ["MAX_PROBES", "MIN_QPS", "Probe", "find_max_qps", "search_max_qps"]
+__all__ = ["MAX_PROBES", "MIN_QPS", "Probe", "find_max_qps", "probe_passes", "search_max_qps"]
 
 # A search gives up below this rate, and after this many probes.
 MIN_QPS = 0.1
 MAX_PROBES = 24
+
+
+def probe_passes(report: LoadReport) -> tuple[bool, str]:
+    """A probe's verdict from its run's report: it passes when the run is valid (its percentile
+    certified against the bound, and neither the generator nor an overload spoiled it); the reason
+    is the first finding against it, or "certified".
+    """
+    return (False, report.invalid[0]) if report.invalid else (True, "certified")
 
 
 @dataclass
@@ -158,10 +166,8 @@ def search_max_qps(
             load.latency_bound_ms,
             timer=timer,
         )
-        reason = result.invalid[0] if result.invalid else "certified"
-        probe = Probe(
-            qps, not result.invalid, reason, record, result, (time.perf_counter_ns() - began) / NS_PER_S
-        )
+        passed, reason = probe_passes(result)
+        probe = Probe(qps, passed, reason, record, result, (time.perf_counter_ns() - began) / NS_PER_S)
         if on_probe is not None:
             on_probe(probe.curve_point())
         return probe
