@@ -101,6 +101,10 @@ _LOAD_SECTION: dict[str, Any] = {
                 "process": {"type": "string"},
                 "priority": {"type": "string"},
                 "cpu_share": _number("the issuing process's CPU time over its wall time"),
+                "idle_start_ms": _spread(
+                    "queries that found the model idle: how long after their due time they started",
+                    ("p50", "p99", "max"),
+                ),
             },
         },
         "service_ms": _spread("the model's time per query, queueing left out", ("median", "p90", "p99")),

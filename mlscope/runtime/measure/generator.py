@@ -116,6 +116,8 @@ class IssueRecord:
         issuer_cpu_ns: CPU time the issuing process spent from its start to its end.
         issuer_priority: the scheduling priority the issuing process obtained ("realtime",
             "nice -10" or "normal").
+        idle_start: for each sample a model thread held to its due time (the model was idle),
+            how long after it was due the thread started it; −1 for the others.
     """
 
     start_ns: int
@@ -130,6 +132,7 @@ class IssueRecord:
     issue_end_ns: int = 0
     issuer_cpu_ns: int = 0
     issuer_priority: str = "normal"
+    idle_start: npt.NDArray[np.int64] | None = None
 
     def trimmed(self) -> IssueRecord:
         """The record cut to the samples issued, whole queries only."""
@@ -147,6 +150,7 @@ class IssueRecord:
             self.issue_end_ns,
             self.issuer_cpu_ns,
             self.issuer_priority,
+            None if self.idle_start is None else self.idle_start[:count].copy(),
         )
 
     def fill_in_flight(self) -> None:
@@ -320,10 +324,11 @@ class _Issuer:
     def finish(self, record: IssueRecord, gated: npt.NDArray[np.int64]) -> None:
         """Copy what the issuing process recorded (it has ended) into `record`.
 
-        A sample's send time is when it was there for the model to take: the moment a model thread
-        that held it let it go at its due time (`gated`), else the later of its hand-over and its
-        due time (a thread busy with another query took it from the pipe later: that wait is
-        queueing, not lateness).
+        A sample's send time is when the generator made it the model's: the later of its hand-over
+        and its due time. From then on it is in the model's process, whose threads start it at its
+        due time or as soon as one is free (that wait, and a held sample's wake-up, are in its
+        latency, not in the generator's lateness). `gated` gives, for each sample a thread held to
+        its due time, when it let it go: its start delay on an idle model.
         """
         header = self.header
         record.issued = int(header[proto.ISSUED])
@@ -334,7 +339,8 @@ class _Issuer:
         if stop in _STOP_NAMES:
             record.stop_reason = _STOP_NAMES[stop]
         handed = self.sent[: record.sent.size]
-        record.sent = np.where(gated > 0, gated, np.maximum(handed, record.scheduled))
+        record.sent = np.maximum(handed, record.scheduled)
+        record.idle_start = np.where(gated > 0, gated - record.scheduled, -1)
 
     def close(self) -> None:
         if self.process is not None and self.process.poll() is None:

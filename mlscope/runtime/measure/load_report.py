@@ -176,12 +176,17 @@ def report(
             "process": "separate",
             "priority": record.issuer_priority,
             "cpu_share": record.issuer_cpu_ns / record.issue_end_ns if record.issue_end_ns > 0 else None,
+            "idle_start_ms": _ms_summary(
+                record.idle_start[record.idle_start >= 0] if record.idle_start is not None else np.zeros(0),
+                ("p50", "p99", "max"),
+            ),
         },
         "service_ms": _ms_summary(service, ("median", "p90", "p99")),
     }
     if scenario == "multi_stream" and load.back_to_back:
-        # No interval, so nothing to overrun.
+        # No interval, so nothing to overrun; no issuing process either: each query follows the last.
         section.update(samples_per_query=per_query, back_to_back=True, interval_ms=None)
+        del section["generator"]
     elif scenario == "multi_stream":
         section.update(
             samples_per_query=per_query,
