@@ -5,14 +5,15 @@ interval for multi_stream), `issue` (the generator itself) and the `IssueRecord`
 
 The schedule is issued by a process of its own (`issuer_process`), not by a thread beside the model:
 a thread in the model's process waits for the GIL whenever the model's Python code holds it, and for
-a core whenever the model's threads fill them, and both waits showed up as issue lateness and as
-arrivals correlated with completions (docs/load.md, "Why the generator is a process"). The issuing
-process sleeps to each due time on the monotonic clock (the one perf_counter_ns reads in every
-process), asks for a real-time priority where the system grants one, and hands each sample's index
-to a pool of `max_in_flight` model threads through a pipe; it never runs the model. A query that
-finds every model thread busy waits in the pipe, and that wait counts: its latency runs from its
-scheduled arrival to its completion (no coordinated omission). Per sample the record keeps when it
-was due, sent, started and finished, so the run can check that the load was the load it promised.
+a core whenever the model's threads fill them (docs/load.md, "The generator: a process of its
+own"). The issuing process sleeps to each due time on the monotonic clock (the one perf_counter_ns
+reads in every process), asks for a real-time priority where the system grants one, and hands each
+sample's index to a pool of `max_in_flight` model threads through a pipe, a little before it is due;
+it never runs the model. A model thread that takes a sample early holds it to its due time, so an
+idle model starts it on time rather than after two wake-ups of idle CPUs. A query that finds every
+model thread busy waits in the pipe, and that wait counts: its latency runs from its scheduled
+arrival to its completion (no coordinated omission). Per sample the record keeps when it was due,
+handed over, started and finished, so the run can check that the load was the load it promised.
 """
 
 from __future__ import annotations
