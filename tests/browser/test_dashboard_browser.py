@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import playwright.sync_api as playwright_api
 import pytest
 
 from mlscope.analysis.chart_builders import batch_curve, compare_bars, latency_cdf, latency_histogram
@@ -30,7 +31,6 @@ from tests.fixtures.browser import CHROMIUM_ARGS, require_chromium
 from tests.integration.farm import QUICK_TRACED as QUICK
 from tests.integration.farm import REDIS_URL, TOKEN, Farm, empty_redis_db
 
-playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 # Real frameworks run on a real worker, on the real PostgreSQL.
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import onnxruntime  # noqa: F401 - the project installs it: a missing install fails here, never skips
 import pytest
 
 from mlscope.cli import main
@@ -19,7 +20,6 @@ from mlscope.store import open_store
 from mlscope.workers.bricks import brick_files
 from tests.fixtures.brick_graphs import mlp, two_towers, with_control_flow
 
-pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.slow
 
 QUICK = {"warmup_count": 20, "warmup_seconds": 0.0, "min_count": 200, "min_seconds": 0.5, "max_seconds": 3}
