@@ -231,7 +231,7 @@ def _print_line(event: dict[str, Any]) -> None:
 
 
 class ResultSet(list[dict[str, Any]]):
-    """Evaluation results: the result dicts (DESIGN.md's result shape) `mlscope run --json` prints,
+    """Evaluation results: the result dicts (docs/design.md's result shape) `mlscope run --json` prints,
     one per evaluation, in a list that can say how they went and become a table.
 
     A result never looks better than it is: a failed evaluation shows its error, and a measurement

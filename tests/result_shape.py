@@ -1,4 +1,4 @@
-"""The result shape fixed by DESIGN.md's "Contracts", written out once for every test that pins it.
+"""The result shape fixed by docs/design.md's "Result shape", written out once for every test that pins it.
 Kept apart from the code on purpose: a change to the code's shape must fail a test."""
 
 RESULT_KEYS = frozenset(

@@ -37,7 +37,7 @@ def _dig(record: Mapping[str, Any], path: tuple[str, ...]) -> Any:
 
 
 def pins(result: Mapping[str, Any]) -> dict[str, Any]:
-    """The pins of one result (DESIGN.md's result shape), by name; None where it has none (an image
+    """The pins of one result (docs/design.md's result shape), by name; None where it has none (an image
     only for the docker runner)."""
     return {name: _dig(result, path) for name, path in PINS}
 

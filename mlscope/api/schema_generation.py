@@ -1,4 +1,4 @@
-"""The OpenAPI description of a generate measurement's `generation` section (DESIGN.md, "Result
+"""The OpenAPI description of a generate measurement's `generation` section (docs/design.md, "Result
 sections"; docs/generate.md). Descriptions only, as for `load`: measurements are served as stored."""
 
 from __future__ import annotations

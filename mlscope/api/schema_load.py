@@ -1,4 +1,4 @@
-"""The OpenAPI description of a measurement, its `load` section spelled out (DESIGN.md, "Result
+"""The OpenAPI description of a measurement, its `load` section spelled out (docs/design.md, "Result
 sections"). Descriptions only: measurements are served as stored, a newer runtime's extra keys
 included, so nothing here drops or checks a key.
 """

@@ -273,7 +273,7 @@ _PARITY = fields.Dict(
 
 
 class EvaluationSchema(Schema):
-    """The result shape (DESIGN.md, "Result shape"), with the request and manifest snapshots, the queue
+    """The result shape (docs/design.md, "Result shape"), with the request and manifest snapshots, the queue
     and attempts, the result sections `accuracy`, `parity` and `memory` when it has them, and each
     measurement's `load`, `energy` and `cost`."""
 

@@ -1,6 +1,6 @@
 """How a measurement's `load` section reads: the results table's load cell (target → achieved QPS
 and the certified percentile), a latency search's curve and answer, and a search probe's progress
-line. The section's keys are fixed by DESIGN.md ("Result sections"); docs/load.md describes them.
+line. The section's keys are fixed by docs/design.md ("Result sections"); docs/load.md describes them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Settings: the environment, or a settings file; the environment wins.
 
-The names are a contract shared by every part (DESIGN.md, "Contracts"). The settings file is TOML
+The names are a contract shared by every part (docs/design.md, "Settings"). The settings file is TOML
 at `$MLSCOPE_SETTINGS` or `<user config dir>/mlscope/settings.toml`, with the same names in lower
 case and without the prefix (`store_url = "postgresql://..."`).
 """

@@ -101,7 +101,7 @@ def evaluate_here(
             first); None: admitted here.
 
     Returns:
-        The stored results (DESIGN.md's result shape), one per framework; a failed evaluation is
+        The stored results (docs/design.md's result shape), one per framework; a failed evaluation is
         among them with its error.
 
     Raises:

@@ -135,7 +135,7 @@ def ids_of(evaluations: list[dict[str, Any]]) -> list[str]:
     return [evaluation["id"] for evaluation in evaluations]
 
 
-# A server point's `load` section with a latency search, every key DESIGN.md fixes and docs/load.md
+# A server point's `load` section with a latency search, every key docs/design.md fixes and docs/load.md
 # describes, plus one a newer runtime might add: a store must give it back unchanged.
 SERVER_LOAD: dict[str, Any] = {
     "certified": {

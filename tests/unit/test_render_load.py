@@ -1,6 +1,6 @@
 """How a measurement's `load` section prints: the results table's load column (target → achieved QPS
 and the certificate), a search's curve and answer under `run` and `results show`, and a probe's
-progress line; all from hand-built results in the shape DESIGN.md fixes."""
+progress line; all from hand-built results in the shape docs/design.md fixes."""
 
 from __future__ import annotations
 

@@ -90,7 +90,7 @@ def reduce_records(
     remote: bool = False,
 ) -> dict[str, Any]:
     """The measurement of a point: `latency_ms` is the end-to-end latency, `throughput` requests/s,
-    and `generation` holds the rest (DESIGN.md's names).
+    and `generation` holds the rest (docs/design.md's names).
 
     Args:
         remote: the model ran in another process (an endpoint): this machine's other processes

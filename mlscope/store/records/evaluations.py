@@ -397,7 +397,7 @@ def _measurement_to_dict(record: MeasurementRecord, *, include_raw: bool) -> dic
 
 
 def evaluation_to_dict(record: EvaluationRecord, *, include_raw: bool = False) -> dict[str, Any]:
-    """The public result shape (DESIGN.md, "Result shape"), plus the request and manifest snapshots, the
+    """The public result shape (docs/design.md, "Result shape"), plus the request and manifest snapshots, the
     queue its job was sent to and how many times it was started; "accuracy", "parity" and "memory" only
     when the evaluation has them. The lease stays inside the store: it is the runners' business."""
     measurements = sorted(record.measurements, key=lambda m: (m.scenario, m.batch_size))

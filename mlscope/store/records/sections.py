@@ -1,4 +1,4 @@
-"""The result sections an evaluation may carry beside its measurements (DESIGN.md, "Result sections
+"""The result sections an evaluation may carry beside its measurements (docs/design.md, "Result sections
 added in wave 2"): `accuracy` (top-k on a labelled dataset, with its confidence interval), `parity`
 (this framework's outputs against another's on the same inputs) and `memory` (the predictor
 process's peaks); and those a measurement may carry, `energy` and `cost`. Checked as every backend
