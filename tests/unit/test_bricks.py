@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import onnxruntime  # noqa: F401 - installed by the project: a missing install fails, never skips
 import pytest
 
 from mlscope.analysis.bricks import (
@@ -24,8 +25,6 @@ from mlscope.cli.bricks_pipeline import summary
 from mlscope.runtime.bricks import BrickSpec, measure_bricks
 from mlscope.runtime.measure.settings import MeasureSettings
 from tests.fixtures.brick_graphs import branchy, flattening, mlp, reshaping, slicing, with_control_flow
-
-pytest.importorskip("onnxruntime")
 
 EXECUTION = {"threads": 1, "level": "all", "framework": "onnxruntime"}
 

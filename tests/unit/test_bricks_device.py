@@ -10,23 +10,22 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-
-from mlscope.analysis.bricks import BrickPlan  # noqa: E402
-from mlscope.analysis.bricks.fx import (  # noqa: E402
+from mlscope.analysis.bricks import BrickPlan
+from mlscope.analysis.bricks.fx import (
     cudnn_benchmark_plan,
     decompose_module,
     is_convolution,
     module_brick,
     plan_module_bricks,
 )
-from mlscope.cli import main  # noqa: E402
-from mlscope.cli.bricks_pytorch import TorchBricks  # noqa: E402
-from mlscope.runtime.measure.settings import MeasureSettings  # noqa: E402
-from mlscope.runtime.predictors.pytorch import bricks as runtime_bricks  # noqa: E402
-from mlscope.workers.bricks import BrickJobReport  # noqa: E402
-from tests.fixtures import torch_bricks  # noqa: E402
+from mlscope.cli import main
+from mlscope.cli.bricks_pytorch import TorchBricks
+from mlscope.runtime.measure.settings import MeasureSettings
+from mlscope.runtime.predictors.pytorch import bricks as runtime_bricks
+from mlscope.workers.bricks import BrickJobReport
+from tests.fixtures import torch_bricks
 
 EXECUTION = {"threads": 1, "framework": "pytorch"}
 

@@ -5,19 +5,18 @@ module bricks."""
 from __future__ import annotations
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-
-from mlscope.analysis.bricks import BrickPlan, NotABrick, critical_path  # noqa: E402
-from mlscope.analysis.bricks.fx import (  # noqa: E402
+from mlscope.analysis.bricks import BrickPlan, NotABrick, critical_path
+from mlscope.analysis.bricks.fx import (
     NotTraceable,
     decompose_module,
     module_brick,
     plan_module_bricks,
 )
-from mlscope.runtime.measure.settings import MeasureSettings  # noqa: E402
-from mlscope.runtime.predictors.pytorch.bricks import measure_module_bricks  # noqa: E402
-from tests.fixtures import torch_bricks  # noqa: E402
+from mlscope.runtime.measure.settings import MeasureSettings
+from mlscope.runtime.predictors.pytorch.bricks import measure_module_bricks
+from tests.fixtures import torch_bricks
 
 EXECUTION = {"threads": 1, "framework": "pytorch"}
 
@@ -110,7 +109,8 @@ def test_a_reshape_is_a_dispatch_only_when_it_does_not_copy() -> None:
 def test_a_hugging_face_model_is_traced_by_dynamo_into_bricks() -> None:
     # Given a 2-layer BERT (random weights from a small config), which torch.fx's tracer cannot trace,
     # called by position as the predictor calls it
-    pytest.importorskip("transformers")
+    import transformers  # noqa: F401 - installed by the project
+
     module = torch_bricks.tiny_bert()
     tokens = torch.randint(0, torch_bricks.TINY_BERT["vocab_size"], (1, torch_bricks.TINY_BERT_TOKENS))
     # When it is decomposed
@@ -141,7 +141,7 @@ def test_a_hugging_face_model_is_traced_by_dynamo_into_bricks() -> None:
 
 def test_a_hugging_face_model_dynamo_cannot_export_says_why() -> None:
     # Given a transformers model with a branch on a tensor's value
-    transformers = pytest.importorskip("transformers")
+    import transformers
 
     class Branchy(transformers.PreTrainedModel):
         config_class = transformers.PretrainedConfig
