@@ -122,29 +122,19 @@ def run_under_load(
             return "failed"
         return None
 
+    # Both issuers stop on the same rule, with the same model threads and wall clock.
+    common: dict[str, Any] = {
+        "max_in_flight": load.max_in_flight,
+        "max_seconds": settings.max_seconds,
+        "check_every_seconds": settings.check_every_seconds,
+        "decide": decide,
+        "timer": timer,
+    }
     if schedule is None:
-        record = issue_back_to_back(
-            predict,
-            batches,
-            per_query,
-            max_in_flight=load.max_in_flight,
-            max_seconds=settings.max_seconds,
-            check_every_seconds=settings.check_every_seconds,
-            decide=decide,
-            timer=timer,
-        )
+        record = issue_back_to_back(predict, batches, per_query, **common)
     else:
-        record = issue(
-            predict,
-            batches,
-            schedule,
-            max_in_flight=load.max_in_flight,
-            max_seconds=settings.max_seconds,
-            check_every_seconds=settings.check_every_seconds,
-            decide=decide,
-            drain_seconds=max(_MIN_DRAIN_SECONDS, 0.25 * settings.max_seconds, 2 * (bound_ms or 0) / 1000),
-            timer=timer,
-        )
+        drain = max(_MIN_DRAIN_SECONDS, 0.25 * settings.max_seconds, 2 * (bound_ms or 0) / 1000)
+        record = issue(predict, batches, schedule, drain_seconds=drain, **common)
     if on_progress is not None:
         on_progress(1.0)
     target_qps = schedule.rate if schedule is not None else None
