@@ -108,6 +108,10 @@ _LOAD_SECTION: dict[str, Any] = {
             },
         },
         "service_ms": _spread("the model's time per query, queueing left out", ("median", "p90", "p99")),
+        "serving_gap_ms": _spread(
+            "queries that waited for a model thread: from the completion that freed it to their start",
+            ("p50", "p99", "max"),
+        ),
         "samples_per_query": _integer("multi_stream: samples in each query"),
         "back_to_back": {
             "type": "boolean",

@@ -48,6 +48,9 @@ ACHIEVED_RATE_LIMIT = 0.99
 # Mean number in the system as Poisson arrivals found it vs arrival rate × mean latency (Little's
 # law): a warning beyond this.
 LITTLE_TOLERANCE = 0.10
+# Warn when the serving side's own per-query cost makes the waits longer than this share (the
+# queue-truth target, docs/load.md "Against queueing theory").
+SERVING_GAP_SHARE = 0.02
 _LITTLE_MIN_QUERIES = 200
 
 
@@ -182,6 +185,7 @@ def report(
             ),
         },
         "service_ms": _ms_summary(service, ("median", "p90", "p99")),
+        "serving_gap_ms": _ms_summary(serving_gaps(record), ("p50", "p99", "max")),
     }
     if scenario == "multi_stream" and load.back_to_back:
         # No interval, so nothing to overrun; no issuing process either: each query follows the last.
@@ -208,6 +212,30 @@ def report(
     per_query_lateness = lateness.reshape(shape).max(axis=1)
     _judge(result, scheduled_qps, achieved_qps, completed_qps, per_query_lateness, unfinished)
     return result
+
+
+def serving_gaps(record: IssueRecord) -> npt.NDArray[np.int64]:
+    """The serving side's own time per query in a busy period: for each sample that waited for a
+    model thread, from the completion that freed the thread to its own start.
+
+    That is the model threads' loop (taking the next sample, recording the last) and whatever the
+    model's call costs outside the model: time the server is held for no query, which lengthens
+    every wait behind it as a longer service would. A sample waited when the latest completion
+    before its start came after it was due (threads take samples in due order, so that completion
+    freed the thread that took it).
+    """
+    count = record.issued
+    began = record.started[:count] > 0
+    finished = record.ended[:count] > 0
+    if not began.any() or not finished.any():
+        return np.zeros(0, dtype=np.int64)
+    starts = record.started[:count][began]
+    due = record.scheduled[:count][began]
+    ends = np.sort(record.ended[:count][finished])
+    previous = np.searchsorted(ends, starts, side="right") - 1
+    freed = ends[np.maximum(previous, 0)]
+    waited = (previous >= 0) & (freed >= due)
+    return (starts - freed)[waited]
 
 
 def _littles_law(record: IssueRecord, scenario: str, scheduled_qps: float | None) -> dict[str, Any]:
@@ -246,6 +274,22 @@ def _littles_law(record: IssueRecord, scenario: str, scheduled_qps: float | None
     law = scheduled_qps * record.samples_per_query * mean_latency_s
     ratio = time_average / law if law > 0 and time_average is not None else None
     return {"observed": observed, "time_average": time_average, "littles_law": law, "ratio": ratio}
+
+
+def _serving_gap_inflation(section: dict[str, Any], queries: int) -> float | None:
+    """How much longer the waits are for the serving gap, by M/D/c's first order: a service longer
+    by g/S raises the utilisation ρ by the same share, and the mean wait, ∝ S·ρ/(1−ρ), grows by
+    about (g/S)·(1 + 1/(1−ρ)). None when there is too little to say (no waits, no service, ρ ≥ 1)."""
+    gap, service = section["serving_gap_ms"]["p50"], section["service_ms"]["median"]
+    rate = section["completed_qps"]
+    if gap is None or not service or not rate or queries < _LITTLE_MIN_QUERIES:
+        return None
+    samples = section.get("samples_per_query", 1)
+    rho = rate * samples * service / 1000 / section["max_in_flight"]
+    if not 0 < rho < 1:
+        return None
+    share = gap / service
+    return share * (1 + 1 / (1 - rho))
 
 
 def _usable_cores() -> int:
@@ -307,6 +351,15 @@ def _judge(
     late = section["late"]
     if late and not result.invalid:
         result.warnings.append(f"{late} of {queries} queries issued more than {LATE_MS:g} ms late")
+    inflation = _serving_gap_inflation(section, queries)
+    if inflation is not None and inflation > SERVING_GAP_SHARE:
+        gap_us = section["serving_gap_ms"]["p50"] * 1000
+        result.warnings.append(
+            f"the serving side's own {gap_us:.3g} µs a query (from a completion to the next waiting "
+            f"query's start, p50) is {section['serving_gap_ms']['p50'] / section['service_ms']['median']:.2%} of "
+            f"the service; at this utilisation it makes the waits about {inflation:.0%} longer than the "
+            "model alone would (part of what is measured, as a server's own loop would be)"
+        )
     cores = _usable_cores()
     if section["max_in_flight"] > cores:
         result.warnings.append(
