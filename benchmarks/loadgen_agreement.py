@@ -34,6 +34,11 @@ duration); LoadGen stops at its minimums, and its early stopping needs at least 
 p99: a run shorter than that is INVALID under LoadGen alone. `--qps`, `--bound-ms` and `--seconds`
 override the setups' values for every setup run.
 
+`--rounds N` (1) runs each scenario's pair N times, each round in the reverse order of the last,
+prints every round and then, per percentile, the median over the rounds of each tool's figure and
+their ratio, and in how many rounds the verdicts agreed: the machine's drift between runs minutes
+apart (several percent on a shared VM) then averages out of the comparison instead of deciding it.
+
 `--diagnose` adds, per setup:
 
 * each tool's own per-query cost, on a no-op SUT: LoadGen single_stream with a SUT that completes
@@ -53,6 +58,11 @@ override the setups' values for every setup run.
   percentiles, not a percentile of differences: in server roughly LoadGen's own issue path, from a
   query's scheduled time to the callback; in single stream LoadGen's clock stops inside the
   QuerySamplesComplete call, so it can be slightly negative);
+
+* the model's own time per call in single stream, five runs of `--bracket-seconds` (10) back to
+  back: the model alone (a plain loop timing each call), inside LoadGen's SUT, alone, under
+  mlscope (its single-stream latency is the call), alone: a tool under which the model runs slower
+  than alone just before and after it slows the model itself; drift moves the alone runs too;
 
 and once after the setups (it does not depend on the model):
 
@@ -75,7 +85,8 @@ directory of its own under the user's cache directory (not the project's environ
 it from there.
 
     python benchmarks/loadgen_agreement.py [--setup a|b|both] [--diagnose] [--seconds S]
-        [--qps Q] [--bound-ms B] [--noop-seconds 0.25] [--fixed-seconds 20]
+        [--qps Q] [--bound-ms B] [--noop-seconds 0.25] [--fixed-seconds 20] [--rounds 1]
+        [--bracket-seconds 10]
 """
 
 from __future__ import annotations
@@ -99,6 +110,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from mlscope.contract.load import LoadSettings
 from mlscope.runtime.measure import MeasureSettings, get_scenario
@@ -450,6 +462,21 @@ def _print_pair(label: str, m: Any, figures: dict[str, Any] | None, scale: float
         print(_ratio_row(label, _ml_percentiles(m), _lg_percentiles(figures), agree))
 
 
+def _print_rounds(scenario: str, pairs: list[tuple[Any, dict[str, Any] | None]]) -> None:
+    """The median over the rounds of each tool's percentile, their ratio, and the verdicts'
+    agreement in how many rounds."""
+    measured = [(m, figures) for m, figures in pairs if figures is not None]
+    if not measured:
+        return
+    ml = [float(v) for v in np.median([_ml_percentiles(m) for m, _ in measured], axis=0)]
+    lg = [float(v) for v in np.median([_lg_percentiles(figures) for _, figures in measured], axis=0)]
+    agreed = sum((figures["result"] == "VALID") == m.validity.valid for m, figures in measured)
+    label = f"{scenario} med"
+    print(_row(label, "LoadGen", lg, f"median of {len(measured)} rounds"))
+    print(_row(label, "mlscope", ml, f"median of {len(measured)} rounds"))
+    print(_ratio_row(label, ml, lg, None) + f"; verdicts agree in {agreed} of {len(measured)} rounds")
+
+
 @dataclass
 class Setup:
     """One model under test: its session's run, inputs, and what the runs are asked for."""
@@ -584,6 +611,44 @@ def _diagnose_setup(lg: Any, setup: Setup, directory: Path, args: argparse.Names
             sut_p = np.percentile(figures["stamps"][:, 3] - figures["stamps"][:, 0], PERCENTILES) / 1e6
             gap = ", ".join(f"p{p:g} {g * 1e3:.1f}" for p, g in zip(PERCENTILES, lg_p - sut_p, strict=True))
             print(f"      LoadGen's percentile − SUT-side percentile (µs): {gap}")
+    _bracket(lg, setup, directory, args.bracket_seconds)
+
+
+def _bare(run: Callable[[Any], Any], inputs: Sequence[Any], seconds: float) -> npt.NDArray[np.int64]:
+    """The model alone: `run` on the inputs in turn for `seconds`, each call timed (ns)."""
+    clock, times = time.perf_counter_ns, []
+    end = clock() + int(seconds * 1e9)
+    index = 0
+    while clock() < end:
+        begun = clock()
+        run(inputs[index % len(inputs)])
+        times.append(clock() - begun)
+        index += 1
+    return np.asarray(times, dtype=np.int64)
+
+
+def _bracket(lg: Any, setup: Setup, directory: Path, seconds: float) -> None:
+    """The model's own time per call, single stream, in five runs back to back: alone, inside
+    LoadGen's SUT, alone, under mlscope, alone. Whether the model runs slower under one tool than
+    alone just before and after it separates that tool's interference from drift between runs."""
+    plan = replace(setup.plan, seconds=seconds, min_queries=1)
+    rows: list[tuple[str, npt.NDArray[np.float64]]] = []
+    rows.append(("alone", _bare(setup.run, setup.inputs, seconds) / 1e3))
+    if lg is not None:
+        figures = run_loadgen(
+            lg, "single_stream", setup.run, setup.inputs, plan, directory / "bracket-loadgen"
+        )
+        stamps = figures["stamps"]
+        rows.append(("inside LoadGen's SUT", (stamps[:, 2] - stamps[:, 1]) / 1e3))
+        rows.append(("alone", _bare(setup.run, setup.inputs, seconds) / 1e3))
+    m = run_mlscope("single_stream", setup.run, setup.inputs, plan)
+    rows.append(("under mlscope (its latency)", m.latencies_ns / 1e3))
+    rows.append(("alone", _bare(setup.run, setup.inputs, seconds) / 1e3))
+    print(f"  the model's own time per call, single stream, runs of {seconds:g} s back to back (µs)")
+    print(f"    {'':<30} {'calls':>7} {'median':>10} {'p90':>10} {'p99':>10}")
+    for label, values in rows:
+        p50, p90, p99 = np.percentile(values, (50, 90, 99))
+        print(f"    {label:<30} {values.size:>7} {p50:>10.1f} {p90:>10.1f} {p99:>10.1f}")
 
 
 def _theory() -> Callable[..., float] | None:
@@ -684,6 +749,16 @@ def main() -> None:
         help="no-op server runs' duration (default: the setup's)",
     )
     parser.add_argument("--fixed-seconds", type=float, default=20.0, help="FixedService runs' duration")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="pairs of runs per scenario, each round in the reverse order of the last; "
+        "with more than one, the median over the rounds is compared too",
+    )
+    parser.add_argument(
+        "--bracket-seconds", type=float, default=10.0, help="each run of the model-alone bracket"
+    )
     args = parser.parse_args()
 
     try:
@@ -719,25 +794,34 @@ def main() -> None:
                 f"≥ {plan.seconds:g} s and "
                 f"{plan.min_queries} queries per run; load average {os.getloadavg()[0]:.2f}"
             )
-            results: dict[str, tuple[Any, dict[str, Any] | None]] = {}
-            for scenario, order in (
-                ("single_stream", ("loadgen", "mlscope")),
-                ("server", ("mlscope", "loadgen")),
-            ):
-                results[scenario] = _pair(
-                    lg,
-                    scenario,
-                    order,
-                    setup.run,
-                    setup.inputs,
-                    plan,
-                    directory / key / f"loadgen-{scenario}",
-                )
+            rounds: dict[str, list[tuple[Any, dict[str, Any] | None]]] = {"single_stream": [], "server": []}
+            for index in range(args.rounds):
+                for scenario, order in (
+                    ("single_stream", ("loadgen", "mlscope")),
+                    ("server", ("mlscope", "loadgen")),
+                ):
+                    # Each round reverses the order of the last, so drift favours neither tool.
+                    rounds[scenario].append(
+                        _pair(
+                            lg,
+                            scenario,
+                            order if index % 2 == 0 else order[::-1],
+                            setup.run,
+                            setup.inputs,
+                            plan,
+                            directory / key / f"loadgen-{scenario}-{index}",
+                        )
+                    )
+            results = {scenario: pairs[-1] for scenario, pairs in rounds.items()}
             print(HEADER.replace("  verdict", "  verdict  (ms)"))
-            for scenario, (m, figures) in results.items():
-                _print_pair(scenario, m, figures)
-                for line in _notes(scenario, m, figures):
-                    print(line)
+            for scenario, pairs in rounds.items():
+                for index, (m, figures) in enumerate(pairs):
+                    label = scenario if args.rounds == 1 else f"{scenario} {index + 1}"
+                    _print_pair(label, m, figures)
+                    for line in _notes(scenario, m, figures):
+                        print(line)
+                if args.rounds > 1:
+                    _print_rounds(scenario, pairs)
             if args.diagnose:
                 _diagnose_setup(lg, setup, directory / key, args, results)
         if args.diagnose:

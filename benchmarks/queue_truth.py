@@ -306,7 +306,11 @@ def _print_point(point: Point) -> bool:
         f"  {'    diff ms':<22}"
         + "".join(f"{m - t:>+10.4f}" for m, t in zip(point.mlscope_ms, point.truth_held_ms, strict=True))
     )
-    print(f"  serving gap {point.serving_gap_ms * 1000:.1f} µs a query (mlscope's load.serving_gap_ms, p50)")
+    print(
+        f"  serving side's own cost a query: {point.serving_around_ms * 1000:.1f} µs around the call "
+        f"(mlscope's service median - D') + {point.serving_gap_ms * 1000:.1f} µs between queries "
+        "(load.serving_gap_ms p50)"
+    )
     print(f"  {'(iv) truth with gap ms':<22}" + "".join(f"{v:>10.4f}" for v in point.truth_gapped_ms))
     print(
         f"  {'    ratio':<22}"

@@ -9,6 +9,7 @@ queries left unfinished.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -277,9 +278,11 @@ def _littles_law(record: IssueRecord, scenario: str, scheduled_qps: float | None
 
 
 def _serving_gap_inflation(section: dict[str, Any], queries: int) -> float | None:
-    """How much longer the waits are for the serving gap, by M/D/c's first order: a service longer
-    by g/S raises the utilisation ρ by the same share, and the mean wait, ∝ S·ρ/(1−ρ), grows by
-    about (g/S)·(1 + 1/(1−ρ)). None when there is too little to say (no waits, no service, ρ ≥ 1)."""
+    """How much longer the mean latency is for the serving gap, by M/D/1's mean wait per server,
+    W = ρS / (2(1 − ρ)): the gap g holds the server longer, S + g, at utilisation ρ(S + g)/S, while
+    each query's own service stays S. Returns R'/R − 1 with R = S + W (inf when the longer hold
+    would saturate the server); None when there is too little to say (no waits, no service or rate).
+    """
     gap, service = section["serving_gap_ms"]["p50"], section["service_ms"]["median"]
     rate = section["completed_qps"]
     if gap is None or not service or not rate or queries < _LITTLE_MIN_QUERIES:
@@ -288,8 +291,13 @@ def _serving_gap_inflation(section: dict[str, Any], queries: int) -> float | Non
     rho = rate * samples * service / 1000 / section["max_in_flight"]
     if not 0 < rho < 1:
         return None
-    share = gap / service
-    return share * (1 + 1 / (1 - rho))
+    held = service + gap
+    rho_held = rho * held / service
+    if rho_held >= 1:
+        return math.inf
+    mean = service + rho * service / (2 * (1 - rho))
+    mean_held = service + rho_held * held / (2 * (1 - rho_held))
+    return mean_held / mean - 1
 
 
 def _usable_cores() -> int:
@@ -353,12 +361,13 @@ def _judge(
         result.warnings.append(f"{late} of {queries} queries issued more than {LATE_MS:g} ms late")
     inflation = _serving_gap_inflation(section, queries)
     if inflation is not None and inflation > SERVING_GAP_SHARE:
-        gap_us = section["serving_gap_ms"]["p50"] * 1000
+        gap_ms = section["serving_gap_ms"]["p50"]
+        share = gap_ms / section["service_ms"]["median"]
         result.warnings.append(
-            f"the serving side's own {gap_us:.3g} µs a query (from a completion to the next waiting "
-            f"query's start, p50) is {section['serving_gap_ms']['p50'] / section['service_ms']['median']:.2%} of "
-            f"the service; at this utilisation it makes the waits about {inflation:.0%} longer than the "
-            "model alone would (part of what is measured, as a server's own loop would be)"
+            f"the serving side's own {gap_ms * 1000:.3g} µs a query (from a completion to the next waiting "
+            f"query's start, p50) is {share:.2%} of "
+            f"the service; at this utilisation it makes the mean latency about {inflation:.0%} longer than "
+            "the model alone would (part of what is measured, as a server's own loop would be)"
         )
     cores = _usable_cores()
     if section["max_in_flight"] > cores:
