@@ -244,17 +244,24 @@ def queue_record(schedule: Schedule, queries: int, service_ns: int, servers: int
     in_flight = np.arange(queries) - np.array(
         [np.searchsorted(ended[:n], arrival, side="right") for n, arrival in enumerate(arrivals)]
     )
+    return served_record(arrivals, started, ended, in_flight.astype(np.int64), stop_reason="certified")
+
+
+def served_record(
+    due: np.ndarray, started: np.ndarray, ended: np.ndarray, in_flight: np.ndarray, **extra: object
+) -> IssueRecord:
+    """The record of one query a sample, each sent when due, with these start and end times."""
     return IssueRecord(
         start_ns=0,
         samples_per_query=1,
-        scheduled=arrivals,
-        sent=arrivals.copy(),
+        scheduled=due,
+        sent=due.copy(),
         started=started,
         ended=ended,
-        in_flight=in_flight.astype(np.int64),
-        issued=queries,
-        stop_reason="certified",
-        issue_end_ns=int(arrivals[-1]),
+        in_flight=in_flight,
+        issued=int(due.size),
+        issue_end_ns=int(due[-1]),
+        **extra,
     )
 
 
@@ -381,17 +388,7 @@ def scripted_record(due_ms: list[float], service_ms: float, gap_us: float) -> Is
         started[index] = max(arrival, free + int(gap_us * 1e3)) if free > arrival else arrival
         ended[index] = started[index] + int(service_ms * 1e6)
         free = ended[index]
-    return IssueRecord(
-        start_ns=0,
-        samples_per_query=1,
-        scheduled=due,
-        sent=due.copy(),
-        started=started,
-        ended=ended,
-        in_flight=np.zeros(due.size, dtype=np.int64),
-        issued=int(due.size),
-        issue_end_ns=int(due[-1]),
-    )
+    return served_record(due, started, ended, np.zeros(due.size, dtype=np.int64))
 
 
 def test_the_serving_gap_is_read_off_the_waiting_queries_and_warned_about_near_saturation() -> None:
