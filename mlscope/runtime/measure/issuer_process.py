@@ -33,14 +33,14 @@ RUNNING, STOP_MAX_SECONDS, STOP_CAPACITY, STOP_ASKED = 0, 1, 2, 3
 # Priority codes.
 PRIORITY_NORMAL, PRIORITY_NICE, PRIORITY_REALTIME = 0, 1, 2
 # The first query is due this long after the process is ready.
-LEAD_NS = 2_000_000
+LEAD_NS = 5_000_000
 # Each sample is handed over this long before it is due; the model thread that takes it starts it
 # at its due time (generator.py). Waking a thread on an idle virtual CPU takes tens to hundreds of
 # microseconds, twice over (this process's timer, then the model thread's read): sent at its due
 # time, a query would reach an idle model that much late. Without a real-time priority this process
-# may also wait a few milliseconds for a core the model's threads fill: handed over this early, the
-# query is still on time.
-EARLY_NS = 2_000_000
+# may also wait several milliseconds for a core the model's threads fill (docs/load.md, "The
+# generator beside a busy model"): handed over this early, the query is still on time.
+EARLY_NS = 5_000_000
 # Waits longer than this are spent in select() on the control channel (so a stop is seen at once);
 # the last stretch is one clock_nanosleep to the due time, with the timer slack at 1 ns.
 _COARSE_NS = 1_000_000
