@@ -190,6 +190,27 @@ def test_multi_stream_query_latency_is_its_slowest_sample() -> None:
     assert not slow.validity.valid
 
 
+def test_a_multi_stream_query_ends_with_its_slowest_sample_not_its_last_or_mean() -> None:
+    """Scripted: four samples due together, ending 1, 7, 2 and 3 ms later (the slowest neither last
+    sent nor last in the list's order): the query's latency is exactly 7 ms. Live: four model
+    threads, samples that sleep 1, 2, 3 and 4 ms by their input: each query takes about the slowest
+    sample's 4 ms, not the 10 ms of their sum nor the 2.5 ms of their mean."""
+    due = np.repeat(np.arange(300, dtype=np.int64) * 20_000_000, 4)
+    taken = np.tile(np.array([1, 7, 2, 3], dtype=np.int64) * 1_000_000, 300)
+    record = served_record(
+        due, due.copy(), due + taken, np.zeros(due.size, dtype=np.int64), samples_per_query=4
+    )
+    load = LoadSettings(samples_per_query=4, interval_ms=20, percentile=90, max_in_flight=4)
+    scripted = report(record, "multi_stream", load, 1, 50.0, 20.0)
+    assert np.all(scripted.latencies_ns == 7_000_000)
+
+    def by_input(batch: int) -> None:
+        time.sleep((1 + batch % 4) / 1000)
+
+    live = get_scenario("multi_stream").run(by_input, [0, 1, 2, 3], 1, QUICK, load=load)
+    assert 4.0 <= live.latency_ms.median < 7.0, live.latency_ms.median
+
+
 def test_multi_stream_needs_as_many_inputs_as_samples() -> None:
     with pytest.raises(UserError, match="distinct inputs") as caught:
         get_scenario("multi_stream").run(sleeper(0), [0, 1], 1, QUICK, load=LoadSettings(samples_per_query=4))
@@ -248,20 +269,25 @@ def queue_record(schedule: Schedule, queries: int, service_ns: int, servers: int
 
 
 def served_record(
-    due: np.ndarray, started: np.ndarray, ended: np.ndarray, in_flight: np.ndarray, **extra: object
+    due: np.ndarray,
+    started: np.ndarray,
+    ended: np.ndarray,
+    in_flight: np.ndarray | None = None,
+    samples_per_query: int = 1,
+    stop_reason: str = "max_seconds",
 ) -> IssueRecord:
-    """The record of one query a sample, each sent when due, with these start and end times."""
+    """The record of samples each sent when due, with these start and end times."""
     return IssueRecord(
         start_ns=0,
-        samples_per_query=1,
+        samples_per_query=samples_per_query,
         scheduled=due,
         sent=due.copy(),
         started=started,
         ended=ended,
-        in_flight=in_flight,
+        in_flight=np.zeros(due.size, dtype=np.int64) if in_flight is None else in_flight,
         issued=int(due.size),
         issue_end_ns=int(due[-1]),
-        **extra,
+        stop_reason=stop_reason,
     )
 
 
@@ -388,7 +414,7 @@ def scripted_record(due_ms: list[float], service_ms: float, gap_us: float) -> Is
         started[index] = max(arrival, free + int(gap_us * 1e3)) if free > arrival else arrival
         ended[index] = started[index] + int(service_ms * 1e6)
         free = ended[index]
-    return served_record(due, started, ended, np.zeros(due.size, dtype=np.int64))
+    return served_record(due, started, ended)
 
 
 def test_the_serving_gap_is_read_off_the_waiting_queries_and_warned_about_near_saturation() -> None:
