@@ -1,4 +1,5 @@
-"""`mlscope parity`: do the frameworks give the same answers? What a user runs after converting a model.
+"""`mlscope parity`: do the frameworks give the same answers? What a user runs after converting a model:
+`mlscope parity ./model.onnx --against ./net.py:make_model` compares the export with its source.
 
 Exit code 0 when every framework's outputs are the same as the reference's (the first framework's)
 within the tolerance, 1 when one differs or could not run, 2 for a mistake in the command.
@@ -13,6 +14,7 @@ import click
 
 from mlscope.cli.options import json_flag, model_options, model_options_document, split_csv
 from mlscope.cli.render import console, err_console, new_table, print_json_line
+from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
 
 __all__ = ["parity"]
@@ -56,6 +58,17 @@ _DEFAULT_SAMPLES = 64
     show_default=True,
     help="Samples per inference.",
 )
+@click.option(
+    "--against",
+    metavar="REF",
+    help="Compare MODEL with this model reference on the same inputs (e.g. the factory an ONNX file was "
+    "exported from); --frameworks then names MODEL's framework and REF's [default: each one's first].",
+)
+@click.option(
+    "--against-weights",
+    metavar="FILE",
+    help="A state_dict file for the --against model (--weights is MODEL's).",
+)
 @click.option("--runner", default="process", show_default=True, help="process, docker or inline.")
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
 @model_options
@@ -68,6 +81,8 @@ def parity(
     samples: int,
     tolerance: float | None,
     batch_size: int,
+    against: str | None,
+    against_weights: str | None,
     runner: str,
     device: str,
     input_shapes: Any,
@@ -83,7 +98,9 @@ def parity(
 
     settings = load_settings()
     names = split_csv(frameworks)
-    if not names:
+    if against_weights is not None and against is None:
+        raise UserError("--against-weights is the --against model's: give --against REF too", field="against")
+    if not names and against is None:
         installed = default_frameworks(ModelRegistry.load(settings.manifests), model)
         names = in_framework_order(installed)
     document: dict[str, Any] = {
@@ -100,8 +117,20 @@ def parity(
         if event.get("event") == "phase" and not as_json:
             err_console.print(f"{framework}: {event['phase']}", highlight=False)
 
+    against_options: dict[str, Any] = {}
+    if against is not None:
+        # The same inputs for both: --input-shape applies to the --against model too.
+        against_options = model_options_document(input_shapes, {}, against_weights)
     report = parity_across(
-        model, names, document, settings=settings, samples=samples, rtol=tolerance, emit=progress
+        model,
+        names,
+        document,
+        settings=settings,
+        samples=samples,
+        rtol=tolerance,
+        emit=progress,
+        against=against,
+        against_options=against_options,
     )
     if as_json:
         print_json_line(report)
@@ -113,9 +142,11 @@ def parity(
 def _print_human(report: dict[str, Any]) -> None:
     reference = report["reference"]
     source = f"dataset {report['dataset']['name']}" if report.get("dataset") else "seeded synthetic inputs"
+    against = f"{reference['framework']} {reference.get('version') or ''}".strip()
     table = new_table(
-        f"{report['model']}: outputs against {reference['framework']} {reference.get('version') or ''} "
-        f"on {report['samples']} samples of {source}",
+        f"{report['model']}: outputs against {against} on {report['samples']} samples of {source}"
+        if "model" not in reference
+        else f"outputs against {reference['model']} on {against}, {report['samples']} samples of {source}",
         [
             "framework",
             "output",
@@ -129,6 +160,8 @@ def _print_human(report: dict[str, Any]) -> None:
     )
     for row in report["frameworks"]:
         label = f"{row['framework']} {row.get('version') or ''}".strip()
+        if "model" in row:
+            label = f"{row['model']} on {label}"
         if row["verdict"] == "unavailable":
             table.add_row(label, "", "[red]unavailable[/red]", row.get("error", ""), "", "", "", "")
             continue

@@ -6,7 +6,8 @@ A check attached to an evaluation (`--check-parity`):
     reference job (same dataset or seed, no measuring) ──┴─▶ compare_outputs ─▶ result["parity"]
 
 The reference runs through the same runner as the evaluation, after it, so it never shares the
-machine with the measured pass. `parity_across` is `mlscope parity`: no measuring, no store.
+machine with the measured pass. `parity_across` is `mlscope parity`: no measuring, no store;
+across frameworks, or between a converted model and its source (`--against`).
 """
 
 from __future__ import annotations
@@ -76,34 +77,51 @@ def parity_across(
     samples: int,
     rtol: float | None = None,
     emit: Callable[[str, dict[str, Any]], None] = lambda framework, event: None,
+    against: str | None = None,
+    against_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """`mlscope parity`: the same inputs through each framework, each compared with the first.
+    """`mlscope parity`: the same inputs through each framework, each compared with the first; or,
+    with `against`, through two model references (a converted model and its source).
 
     Nothing is measured or stored: each framework's predictor loads the model and returns its
-    outputs for the first `samples` samples of the dataset (or seeded synthetic inputs).
+    outputs for the first `samples` samples of the dataset (or seeded synthetic inputs, made from
+    the inputs' shapes and dtypes in order, so two models with the same inputs get the same ones).
 
     Args:
-        frameworks: two or more; the first is the reference.
-        document: the request's other fields (dataset, limit, batch_sizes, runner, ...).
+        frameworks: without `against`, two or more, the first the reference; with it, `model`'s
+            framework and `against`'s, in that order.
+        document: the request's other fields (dataset, limit, batch_sizes, runner, ...); its
+            `model_options` are `model`'s.
         rtol: the relative tolerance; None for the outputs' dtype's default.
         emit: told of each framework's events.
+        against: a second model reference, the candidate compared with `model`.
+        against_options: its model options (input_shapes, input_dtypes, config, weights); a Python
+            factory given no input shapes takes `model`'s inputs, which it must accept anyway.
 
     Returns:
         {"model", "reference", "samples", "dataset", "verdict", "frameworks": [{"framework",
         "version", **the parity section} or {"framework", "verdict": "unavailable", "error"}]};
-        the verdict is "same" only when every framework's is.
+        with `against`, the reference and the row also carry "model". The verdict is "same" only
+        when every row's is.
 
     Raises:
-        UserError: fewer than two frameworks, or a request that would not be admitted.
+        UserError: fewer than two frameworks (without `against`), two references whose inputs
+            differ, or a request that would not be admitted.
     """
-    if len(frameworks) < 2:
-        raise UserError(
-            "parity compares two or more frameworks: name them with --frameworks a,b", field="framework"
-        )
     registry = ModelRegistry.load(settings.manifests)
-    admitted = [
-        admit({**document, "model": model, "framework": name}, registry, here=settings) for name in frameworks
-    ]
+    if against is None:
+        if len(frameworks) < 2:
+            raise UserError(
+                "parity compares two or more frameworks: name them with --frameworks a,b", field="framework"
+            )
+        admitted = [
+            admit({**document, "model": model, "framework": name}, registry, here=settings)
+            for name in frameworks
+        ]
+    else:
+        admitted = _admit_pair(
+            model, against, frameworks, document, against_options or {}, registry, settings
+        )
     runs: list[tuple[str, Outcome]] = []
     for item in admitted:
         request = item.request
@@ -127,30 +145,103 @@ def parity_across(
     reference_outputs = decode_outputs(reference.result["outputs"])
     rows = []
     for name, outcome in runs[1:]:
+        named = {"framework": name} if against is None else {"framework": name, "model": against}
         if outcome.result is None:
             error = outcome.error or {}
             rows.append(
-                {
-                    "framework": name,
-                    "verdict": "unavailable",
-                    "error": f"{error.get('type')}: {error.get('message')}",
-                }
+                {**named, "verdict": "unavailable", "error": f"{error.get('type')}: {error.get('message')}"}
             )
             continue
+        candidate = decode_outputs(outcome.result["outputs"])
+        if against is not None:
+            candidate = _by_reference_names(reference_outputs, candidate, model, against)
         section = compare_outputs(
             reference_outputs,
-            decode_outputs(outcome.result["outputs"]),
+            candidate,
             against=reference_name,
             rtol=rtol,
             scores=score_outputs(admitted[0].manifest),
         )
-        rows.append({"framework": name, "version": outcome.result["framework"].get("version"), **section})
+        rows.append({**named, "version": outcome.result["framework"].get("version"), **section})
     dataset = admitted[0].dataset
+    reference_row = {"framework": reference_name, "version": reference.result["framework"].get("version")}
+    if against is not None:
+        reference_row["model"] = model
     return {
         "model": model,
-        "reference": {"framework": reference_name, "version": reference.result["framework"].get("version")},
+        "reference": reference_row,
         "samples": rows[0].get("count", samples) if rows else samples,
         "dataset": None if dataset is None else {"name": dataset.name, "sha256": dataset.sha256},
         "verdict": "same" if rows and all(row["verdict"] == "same" for row in rows) else "different",
         "frameworks": rows,
     }
+
+
+def _admit_pair(
+    model: str,
+    against: str,
+    frameworks: Sequence[str],
+    document: Mapping[str, Any],
+    against_options: Mapping[str, Any],
+    registry: ModelRegistry,
+    settings: Settings,
+) -> list[Admission]:
+    """`model` and `against`, each on its framework (the given ones in order, else each reference's
+    first installed), admitted with the same dataset and inputs; their inputs must agree."""
+    from mlscope.registry.references import reference_kind
+    from mlscope.runtime.frameworks import in_framework_order
+    from mlscope.workers.local import default_frameworks
+
+    if len(frameworks) > 2:
+        raise UserError(
+            "with --against, --frameworks names at most two: the model's and the --against model's",
+            field="framework",
+        )
+    chosen = list(frameworks)
+    for ref in (model, against)[len(chosen) :]:
+        chosen.append(in_framework_order(default_frameworks(registry, ref))[0])
+    first = admit({**document, "model": model, "framework": chosen[0]}, registry, here=settings)
+    options = dict(against_options)
+    if "input_shapes" not in options and reference_kind(against) == "factory":
+        # The same inputs are the point: a factory, whose inputs cannot be read from it, takes the
+        # reference's (batch axis first, as --input-shape gives them).
+        options["input_shapes"] = {spec.name: [1, *spec.shape] for spec in first.manifest.inputs}
+        dtypes = {spec.name: spec.dtype for spec in first.manifest.inputs if spec.dtype != "float32"}
+        if dtypes:
+            options["input_dtypes"] = dtypes
+    second_document = {**document, "model": against, "framework": chosen[1], "model_options": options}
+    if not options:
+        second_document.pop("model_options", None)
+    second = admit(second_document, registry, here=settings)
+    ours, theirs = _input_specs(first), _input_specs(second)
+    if ours != theirs:
+        raise UserError(
+            f"{model} and {against} take different inputs ({_describe(ours)} against {_describe(theirs)}): "
+            "parity compares the same inputs",
+            field="against",
+        )
+    return [first, second]
+
+
+def _input_specs(admitted: Admission) -> list[tuple[tuple[int, ...], str, Any]]:
+    return [(tuple(spec.shape), spec.dtype, spec.value_range) for spec in admitted.manifest.inputs]
+
+
+def _describe(specs: list[tuple[tuple[int, ...], str, Any]]) -> str:
+    return ", ".join("x".join(str(d) for d in shape) + f" {dtype}" for shape, dtype, _ in specs) or "none"
+
+
+def _by_reference_names(
+    reference: dict[str, Any], candidate: dict[str, Any], model: str, against: str
+) -> dict[str, Any]:
+    """The candidate's outputs under the reference's names: by name where they share them, else in
+    order (an export renames outputs: torch's "output" becomes the graph's "logits")."""
+    if any(name in candidate for name in reference):
+        return candidate
+    if len(candidate) != len(reference):
+        raise UserError(
+            f"{against} gives {len(candidate)} outputs ({', '.join(candidate)}) and {model} "
+            f"{len(reference)} ({', '.join(reference)}): parity compares outputs one to one",
+            field="against",
+        )
+    return dict(zip(reference, candidate.values(), strict=True))
