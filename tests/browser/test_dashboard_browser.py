@@ -28,6 +28,7 @@ from mlscope.analysis.chart_builders import batch_curve, compare_bars, latency_c
 from mlscope.api.streams import csv_cell
 from tests.contract.conftest import postgres_url  # noqa: F401 - a fixture, used by name
 from tests.fixtures.browser import CHROMIUM_ARGS, require_chromium
+from tests.fixtures.services import unavailable
 from tests.integration.farm import QUICK_TRACED as QUICK
 from tests.integration.farm import REDIS_URL, TOKEN, Farm, empty_redis_db
 
@@ -60,9 +61,7 @@ def farm(postgres_url: str, shared_cache: Path, tmp_path_factory: pytest.TempPat
     try:
         empty_redis_db()
     except redis.RedisError as exc:
-        if os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}:
-            pytest.fail(f"Redis at {REDIS_URL} is unreachable: {exc}")
-        pytest.skip(f"Redis at {REDIS_URL} is unreachable: {exc}")
+        unavailable(f"Redis at {REDIS_URL} is unreachable: {exc}")
     made = Farm(
         broker_url=REDIS_URL,
         store_url=postgres_url,

@@ -23,6 +23,7 @@ import pytest
 from sqlalchemy.engine import URL, make_url
 
 from mlscope.store import Store, open_store
+from tests.fixtures.services import unavailable
 
 POSTGRES_URL = os.environ.get("MLSCOPE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 MONGO_URL = os.environ.get("MLSCOPE_TEST_MONGO_URL", "")
@@ -56,10 +57,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.skip(reason=f"mongomock: {MONGOMOCK_CANNOT[name]}"))
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
-
-
 def _conninfo(url: URL, database: str | None = None) -> str:
     from psycopg.conninfo import make_conninfo
 
@@ -83,10 +80,7 @@ def postgres_url() -> Iterator[str]:
     try:
         psycopg.connect(_conninfo(server)).close()
     except psycopg.OperationalError as error:
-        message = f"PostgreSQL at {server.render_as_string(hide_password=True)} is unreachable: {error}"
-        if _in_ci():
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"PostgreSQL at {server.render_as_string(hide_password=True)} is unreachable: {error}")
 
     name = f"mlscope_contract_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     # CREATE/DROP DATABASE cannot run inside a transaction, nor while connected to the target.

@@ -12,7 +12,6 @@ import csv
 import gzip
 import io
 import json
-import os
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -354,10 +353,9 @@ def test_plotly_js_is_served_from_the_vendored_bundle_gzipped_when_asked_and_cac
     from importlib import resources
 
     # make vendors plotly.js's basic bundle from npm (ops/dashboard/vendor.sh); without it, the plotly
-    # package's full bundle is served. CI runs make, so there it must be the basic one.
+    # package's full bundle is served. make test runs make, so it must be the basic one.
     vendored = resources.files("mlscope.api.dashboard") / "static" / "vendor" / "plotly-basic.min.js"
-    if os.environ.get("CI"):
-        assert vendored.is_file(), "make test vendors plotly.js's basic bundle: ops/dashboard/vendor.sh"
+    assert vendored.is_file(), "make test vendors plotly.js's basic bundle: ops/dashboard/vendor.sh"
     if vendored.is_file():
         original = vendored.read_bytes()
         assert b"plotly.js (basic - minified)" in original[:200]

@@ -20,6 +20,7 @@ from mlscope.contract.settings import load_settings
 from mlscope.registry.datasets import resolve_dataset
 from mlscope.runtime.data import iter_batches
 from mlscope.workers.dataset_fetch import DatasetFetcher
+from tests.fixtures.services import unavailable
 from tests.integration.farm import TOKEN, Farm
 
 UPLOADS_REDIS_URL = "redis://127.0.0.1:6379/10"
@@ -47,7 +48,7 @@ def farm(tmp_path: Path, postgres_url: str) -> Iterator[Farm]:
     try:
         connection.ping()
     except redis.RedisError as exc:
-        pytest.skip(f"Redis at {UPLOADS_REDIS_URL} is unreachable: {exc}")
+        unavailable(f"Redis at {UPLOADS_REDIS_URL} is unreachable: {exc}")
     made = Farm(
         broker_url=UPLOADS_REDIS_URL, store_url=postgres_url, tmp=tmp_path, cache_dir=tmp_path / "api"
     )

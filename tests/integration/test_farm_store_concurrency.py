@@ -9,7 +9,6 @@ their store writes overlap as on a farm of many machines sharing one store.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 
 from mlscope.store import open_store
+from tests.fixtures.services import unavailable
 from tests.integration.farm import REDIS_URL, Farm, empty_redis_db
 
 MODEL = "test_tiny_mlp"
@@ -44,10 +44,7 @@ def shared_store_farm(request: pytest.FixtureRequest, tmp_path: Path, shared_cac
     try:
         empty_redis_db()
     except redis.RedisError as exc:
-        message = f"Redis at 127.0.0.1:6379 is unreachable: {exc}"
-        if os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"Redis at 127.0.0.1:6379 is unreachable: {exc}")
     farm = Farm(broker_url=REDIS_URL, store_url=store_url, tmp=tmp_path, cache_dir=shared_cache)
     try:
         yield farm

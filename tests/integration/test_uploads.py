@@ -25,6 +25,7 @@ from mlscope.client import ApiError, Client
 from mlscope.registry.agents import AgentRegistry
 from mlscope.runtime.predictors.files import file_sha256
 from tests.fixtures.onnx_graphs import onnx_model
+from tests.fixtures.services import unavailable
 from tests.integration.farm import TOKEN, Farm
 
 UPLOADS_REDIS_URL = "redis://127.0.0.1:6379/10"
@@ -40,7 +41,7 @@ def make_farm(tmp_path: Path, postgres_url: str) -> Iterator[Any]:
     try:
         connection.flushdb()
     except redis.RedisError as exc:
-        pytest.skip(f"Redis at {UPLOADS_REDIS_URL} is unreachable: {exc}")
+        unavailable(f"Redis at {UPLOADS_REDIS_URL} is unreachable: {exc}")
     made: list[Farm] = []
 
     def make(name: str, **env: str) -> Farm:

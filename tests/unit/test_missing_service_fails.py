@@ -1,0 +1,56 @@
+"""A real part a test needs that is missing fails the test; it never turns into a skip and a green run.
+
+The check runs pytest for real, in a child process, on a test that asks the shared helpers for a Redis
+server nothing listens for (port 1 of this host), and on one that asks `unavailable` directly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+PROBE = """\
+from tests.fixtures.services import emptied_redis, unavailable
+
+
+def test_needs_redis():
+    for _ in emptied_redis("redis://127.0.0.1:1/0"):
+        pass
+
+
+def test_needs_a_binary():
+    unavailable("no frobnicator on this machine")
+"""
+
+
+def test_an_unreachable_service_fails_the_run_and_says_what_is_missing(tmp_path: Path) -> None:
+    (tmp_path / "test_probe.py").write_text(PROBE)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-rfs",
+            str(tmp_path / "test_probe.py"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "2 failed" in done.stdout and "skipped" not in done.stdout, done.stdout
+    assert "Redis at redis://127.0.0.1:1/0 is unreachable" in done.stdout, done.stdout
+    assert "no frobnicator on this machine (make test sets up every real part" in done.stdout, done.stdout
