@@ -57,8 +57,9 @@ test: $(STAMP) $(VENDORED) services docker lint typecheck
 	$(BIN)/python -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadscope -m "not quiet"
 	$(BIN)/python -m pytest -q -n 0 -m quiet
 
+# The fast tests that need no service: it runs with Redis, PostgreSQL, RabbitMQ and Docker stopped.
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not postgres"
+	$(BIN)/python -m pytest -q -m "not slow and not postgres and not redis and not rabbitmq and not docker and not browser and not gpu"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py

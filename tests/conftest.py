@@ -53,6 +53,49 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ByResource(config, log)
 
 
+# Each real service a test needs becomes a marker of that name (registered in pyproject.toml), read
+# from the fixtures it uses (their whole closure) and, in the integration, contract and browser
+# tests, from its parameters (a store or broker by name); the browser tests also need Chromium.
+# `make unit` deselects every one of them, so it runs with every service stopped; `make test` runs
+# them all, and a service that is down fails them (tests/fixtures/services.py). A test that reaches a
+# service by itself carries the marker in its module.
+RESOURCES = ("redis", "postgres", "rabbitmq", "docker", "browser", "gpu")
+_FIXTURE_RESOURCES = {
+    "redis_db": ("redis",),
+    "farm": ("redis",),
+    "make_farm": ("redis",),
+    "shared_store_farm": ("redis",),
+    "postgres_url": ("postgres",),
+    "private_postgres": ("postgres",),
+    "docker_engine": ("docker",),
+}
+_PARAM_RESOURCES = {"postgresql": "postgres", "redis": "redis", "rabbitmq": "rabbitmq"}
+
+
+def resources_of(item: pytest.Item) -> set[str]:
+    """The real services `item` needs, by the rules above."""
+    needs: set[str] = set()
+    for name in getattr(item, "fixturenames", ()):
+        needs.update(_FIXTURE_RESOURCES.get(name, ()))
+    relative = item.path.resolve().relative_to(REPO / "tests")
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and relative.parts[0] != "unit":
+        needs.update(
+            _PARAM_RESOURCES[value]
+            for value in callspec.params.values()
+            if isinstance(value, str) and value in _PARAM_RESOURCES
+        )
+    if relative.parts[0] == "browser":
+        needs.add("browser")
+    return needs
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for resource in sorted(resources_of(item)):
+            item.add_marker(getattr(pytest.mark, resource))
+
+
 @pytest.fixture
 def mlscope_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
     """Point every setting at tmp_path; the test models' manifests are added to the registry.

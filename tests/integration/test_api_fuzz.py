@@ -19,6 +19,9 @@ from schemathesis.generation import GenerationMode
 
 from tests.integration.test_api import TOKEN, app, redis_db, settings  # noqa: F401 - fixtures, by name
 
+# The app comes by getfixturevalue (its Redis database among its fixtures): the marker says so.
+pytestmark = pytest.mark.redis
+
 PROBLEM = "application/problem+json"
 EXAMPLES_PER_OPERATION = 20
 

@@ -405,6 +405,7 @@ def test_a_result_with_accuracy_and_parity_reads_back_through_the_api(
 # ----- reads that need a token, end to end -----------------------------------------------------------
 
 
+@pytest.mark.redis  # the served api's broker and agent registry
 def test_a_served_api_whose_reads_need_a_token_refuses_anonymous_reads_and_serves_the_cli(
     mlscope_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -54,3 +54,45 @@ def test_an_unreachable_service_fails_the_run_and_says_what_is_missing(tmp_path:
     assert "2 failed" in done.stdout and "skipped" not in done.stdout, done.stdout
     assert "Redis at redis://127.0.0.1:1/0 is unreachable" in done.stdout, done.stdout
     assert "no frobnicator on this machine (make test sets up every real part" in done.stdout, done.stdout
+
+
+def test_make_unit_leaves_out_every_test_that_needs_a_service() -> None:
+    """`make unit`'s selection, read from the Makefile, collected for real: no test that uses a
+    service's fixture (the api's Redis database, the farm, PostgreSQL, the Docker engine) or the
+    browser is in it, and the unit tests are."""
+    import re
+
+    makefile = (REPO / "Makefile").read_text()
+    match = re.search(r'^unit:.*\n\t.*pytest -q -m "([^"]+)"', makefile, re.MULTILINE)
+    assert match, "make unit's marker expression"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            match.group(1),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+    collected = [line for line in done.stdout.splitlines() if "::" in line]
+    assert any(line.startswith("tests/unit/test_measure_load.py::") for line in collected)
+    for needs_a_service in (
+        "tests/integration/test_api.py::",
+        "tests/integration/test_api_fuzz.py::",
+        "tests/integration/test_farm.py::",
+        "tests/contract/test_store_pool_timeout.py::",
+        "tests/unit/test_docker_runner_unit.py::test_the_runner_reports",
+        "tests/browser/",
+    ):
+        assert not any(line.startswith(needs_a_service) for line in collected), needs_a_service
+    assert not any("[postgresql" in line or "[rabbitmq" in line for line in collected)
