@@ -5,7 +5,6 @@ server nothing listens for (port 1 of this host), and on one that asks `unavaila
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,10 +27,6 @@ def test_needs_a_binary():
 
 def test_an_unreachable_service_fails_the_run_and_says_what_is_missing(tmp_path: Path) -> None:
     (tmp_path / "test_probe.py").write_text(PROBE)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-    }
     done = subprocess.run(
         [
             sys.executable,
@@ -43,8 +38,7 @@ def test_an_unreachable_service_fails_the_run_and_says_what_is_missing(tmp_path:
             "-rfs",
             str(tmp_path / "test_probe.py"),
         ],
-        cwd=tmp_path,
-        env=env,
+        cwd=REPO,  # `python -m` puts it on the path: the probe imports tests.fixtures from it
         capture_output=True,
         text=True,
         timeout=120,
