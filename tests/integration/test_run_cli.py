@@ -6,6 +6,7 @@ Given / When / Then in each test's comments. Figures are never asserted against 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
@@ -279,7 +280,8 @@ def test_interrupting_a_run_ends_its_predictor_and_cancels_the_evaluation(
     marker = tmp_path / "hanging"
     run = subprocess.Popen(
         [sys.executable, "-m", "mlscope", "run", "test_hanging", "-f", "pytorch"],
-        env={**mlscope_env, "MLSCOPE_TEST_HANG_MARKER": str(marker)},
+        # faulthandler: a run that does not end is made to print every thread's stack (below).
+        env={**mlscope_env, "MLSCOPE_TEST_HANG_MARKER": str(marker), "PYTHONFAULTHANDLER": "1"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -296,7 +298,15 @@ def test_interrupting_a_run_ends_its_predictor_and_cancels_the_evaluation(
     assert predictors
     # When mlscope is interrupted (Ctrl-C, or a SIGTERM from a supervisor)
     run.send_signal(signum)
-    code = run.wait(timeout=90)  # behaviour, not speed: a loaded machine is slow to end it
+    try:
+        code = run.wait(timeout=90)  # behaviour, not speed: a loaded machine is slow to end it
+    except subprocess.TimeoutExpired:
+        run.send_signal(signal.SIGABRT)  # faulthandler prints where each thread is, then it ends
+        _, stuck = run.communicate(timeout=30)
+        for child in predictors:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+        pytest.fail(f"mlscope did not end within 90 s of {signum.name}; its threads:\n{stuck[-6000:]}")
     # Then mlscope ends with 130, its predictor process is gone, and the evaluation is cancelled
     assert code == 130, run.stderr.read() if run.stderr else ""
     _gone, alive = psutil.wait_procs(predictors, timeout=10)
