@@ -132,12 +132,18 @@ class _ProgressBars:
 
 
 def _interrupt_on_sigterm() -> None:
-    """SIGTERM ends a run as Ctrl-C does: the predictor is stopped and the evaluation cancelled."""
+    """SIGTERM ends a run as Ctrl-C does: the predictor is stopped and the evaluation cancelled.
+
+    SIGINT is set to raise KeyboardInterrupt too: a process started with SIGINT ignored (a
+    background job of a non-interactive shell, some supervisors and test runners) inherits the
+    ignore, and Python then leaves it so; the run would not end on SIGINT at all.
+    """
 
     def handler(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def run_command(
