@@ -62,6 +62,9 @@ def test_bricks_shared_by_two_models_are_measured_once(bench: BrickBench) -> Non
     assert len(jobs) == 2
 
 
+# Quiet: it compares two timings taken minutes apart (the bricks, the whole model), which a parallel
+# test's load on the two cores moves apart (36% under load in one make test, within 25% alone).
+@pytest.mark.quiet
 def test_the_composed_estimate_is_close_to_the_measured_latency(bench: BrickBench) -> None:
     # Given a small MLP, measured as bricks and whole on one thread
     report = bench.report("bricks_mlp_large")
