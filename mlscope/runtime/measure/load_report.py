@@ -49,7 +49,7 @@ ACHIEVED_RATE_LIMIT = 0.99
 # Mean number in the system as Poisson arrivals found it vs arrival rate × mean latency (Little's
 # law): a warning beyond this.
 LITTLE_TOLERANCE = 0.10
-# Warn when the serving side's own per-query cost makes the waits longer than this share (the
+# Warn when the serving side's own per-query cost makes the mean latency longer than this share (the
 # queue-truth target, docs/load.md "Against queueing theory").
 SERVING_GAP_SHARE = 0.02
 _LITTLE_MIN_QUERIES = 200
