@@ -20,10 +20,20 @@ import pytest
 
 from mlscope.client import ApiError
 from tests.integration.farm import TOKEN, Farm, wait_until
+from tests.integration.test_run_cli import ran_valid
 
 MODEL = "test_tiny_mlp"
-# Enough measuring to be a real evaluation, short enough for a test.
-QUICK = {"warmup_count": 2, "warmup_seconds": 0.0, "min_count": 10, "min_seconds": 0.2, "max_seconds": 5}
+# Enough measuring to be a real evaluation, short enough for a test; the machine's other load and any
+# spread allowed, so the tiny model's points are valid (these tests check the farm, not the machine).
+QUICK = {
+    "warmup_count": 2,
+    "warmup_seconds": 0.0,
+    "min_count": 10,
+    "min_seconds": 0.2,
+    "max_seconds": 5,
+    "contention_limit": 1.0,
+    "stability": 0.99,
+}
 
 
 def _request(target: str, **extra: Any) -> dict[str, Any]:
@@ -221,16 +231,14 @@ def test_the_cli_lists_agents_submits_and_compares(farm: Farm) -> None:
         farm, "submit", MODEL, "-f", "pytorch", "--on", "agent:cli-b", "--wait", "--json", *quick,
         progress="always",
     )  # fmt: skip
-    # 3: succeeded, but a short run on a busy machine may not be valid (its status is checked below)
-    assert submitted.returncode in (0, 3), submitted.stderr
+    [result] = ran_valid(submitted)
     # --json: no progress on stderr even when it is forced
     assert "evaluations" not in submitted.stderr and "\x1b[" not in submitted.stderr, submitted.stderr
-    result = json.loads(submitted.stdout)
     assert result["status"] == "succeeded" and result["system"]["agent"]["id"] == "cli-b"
 
     # A rerun of it on the other system, through the API: the very request, there, and the diff.
     rerun = _mlscope(farm, "rerun", result["id"], "--on", "agent:cli-a", "--json")
-    assert rerun.returncode in (0, 3), rerun.stderr
+    assert rerun.returncode == 0, rerun.stderr
     answer = json.loads(rerun.stdout)
     assert answer["recorded"] == result["id"] and answer["rerun"] != result["id"]
     again = farm.client.evaluation(answer["rerun"])

@@ -33,14 +33,10 @@ from mlscope.store import iter_spans, open_store
 from tests.conftest import REPO, RUNTIME_MANIFESTS
 from tests.contract.builders import finish, make_measurement, make_system, submit
 from tests.fixtures.browser import CHROMIUM_ARGS, require_chromium
+from tests.integration.test_run_cli import FAST, ran_valid
 
 pytestmark = pytest.mark.slow
 
-# Short runs (as tests/integration/test_run_cli.py makes them): the pipeline is tested, not the machine.
-FAST = [
-    "--min-seconds", "0.2", "--min-count", "5", "--max-seconds", "5", "--measure", "warmup_seconds=0.05",
-    "--measure", "stability=0.99", "--measure", "contention_limit=1.0",
-]  # fmt: skip
 SIZE = (round(FIGURE_INCHES[0] * DPI), round(FIGURE_INCHES[1] * DPI))
 
 
@@ -75,8 +71,7 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stored]:
          "--trace-level", "framework", "--json", "--plot", str(folder / "run.png"), *FAST],
         env={**os.environ, **env}, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
-    assert run.returncode in (0, 3), run.stderr  # 3: succeeded but not valid (a busy machine)
-    result = json.loads(run.stdout.splitlines()[-1])
+    [result] = ran_valid(run)
     assert result["status"] == "succeeded", result.get("error")
     # ... and a PyTorch evaluation of the same model on another system, every point invalid
     with mock.patch.dict(os.environ, env), open_store(env["MLSCOPE_STORE_URL"]) as store:

@@ -47,6 +47,35 @@ def json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def printed_results(text: str) -> list[dict]:
+    """The results a command printed with --json: one object, or one per line."""
+    try:
+        whole = json.loads(text)
+    except ValueError:
+        return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    return whole if isinstance(whole, list) else [whole]
+
+
+def ran_valid(done: subprocess.CompletedProcess[str]) -> list[dict]:
+    """The results of a run that must be valid, asserting exit 0 and every point valid.
+
+    Where the model is a tiny one and the run's settings put no limit on the machine's other load and
+    accept any spread (FAST, or QUICK_VALID on a farm), nothing but a fault makes a point invalid, so
+    exit 3 is a failure here; the message names each invalid point's reasons.
+    """
+    results = printed_results(done.stdout) if done.stdout.strip() else []
+    invalid = [
+        f"{r['framework']['name']} {m['scenario']} batch {m['batch_size']}: {m['validity']['reasons']}"
+        for r in results
+        for m in r.get("measurements") or []
+        if not m["validity"]["valid"]
+    ]
+    assert done.returncode == 0 and not invalid, (
+        f"exit {done.returncode}; invalid points: {invalid}\n{done.stderr[-3000:]}"
+    )
+    return results
+
+
 def stored(env: dict[str, str]) -> list[dict]:
     listed = mlscope(env, "results", "list", "--json", "--limit", "1000")
     assert listed.returncode == 0, listed.stderr

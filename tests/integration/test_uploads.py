@@ -9,7 +9,6 @@ database of their own. Given / When / Then in each test's comments.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,9 +26,13 @@ from mlscope.runtime.predictors.files import file_sha256
 from tests.fixtures.onnx_graphs import onnx_model
 from tests.fixtures.services import unavailable
 from tests.integration.farm import TOKEN, Farm
+from tests.integration.test_run_cli import ran_valid
 
 UPLOADS_REDIS_URL = "redis://127.0.0.1:6379/10"
 QUICK = {"warmup_count": 2, "warmup_seconds": 0.0, "min_count": 10, "min_seconds": 0.1, "max_seconds": 3}
+# The machine's other load and any spread allowed: a small model's point is then valid, and a test
+# that submits one asserts it (these tests check uploads, not the machine's quiet).
+ANY_LOAD = ("--measure", "contention_limit=1.0", "--measure", "stability=0.99")
 SMALL_CAP = 4096
 
 
@@ -103,16 +106,15 @@ def test_an_uploaded_model_is_fetched_by_the_worker_once_and_evaluated(
     # When `mlscope submit ./Tiny Net.onnx` runs
     submitted = subprocess.run(
         [sys.executable, "-m", "mlscope", "submit", str(model), "-f", "onnxruntime", "--on", capability,
-         "--min-seconds", "0.1", "--max-seconds", "3", "--wait", "--wait-timeout", "120", "--json"],
+         "--min-seconds", "0.1", "--max-seconds", "3", *ANY_LOAD, "--wait", "--wait-timeout", "120",
+         "--json"],
         env={**farm.env, "MLSCOPE_CACHE_DIR": str(tmp_path / "cli-cache")},
         capture_output=True, text=True, timeout=180, check=False,
     )  # fmt: skip
 
-    # Then it uploaded the file (saying its ref), and the evaluation of sha256:<hex> succeeded (exit 3:
-    # succeeded, but a short run on a busy machine may not be valid)
-    assert submitted.returncode in (0, 3), submitted.stderr
+    # Then it uploaded the file (saying its ref), and the evaluation of sha256:<hex> succeeded, valid
+    [result] = ran_valid(submitted)
     assert f"uploaded {model} (tiny-net, {model.stat().st_size} bytes): sha256:{digest}" in submitted.stderr
-    result = json.loads(submitted.stdout)
     assert result["status"] == "succeeded", result["error"]
     assert result["model"]["name"] == "tiny-net" and result["request"]["model"] == f"sha256:{digest}"
     assert result["manifest"]["source"] == {"onnx": {"url": f"sha256:{digest}", "sha256": digest}}
@@ -259,16 +261,15 @@ def test_a_dataset_folder_is_uploaded_by_submit_and_scored_on_the_worker(
     # When `mlscope submit MODEL --dataset ./my digits` runs
     submitted = subprocess.run(
         [sys.executable, "-m", "mlscope", "submit", "test_digits_conv", "-f", "pytorch", "--on", capability,
-         "--dataset", str(folder), "--min-seconds", "0.1", "--max-seconds", "3", "--wait", "--wait-timeout",
-         "120", "--json"],
+         "--dataset", str(folder), "--min-seconds", "0.1", "--max-seconds", "3", *ANY_LOAD, "--wait",
+         "--wait-timeout", "120", "--json"],
         env={**farm.env, "MLSCOPE_CACHE_DIR": str(tmp_path / "cli-cache")},
         capture_output=True, text=True, timeout=180, check=False,
     )  # fmt: skip
 
     # Then the folder went up as a zip, named by its digest, and the worker scored all 20 samples
-    assert submitted.returncode in (0, 3), submitted.stderr
+    [result] = ran_valid(submitted)
     assert f"uploaded dataset {folder}: sha256:" in submitted.stderr
-    result = json.loads(submitted.stdout)
     assert result["status"] == "succeeded", result["error"]
     assert result["request"]["dataset"].startswith("sha256:")
     assert result["accuracy"]["count"] == 20 and result["accuracy"]["dataset"] == result["request"]["dataset"]
