@@ -7,7 +7,7 @@ INPUTS_HASH := $(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-
 STAMP  := $(VENV)/.installed-$(INPUTS_HASH)
 EXTRAS := pytorch,onnxruntime,tensorflow,postgresql,mongodb,farm,otlp,docker,datasets,pretrained,generate,plots,dev
 
-.PHONY: demo test lint typecheck unit services docker bench clean
+.PHONY: demo test lint typecheck unit services docker bench clean gpu-wheelhouse
 # The dashboard's chart library, vendored from npm at build time (ops/dashboard; not committed).
 VENDORED := mlscope/api/dashboard/static/vendor/plotly-basic.min.js
 
@@ -60,6 +60,11 @@ test: $(STAMP) $(VENDORED) services docker lint typecheck
 # The fast tests that need no service: it runs with Redis, PostgreSQL, RabbitMQ and Docker stopped.
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not postgres and not redis and not rabbitmq and not docker and not browser and not gpu"
+
+# The GPU check's wheelhouse (docs/gpu.md): mlscope's dependencies as wheels for the GPU machine's
+# Python, which reaches no package registry; `bash ops/ci/gpu-smoke.sh` installs from it there.
+gpu-wheelhouse:
+	@PYTHON=$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) bash ops/ci/gpu-wheelhouse.sh
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py

@@ -58,7 +58,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 # tests, from its parameters (a store or broker by name); the browser tests also need Chromium.
 # `make unit` deselects every one of them, so it runs with every service stopped; `make test` runs
 # them all, and a service that is down fails them (tests/fixtures/services.py). A test that reaches a
-# service by itself carries the marker in its module.
+# service by itself carries the marker in its module. Every test under tests/gpu needs a CUDA device
+# (tests/fixtures/gpu.py: skipped without one, failed where MLSCOPE_REQUIRE_GPU=1).
 RESOURCES = ("redis", "postgres", "rabbitmq", "docker", "browser", "gpu")
 _FIXTURE_RESOURCES = {
     "redis_db": ("redis",),
@@ -85,8 +86,8 @@ def resources_of(item: pytest.Item) -> set[str]:
             for value in callspec.params.values()
             if isinstance(value, str) and value in _PARAM_RESOURCES
         )
-    if relative.parts[0] == "browser":
-        needs.add("browser")
+    if relative.parts[0] in ("browser", "gpu"):
+        needs.add(relative.parts[0])
     return needs
 
 

@@ -52,8 +52,8 @@ def test_an_unreachable_service_fails_the_run_and_says_what_is_missing(tmp_path:
 
 def test_make_unit_leaves_out_every_test_that_needs_a_service() -> None:
     """`make unit`'s selection, read from the Makefile, collected for real: no test that uses a
-    service's fixture (the api's Redis database, the farm, PostgreSQL, the Docker engine) or the
-    browser is in it, and the unit tests are."""
+    service's fixture (the api's Redis database, the farm, PostgreSQL, the Docker engine), the
+    browser or a GPU is in it, and the unit tests are."""
     import re
 
     makefile = (REPO / "Makefile").read_text()
@@ -87,6 +87,7 @@ def test_make_unit_leaves_out_every_test_that_needs_a_service() -> None:
         "tests/contract/test_store_pool_timeout.py::",
         "tests/unit/test_docker_runner_unit.py::test_the_runner_reports",
         "tests/browser/",
+        "tests/gpu/",
     ):
         assert not any(line.startswith(needs_a_service) for line in collected), needs_a_service
     assert not any("[postgresql" in line or "[rabbitmq" in line for line in collected)
