@@ -81,7 +81,9 @@ def _rerun_here(
         diff = _diff_if_both_succeeded(
             recorded,
             result,
-            lambda: diff_evaluations(store, recorded["id"], result["id"], threshold=threshold),
+            lambda: diff_evaluations(
+                store, recorded["id"], result["id"], threshold=threshold, allow_different=allow_changes
+            ),
         )
     return recorded, result, diff
 
