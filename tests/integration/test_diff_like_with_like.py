@@ -164,7 +164,11 @@ def test_diff_of_one_configuration_compares_as_before(
     store: Store, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given two runs of hf:gpt2 with the same override and settings
-    same = {"config": {"n_layer": 2}, "generation": {"prompt_tokens": 512}, "manifest_sha256": "b" * 64}
+    same: dict[str, Any] = {
+        "config": {"n_layer": 2},
+        "generation": {"prompt_tokens": 512},
+        "manifest_sha256": "b" * 64,
+    }
     a, b = stored_gpt2(store, latencies(3), **same), stored_gpt2(store, latencies(4, 1.2), **same)
     # When diffed
     code, out, _ = run(capsys, "diff", a, b, "--json")
