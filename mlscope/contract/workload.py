@@ -36,17 +36,11 @@ _LOAD_WORKLOAD = (
     "latency_bound_ms",
     "percentile",
 )
-# The generation settings that change the requests sent; the endpoint is the server measured (a
-# comparison of two servers is on purpose, like one of two frameworks); requests, warm-up, timeout,
-# slo and compare_served change how much is measured or what else is reported, not the requests.
-_GENERATION_WORKLOAD = (
-    "prompt_tokens",
-    "output_tokens",
-    "concurrency",
-    "api",
-    "endpoint_model",
-    "ignore_eos",
-)
+# The generation settings that change the requests sent. The endpoint is the server measured and
+# endpoint_model the name it knows the model by (a comparison of two servers is on purpose, like one
+# of two frameworks; the model itself is the evaluation's); requests, warm-up, timeout, slo and
+# compare_served change how much is measured or what else is reported, not the requests.
+_GENERATION_WORKLOAD = ("prompt_tokens", "output_tokens", "concurrency", "api", "ignore_eos")
 # The scenarios each request section applies to: a section's differences count only when a scenario
 # it shapes is compared.
 _LOAD_SCENARIOS = frozenset({"server", "multi_stream", "generate"})
@@ -208,7 +202,7 @@ def workload_differences(
     optimisation, execution providers, input pool, brick), the dataset, and where a compared scenario
     uses them the load settings (rate, queries in flight, multi_stream's query shape, a latency
     search's bound and percentile), the generation settings (prompt and output lengths, concurrency,
-    api, endpoint model, ignore_eos) and offline's concurrency. A manifest hash that differs because
+    api, ignore_eos) and offline's concurrency. A manifest hash that differs because
     the model options do is not named twice.
 
     Args:

@@ -147,10 +147,18 @@ def test_settings_that_change_the_workload_are_differences(
             {"load": {"qps": 10, "seed": 7, "confidence": 0.9}},
             ("server",),
         ),
-        # generation's request count, warm-up, timeout and endpoint (the server measured) are not the workload
+        # generation's request count, warm-up and endpoint (the server measured, and its name for the
+        # model) are not the workload
         (
-            {"generation": {"requests": 32, "endpoint": "http://a:8000/v1"}},
-            {"generation": {"requests": 64, "warmup_requests": 5, "endpoint": "http://b:8000/v1"}},
+            {"generation": {"requests": 32, "endpoint": "http://a:8000/v1", "endpoint_model": "gpt2"}},
+            {
+                "generation": {
+                    "requests": 64,
+                    "warmup_requests": 5,
+                    "endpoint": "http://b:8000/v1",
+                    "endpoint_model": "openai-community/gpt2",
+                }
+            },
             ("generate",),
         ),
         # offline's concurrency means nothing to single_stream
