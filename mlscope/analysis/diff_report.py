@@ -1,5 +1,7 @@
 """`mlscope diff A B` over a store: pick the two evaluations, match their points on (scenario, batch
-size), refuse the points that cannot be compared (saying why), and compare the rest with
+size), refuse a pair that measured different workloads (`contract.workload`: another model
+definition, model options, predictor options, load or generation settings; unless allowed, when the
+report lists them) and the points that cannot be compared (saying why), and compare the rest with
 `analysis.diff.compare_samples`. The CLI and `GET /api/v1/compare/diff` both answer with
 `diff_evaluations`'s report.
 
