@@ -317,7 +317,8 @@ class Client(UploadMethods, HistoryReads):
 
     def diff(self, a: str, b: str, **options: Any) -> dict[str, Any]:
         """B against A, point by point (GET /compare/diff): each an evaluation id or a filter such as
-        `model=resnet18,framework=onnxruntime`; options threshold, confidence, same_system."""
+        `model=resnet18,framework=onnxruntime`; options threshold, confidence, same_system,
+        allow_different (compare a pair that measured different workloads, listing the differences)."""
         answer: dict[str, Any] = self._json(
             "GET", f"{_V1}/compare/diff", params={**_params(options), "a": a, "b": b}
         )

@@ -27,7 +27,7 @@ def _side(report: Mapping[str, Any], key: str) -> str:
     side = report.get(key) or {}
     version = f" {side['framework_version']}" if side.get("framework_version") else ""
     where = side.get("hostname") or (side.get("system_id") or "")[:8]
-    label = f"{side.get('model', '?')} · {side.get('framework', '?')}{version}"
+    label = f"{side.get('display_name') or side.get('model', '?')} · {side.get('framework', '?')}{version}"
     return f"{label} · {where}" if where else label
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mlscope.contract.workload import display_name
+
 from .charts import INVALID
 
 __all__ = [
@@ -27,12 +29,13 @@ def evaluation_id(evaluation: Mapping[str, Any]) -> str:
 
 
 def evaluation_label(evaluation: Mapping[str, Any]) -> str:
-    """`resnet18 · onnxruntime 1.17.0 · host-1`: what an evaluation is, for a title or a legend."""
+    """`resnet18 · onnxruntime 1.17.0 · host-1`: what an evaluation is, for a title or a legend (the
+    model by its display name, `hf:gpt2[n_layer=2]` when configured)."""
     framework = evaluation.get("framework") or {}
     version = f" {framework['version']}" if framework.get("version") else ""
     system = evaluation.get("system") or {}
     where = system.get("agent_id") or system.get("hostname") or (system.get("id") or "")[:8]
-    parts = [str((evaluation.get("model") or {}).get("name", "?")), f"{framework.get('name', '?')}{version}"]
+    parts = [display_name(evaluation), f"{framework.get('name', '?')}{version}"]
     return " · ".join(parts + ([str(where)] if where else []))
 
 

@@ -1,5 +1,7 @@
 """`mlscope diff A B` over a store: pick the two evaluations, match their points on (scenario, batch
-size), refuse the points that cannot be compared (saying why), and compare the rest with
+size), refuse a pair that measured different workloads (`contract.workload`: another model
+definition, model options, predictor options, load or generation settings; unless allowed, when the
+report lists them) and the points that cannot be compared (saying why), and compare the rest with
 `analysis.diff.compare_samples`. The CLI and `GET /api/v1/compare/diff` both answer with
 `diff_evaluations`'s report.
 
@@ -18,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.workload import Difference, display_name, workload_differences
 from mlscope.store import Store
 from mlscope.store.paging import MAX_LIST_LIMIT
 
@@ -26,6 +29,7 @@ from .diff import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, MIN_OTHER_RUNS, compare
 __all__ = [
     "FILTER_KEYS",
     "MAX_SCANNED",
+    "DifferentWorkloads",
     "Picked",
     "check_levels",
     "diff_evaluations",
@@ -68,6 +72,7 @@ class Picked:
         return {
             "id": evaluation["id"],
             "model": evaluation["model"]["name"],
+            "display_name": display_name(evaluation),
             "framework": evaluation["framework"]["name"],
             "framework_version": evaluation["framework"].get("version"),
             "system_id": self.system_id,
@@ -76,6 +81,20 @@ class Picked:
             "created_at": evaluation["created_at"],
             "picked": self.how,
         }
+
+
+class DifferentWorkloads(UserError):
+    """A and B measured different workloads (`contract.workload.workload_differences`): refused unless
+    the caller allows it. `differences` names each; the message lists them all on one line."""
+
+    def __init__(self, differences: list[Difference]) -> None:
+        named = "; ".join(d.text for d in differences)
+        super().__init__(
+            f"A and B measured different workloads, so their latencies are not comparable: {named} "
+            "(--allow-different, allow_different=true over HTTP, compares them anyway)",
+            field=differences[0].field,
+        )
+        self.differences = differences
 
 
 def check_levels(threshold: float, confidence: float) -> None:
@@ -266,6 +285,7 @@ def diff_evaluations(
     threshold: float = DEFAULT_THRESHOLD,
     confidence: float = DEFAULT_CONFIDENCE,
     same_system: bool = False,
+    allow_different: bool = False,
     seed: int = 0,
 ) -> dict[str, Any]:
     """Compare evaluation B with evaluation A at every point both measured.
@@ -275,6 +295,9 @@ def diff_evaluations(
         threshold: the smallest relative difference that matters (0.02 = 2%).
         confidence: the level of every interval.
         same_system: refuse a pair that ran on different systems.
+        allow_different: compare a pair that measured different workloads (model, model options,
+            predictor options, load or generation settings: `contract.workload`), the differences
+            listed in the report, instead of refusing it.
         seed: seeds the bootstrap, so a diff is reproducible.
 
     Returns:
@@ -283,12 +306,15 @@ def diff_evaluations(
         "other_runs" (per side "A"/"B": the other valid runs of its series behind the between-run
         spread; a series that shifted widens it, which errs towards "no detectable difference"),
         "refused": per point not compared its "scenario", "batch_size", "reason", "unmatched": per
-        point measured by one side only its "side", "scenario", "batch_size"}.
+        point measured by one side only its "side", "scenario", "batch_size", "differences": per
+        workload difference (allowed by allow_different; [] when alike) its "field", "a", "b" and
+        "text"}.
 
     Raises:
         UserError: a side that names nothing usable (field "a" or "b"), a bad threshold or
             confidence, different systems with same_system (field "same_system"), no point in
             common (field "b", naming what each side has), or every common point refused.
+        DifferentWorkloads: A and B measured different workloads and allow_different is False.
     """
     check_levels(threshold, confidence)
     picked = {
@@ -302,6 +328,11 @@ def diff_evaluations(
     if not common:
         have = {side: ", ".join(_point_name(k) for k in sorted(points[side])) or "none" for side in SIDES}
         raise UserError(f"b: no point in common with a: A has {have['a']}; B has {have['b']}", field="b")
+    differences = workload_differences(
+        picked["a"].evaluation, picked["b"].evaluation, scenarios={key[0] for key in common}
+    )
+    if differences and not allow_different:
+        raise DifferentWorkloads(differences)
     report: dict[str, Any] = {
         "a": picked["a"].describe(),
         "b": picked["b"].describe(),
@@ -314,6 +345,7 @@ def diff_evaluations(
             for side, other in (("a", "b"), ("b", "a"))
             for key in sorted(points[side].keys() - points[other].keys())
         ],
+        "differences": [difference.to_dict() for difference in differences],
     }
     for key in common:
         where = {"scenario": key[0], "batch_size": key[1]}

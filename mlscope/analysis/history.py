@@ -6,6 +6,11 @@ A series (records.history) is keyed by model + manifest hash, framework + versio
 scenario and batch size; its values are the points' medians (latency, ms), so "worse" is "up". The
 store reads the points; the change points are computed here (changepoints.py), over at most the
 latest DEFAULT_HISTORY_POINTS of a series.
+
+A series' key does not hold every setting that shapes the workload (load and generation settings,
+predictor options: contract.workload), so a regression compares the run before its first change
+point with the series' latest one, and one between different workloads is refused (listed apart,
+naming each difference) unless allowed.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.workload import display_name, workload_differences
 from mlscope.store import Store
 from mlscope.store.records.history import DEFAULT_HISTORY_POINTS, SERIES_KEY_FIELDS
 
@@ -172,6 +178,7 @@ def regressions(
     framework: str | None = None,
     system_id: str | None = None,
     settings: DetectionSettings | None = None,
+    allow_different: bool = False,
 ) -> dict[str, Any]:
     """The series that shifted for the worse since `since`: every series with points from `since`
     (to `until`), read whole (its points before `since` are the baseline), whose change points at or
@@ -184,12 +191,17 @@ def regressions(
         threshold: the smallest rise counted, as a fraction (0.02: 2%).
         model, framework, system_id: only series of these; any when None.
         settings: how change points are looked for.
+        allow_different: count a rise whose runs before and after measured different workloads
+            (`contract.workload`) as a regression, its differences listed, instead of refusing it.
 
     Returns:
         {"since", "until", "threshold", "series" (how many were examined), "too_short": [series keys
-        with "points" and "needed"], "regressions": [{"series": key, "median_before_ms",
-        "median_after_ms", "ratio", "shift_pct", "change_points": [those since `since`], "points"}]}
-        with the regressions largest shift first.
+        with "points" and "needed"], "regressions": [{"series": key, "display_name" (the model with
+        its options), "median_before_ms", "median_after_ms", "ratio", "shift_pct", "change_points":
+        [those since `since`], "points", "differences": [workload differences between the run
+        before the first change point and the latest; [] unless allowed]}], "refused": [the same
+        for rises between different workloads, not counted as regressions; [] when allowed]} with
+        the regressions largest shift first.
 
     Raises:
         UserError: naming an invalid argument.
@@ -202,6 +214,7 @@ def regressions(
         model=model, framework=framework, system_id=system_id, since=since, until=until
     )
     found: list[dict[str, Any]] = []
+    refused: list[dict[str, Any]] = []
     too_short: list[dict[str, Any]] = []
     for summary in examined:
         key = {name: summary[name] for name in SERIES_KEY_FIELDS}
@@ -215,18 +228,22 @@ def regressions(
         if recent:
             before, after = recent[0]["median_before_ms"], recent[-1]["median_after_ms"]
             if after / before > 1 + threshold:
-                found.append(
+                name, differences = _workloads(store, points, recent[0]["index"], key["scenario"])
+                (refused if differences and not allow_different else found).append(
                     {
                         "series": key,
+                        "display_name": name,
                         "median_before_ms": before,
                         "median_after_ms": after,
                         "ratio": after / before,
                         "shift_pct": (after / before - 1) * 100,
                         "change_points": recent,
                         "points": len(points),
+                        "differences": differences,
                     }
                 )
     found.sort(key=lambda regression: -regression["ratio"])
+    refused.sort(key=lambda regression: -regression["ratio"])
     return {
         "since": since.isoformat(),
         "until": None if until is None else until.isoformat(),
@@ -234,7 +251,19 @@ def regressions(
         "series": len(examined),
         "too_short": too_short,
         "regressions": found,
+        "refused": refused,
     }
+
+
+def _workloads(
+    store: Store, points: Sequence[dict[str, Any]], index: int, scenario: str
+) -> tuple[str, list[dict[str, Any]]]:
+    """The display name of the series' latest run, and how the run just before the change point at
+    `index` and the latest one measured different workloads ([] when alike)."""
+    latest = store.get_evaluation(points[-1]["evaluation_id"])
+    before = store.get_evaluation(points[max(index - 1, 0)]["evaluation_id"])
+    differences = workload_differences(before, latest, scenarios={scenario})
+    return display_name(latest), [difference.to_dict("before", "now") for difference in differences]
 
 
 def against_history(

@@ -4,7 +4,8 @@ report `mlscope diff --json` prints (`mlscope.analysis.diff_report`).
 The route hangs on the compare blueprint (a diff is a comparison of two); importing this module
 registers it, which the app factory does before registering the blueprint. Bad input (an unknown id, a
 filter nothing matches, no point in common, two systems with same_system) is a UserError naming the
-field, answered 422 with that field's error.
+field, answered 422 with that field's error. A pair that measured different workloads is a 422 whose
+`errors` name each differing field (and whose `differences` list them), unless allow_different=true.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from flask.views import MethodView
 from marshmallow import Schema, fields, validate
 
 from mlscope.analysis.diff import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
-from mlscope.analysis.diff_report import FILTER_KEYS, diff_evaluations
+from mlscope.analysis.diff_report import FILTER_KEYS, DifferentWorkloads, diff_evaluations
 
 from .compare import blp
 from .context import context
+from .problems import ApiProblem
 
 __all__ = ["DiffQuerySchema", "DiffSchema"]
 
@@ -56,6 +58,14 @@ class DiffQuerySchema(Schema):
     )
     same_system = fields.Boolean(
         load_default=False, metadata={"description": "refuse a pair whose systems differ (422, naming both)"}
+    )
+    allow_different = fields.Boolean(
+        load_default=False,
+        metadata={
+            "description": "compare a pair that measured different workloads (model, model options, "
+            "predictor options, load or generation settings), listing the differences in `differences`; "
+            "false: such a pair is refused, 422 naming each differing field"
+        },
     )
 
 
@@ -118,7 +128,10 @@ class DiffPointSchema(Schema):
 
 class DiffSideSchema(Schema):
     id = fields.String()
-    model = fields.String()
+    model = fields.String(metadata={"description": "the stored model name"})
+    display_name = fields.String(
+        metadata={"description": "the model with the options it was resolved with, e.g. hf:gpt2[n_layer=2]"}
+    )
     framework = fields.String()
     framework_version = fields.String(allow_none=True)
     system_id = fields.String(allow_none=True)
@@ -140,6 +153,15 @@ class UnmatchedPointSchema(Schema):
     batch_size = fields.Integer()
 
 
+class DifferenceSchema(Schema):
+    field = fields.String(
+        metadata={"description": "what differs: a dotted request path, or model, model manifest"}
+    )
+    a = fields.Raw(allow_none=True, metadata={"description": "A's value (null: unset)"})
+    b = fields.Raw(allow_none=True, metadata={"description": "B's value (null: unset)"})
+    text = fields.String(metadata={"description": "the difference in one line"})
+
+
 class DiffSchema(Schema):
     a = fields.Nested(DiffSideSchema)
     b = fields.Nested(DiffSideSchema)
@@ -150,6 +172,13 @@ class DiffSchema(Schema):
         fields.Nested(RefusedPointSchema), metadata={"description": "points not compared, why"}
     )
     unmatched = fields.List(fields.Nested(UnmatchedPointSchema), metadata={"description": "one side's only"})
+    differences = fields.List(
+        fields.Nested(DifferenceSchema),
+        metadata={
+            "description": "how A and B measured different workloads (only with allow_different; [] when "
+            "alike): the verdicts compare unlike things"
+        },
+    )
 
 
 @blp.route("/compare/diff")
@@ -162,13 +191,23 @@ class CompareDiff(MethodView):
         Per (scenario, batch size) both evaluations measured: the ratios B/A of the medians, p90s
         and p99s with bootstrap intervals, the probability of superiority, a verdict at the
         threshold and what the pair could detect. Points whose measurement is not valid are
-        refused with the reason.
+        refused with the reason. A pair that measured different workloads is refused (422, each
+        differing field named) unless allow_different=true, which lists them in `differences`.
         """
-        return diff_evaluations(
-            context().store,
-            query["a"],
-            query["b"],
-            threshold=query["threshold"],
-            confidence=query["confidence"],
-            same_system=query["same_system"],
-        )
+        try:
+            return diff_evaluations(
+                context().store,
+                query["a"],
+                query["b"],
+                threshold=query["threshold"],
+                confidence=query["confidence"],
+                same_system=query["same_system"],
+                allow_different=query["allow_different"],
+            )
+        except DifferentWorkloads as refused:
+            raise ApiProblem(
+                422,
+                refused.message,
+                errors={d.field: [d.text] for d in refused.differences},
+                differences=[d.to_dict() for d in refused.differences],
+            ) from None

@@ -115,6 +115,14 @@ class RegressionsQuerySchema(DetectionQuerySchema):
     model = _text("only series of this model")
     framework = _text("only series on this framework")
     system_id = _text("only series on this system")
+    allow_different = fields.Boolean(
+        load_default=False,
+        metadata={
+            "description": "count a rise whose runs before and after measured different workloads (load "
+            "or generation settings, predictor options) as a regression, listing the differences; false: "
+            "such a rise is listed under `refused`, not counted"
+        },
+    )
 
 
 class HistoryPointSchema(Schema):
@@ -193,14 +201,28 @@ class HistorySchema(Schema):
     detection = fields.Nested(DetectionSchema)
 
 
+class WorkloadDifferenceSchema(Schema):
+    field = fields.String(metadata={"description": "what differs: a dotted request path, or model"})
+    a = fields.Raw(allow_none=True, metadata={"description": "the run before the change point (null: unset)"})
+    b = fields.Raw(allow_none=True, metadata={"description": "the series' latest run (null: unset)"})
+    text = fields.String(metadata={"description": "the difference in one line"})
+
+
 class RegressionSchema(Schema):
     series = fields.Nested(SeriesKeySchema)
+    display_name = fields.String(
+        metadata={"description": "the model with the options it was resolved with, e.g. hf:gpt2[n_layer=2]"}
+    )
     median_before_ms = fields.Float(metadata={"description": "before its first change point since `since`"})
     median_after_ms = fields.Float(metadata={"description": "of its latest segment"})
     ratio = fields.Float(metadata={"description": "median_after_ms / median_before_ms"})
     shift_pct = fields.Float(metadata={"description": "(ratio − 1) × 100"})
     change_points = fields.List(fields.Nested(ChangePointSchema), metadata={"description": "since `since`"})
     points = fields.Integer(metadata={"description": "how many points the series has"})
+    differences = fields.List(
+        fields.Nested(WorkloadDifferenceSchema),
+        metadata={"description": "how the runs before and after measured different workloads; [] when alike"},
+    )
 
 
 class TooShortSchema(SeriesKeySchema):
@@ -215,6 +237,13 @@ class RegressionsSchema(Schema):
     series = fields.Integer(metadata={"description": "how many series with points since `since` were read"})
     too_short = fields.List(fields.Nested(TooShortSchema))
     regressions = fields.List(fields.Nested(RegressionSchema), metadata={"description": "largest first"})
+    refused = fields.List(
+        fields.Nested(RegressionSchema),
+        metadata={
+            "description": "rises between runs of different workloads (see `differences`), not counted as "
+            "regressions; [] with allow_different"
+        },
+    )
 
 
 def _detection(query: dict[str, Any]) -> DetectionSettings:
@@ -272,7 +301,8 @@ class Regressions(MethodView):
         Every series with points since `since`, read whole, whose change points at or after `since`
         together raised the median latency by more than `threshold` (its latest segment's median over
         the one before its first change point since then); series too short to tell are listed apart
-        with how many more points they need.
+        with how many more points they need. A rise between runs that measured different workloads
+        is listed under `refused`, naming each difference, unless allow_different.
         """
         return regressions(
             context().store,
@@ -283,4 +313,5 @@ class Regressions(MethodView):
             framework=query.get("framework"),
             system_id=query.get("system_id"),
             settings=_detection(query),
+            allow_different=query["allow_different"],
         )

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 import click
+from rich.markup import escape
 
 from mlscope.analysis.diff import (
     DEFAULT_CONFIDENCE,
@@ -26,7 +27,7 @@ from mlscope.cli.render import console, new_table, note, short_id
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
 
-__all__ = ["change_text", "diff", "power_text", "print_report"]
+__all__ = ["change_text", "diff", "power_text", "print_differences", "print_report"]
 
 
 @click.command()
@@ -44,6 +45,12 @@ __all__ = ["change_text", "diff", "power_text", "print_report"]
 )
 @click.option("--same-system", is_flag=True, help="Refuse to compare results from different systems.")
 @click.option(
+    "--allow-different",
+    is_flag=True,
+    help="Compare A and B even when they measured different workloads (model, model options, "
+    "predictor options, load or generation settings); the differences are listed above the table.",
+)
+@click.option(
     "--against-history",
     is_flag=True,
     help="Judge A against its history series (the runs before it since the series' last change "
@@ -57,6 +64,7 @@ def diff(
     threshold: float,
     confidence: float,
     same_system: bool,
+    allow_different: bool,
     against_history: bool,
     plot_file: str | None,
     as_json: bool,
@@ -67,6 +75,9 @@ def diff(
     A and B are each an evaluation id (or a unique prefix), or a filter such as
     model=resnet18,framework=onnxruntime[,system=ID,device=cpu,scenario=single_stream,batch_size=1],
     which picks the latest succeeded evaluation matching it.
+
+    A pair that measured different workloads (another model definition or model options, predictor
+    options, load or generation settings) is refused, naming each difference, unless --allow-different.
     """
     from mlscope.analysis.diff_report import diff_evaluations
     from mlscope.store import open_store
@@ -86,7 +97,13 @@ def diff(
             return
         assert b is not None
         report = diff_evaluations(
-            store, a, b, threshold=threshold, confidence=confidence, same_system=same_system
+            store,
+            a,
+            b,
+            threshold=threshold,
+            confidence=confidence,
+            same_system=same_system,
+            allow_different=allow_different,
         )
     if as_json:
         print(json.dumps(report, indent=2))
@@ -202,15 +219,30 @@ def power_text(point: dict[str, Any]) -> str:
 def _side_line(label: str, side: dict[str, Any]) -> str:
     version = side.get("framework_version") or ""
     where = side.get("hostname") or (side.get("system_id") or "-")[:8]
+    name = escape(side.get("display_name") or side["model"])
     return (
-        f"{label}: {short_id(side['id'])} {side['model']} on {side['framework']} {version} "
-        f"({side['device']}, {where}, {side['created_at'][:19].replace('T', ' ')}) — {side['picked']}"
+        f"{label}: {short_id(side['id'])} {name} on {side['framework']} {version} "
+        f"({side['device']}, {where}, {side['created_at'][:19].replace('T', ' ')}) — {escape(side['picked'])}"
+    )
+
+
+def print_differences(differences: list[dict[str, Any]]) -> None:
+    """The workload differences a diff was allowed to compare across, as a warning block: the
+    verdicts below compare unlike workloads."""
+    if not differences:
+        return
+    lines = "\n".join(f"  {escape(difference['text'])}" for difference in differences)
+    console.print(
+        "[bold yellow]warning: A and B measured different workloads (compared with --allow-different); "
+        f"the verdicts below compare unlike things:[/bold yellow]\n{lines}",
+        highlight=False,
     )
 
 
 def print_report(report: dict[str, Any]) -> None:
     console.print(_side_line("A", report["a"]))
     console.print(_side_line("B", report["b"]))
+    print_differences(report.get("differences") or [])
     table = new_table(
         f"B against A (threshold {report['threshold'] * 100:g}%)",
         (

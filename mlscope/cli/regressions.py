@@ -8,10 +8,11 @@ import sys
 from typing import Any
 
 import click
+from rich.markup import escape
 
 from mlscope.cli.history import change_text, detection_options, parse_moment, series_label
 from mlscope.cli.options import json_flag
-from mlscope.cli.render import Column, console, new_table, note, short_id
+from mlscope.cli.render import Column, console, new_table, note, short_id, warn
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
 
@@ -44,6 +45,12 @@ def parse_threshold(text: str) -> float:
 @click.option("-m", "--model", help="Only this model's series.")
 @click.option("-f", "--framework", help="Only this framework's series.")
 @click.option("--system", "system_id", help="Only this system's series.")
+@click.option(
+    "--allow-different",
+    is_flag=True,
+    help="Count a rise whose runs before and after measured different workloads (load or generation "
+    "settings, predictor options) as a regression, the differences listed.",
+)
 @detection_options
 @json_flag("Print the answer as one JSON document.")
 def regressions(
@@ -53,6 +60,7 @@ def regressions(
     model: str | None,
     framework: str | None,
     system_id: str | None,
+    allow_different: bool,
     significance: float,
     min_segment: int,
     valid_only: bool,
@@ -60,6 +68,10 @@ def regressions(
 ) -> None:
     """The series that got slower since DATE: every series with points since then, read whole, whose
     change points since then raised the median latency by more than --threshold.
+
+    A series' key does not hold its load or generation settings: a rise between a run before the
+    change point and the latest run that measured different workloads is listed apart, each
+    difference named, and not counted, unless --allow-different.
 
     Exit code 0 when there is none, 1 when there are some.
     """
@@ -80,6 +92,7 @@ def regressions(
             framework=framework,
             system_id=system_id,
             settings=settings,
+            allow_different=allow_different,
         )
     if as_json:
         print(json.dumps(found, indent=2))
@@ -98,6 +111,12 @@ _COLUMNS: tuple[Column, ...] = (
 )
 
 
+def _label(regression: dict[str, Any]) -> str:
+    """The series' label, its model by the display name of its latest run (options in brackets)."""
+    series = regression["series"]
+    return escape(series_label({**series, "model": regression.get("display_name") or series["model"]}))
+
+
 def _print_regressions(found: dict[str, Any]) -> None:
     since = found["since"][:19].replace("T", " ")
     regressed = found["regressions"]
@@ -109,7 +128,7 @@ def _print_regressions(found: dict[str, Any]) -> None:
         for regression in regressed:
             first = regression["change_points"][0]
             table.add_row(
-                series_label(regression["series"]),
+                _label(regression),
                 first["created_at"][:19].replace("T", " "),
                 short_id(first["evaluation_id"]),
                 f"{regression['median_before_ms']:.3f} → {regression['median_after_ms']:.3f}",
@@ -119,6 +138,17 @@ def _print_regressions(found: dict[str, Any]) -> None:
         console.print(table)
     else:
         console.print(f"no regression since {since} in {found['series']} series")
+    for regression in found["regressions"]:
+        for difference in regression.get("differences") or []:
+            warn(
+                f"{_label(regression)}: different workloads, compared as asked: {escape(difference['text'])}"
+            )
+    for refused in found.get("refused") or []:
+        differences = escape("; ".join(difference["text"] for difference in refused["differences"]))
+        note(
+            f"{_label(refused)}: {refused['shift_pct']:+.1f}% not counted: the runs before and after "
+            f"measured different workloads ({differences}); --allow-different counts it"
+        )
     if found["too_short"]:
         short = found["too_short"]
         named = "; ".join(f"{series_label(s)} needs {s['needed']} more point(s)" for s in short[:5])

@@ -53,7 +53,9 @@ def rerun(
     if target is None:
         recorded, result, diff = _rerun_here(evaluation_id, threshold, allow_changes, as_json)
     else:
-        recorded, result, diff = _rerun_on(evaluation_id, target, threshold, wait_timeout, as_json)
+        recorded, result, diff = _rerun_on(
+            evaluation_id, target, threshold, wait_timeout, allow_changes, as_json
+        )
     sys.exit(_report(recorded, result, diff, as_json))
 
 
@@ -81,13 +83,20 @@ def _rerun_here(
         diff = _diff_if_both_succeeded(
             recorded,
             result,
-            lambda: diff_evaluations(store, recorded["id"], result["id"], threshold=threshold),
+            lambda: diff_evaluations(
+                store, recorded["id"], result["id"], threshold=threshold, allow_different=allow_changes
+            ),
         )
     return recorded, result, diff
 
 
 def _rerun_on(
-    evaluation_id: str, target: str, threshold: float, wait_timeout: float | None, as_json: bool
+    evaluation_id: str,
+    target: str,
+    threshold: float,
+    wait_timeout: float | None,
+    allow_changes: bool,
+    as_json: bool,
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
     from mlscope.analysis.rerun import rerun_request
     from mlscope.cli.remote import api_client, follow
@@ -102,7 +111,11 @@ def _rerun_on(
     )
     (result,) = follow(client, [answer["id"]], wait_timeout, quiet=as_json)
     diff = _diff_if_both_succeeded(
-        recorded, result, lambda: client.diff(recorded["id"], result["id"], threshold=threshold)
+        recorded,
+        result,
+        lambda: client.diff(
+            recorded["id"], result["id"], threshold=threshold, allow_different=allow_changes or None
+        ),
     )
     return recorded, result, diff
 

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import click
+from rich.markup import escape
 
 from mlscope.cli.options import json_flag
 from mlscope.cli.render import (
@@ -25,6 +26,7 @@ from mlscope.cli.render import (
 from mlscope.cli.render_cost import PRICE_OPTION, parse_prices
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
+from mlscope.contract.workload import display_name
 
 if TYPE_CHECKING:
     from mlscope.store import Store
@@ -120,7 +122,7 @@ def results_list(
         cells = [
             short_id(r["id"]),
             (r["created_at"] or "")[:19].replace("T", " "),
-            r["model"]["name"],
+            escape(display_name(r)),
             f"{r['framework']['name']} {r['framework'].get('version') or ''}".strip(),
             r["device"],
             status_cell(r),

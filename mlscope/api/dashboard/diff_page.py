@@ -5,6 +5,8 @@ beats an A latency and what the pair could have detected, with the ratios drawn.
 
 A and B are evaluation ids (or unique prefixes) or filters (`model=resnet18,framework=onnxruntime`)
 picking the latest matching evaluation, as everywhere else; the page's URL is the question, to share.
+A pair that measured different workloads is refused (400), each difference listed with a link that
+asks again with allow_different; so allowed, the differences stand above the verdicts.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from urllib.parse import urlencode
 from flask import render_template, request, url_for
 
 from mlscope.analysis.chart_compare import diff_ratios
-from mlscope.analysis.diff_report import diff_evaluations
+from mlscope.analysis.diff_report import DifferentWorkloads, diff_evaluations
 from mlscope.contract.errors import UserError
 
 from ..context import context
@@ -27,7 +29,7 @@ __all__ = ["diff"]
 
 
 @PAGES.route("/diff")
-def diff() -> str:
+def diff() -> str | tuple[str, int]:
     """The form alone without A and B; with them, the verdict per point. A side that names nothing, or a
     pair with no point in common, is a 400 page naming the field."""
     if not any(request.args.get(key, "").strip() for key in ("a", "b")):
@@ -41,12 +43,24 @@ def diff() -> str:
             threshold=query["threshold"],
             confidence=query["confidence"],
             same_system=query["same_system"],
+            allow_different=query["allow_different"],
         )
+    except DifferentWorkloads as refused:
+        chosen = _chosen()
+        page = render_template(
+            "dashboard/diff.html",
+            report=None,
+            chosen=chosen,
+            rows=[],
+            chart=None,
+            different=[d.to_dict() for d in refused.differences],
+            anyway_url=f"{url_for('dashboard.diff')}?{urlencode({**chosen, 'allow_different': 'true'})}",
+        )
+        return page, 400
     except UserError as exc:
         field = exc.field or "b"
         raise PageError(400, "A and B cannot be compared", {field: [exc.message]}) from None
-    kept = ("a", "b", "threshold", "confidence")
-    chosen = {key: request.args[key] for key in kept if request.args.get(key)}
+    chosen = _chosen()
     return render_template(
         "dashboard/diff.html",
         report=report,
@@ -55,6 +69,12 @@ def diff() -> str:
         chart=embed(diff_ratios(report)) if report["points"] else None,
         json_url=f"{url_for('compare.CompareDiff')}?{urlencode(chosen)}",
     )
+
+
+def _chosen() -> dict[str, str]:
+    """The query's fields the page and its links keep."""
+    kept = ("a", "b", "threshold", "confidence", "same_system", "allow_different")
+    return {key: request.args[key] for key in kept if request.args.get(key)}
 
 
 def _change(ratio: float) -> str:

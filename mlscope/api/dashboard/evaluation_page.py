@@ -21,6 +21,7 @@ from typing import Any
 from flask import current_app, render_template, url_for
 
 from mlscope.analysis.traces import hotspots
+from mlscope.contract.workload import display_name
 from mlscope.store import iter_spans
 from mlscope.store.records import subsample_latencies
 
@@ -150,6 +151,7 @@ def evaluation(evaluation_id: str) -> str:
     return render_template(
         "dashboard/evaluation.html",
         result=result,
+        model_name=display_name(result),
         status=status_view(result),
         points=_points(measurements),
         charts=evaluation_charts(result),

@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 from flask import render_template, request
 
 from mlscope.contract.names import STATUSES, TRACE_LEVELS
+from mlscope.contract.workload import display_name
 from mlscope.runtime.frameworks import FRAMEWORKS
 
 from ..catalog import model_listing, queue_listing
@@ -39,7 +40,7 @@ def _rows(evaluations: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append(
             {
                 "id": evaluation["id"],
-                "model": (evaluation.get("model") or {}).get("name"),
+                "model": display_name(evaluation),
                 "framework": (evaluation.get("framework") or {}).get("name"),
                 "system": agent or system.get("hostname") or system.get("id") or "",
                 "device": evaluation.get("device"),
