@@ -222,7 +222,7 @@ def _coverage(coverage: dict[str, Any]) -> str:
     """What the interval is calibrated on, and how often such intervals held, in a line."""
     nominal = f"{100 * coverage['nominal']:.0f}%"
     if not coverage["calibrated"]:
-        return f"{nominal} interval not calibrated: {coverage['note']}"
+        return f"{nominal} interval: {coverage['note']}"
     return (
         f"{nominal} interval calibrated on {coverage['pairs']} other models measured whole on this "
         f"system; {coverage['inside']} of them ({100 * coverage['share']:.0f}%) inside their own"
