@@ -158,7 +158,7 @@ def _print_human(reports: list[dict[str, Any]], total: dict[str, Any]) -> None:
         [
             "model",
             ("estimate", "right"),
-            ("95% CI", "right"),
+            ("90% interval", "right"),
             ("measured", "right"),
             ("error", "right"),
             ("sequential", "right"),
@@ -170,7 +170,7 @@ def _print_human(reports: list[dict[str, Any]], total: dict[str, Any]) -> None:
         ],
     )
     for report in reports:
-        ci = report.get("estimate_ci")
+        interval = report.get("interval_ms")
         bounds = report.get("bounds") or {}
         counts = report["bricks"]
         error = report.get("error_pct")
@@ -178,7 +178,7 @@ def _print_human(reports: list[dict[str, Any]], total: dict[str, Any]) -> None:
         table.add_row(
             escape(report["model"] + where),
             _ms(report.get("estimate_ms")),
-            "-" if not ci else f"{ci[0]:.3f}–{ci[1]:.3f}",
+            "-" if not interval else f"{interval[0]:.3f}–{interval[1]:.3f}",
             _ms(report.get("measured_ms")),
             "-" if error is None else f"{error:+.1f}%",
             _ms(bounds.get("sequential_ms")),
@@ -190,6 +190,8 @@ def _print_human(reports: list[dict[str, Any]], total: dict[str, Any]) -> None:
         )
     console.print(table)
     for report in reports:
+        if report.get("coverage"):
+            console.print(f"{escape(report['model'])}: {_coverage(report['coverage'])}")
         if report.get("fallback"):
             fallback = report["fallback"]
             console.print(f"[yellow]{escape(report['model'])}[/yellow]: {escape(fallback['reason'])}")
@@ -214,6 +216,17 @@ def _print_human(reports: list[dict[str, Any]], total: dict[str, Any]) -> None:
     for agent, part in (total.get("agents") or {}).items():
         _print_summary(part, f"on {agent}: ")
     _print_summary(total, "in all: " if total.get("agents") else "")
+
+
+def _coverage(coverage: dict[str, Any]) -> str:
+    """What the interval is calibrated on, and how often such intervals held, in a line."""
+    nominal = f"{100 * coverage['nominal']:.0f}%"
+    if not coverage["calibrated"]:
+        return f"{nominal} interval: {coverage['note']}"
+    return (
+        f"{nominal} interval calibrated on {coverage['pairs']} other models measured whole on this "
+        f"system; {coverage['inside']} of them ({100 * coverage['share']:.0f}%) inside their own"
+    )
 
 
 def _print_summary(total: dict[str, Any], head: str) -> None:

@@ -6,6 +6,7 @@ by side. It lives here, above both, because workers and analysis may not import 
         ─▶ each unique brick: its stored result reused; the others (and, the first time, the
            calibrations) measured now, all in one job (mlscope.runtime.bricks) ─▶ the model whole
         ─▶ compose: estimate, interval, sequential and critical-path bounds, overhead
+        ─▶ the prediction interval, calibrated on this system's earlier pairs (cli.bricks_calibration)
 
 What is framework-specific (the layers, a brick's model, the calibrations, the job) is a
 `FrameworkBricks`: ONNX Runtime's here (`OrtBricks`), PyTorch's in `mlscope.cli.bricks_pytorch`
@@ -23,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,6 +42,7 @@ from mlscope.analysis.bricks import (
     plan_bricks,
 )
 from mlscope.analysis.bricks import brick_name as name_of
+from mlscope.cli.bricks_calibration import PAIRS_FILE, PairLog, interval_section, setup_of
 from mlscope.contract.errors import UserError
 from mlscope.contract.result import result_validity
 from mlscope.contract.settings import Settings
@@ -181,6 +184,8 @@ class BrickBench:
     make_runs: Callable[..., BrickRuns] = BrickRuns
     # Where the bricks run (PyTorch's may run on a CUDA device; BrickRuns refuses what cannot).
     device: str = "cpu"
+    # The estimate-vs-measured pairs the intervals are calibrated on [default: <cache>/PAIRS_FILE].
+    pairs: Path | None = None
 
     def __post_init__(self) -> None:
         runs = self.make_runs(
@@ -193,6 +198,7 @@ class BrickBench:
         self.kind: FrameworkBricks = BRICKS_OF[self.framework](self)
         self._call: BrickResult | None = None
         self._dispatch: float | None = None
+        self.pair_log = PairLog(self.pairs or self.settings.cache_dir / PAIRS_FILE)
 
     def close(self) -> None:
         """Close what the bench holds open (the store its brick lookups read)."""
@@ -379,6 +385,11 @@ class BrickBench:
             "call_ms": _time(call).median_ms,
             "estimate_ms": None,
             "estimate_ci": None,
+            "estimate_se_ms": None,
+            # The nominal-90% prediction interval of the latency measured whole, and how often such
+            # intervals held for this system's other models (bricks_calibration).
+            "interval_ms": None,
+            "coverage": None,
             "error_pct": None,
             "bounds": None,
             "overhead_ms": None,
@@ -393,6 +404,7 @@ class BrickBench:
         report.update(
             estimate_ms=composition.estimate_ms,
             estimate_ci=list(composition.estimate_ci),
+            estimate_se_ms=composition.estimate_se_ms,
             # Benanza's lower bounds, from the bricks' fastest runs (compose's docstring: why).
             bounds={
                 "sequential_ms": composition.sequential_ms,
@@ -408,6 +420,8 @@ class BrickBench:
             report["overhead_ms"] = measured_ms - composition.sequential_ms
         if fastest_ms:
             report["error_vs_min_pct"] = 100 * (composition.estimate_ms - fastest_ms) / fastest_ms
+        setup = setup_of(report["system_id"], self.framework, self.version, self.threads, self.device)
+        report.update(interval_section(report, self.pair_log, setup))
         if self.device != "cpu":  # PyTorch on a GPU (BrickRuns refused any other framework)
             report["cudnn"] = self.kind.cudnn_section(ref, plans, graph, done, report)
         return report

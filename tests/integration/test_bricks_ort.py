@@ -124,5 +124,13 @@ def test_the_bricks_verb_prints_estimate_and_measured_and_exits_by_validity(
     assert report["model"] == str(model) and report["framework"]["name"] == "onnxruntime"
     assert report["estimate_ms"] > 0 and report["measured_ms"] > 0
     assert report["bounds"]["critical_path_ms"] <= report["bounds"]["sequential_ms"]
+    # and the estimate's nominal-90% interval, not calibrated (no stored pairs in a fresh cache) and
+    # saying so, around the estimate, with the coverage of its (empty) calibration set
+    low, high = report["interval_ms"]
+    assert 0 < low < report["estimate_ms"] < high
+    coverage = report["coverage"]
+    assert coverage["nominal"] == 0.9 and coverage["pairs"] == 0 and coverage["share"] is None
+    assert coverage["calibrated"] is False and "not calibrated" in coverage["note"]
+    assert report["estimate_ci"] is not None and report["estimate_se_ms"] >= 0
     assert summary["summary"] is True and summary["models"] == 1
     assert exited.value.code == (0 if report["validity"]["valid"] else 3)

@@ -5,6 +5,7 @@ arithmetic: measuring the bricks is `mlscope.workers.bricks`'s.
     graph.py    the graph ORT runs (optimised offline), every value's shape, the layer DAG
     brick.py    a layer as a brick: its key and its one-node model
     compose.py  estimate, interval, sequential and critical-path bounds
+    interval.py the estimate's prediction interval: its bricks' noise and this system's past errors
 """
 
 from mlscope.analysis.bricks.brick import (

@@ -35,7 +35,8 @@ measurement, so fully correlated), distinct bricks add in quadrature (independen
 the call cost's error counts (n − 1) times, subtracted once per brick run but the first. The result,
 estimate ± z·√Σ, is the interval of the measurement noise only: it says nothing of how far the sum of
 isolated layers is from the model run whole (cache state, thread hand-offs), which is the error
-`mlscope bricks` reports against the measured latency.
+`mlscope bricks` reports against the measured latency. Its standard error, √Σ, is one of the two
+terms of the prediction interval (interval.py); the other is that systematic error, calibrated.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ class BrickTime:
 class Composition:
     estimate_ms: float
     estimate_ci: tuple[float, float]
+    # The estimate's standard error from its bricks' measurement noise (the interval's √Σ), ms.
+    estimate_se_ms: float
     sequential_ms: float
     critical_path_ms: float
     # Each layer's time in the estimate (from medians), and in the bounds (from fastest runs).
@@ -142,6 +145,7 @@ def compose(
     return Composition(
         estimate_ms=estimate,
         estimate_ci=(max(estimate - half, 0.0), estimate + half),
+        estimate_se_ms=math.sqrt(variance),
         sequential_ms=math.fsum(bound_layer_ms),
         critical_path_ms=critical_path(bound_layer_ms, edges),
         layer_ms=layer_ms,
