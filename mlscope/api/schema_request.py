@@ -217,10 +217,12 @@ def _rules(
     generate: dict[str, Any],
     other: dict[str, Any],
     bricks: list[dict[str, Any]],
+    no_brick: dict[str, Any],
     brick_frameworks: dict[str, Any],
 ) -> list[dict[str, Any]]:
     """The rules a request and a batch share. `generate`: what the generate scenario needs besides
-    running alone; `other`: what the other scenarios need; `bricks`: the ways a brick is asked for.
+    running alone; `other`: what the other scenarios need; `bricks`: the ways a brick is asked for,
+    `no_brick`: none of them.
 
     Few and flat, each an `anyOf` of whole cases: schemathesis gives up on a document whose rules
     multiply into too many cases."""
@@ -251,7 +253,6 @@ def _rules(
             },
         ]
     }
-    no_brick = {"properties": {"options": {"properties": {"brick": _NOT_TRUE}}, "bricks": _NOT_TRUE}}
     return [
         {"anyOf": [{"allOf": [only_generate, generate]}, {"allOf": [_without("generate"), other]}]},
         _server_rule(),
@@ -302,6 +303,7 @@ _OPTIONS_BRICK = {
     "required": ["options"],
     "properties": {"options": {"required": ["brick"], "properties": {"brick": {"enum": [True]}}}},
 }
+_NO_OPTIONS_BRICK = {"options": {"properties": {"brick": _NOT_TRUE}}}
 
 
 def request_rules(frameworks: list[str], brick_frameworks: list[str]) -> list[dict[str, Any]]:
@@ -336,9 +338,8 @@ def request_rules(frameworks: list[str], brick_frameworks: list[str]) -> list[di
     generate = {"allOf": [{"anyOf": [endpoint, in_process]}, {"anyOf": [_load(find_max_qps=_NOT_TRUE), slo]}]}
     # Outside the generate scenario: no generation settings, no endpoint framework.
     other = {"properties": {"generation": {"maxProperties": 0}, "framework": {"enum": others}}}
-    return _rules(
-        generate, other, [_OPTIONS_BRICK], {"properties": {"framework": {"enum": brick_frameworks}}}
-    )
+    brick_frameworks_only = {"properties": {"framework": {"enum": brick_frameworks}}}
+    return _rules(generate, other, [_OPTIONS_BRICK], {"properties": _NO_OPTIONS_BRICK}, brick_frameworks_only)
 
 
 def batch_rules(brick_frameworks: list[str]) -> list[dict[str, Any]]:
@@ -350,5 +351,6 @@ def batch_rules(brick_frameworks: list[str]) -> list[dict[str, Any]]:
         _load(find_max_qps=_NOT_TRUE),
         {},
         [_OPTIONS_BRICK, bricks],
+        {"properties": {**_NO_OPTIONS_BRICK, "bricks": _NOT_TRUE}},
         {"properties": {"frameworks": {"items": {"enum": brick_frameworks}}}},
     )

@@ -126,7 +126,8 @@ def _documented(field: _F, **metadata: Any) -> _F:
 BRICK_FRAMEWORKS = [name for name in FRAMEWORK_NAMES if FRAMEWORKS[name].bricks is not None]
 
 
-def _stated(name: str, schema: dict[str, Any]) -> fields.Field:
+def _stated(name: str, schema: dict[str, Any]) -> Any:
+    """The request's field `name`, documented as `schema` (openapi_fields.stated_schema)."""
     return _documented(ContractRequestSchema._declared_fields[name], openapi=schema)
 
 

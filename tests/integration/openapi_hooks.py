@@ -1,10 +1,12 @@
 """schemathesis hooks for test_openapi_live.py (loaded by the `st` process through SCHEMATHESIS_HOOKS).
 
-A schema-valid request may still be refused, 422 naming its field, when what it names must exist
-(a model with a manifest for the framework, a stored evaluation, an uploaded file's contents) or when
-fields depend on each other (`limit` needs a `dataset`, `tolerance` needs `check_parity`). JSON Schema
-says neither, so the run lets positive_data_acceptance take a 422, and this check holds it to exactly
-those fields, per operation: a 422 naming any other field is a mismatch of document and API.
+The document carries every constraint JSON Schema can say (ranges, enums, patterns, and the rules
+between fields: mlscope/api/schema_request.py), so a schema-valid request is refused, 422 naming its
+field, only for what no schema can judge: whether what it names exists (a model with a manifest for the
+framework, a stored evaluation, an uploaded file's contents, a cursor the API gave), a relation between
+two values, or a map's keys (OpenAPI 3.0 has no propertyNames). The run lets positive_data_acceptance
+take a 422, and this check holds it to exactly those fields, per operation: a 422 naming any other
+field is a mismatch of document and API.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ _REQUEST_RULES = (
     "parity_against",  # a framework the model also has a manifest for
     "check_parity",  # the model has a manifest for a second framework
     "batch_sizes",  # the model's graph may fix its batch size
-    "model_options.*",  # the inputs the model has, by name
+    "model_options.*",  # the inputs the model has, by name; a map's keys (OpenAPI 3.0 has no propertyNames)
     "measure.max_seconds",  # ≥ measure.min_seconds
     "load.samples_per_query",  # ≤ options.input_pool, and ≤ the dataset's samples
     "generation.prompt_tokens",  # uniform:LOW-HIGH with LOW ≤ HIGH
