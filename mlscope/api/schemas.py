@@ -431,10 +431,13 @@ _PRICE = re.compile(PRICE_PATTERN.removesuffix("$") + r"\Z", re.ASCII)
 
 
 def _listed(inner: fields.Field, description: str) -> DelimitedList:
-    """A comma-separated list: an item holds no comma (it would be two)."""
+    """A comma-separated list of at least one item (`?models=` is refused: it reads as no item, which
+    a client meant as one empty item); an item holds no comma (it would be two)."""
     if isinstance(inner, fields.String) and "pattern" not in inner.metadata:
         inner = _documented(inner, pattern="^[^,]+$")
-    return DelimitedList(inner, metadata={"description": f"{description}, comma-separated"})
+    return DelimitedList(
+        inner, validate=validate.Length(min=1), metadata={"description": f"{description}, comma-separated"}
+    )
 
 
 class CompareQuerySchema(Schema):

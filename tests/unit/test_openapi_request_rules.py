@@ -18,6 +18,7 @@ from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
+from marshmallow import ValidationError
 from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.converter import to_json_schema
 
@@ -225,6 +226,15 @@ def test_a_listed_query_item_holds_no_comma_and_a_price_names_a_system() -> None
     assert price.is_valid("aws=0.5") and price.is_valid("2")
     # A SYSTEM of blanks is refused by the API (parse_prices), so by the document too.
     assert not price.is_valid(" =0.5") and not price.is_valid("0")
+
+
+@pytest.mark.parametrize("name", ["ids", "models", "frameworks", "systems", "batch_sizes", "price_per_hour"])
+def test_an_empty_listed_query_parameter_is_refused_as_the_document_says(name: str) -> None:
+    # `?frameworks=` reads as no item, what a client following the document sent as one empty item
+    with pytest.raises(ValidationError) as refused:
+        CompareQuerySchema().load({name: ""})
+    assert name in refused.value.messages
+    assert DOCUMENT_FOR_COMPARE["properties"][name]["minItems"] == 1
 
 
 def _compare_query() -> dict[str, Any]:
