@@ -36,7 +36,7 @@ from .blueprint import EvaluationIdConverter
 from .context import ApiContext
 from .dashboard import SWAGGER_UI_CONFIG, SWAGGER_UI_URL, init_dashboard
 from .metrics import ApiMetrics
-from .openapi_fields import exclusive_bounds
+from .openapi_fields import RulesPlugin, exclusive_bounds, stated_schema
 from .problems import PROBLEM_MIMETYPE, ProblemSchema, install_error_handlers
 
 __all__ = ["MAX_BODY_BYTES", "create_app", "serve"]
@@ -140,9 +140,10 @@ def create_app(
     ctx.metrics.init_app(app)
     init_auth(app)
     app.url_map.converters["evaluation_id"] = EvaluationIdConverter
-    api = _ProblemApi(app)
+    api = _ProblemApi(app, spec_kwargs={"extra_plugins": [RulesPlugin()]})
     api.register_converter(EvaluationIdConverter, EvaluationIdConverter.openapi_schema)
     api.ma_plugin.converter.add_attribute_function(exclusive_bounds)
+    api.ma_plugin.converter.add_attribute_function(stated_schema)
     blueprints = (evaluations.blp, catalog.blp, uploads.blp, datasets.blp, compare.blp, history.blp, ops.blp)
     for blueprint in blueprints:
         api.register_blueprint(blueprint)

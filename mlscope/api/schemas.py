@@ -26,6 +26,14 @@ from mlscope.store.records import STATUSES
 from .schema_accepted import BatchAcceptedSchema, EvaluationAcceptedSchema
 from .schema_cost import MEMORY, RESOURCE_MEASUREMENT_PROPERTIES
 from .schema_load import MEASUREMENT_PROPERTIES
+from .schema_request import (
+    GENERATION_SCHEMA,
+    LOAD_SCHEMA,
+    MEASURE_SCHEMA,
+    POSITIVE_NUMBER,
+    batch_rules,
+    request_rules,
+)
 
 __all__ = [
     "FRAMEWORK_NAMES",
@@ -114,13 +122,28 @@ def _documented(field: _F, **metadata: Any) -> _F:
     return documented
 
 
+# The frameworks that measure bricks (options.brick).
+BRICK_FRAMEWORKS = [name for name in FRAMEWORK_NAMES if FRAMEWORKS[name].bricks is not None]
+
+
+def _stated(name: str, schema: dict[str, Any]) -> Any:
+    """The request's field `name`, documented as `schema` (openapi_fields.stated_schema)."""
+    return _documented(ContractRequestSchema._declared_fields[name], openapi=schema)
+
+
 class EvaluationRequestSchema(ContractRequestSchema):
-    """The evaluation request (mlscope.contract.request), its `framework` documented as one of
-    FRAMEWORK_NAMES: the contract cannot list them (it imports nothing of the runtime)."""
+    """The evaluation request (mlscope.contract.request), documented further: `framework` as one of
+    FRAMEWORK_NAMES (the contract imports nothing of the runtime, so it cannot list them), the settings
+    sections spelled out and the rules between fields (mlscope.api.schema_request)."""
+
+    OPENAPI_RULES = request_rules(FRAMEWORK_NAMES, BRICK_FRAMEWORKS)
 
     framework = _documented(
         cast(fields.String, ContractRequestSchema._declared_fields["framework"]), enum=FRAMEWORK_NAMES
     )
+    measure = _stated("measure", MEASURE_SCHEMA)
+    load_settings = _stated("load_settings", LOAD_SCHEMA)
+    generation = _stated("generation", GENERATION_SCHEMA)
 
 
 class _StrictSchema(Schema):
@@ -162,6 +185,7 @@ BatchRequestSchema: type[Schema] = _StrictSchema.from_dict(
     },
     name="EvaluationBatch",
 )
+BatchRequestSchema.OPENAPI_RULES = batch_rules(BRICK_FRAMEWORKS)  # type: ignore[attr-defined]
 
 
 class ListQuerySchema(Schema):
@@ -400,14 +424,20 @@ class QueueSchema(Schema):
 # PRICE or SYSTEM=PRICE, PRICE a positive decimal number (at most 15 digits either side of the point, a
 # two-digit exponent: never 0, never infinite), as parse_prices reads them. In the document too, so a
 # request it calls valid is one the API prices.
-_POSITIVE = r"(?:\d{0,14}[1-9]\d{0,14}(?:\.\d{0,15})?|0{0,15}\.\d{0,14}[1-9]\d{0,14})(?:[eE][+-]?\d{1,2})?"
-PRICE_PATTERN = rf"^(?:[^=,]+=)?{_POSITIVE}$"
+# SYSTEM holds something other than blanks.
+PRICE_PATTERN = rf"^(?:[^=,]*[^=,\s][^=,]*=)?{POSITIVE_NUMBER}$"
 # As JSON Schema reads it: ASCII digits, and `$` only at the very end.
 _PRICE = re.compile(PRICE_PATTERN.removesuffix("$") + r"\Z", re.ASCII)
 
 
 def _listed(inner: fields.Field, description: str) -> DelimitedList:
-    return DelimitedList(inner, metadata={"description": f"{description}, comma-separated"})
+    """A comma-separated list of at least one item (`?models=` is refused: it reads as no item, which
+    a client meant as one empty item); an item holds no comma (it would be two)."""
+    if isinstance(inner, fields.String) and "pattern" not in inner.metadata:
+        inner = _documented(inner, pattern="^[^,]+$")
+    return DelimitedList(
+        inner, validate=validate.Length(min=1), metadata={"description": f"{description}, comma-separated"}
+    )
 
 
 class CompareQuerySchema(Schema):

@@ -20,13 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from mlscope.contract.bounds import Bound
 from mlscope.contract.errors import UserError
 from mlscope.contract.section import SettingsSection
 
 __all__ = [
     "APIS",
     "ENDPOINT_FRAMEWORK",
+    "ENDPOINT_PATTERN",
     "MAX_LENGTH",
+    "MAX_LISTED_LENGTHS",
     "SLO_METRICS",
     "GenerationSettings",
     "draw_lengths",
@@ -44,6 +47,12 @@ SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
 # A length beyond this is a typo (no model has a context of a million tokens here).
 MAX_LENGTH = 1_000_000
 MAX_LISTED_LENGTHS = 100_000
+# An endpoint: the base URL of an OpenAI-compatible API, in the characters of RFC 3986 (a host in
+# punycode), no query, no fragment. Spelled out rather than as \S, which Python and JSON Schema's
+# regular expressions read differently; `$` is read as the very end (the HTTP API's document says so).
+_URL_CHARACTERS = r"-A-Za-z0-9._~%!$&'()*+,;=:@\[\]"
+ENDPOINT_PATTERN = rf"^https?://[{_URL_CHARACTERS}]+(/[{_URL_CHARACTERS}/]*)?$"
+_ENDPOINT = re.compile(ENDPOINT_PATTERN.removesuffix("$") + r"\Z")
 
 _UNIFORM = re.compile(r"^uniform:(\d+)-(\d+)$")
 _NORMAL = re.compile(r"^normal:(\d+(?:\.\d+)?),(\d+(?:\.\d+)?)$")
@@ -83,6 +92,12 @@ class GenerationSettings(SettingsSection):
     """
 
     SECTION: ClassVar[str] = "generation"
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "requests": Bound(integer=True, low=1, high=100_000),
+        "concurrency": Bound(integer=True, low=1, high=4096),
+        "warmup_requests": Bound(integer=True, low=0, high=1000),
+        "request_timeout_s": Bound(low=0, low_open=True, high=86_400),
+    }
 
     requests: int = 32
     prompt_tokens: Any = 128
@@ -98,9 +113,7 @@ class GenerationSettings(SettingsSection):
     compare_served: bool = False
 
     def __post_init__(self) -> None:
-        self._require_int("requests", 1, 100_000)
-        self._require_int("concurrency", 1, 4096)
-        self._require_int("warmup_requests", 0, 1000)
+        self._check_bounds()
         object.__setattr__(self, "prompt_tokens", parse_lengths(self.prompt_tokens, "prompt_tokens"))
         object.__setattr__(self, "output_tokens", parse_lengths(self.output_tokens, "output_tokens"))
         if self.slo is not None:
@@ -118,7 +131,6 @@ class GenerationSettings(SettingsSection):
             raise UserError("generation setting endpoint_model must be a model name", field="endpoint_model")
         if not isinstance(self.ignore_eos, bool):
             raise UserError("generation setting ignore_eos must be true or false", field="ignore_eos")
-        self._require_number("request_timeout_s", "seconds in (0, 86400]", lambda v: 0 < v <= 86_400)
         if not isinstance(self.compare_served, bool):
             raise UserError("generation setting compare_served must be true or false", field="compare_served")
         if self.compare_served and self.endpoint is not None:
@@ -263,7 +275,7 @@ def parse_slo(value: Any) -> dict[str, float]:
 
 
 def _check_endpoint(url: Any) -> None:
-    if not isinstance(url, str) or not re.match(r"^https?://[^\s/?#]+(/[^\s?#]*)?$", url):
+    if not isinstance(url, str) or not _ENDPOINT.match(url):
         raise UserError(
             f"endpoint {url!r} is not an http(s) URL: expected the API's base, e.g. http://127.0.0.1:8000/v1",
             field="endpoint",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from mlscope.contract.bounds import Bound
 from mlscope.contract.errors import UserError
 from mlscope.contract.section import SettingsSection
 
@@ -62,6 +63,22 @@ class LoadSettings(SettingsSection):
     """
 
     SECTION: ClassVar[str] = "load"
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "qps": Bound(
+            low=0,
+            low_open=True,
+            high=MAX_QPS,
+            note="(no single load generator issues more queries per second)",
+        ),
+        "max_in_flight": Bound(integer=True, low=1, high=1024),
+        "samples_per_query": Bound(integer=True, low=1, high=1024),
+        "interval_ms": Bound(low=0, low_open=True),
+        "latency_bound_ms": Bound(low=0, low_open=True),
+        "percentile": Bound(low=0, low_open=True, high=100, high_open=True),
+        "confidence": Bound(low=0.5, low_open=True, high=1, high_open=True),
+        "seed": Bound(integer=True, low=0, high=2**63 - 1),
+        "resolution": Bound(low=0, low_open=True, high=0.5),
+    }
 
     qps: float | None = None
     max_in_flight: int = 1
@@ -76,15 +93,7 @@ class LoadSettings(SettingsSection):
     resolution: float = 0.05
 
     def __post_init__(self) -> None:
-        if self.qps is not None:
-            self._require_number(
-                "qps",
-                f"a number in (0, {MAX_QPS:g}] (no single load generator issues more queries per second)",
-                lambda v: 0 < v <= MAX_QPS,
-            )
-        self._require_int("max_in_flight", 1, 1024)
-        self._require_int("samples_per_query", 1, 1024)
-        self._require_number("interval_ms", "a number > 0", lambda v: v > 0)
+        self._check_bounds()
         for name in ("find_max_qps", "back_to_back"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(
@@ -98,13 +107,6 @@ class LoadSettings(SettingsSection):
                 "when the previous one completes): give one or the other",
                 field="interval_ms",
             )
-        if self.latency_bound_ms is not None:
-            self._require_number("latency_bound_ms", "a number > 0", lambda v: v > 0)
-        if self.percentile is not None:
-            self._require_number("percentile", "a number in (0, 100)", lambda v: 0 < v < 100)
-        self._require_number("confidence", "a number in (0.5, 1)", lambda v: 0.5 < v < 1)
-        self._require_int("seed", 0, 2**63 - 1)
-        self._require_number("resolution", "a number in (0, 0.5]", lambda v: 0 < v <= 0.5)
 
     def percentile_for(self, scenario: str) -> float:
         """The percentile `scenario` certifies: this setting's, or the scenario's default."""

@@ -1,13 +1,13 @@
 """What the request's settings sections (`load`, `generation`) share: each is a frozen dataclass that
-validates itself on construction, made from a mapping that names only settings it has."""
+validates itself on construction, made from a mapping that names only settings it has. Its numeric
+settings' ranges are data (`BOUNDS`), which the HTTP API's OpenAPI document states as they are checked."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import asdict, fields
+from dataclasses import MISSING, asdict, fields
 from typing import Any, ClassVar, TypeVar
 
+from mlscope.contract.bounds import Bound
 from mlscope.contract.errors import UserError, check_known_keys
 
 __all__ = ["SettingsSection"]
@@ -19,6 +19,8 @@ class SettingsSection:
     """A mixin for a dataclass of settings named `SECTION` in a request."""
 
     SECTION: ClassVar[str]
+    # The numeric settings' ranges, checked by `_check_bounds`.
+    BOUNDS: ClassVar[dict[str, Bound]] = {}
 
     @classmethod
     def from_dict(cls: type[S], data: dict[str, Any] | None) -> S:
@@ -37,26 +39,23 @@ class SettingsSection:
         """Every setting by name; `from_dict(to_dict())` gives equal settings."""
         return asdict(self)  # type: ignore[call-overload]
 
-    def _require_int(self, name: str, minimum: int, maximum: int) -> None:
-        """Refuse setting `name` unless it is an integer in [minimum, maximum] (not a bool)."""
-        value = getattr(self, name)
-        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-            raise UserError(
-                f"{self.SECTION} setting {name}={value!r} is invalid: expected an integer in "
-                f"[{minimum}, {maximum}]",
-                field=name,
-            )
+    def _check_bounds(self) -> None:
+        """Refuse a numeric setting outside its `BOUNDS` (None passes where it is the default);
+        keep a number that is not an integer setting as a float."""
+        for name, bound in self.BOUNDS.items():
+            value = getattr(self, name)
+            if value is None and self.default(name) is None:
+                continue
+            if not bound.accepts(value):
+                raise UserError(
+                    f"{self.SECTION} setting {name}={value!r} is invalid: expected {bound.expected()}",
+                    field=name,
+                )
+            if not bound.integer:
+                object.__setattr__(self, name, float(value))
 
-    def _require_number(self, name: str, expected: str, accept: Callable[[float], bool]) -> None:
-        """Refuse setting `name` unless it is a finite number `accept` takes; keep it as a float."""
-        value = getattr(self, name)
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or not accept(value)
-        ):
-            raise UserError(
-                f"{self.SECTION} setting {name}={value!r} is invalid: expected {expected}", field=name
-            )
-        object.__setattr__(self, name, float(value))
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """Setting `name`'s default (MISSING when it has none)."""
+        found = next(f for f in fields(cls) if f.name == name)  # type: ignore[arg-type]
+        return found.default if found.default is not MISSING else MISSING

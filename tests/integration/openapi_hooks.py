@@ -1,10 +1,12 @@
 """schemathesis hooks for test_openapi_live.py (loaded by the `st` process through SCHEMATHESIS_HOOKS).
 
-A schema-valid request may still be refused, 422 naming its field, when what it names must exist
-(a model with a manifest for the framework, a stored evaluation, an uploaded file's contents) or when
-fields depend on each other (`limit` needs a `dataset`, `tolerance` needs `check_parity`). JSON Schema
-says neither, so the run lets positive_data_acceptance take a 422, and this check holds it to exactly
-those fields, per operation: a 422 naming any other field is a mismatch of document and API.
+The document carries every constraint JSON Schema can say (ranges, enums, patterns, and the rules
+between fields: mlscope/api/schema_request.py), so a schema-valid request is refused, 422 naming its
+field, only for what no schema can judge: whether what it names exists (a model with a manifest for the
+framework, a stored evaluation, an uploaded file's contents, a cursor the API gave), a relation between
+two values, or a map's keys (OpenAPI 3.0 has no propertyNames). The run lets positive_data_acceptance
+take a 422, and this check holds it to exactly those fields, per operation: a 422 naming any other
+field is a mismatch of document and API.
 """
 
 from __future__ import annotations
@@ -15,23 +17,20 @@ from typing import Any
 
 import schemathesis
 
-# The settings each request field or section names, checked against the registry or other fields.
+# What the document cannot judge in a request: whether what it names exists in the registry, and the
+# relations between two values that JSON Schema cannot compare.
 _REQUEST_RULES = (
-    "model",  # a model the registry knows, with a manifest for the framework
-    "framework",  # runnable; `endpoint` only with generation.endpoint, and the reverse
+    "model",  # a model the registry knows, with a manifest for the framework (and a brick's an ONNX one)
+    "framework",  # a framework with a manifest of the model
     "dataset",  # a built-in or uploaded dataset
-    "limit",  # needs a dataset
-    "check_parity",
-    "parity_against",  # a framework of the model; only with check_parity
-    "tolerance",  # only with check_parity
-    "scenarios",  # generate runs alone
-    "batch_sizes",  # generate takes batch size 1
-    "measure.*",  # the measurement settings' names and ranges, checked on admission
-    "load.*",  # the load settings' ranges and which scenarios they apply to
-    "generation",
-    "generation.*",
-    "model_options.*",  # shapes and dtypes of inputs the model has
-    "options.*",  # execution providers the framework has
+    "parity_against",  # a framework the model also has a manifest for
+    "check_parity",  # the model has a manifest for a second framework
+    "batch_sizes",  # the model's graph may fix its batch size
+    "model_options.*",  # the inputs the model has, by name; a map's keys (OpenAPI 3.0 has no propertyNames)
+    "measure.max_seconds",  # ≥ measure.min_seconds
+    "load.samples_per_query",  # ≤ options.input_pool, and ≤ the dataset's samples
+    "generation.prompt_tokens",  # uniform:LOW-HIGH with LOW ≤ HIGH
+    "generation.output_tokens",
 )
 REFUSABLE: dict[str, tuple[str, ...]] = {
     "POST /api/v1/evaluations": _REQUEST_RULES,
@@ -43,7 +42,8 @@ REFUSABLE: dict[str, tuple[str, ...]] = {
     "GET /api/v1/evaluations/{evaluation_id}/trace": ("id",),
     "GET /api/v1/evaluations/{evaluation_id}/layers": ("id",),
     "DELETE /api/v1/evaluations/{evaluation_id}": ("id",),
-    "GET /api/v1/compare": ("ids.*", "price_per_hour"),  # stored ids; one price for every system
+    # Stored ids; one price for every system (JSON Schema cannot count the items matching a pattern).
+    "GET /api/v1/compare": ("ids.*", "price_per_hour"),
     "GET /api/v1/compare/diff": ("a", "b"),  # stored evaluations
     "POST /api/v1/models": ("file",),  # an ONNX model's bytes
     "POST /api/v1/datasets": ("file",),  # a zip of images

@@ -5,12 +5,14 @@ the OpenAPI document describing `generation`. The app, Redis and store are test_
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 import pytest
 import redis
 from flask.testing import FlaskClient
 
+from mlscope.contract.generation import ENDPOINT_PATTERN, GenerationSettings
 from mlscope.store import Store
 from tests.integration.test_api import (  # noqa: F401 (fixtures)
     AUTH,
@@ -86,8 +88,10 @@ def test_the_openapi_document_describes_generation(http: FlaskClient) -> None:  
     document = http.get("/api/openapi.json").get_json()
     schemas = document["components"]["schemas"]
     request = next(schema for name, schema in schemas.items() if "generation" in schema.get("properties", {}))
-    description = request["properties"]["generation"]["description"]
-    assert "prompt_tokens" in description and "slo" in description and "endpoint" in description
+    section = request["properties"]["generation"]
+    assert {f.name for f in fields(GenerationSettings)} == set(section["properties"])
+    assert section["additionalProperties"] is False
+    assert section["properties"]["endpoint"]["pattern"] == ENDPOINT_PATTERN
     scenarios = request["properties"]["scenarios"]["items"]
     assert "generate" in scenarios.get("enum", [])
     measurement = schemas["Evaluation"]["properties"]["measurements"]["items"]["properties"]

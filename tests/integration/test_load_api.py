@@ -5,12 +5,14 @@ OpenAPI document describing both. The app, Redis and store are test_api.py's."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 import pytest
 import redis
 from flask.testing import FlaskClient
 
+from mlscope.contract.load import MAX_QPS, LoadSettings
 from mlscope.store import Store
 from tests.contract.builders import SERVER_LOAD, make_loaded_measurement, make_system
 from tests.contract.builders import submit as store_submit
@@ -147,4 +149,8 @@ def test_the_openapi_document_describes_load(http: FlaskClient) -> None:  # noqa
     assert {"certified", "target_qps", "achieved_qps", "issue_lateness_ms", "search"} <= set(load)
     assert "probes" in load["search"]["properties"]
     request = next(s for name, s in schemas.items() if name.startswith("EvaluationRequest"))
-    assert "qps" in request["properties"]["load"]["description"]
+    section = request["properties"]["load"]
+    assert {f.name for f in fields(LoadSettings)} == set(section["properties"])
+    assert section["additionalProperties"] is False
+    qps = section["properties"]["qps"]
+    assert (qps["minimum"], qps.get("exclusiveMinimum"), qps["maximum"]) == (0, True, MAX_QPS)

@@ -5,13 +5,37 @@ Owns the settings of the measurement package and their validation; nothing here 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from mlscope.contract.bounds import Bound
 from mlscope.contract.errors import UserError, check_known_keys
 
-__all__ = ["MeasureSettings"]
+__all__ = ["MEASURE_BOUNDS", "MeasureSettings"]
+
+# Every setting's range, checked on construction and stated in the HTTP API's OpenAPI document.
+MEASURE_BOUNDS: dict[str, Bound] = {
+    "warmup_count": Bound(integer=True, low=0),
+    "warmup_seconds": Bound(low=0),
+    "min_count": Bound(integer=True, low=1),
+    "min_seconds": Bound(low=0),
+    "max_seconds": Bound(low=0),  # and ≥ min_seconds
+    "stability": Bound(low=0, low_open=True, high=1, high_open=True),
+    "check_every_seconds": Bound(low=0, low_open=True),
+    # Fewer resamples than this leave the percentile interval resting on a handful of points.
+    "bootstrap_resamples": Bound(integer=True, low=10),
+    "confidence": Bound(low=0, low_open=True, high=1, high_open=True),
+    "seed": Bound(integer=True, low=0),
+    "trim": Bound(low=0, high=0.5, high_open=True),
+    "concurrency": Bound(integer=True, low=1),
+    "cv_limit": Bound(low=0, low_open=True),
+    "contention_limit": Bound(low=0, low_open=True, high=1),
+    "max_model_spans": Bound(integer=True, low=1),
+    "trace_warmup": Bound(integer=True, low=0),
+    "trace_iterations": Bound(integer=True, low=1),
+    "hardware_seconds": Bound(low=0, low_open=True),
+    "hardware_interval_s": Bound(low=0.01),
+}
 
 
 @dataclass(frozen=True)
@@ -79,31 +103,15 @@ class MeasureSettings:
     hardware_interval_s: float = 0.1
 
     def __post_init__(self) -> None:
-        _require_int(self, "warmup_count", 0)
-        _require_float(self, "warmup_seconds", "a number ≥ 0", lambda v: v >= 0)
-        _require_int(self, "min_count", 1)
-        _require_float(self, "min_seconds", "a number ≥ 0", lambda v: v >= 0)
-        _require_float(
-            self,
-            "max_seconds",
-            f"a number ≥ min_seconds ({self.min_seconds})",
-            lambda v: v >= self.min_seconds,
-        )
-        _require_float(self, "stability", "a number in (0, 1)", lambda v: 0 < v < 1)
-        _require_float(self, "check_every_seconds", "a number > 0", lambda v: v > 0)
-        # Fewer resamples than this leave the percentile interval resting on a handful of points.
-        _require_int(self, "bootstrap_resamples", 10)
-        _require_float(self, "confidence", "a number in (0, 1)", lambda v: 0 < v < 1)
-        _require_int(self, "seed", 0)
-        _require_float(self, "trim", "a number in [0, 0.5)", lambda v: 0 <= v < 0.5)
-        _require_int(self, "concurrency", 1)
-        _require_float(self, "cv_limit", "a number > 0", lambda v: v > 0)
-        _require_float(self, "contention_limit", "a number in (0, 1]", lambda v: 0 < v <= 1)
-        _require_int(self, "max_model_spans", 1)
-        _require_int(self, "trace_warmup", 0)
-        _require_int(self, "trace_iterations", 1)
-        _require_float(self, "hardware_seconds", "a number > 0", lambda v: v > 0)
-        _require_float(self, "hardware_interval_s", "a number ≥ 0.01", lambda v: v >= 0.01)
+        for name, bound in MEASURE_BOUNDS.items():
+            _require(self, name, bound)
+        # The one rule that relates two settings (the document of the HTTP API cannot say it).
+        if self.max_seconds < self.min_seconds:
+            raise UserError(
+                f"measure setting max_seconds={self.max_seconds!r} is invalid: expected a number ≥ "
+                f"min_seconds ({self.min_seconds})",
+                field="max_seconds",
+            )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MeasureSettings:
@@ -128,20 +136,17 @@ class MeasureSettings:
         return asdict(self)
 
 
-def _require_int(settings: MeasureSettings, name: str, minimum: int) -> None:
+def _require(settings: MeasureSettings, name: str, bound: Bound) -> None:
     value = getattr(settings, name)
-    # bool is an int subclass, but `min_count=True` is always a mistake.
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    # bool is an int subclass, but `min_count=True` is always a mistake (Bound refuses it).
+    if not bound.accepts(value):
         raise UserError(
-            f"measure setting {name}={value!r} is invalid: expected an integer ≥ {minimum}", field=name
+            f"measure setting {name}={value!r} is invalid: expected {bound.expected()}", field=name
         )
+    if not bound.integer:
+        # Frozen, so set through object; an int is coerced so to_dict() is stable across inputs.
+        object.__setattr__(settings, name, float(value))
 
 
-def _require_float(
-    settings: MeasureSettings, name: str, expected: str, accept: Callable[[float], bool]
-) -> None:
-    value = getattr(settings, name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or not accept(value):
-        raise UserError(f"measure setting {name}={value!r} is invalid: expected {expected}", field=name)
-    # Frozen, so set through object; an int is coerced so to_dict() is stable across inputs.
-    object.__setattr__(settings, name, float(value))
+if set(MEASURE_BOUNDS) != {f.name for f in fields(MeasureSettings)}:  # pragma: no cover
+    raise RuntimeError("MEASURE_BOUNDS and MeasureSettings name different settings")
