@@ -7,7 +7,8 @@ A series' spread is the sd of log(median) over its other valid runs, scaled by t
 interval, not a normal one (3 runs: ×2.2 at 95%; 12 runs: ×1.1). The pooled spread is the root mean
 square of each series' deviations from its own mean log median over the pooled degrees of freedom
 (one-way ANOVA's within-group sd), from the series of the sides' systems and devices with at least
-MIN_OTHER_RUNS valid runs; None when there is none, and the caller takes DEFAULT_BETWEEN_RUNS.
+MIN_OTHER_RUNS valid runs, scaled to a t interval over its pooled degrees of freedom as a series'
+is; None when there is none, and the caller takes DEFAULT_BETWEEN_RUNS.
 """
 
 from __future__ import annotations
@@ -68,14 +69,15 @@ def t_quantile(p: float, freedom: int) -> float:
 
 
 def pooled_spread(
-    store: Store, where: Collection[tuple[str | None, str]], leave_out: Collection[str]
+    store: Store, where: Collection[tuple[str | None, str]], leave_out: Collection[str], confidence: float
 ) -> dict[str, Any]:
     """The pooled between-run spread of the series on these (system id, device)s, the runs in
     `leave_out` (the pair's own) not counted.
 
     Returns:
-        {"sd": the pooled sd of log(median), None when no series has MIN_OTHER_RUNS valid runs;
-        "series": how many series it pools; "runs": how many runs}.
+        {"sd": the pooled sd of log(median) scaled by t(freedom) / z at `confidence`, None when no
+        series has MIN_OTHER_RUNS valid runs; "series": how many series it pools; "runs": how many
+        runs}.
     """
     keys = [
         key
@@ -109,4 +111,8 @@ def pooled_spread(
         freedom += len(logs) - 1
         series += 1
         runs += len(logs)
-    return {"sd": math.sqrt(squares / freedom) if freedom else None, "series": series, "runs": runs}
+    if not freedom:
+        return {"sd": None, "series": 0, "runs": 0}
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    scale = t_quantile(0.5 + confidence / 2, freedom) / z
+    return {"sd": math.sqrt(squares / freedom) * scale, "series": series, "runs": runs}

@@ -247,11 +247,13 @@ def _between_runs(
     return {"runs": len(medians), "sd": series_spread(medians, confidence)}
 
 
-def _assumed_spread(store: Store, picked: Mapping[str, Picked], pair: set[str]) -> dict[str, Any]:
+def _assumed_spread(
+    store: Store, picked: Mapping[str, Picked], pair: set[str], confidence: float
+) -> dict[str, Any]:
     """The between-run spread assumed where neither side's series has one: the pooled spread of the
     other series on the sides' systems (diff_prior), else DEFAULT_BETWEEN_RUNS; with its source."""
     where = {(side.system_id, side.evaluation["device"]) for side in picked.values()}
-    pooled = pooled_spread(store, where, pair)
+    pooled = pooled_spread(store, where, pair, confidence)
     if pooled["sd"] is None:
         return {"sd": DEFAULT_BETWEEN_RUNS, "source": "default", "series": 0, "runs": 0}
     return {**pooled, "source": "system"}
@@ -338,7 +340,7 @@ def diff_evaluations(
         series = {side: _between_runs(store, picked[side], key, pair, confidence) for side in SIDES}
         assumed = None
         if series["a"]["sd"] is None and series["b"]["sd"] is None:
-            prior = prior or _assumed_spread(store, picked, pair)
+            prior = prior or _assumed_spread(store, picked, pair, confidence)
             assumed = prior
         compared = compare_samples(
             point_a["latencies_ns"],

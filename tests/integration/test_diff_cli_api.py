@@ -328,11 +328,13 @@ def test_the_systems_pooled_spread_is_the_prior_when_other_series_have_runs(
     # When they are diffed
     _diff(a, b, "--json")
     (point,) = json.loads(capsys.readouterr().out)["points"]
-    # Then the assumed spread is the other series' (sd of its log medians), and the pair is called slower
+    # Then the assumed spread is the other series' (sd of its log medians, scaled to a t interval for
+    # 4 runs: t₀.₉₇₅(3) / z₀.₉₇₅, from the tables), and the pair is called slower
     medians = [float(np.median(other * scale)) for scale in scales]
     assumed = point["assumed_spread"]
     assert assumed["source"] == "system" and assumed["series"] == 1 and assumed["runs"] == len(scales)
-    assert assumed["sd"] == pytest.approx(np.std(np.log(medians), ddof=1), rel=1e-3)
+    sd = np.std(np.log(medians), ddof=1) * 3.182446 / 1.959964
+    assert assumed["sd"] == pytest.approx(sd, rel=1e-3)
     assert point["verdict"] == "slower" and point["inconclusive"] is None
 
 
