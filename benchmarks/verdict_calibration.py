@@ -113,16 +113,18 @@ def synthetic(pairs: int, samples: int) -> None:
             )
 
 
-# The real part's models: a chain of LAYERS fully connected layers (WIDTH × WIDTH, ReLU) and its
-# planted slowdown, the same chain with PLANTED_LAYERS more (an added op of known cost: one layer's).
-WIDTH = 768
+# The real part's models: a chain of LAYERS fully connected layers (WIDTH × WIDTH, ReLU, over ROWS
+# rows a sample: compute-bound, the weights in cache) and its planted slowdown, the same chain with
+# PLANTED_LAYERS more (an added op of known cost: one layer's).
+ROWS = 64
+WIDTH = 256
 LAYERS = 10
 PLANTED_LAYERS = 1
 REAL_TARGETS = {"quiet": 0.95, "detected": 0.90}
 
 
 def _chain_model(path: Path, layers: int) -> Path:
-    """An ONNX file: x[batch, WIDTH] through `layers` MatMul + ReLU layers of fixed random weights."""
+    """An ONNX file: x[batch, ROWS, WIDTH] through `layers` MatMul + ReLU layers of fixed random weights."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -137,8 +139,8 @@ def _chain_model(path: Path, layers: int) -> Path:
     graph = helper.make_graph(
         nodes,
         path.stem,
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", WIDTH])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", WIDTH])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", ROWS, WIDTH])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", ROWS, WIDTH])],
         weights,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -201,15 +203,13 @@ Run = dict[str, Any]  # "id", "model", "valid", "median", "latencies"
 
 
 def _mirrored(runs: list[Run], a: Run, b: Run, seed: int, series: bool) -> str:
-    """The verdict `mlscope diff` gives the pair (each side's spread from its series' other runs, read
-    as diff_report reads them) without its refusal of invalid runs; `series` False: none known."""
+    """The verdict `mlscope diff` gives the pair (each side's spread from its series' runs, the pair's
+    own counted, as diff_report reads them) without its refusal of invalid runs; `series` False: none
+    known."""
     spreads: list[float | None] = [None, None]
     if series:
         for k, side in enumerate((a, b)):
-            others = [
-                r["median"] for r in runs if r["model"] == side["model"] and r["id"] not in (a["id"], b["id"])
-            ]
-            spreads[k] = series_spread(others, 0.95)
+            spreads[k] = series_spread([r["median"] for r in runs if r["model"] == side["model"]], 0.95)
     return compare_samples(
         a["latencies"], b["latencies"], seed=seed, between_runs=(spreads[0], spreads[1])
     ).verdict

@@ -11,9 +11,10 @@ when both hold:
   1. the median ratio's interval excludes 1. Its standard error (on the log scale) adds, per side:
      within the run, the larger of the resampling one and the batch medians' (the iid bootstrap
      assumes independent samples; a run whose median drifts is less sure of itself than its sample
-     count says); and between runs, the spread of the medians of the side's other runs of the same
-     series, when the caller knows at least MIN_OTHER_RUNS of them (`diff_report` reads them from the
-     store): separate runs on a shared machine differ by more than any within-run interval says;
+     count says); and between runs, the spread of the medians of the side's runs of the same series,
+     when the caller knows at least MIN_OTHER_RUNS besides the pair's own (`diff_report` reads them
+     from the store): separate runs on a shared machine differ by more than any within-run interval
+     says;
   2. the estimated difference reaches the threshold.
 When no between-run spread is known for either side (a first comparison, a rerun), the within-run
 interval must not decide alone: the rule is applied twice, with the within-run part only and with an

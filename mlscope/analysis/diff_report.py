@@ -19,7 +19,13 @@ from mlscope.contract.errors import UserError
 from mlscope.store import Store
 from mlscope.store.paging import MAX_LIST_LIMIT
 
-from .diff import DEFAULT_BETWEEN_RUNS, DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, compare_samples
+from .diff import (
+    DEFAULT_BETWEEN_RUNS,
+    DEFAULT_CONFIDENCE,
+    DEFAULT_THRESHOLD,
+    MIN_OTHER_RUNS,
+    compare_samples,
+)
 from .diff_prior import pooled_spread, series_spread
 
 __all__ = [
@@ -226,9 +232,11 @@ def _refusal(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
 def _between_runs(
     store: Store, side: Picked, key: tuple[str, int], pair: set[str], confidence: float
 ) -> dict[str, Any]:
-    """The spread of log(median) over the side's other valid runs of the same series (model,
-    framework, system, device, scenario, batch size), the pair's own two runs left out, as
-    `diff_prior.series_spread` scales it; sd None (unknown) when fewer than MIN_OTHER_RUNS are stored."""
+    """The spread of log(median) over the side's valid runs of the same series (model, framework,
+    system, device, scenario, batch size), as `diff_prior.series_spread` scales it; "runs" counts the
+    runs besides the pair's own, and sd is None (unknown) when fewer than MIN_OTHER_RUNS. The pair's
+    own runs of the series count in the spread: a run that is itself an outlier widens the spread it
+    is judged by, rather than being judged by the others' narrower one."""
     evaluation = side.evaluation
     points = store.history(
         model=evaluation["model"]["name"],
@@ -239,12 +247,10 @@ def _between_runs(
         batch_size=key[1],
         limit=SERIES_RUNS,
     )
-    medians = [
-        p["median_ms"]
-        for p in points
-        if p["evaluation_id"] not in pair and p.get("valid") and (p.get("median_ms") or 0) > 0
-    ]
-    return {"runs": len(medians), "sd": series_spread(medians, confidence)}
+    valid = [p for p in points if p.get("valid") and (p.get("median_ms") or 0) > 0]
+    others = sum(p["evaluation_id"] not in pair for p in valid)
+    sd = series_spread([p["median_ms"] for p in valid], confidence) if others >= MIN_OTHER_RUNS else None
+    return {"runs": others, "sd": sd}
 
 
 def _assumed_spread(
@@ -291,8 +297,9 @@ def diff_evaluations(
     Returns:
         {"a", "b": each side's `Picked.describe()`, "threshold", "confidence", "points": per compared
         point its "scenario", "batch_size", `PointDiff.to_dict()` (ratio, ci, verdict, power, ...) and
-        "other_runs" (per side "A"/"B": the other valid runs of its series behind the between-run
-        spread; a series that shifted widens it, which errs towards "no detectable difference"),
+        "other_runs" (per side "A"/"B": the valid runs of its series besides the pair's own behind the
+        between-run spread; a series that shifted widens it, which errs towards "no detectable
+        difference"),
         "assumed_spread" (None when a series' spread is known; else the between-run spread assumed,
         {"sd", "source": "system" (pooled over "series" other series, "runs" runs) or "default"}),
         "refused": per point not compared its "scenario", "batch_size", "reason", "unmatched": per

@@ -164,10 +164,12 @@ def test_the_series_between_run_spread_keeps_run_to_run_shifts_from_being_called
     _diff(a, b, "--json")
     (point,) = json.loads(capsys.readouterr().out)["points"]
     # Then the pair is no detectable difference, the spread says where that came from: the sd of the
-    # runs' log medians, scaled to a t interval for 5 runs (t₀.₉₇₅(4) / z₀.₉₇₅)
+    # series' valid runs' log medians (the 5 others and the pair's own 2), scaled to a t interval for
+    # 7 runs (t₀.₉₇₅(6) / z₀.₉₇₅, from the tables)
     assert point["other_runs"] == {"A": 5, "B": 5} and point["assumed_spread"] is None
     medians = [float(np.median(latencies[:2000] * scale)) for scale in scales]
-    sd = np.std(np.log(medians), ddof=1) * 2.776445 / 1.959964  # t₀.₉₇₅(4) / z₀.₉₇₅, from the tables
+    medians += [float(np.median(latencies)), float(np.median(latencies * 1.03))]
+    sd = np.std(np.log(medians), ddof=1) * 2.446912 / 1.959964
     assert point["spread"]["A"]["between_runs"] == pytest.approx(sd, rel=1e-3)
     assert point["verdict"] == "no detectable difference"
     assert point["power"]["samples_needed"] is None
