@@ -16,7 +16,7 @@ process, onnxruntime, at least `--seconds` per run, at most three times that) in
 store: a chain of fully connected layers (base), and the same chain with one layer more (planted: an
 added op of known cost, its slowdown measured as the ratio of the runs' geometric mean medians). It
 prints each model's between-run spread of log(median) (sd and 1.4826·MAD: what DEFAULT_BETWEEN_RUNS
-rests on), then `mlscope diff` over the store (each series' spread read from its other runs) of every
+rests on), then `mlscope diff` over the store (each series' spread read from its runs) of every
 pair of valid base runs (A vs A: target ≥ 95% "no detectable difference") and of every valid
 base-planted pair (target ≥ 90% "slower"), and the same pairs with no series known (inconclusive
 counts as claiming no difference: both shares printed). `mlscope diff` refuses a pair with an invalid
