@@ -3,8 +3,8 @@
 than A at each point both measured, `mlscope diff --plot`, the dashboard's /diff).
 
 A verdict has one marker per compared point at the ratio of B's median to A's with its interval as whiskers,
-grouped into a series per verdict (faster, slower, no detectable difference) so the legend reads
-the answer; the threshold and the points not compared are said in notes.
+grouped into a series per verdict (faster, slower, inconclusive, no detectable difference) so the legend
+reads the answer; the threshold and the points not compared are said in notes.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .charts import Chart, Series
 __all__ = ["compare_bars", "diff_ratios"]
 
 # The order the verdicts' series are drawn and listed in.
-_VERDICTS = ("faster", "slower", "no detectable difference")
+_VERDICTS = ("faster", "slower", "inconclusive", "no detectable difference")
 
 
 def _side(report: Mapping[str, Any], key: str) -> str:

@@ -11,23 +11,30 @@ when both hold:
   1. the median ratio's interval excludes 1. Its standard error (on the log scale) adds, per side:
      within the run, the larger of the resampling one and the batch medians' (the iid bootstrap
      assumes independent samples; a run whose median drifts is less sure of itself than its sample
-     count says); and between runs, the spread of the medians of the side's other runs of the same
-     series, when the caller knows at least MIN_OTHER_RUNS of them (`diff_report` reads them from the
-     store): separate runs on a shared machine differ by more than any within-run interval says;
-  2. the estimated difference reaches the threshold; and when no between-run spread is known for
-     either side (fewer than MIN_OTHER_RUNS other runs stored: a first comparison, a rerun), the
-     whole interval must lie beyond the threshold. Two separate runs on a shared machine differ by
-     1-5% with intervals of ±1%: without the series to say how much runs differ, only a difference
-     the interval puts past the threshold is one the pair can vouch for.
+     count says); and between runs, the spread of the medians of the side's runs of the same series,
+     when the caller knows at least MIN_OTHER_RUNS besides the pair's own (`diff_report` reads them
+     from the store): separate runs on a shared machine differ by more than any within-run interval
+     says;
+  2. the estimated difference reaches the threshold.
+When no between-run spread is known for either side (a first comparison, a rerun), the within-run
+interval must not decide alone: the rule is applied twice, with the within-run part only and with an
+assumed between-run spread per side (`assumed_between_runs`: the caller's prior, the system's pooled
+spread or DEFAULT_BETWEEN_RUNS). Called by both: a difference beyond what separate runs could
+produce, "faster"/"slower". Called by the first only: INCONCLUSIVE, with what the pair could call
+and how many runs would decide. Called by neither: NO_DIFFERENCE.
 Rule 1 alone keeps the false-positive rate at most 1 − confidence on any distribution; rule 2 keeps
 separate runs from being called different for sub-threshold shifts.
 
 The power statement follows the rule: `detectable` is the smallest true difference the rule calls
-with probability POWER; `samples_needed` is the count at which the interval tells a change of the
-threshold from none with that probability, (z₁₋α/₂ + z_power)·se ≤ log(1 + t), the within-run part of
-se shrinking as 1/√n and the between-run part not at all (None when that part alone is too wide: more
-runs would help, longer ones cannot). The rule then calls a true change of exactly the threshold
-about half the time, as any rule with a cut-off there.
+with probability POWER (with the assumed spread when none is known); `samples_needed` is the count at
+which the interval tells a change of the threshold from none with that probability,
+(z₁₋α/₂ + z_power)·se ≤ log(1 + t), the within-run part of se shrinking as 1/√n and the between-run
+part not at all (None when that part alone is too wide: more runs would help, longer ones cannot). The
+rule then calls a true change of exactly the threshold about half the time, as any rule with a cut-off
+there. An inconclusive pair's `runs_needed` is the runs of each series, beyond the pair's own, that
+would decide: MIN_OTHER_RUNS so the series' spread is measured, or n − 1 when n runs per side, their
+log medians averaged, tell the measured difference from none with probability POWER at the assumed
+spread ((z₁₋α/₂ + z_power)·se/√n ≤ |log ratio|).
 """
 
 from __future__ import annotations
@@ -43,23 +50,31 @@ import numpy.typing as npt
 from mlscope.runtime.measure.stats import resampled_quantiles
 
 __all__ = [
+    "DEFAULT_BETWEEN_RUNS",
     "DEFAULT_CONFIDENCE",
     "DEFAULT_THRESHOLD",
     "FASTER",
+    "INCONCLUSIVE",
     "NO_DIFFERENCE",
     "POWER",
     "SLOWER",
+    "VERDICTS",
+    "Inconclusive",
     "PointDiff",
     "PowerStatement",
     "RatioInterval",
     "compare_samples",
     "detection_probability",
     "probability_of_superiority",
+    "runs_needed",
 ]
 
 FASTER = "faster"
 SLOWER = "slower"
 NO_DIFFERENCE = "no detectable difference"
+# Within-run evidence of a difference no larger than separate runs may differ by (no series known).
+INCONCLUSIVE = "inconclusive"
+VERDICTS = (FASTER, SLOWER, NO_DIFFERENCE, INCONCLUSIVE)
 DEFAULT_THRESHOLD = 0.02
 DEFAULT_CONFIDENCE = 0.95
 # The power the detectable-difference and samples-needed figures are stated at.
@@ -72,6 +87,10 @@ MIN_BLOCK_SAMPLES = 5
 QUANTILES = {"median": 0.5, "p90": 0.9, "p99": 0.99}
 # A between-run spread is estimated from at least this many other runs of a side's series.
 MIN_OTHER_RUNS = 3
+# The between-run spread (sd of log median, per side) assumed when neither side's series has one and
+# the caller knows no better (no series on the system with MIN_OTHER_RUNS runs): docs/verdicts.md
+# gives the measurement it rests on (benchmarks/verdict_calibration.py's real part).
+DEFAULT_BETWEEN_RUNS = 0.04
 
 
 @dataclass(frozen=True)
@@ -115,6 +134,33 @@ class PowerStatement:
 
 
 @dataclass(frozen=True)
+class Inconclusive:
+    """Why an INCONCLUSIVE pair did not decide, and what would.
+
+    Attributes:
+        could_call: the smallest true relative difference the rule calls with probability `power`
+            when separate runs differ by the assumed spread (0.16 = 16%).
+        runs_needed: runs of each series, beyond the pair's own, that would decide (the module
+            docstring's formula; at least MIN_OTHER_RUNS, so that the series' spread is measured).
+        assumed_between_runs: the assumed sd of log(median) between runs, per side.
+        power: the power both figures are stated at.
+    """
+
+    could_call: float
+    runs_needed: int
+    assumed_between_runs: float
+    power: float = POWER
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "could_call": self.could_call,
+            "runs_needed": self.runs_needed,
+            "assumed_between_runs": self.assumed_between_runs,
+            "power": self.power,
+        }
+
+
+@dataclass(frozen=True)
 class PointDiff:
     """The comparison of B with A at one point.
 
@@ -122,12 +168,15 @@ class PointDiff:
         ratio, ci: the median ratio B/A and its interval (widened as the module docstring says).
         quantiles: "median", "p90", "p99" → their ratio and interval (the median's as ratio/ci).
         superiority: P(a B sample < an A sample) + half P(equal): 0.5 when neither is faster.
-        verdict: FASTER, SLOWER or NO_DIFFERENCE (B compared with A).
+        verdict: FASTER, SLOWER, NO_DIFFERENCE or INCONCLUSIVE (B compared with A).
         power: the power statement.
         se_log_ratio: the standard error of log(median ratio) the verdict used; `spread` says where
             it came from ("resampling" and "batch medians" per side).
         counts: (samples of A, samples of B).
-        series_known: whether a between-run spread was known (else the stricter verdict rule).
+        series_known: whether a between-run spread was known (else the rule with an assumed one).
+        assumed_between_runs: the between-run spread assumed per side when none was known (None
+            when one was): `power` is then stated with it.
+        inconclusive: what would decide, when the verdict is INCONCLUSIVE (else None).
     """
 
     ratio: float
@@ -142,6 +191,8 @@ class PointDiff:
     confidence: float
     spread: dict[str, dict[str, float]] = field(default_factory=dict)
     series_known: bool = True
+    assumed_between_runs: float | None = None
+    inconclusive: Inconclusive | None = None
 
     @property
     def change(self) -> float:
@@ -163,6 +214,8 @@ class PointDiff:
             "threshold": self.threshold,
             "confidence": self.confidence,
             "series_known": self.series_known,
+            "assumed_between_runs": self.assumed_between_runs,
+            "inconclusive": None if self.inconclusive is None else self.inconclusive.to_dict(),
         }
 
 
@@ -176,6 +229,7 @@ def compare_samples(
     seed: int = 0,
     batch_medians: bool = True,
     between_runs: tuple[float | None, float | None] = (None, None),
+    assumed_between_runs: float = DEFAULT_BETWEEN_RUNS,
 ) -> PointDiff:
     """Compare B's latencies with A's at one point.
 
@@ -191,14 +245,18 @@ def compare_samples(
         between_runs: per side, the standard deviation of log(median) between separate runs of its
             series, None when unknown; it widens the interval and does not shrink with more samples.
             A side without one takes the other's (one machine's runs); with neither, the verdict
-            asks the whole interval to lie beyond the threshold (the module docstring's rule 2).
+            also applies the rule with `assumed_between_runs` (the module docstring says how).
+        assumed_between_runs: the sd of log(median) between runs assumed per side when neither side
+            has one, >= 0.
 
     Raises:
-        ValueError: a side has fewer than 2 samples, or a non-positive latency.
+        ValueError: a side has fewer than 2 samples, or a non-positive latency; a negative or
+            non-finite assumed spread.
     """
+    if not (math.isfinite(assumed_between_runs) and assumed_between_runs >= 0):
+        raise ValueError(f"assumed_between_runs must be a finite sd >= 0, got {assumed_between_runs!r}")
     a, b = _ordered(a_ns, "A"), _ordered(b_ns, "B")
     known = [sd for sd in between_runs if sd is not None]
-    strict = not known
     between = tuple(known[0] if sd is None else sd for sd in between_runs) if known else (0.0, 0.0)
     rng = np.random.default_rng(seed)
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
@@ -224,20 +282,51 @@ def compare_samples(
             widen = se / resampling_se if resampling_se > 0 else 1.0
         quantiles[name] = _ratio_interval(estimate, log_b - log_a, confidence, widen)
     median = quantiles["median"]
+    verdict = _verdict(median, threshold)
+    smaller = min(a.size, b.size)
+    inconclusive = None
+    if known:
+        power = _power(within_se, se, z, threshold, smaller)
+    else:
+        # No series known: the rule again with the assumed spread between runs (module docstring).
+        assumed_se = math.hypot(within_se, assumed_between_runs, assumed_between_runs)
+        power = _power(within_se, assumed_se, z, threshold, smaller)
+        change = abs(math.log(median.ratio))
+        if verdict != NO_DIFFERENCE and change <= _cut(z * assumed_se, math.log1p(threshold)):
+            verdict = INCONCLUSIVE
+            inconclusive = Inconclusive(
+                could_call=power.detectable,
+                runs_needed=runs_needed(change, assumed_se, z),
+                assumed_between_runs=assumed_between_runs,
+            )
     return PointDiff(
         ratio=median.ratio,
         ci=median.ci,
         quantiles=quantiles,
         superiority=probability_of_superiority(a, b),
-        verdict=_verdict(median, threshold, strict),
-        power=_power(within_se, se, z, threshold, min(a.size, b.size), strict),
+        verdict=verdict,
+        power=power,
         se_log_ratio=se,
         counts=(int(a.size), int(b.size)),
         threshold=threshold,
         confidence=confidence,
         spread=spread,
-        series_known=not strict,
+        series_known=bool(known),
+        assumed_between_runs=None if known else assumed_between_runs,
+        inconclusive=inconclusive,
     )
+
+
+def runs_needed(log_change: float, se_log_ratio: float, z: float) -> int:
+    """Runs of each series, beyond the pair's own, that would decide a pair `log_change` apart (|log
+    ratio|) whose single-run standard error is `se_log_ratio`: at least MIN_OTHER_RUNS (the series'
+    spread measured), or n − 1 where n runs per side, log medians averaged, tell the change from none
+    with probability POWER: (z + z_power)·se/√n ≤ |log ratio|."""
+    z_power = NormalDist().inv_cdf(POWER)
+    if log_change <= 0:
+        raise ValueError("runs_needed: the change must be non-zero")
+    per_side = math.ceil(((z + z_power) * se_log_ratio / log_change) ** 2)
+    return max(MIN_OTHER_RUNS, per_side - 1)
 
 
 def probability_of_superiority(a_ns: npt.ArrayLike, b_ns: npt.ArrayLike) -> float:
@@ -257,14 +346,14 @@ def probability_of_superiority(a_ns: npt.ArrayLike, b_ns: npt.ArrayLike) -> floa
 
 
 def detection_probability(
-    true_change: float, se_log_ratio: float, threshold: float, confidence: float, strict: bool = False
+    true_change: float, se_log_ratio: float, threshold: float, confidence: float
 ) -> float:
     """The probability the verdict rule calls a true relative change of medians `true_change` (0.05:
     5% slower) a difference, when log(ratio) is estimated normally with standard error
-    `se_log_ratio`: P(|L| > max(z·se, log(1 + t))) with L ~ N(log(1 + change), se²); `strict` (no
-    between-run spread known): P(|L| > z·se + log(1 + t))."""
+    `se_log_ratio`: P(|L| > max(z·se, log(1 + t))) with L ~ N(log(1 + change), se²). With no series
+    known, se is the one with the assumed between-run spread (PointDiff.power's)."""
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    cut = _cut(z * se_log_ratio, math.log1p(threshold), strict)
+    cut = _cut(z * se_log_ratio, math.log1p(threshold))
     shift = abs(math.log1p(true_change))
     if se_log_ratio <= 0:
         return 1.0 if shift > cut else 0.0
@@ -323,32 +412,30 @@ def _ratio_interval(
     return RatioInterval(ratio=math.exp(estimate), ci=(math.exp(low_log), math.exp(high_log)))
 
 
-def _cut(half_width: float, floor: float, strict: bool) -> float:
+def _cut(half_width: float, floor: float) -> float:
     """How far from 0 log(ratio) must be to be called: beyond the interval's half-width and the
-    threshold (the normal rule), or the interval's whole width beyond the threshold (strict)."""
-    return half_width + floor if strict else max(half_width, floor)
+    threshold."""
+    return max(half_width, floor)
 
 
-def _verdict(median: RatioInterval, threshold: float, strict: bool = False) -> str:
+def _verdict(median: RatioInterval, threshold: float) -> str:
     floor = math.log1p(threshold)
     change = math.log(median.ratio)
     low, high = math.log(median.ci[0]), math.log(median.ci[1])
-    if low > 0.0 and change >= floor and (not strict or low >= floor):
+    if low > 0.0 and change >= floor:
         return SLOWER
-    if high < 0.0 and -change >= floor and (not strict or -high >= floor):
+    if high < 0.0 and -change >= floor:
         return FASTER
     return NO_DIFFERENCE
 
 
-def _power(
-    within_se: float, se: float, z: float, threshold: float, smaller_count: int, strict: bool = False
-) -> PowerStatement:
+def _power(within_se: float, se: float, z: float, threshold: float, smaller_count: int) -> PowerStatement:
     """The smallest difference the rule calls with probability POWER, and the samples each side would
     need for the interval to tell the threshold from no change; the within-run part of se is taken to
     shrink as 1/√n, the between-run part not at all."""
     z_power = NormalDist().inv_cdf(POWER)
     floor = math.log1p(threshold)
-    detectable = math.expm1(_cut(z * se, floor, strict) + z_power * se)
+    detectable = math.expm1(_cut(z * se, floor) + z_power * se)
     wanted_se = math.log1p(threshold) / (z + z_power)
     between_var = se**2 - within_se**2
     if between_var >= wanted_se**2:

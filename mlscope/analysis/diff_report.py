@@ -17,14 +17,19 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from mlscope.contract.errors import UserError
 from mlscope.contract.workload import Difference, display_name, workload_differences
 from mlscope.store import Store
 from mlscope.store.paging import MAX_LIST_LIMIT
 
-from .diff import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, MIN_OTHER_RUNS, compare_samples
+from .diff import (
+    DEFAULT_BETWEEN_RUNS,
+    DEFAULT_CONFIDENCE,
+    DEFAULT_THRESHOLD,
+    MIN_OTHER_RUNS,
+    compare_samples,
+)
+from .diff_prior import pooled_spread, series_spread
 
 __all__ = [
     "FILTER_KEYS",
@@ -243,10 +248,14 @@ def _refusal(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _between_runs(store: Store, side: Picked, key: tuple[str, int], pair: set[str]) -> dict[str, Any]:
-    """The spread of log(median) over the side's other valid runs of the same series (model,
-    framework, system, device, scenario, batch size), the pair's own two runs left out; sd None
-    (unknown) when fewer than MIN_OTHER_RUNS are stored."""
+def _between_runs(
+    store: Store, side: Picked, key: tuple[str, int], pair: set[str], confidence: float
+) -> dict[str, Any]:
+    """The spread of log(median) over the side's valid runs of the same series (model, framework,
+    system, device, scenario, batch size), as `diff_prior.series_spread` scales it; "runs" counts the
+    runs besides the pair's own, and sd is None (unknown) when fewer than MIN_OTHER_RUNS. The pair's
+    own runs of the series count in the spread: a run that is itself an outlier widens the spread it
+    is judged by, rather than being judged by the others' narrower one."""
     evaluation = side.evaluation
     points = store.history(
         model=evaluation["model"]["name"],
@@ -257,14 +266,22 @@ def _between_runs(store: Store, side: Picked, key: tuple[str, int], pair: set[st
         batch_size=key[1],
         limit=SERIES_RUNS,
     )
-    medians = [
-        p["median_ms"]
-        for p in points
-        if p["evaluation_id"] not in pair and p.get("valid") and (p.get("median_ms") or 0) > 0
-    ]
-    if len(medians) < MIN_OTHER_RUNS:
-        return {"runs": len(medians), "sd": None}
-    return {"runs": len(medians), "sd": float(np.std(np.log(medians), ddof=1))}
+    valid = [p for p in points if p.get("valid") and (p.get("median_ms") or 0) > 0]
+    others = sum(p["evaluation_id"] not in pair for p in valid)
+    sd = series_spread([p["median_ms"] for p in valid], confidence) if others >= MIN_OTHER_RUNS else None
+    return {"runs": others, "sd": sd}
+
+
+def _assumed_spread(
+    store: Store, picked: Mapping[str, Picked], pair: set[str], confidence: float
+) -> dict[str, Any]:
+    """The between-run spread assumed where neither side's series has one: the pooled spread of the
+    other series on the sides' systems (diff_prior), else DEFAULT_BETWEEN_RUNS; with its source."""
+    where = {(side.system_id, side.evaluation["device"]) for side in picked.values()}
+    pooled = pooled_spread(store, where, pair, confidence)
+    if pooled["sd"] is None:
+        return {"sd": DEFAULT_BETWEEN_RUNS, "source": "default", "series": 0, "runs": 0}
+    return {**pooled, "source": "system"}
 
 
 def _check_same_system(a: Picked, b: Picked) -> None:
@@ -303,8 +320,11 @@ def diff_evaluations(
     Returns:
         {"a", "b": each side's `Picked.describe()`, "threshold", "confidence", "points": per compared
         point its "scenario", "batch_size", `PointDiff.to_dict()` (ratio, ci, verdict, power, ...) and
-        "other_runs" (per side "A"/"B": the other valid runs of its series behind the between-run
-        spread; a series that shifted widens it, which errs towards "no detectable difference"),
+        "other_runs" (per side "A"/"B": the valid runs of its series besides the pair's own behind the
+        between-run spread; a series that shifted widens it, which errs towards "no detectable
+        difference"),
+        "assumed_spread" (None when a series' spread is known; else the between-run spread assumed,
+        {"sd", "source": "system" (pooled over "series" other series, "runs" runs) or "default"}),
         "refused": per point not compared its "scenario", "batch_size", "reason", "unmatched": per
         point measured by one side only its "side", "scenario", "batch_size", "differences": per
         workload difference (allowed by allow_different; [] when alike) its "field", "a", "b" and
@@ -347,6 +367,7 @@ def diff_evaluations(
         ],
         "differences": [difference.to_dict() for difference in differences],
     }
+    prior: dict[str, Any] | None = None  # the assumed spread, read once
     for key in common:
         where = {"scenario": key[0], "batch_size": key[1]}
         point_a, point_b = points["a"][key], points["b"][key]
@@ -355,7 +376,11 @@ def diff_evaluations(
             report["refused"].append({**where, "reason": reason})
             continue
         pair = {picked["a"].evaluation["id"], picked["b"].evaluation["id"]}
-        series = {side: _between_runs(store, picked[side], key, pair) for side in SIDES}
+        series = {side: _between_runs(store, picked[side], key, pair, confidence) for side in SIDES}
+        assumed = None
+        if series["a"]["sd"] is None and series["b"]["sd"] is None:
+            prior = prior or _assumed_spread(store, picked, pair, confidence)
+            assumed = prior
         compared = compare_samples(
             point_a["latencies_ns"],
             point_b["latencies_ns"],
@@ -363,9 +388,11 @@ def diff_evaluations(
             confidence=confidence,
             seed=seed,
             between_runs=(series["a"]["sd"], series["b"]["sd"]),
+            assumed_between_runs=DEFAULT_BETWEEN_RUNS if assumed is None else assumed["sd"],
         )
         other_runs = {side.upper(): series[side]["runs"] for side in SIDES}
-        report["points"].append({**where, **compared.to_dict(), "other_runs": other_runs})
+        point = {**where, **compared.to_dict(), "other_runs": other_runs, "assumed_spread": assumed}
+        report["points"].append(point)
     if not report["points"]:
         reasons = "; ".join(
             f"{_point_name((r['scenario'], r['batch_size']))}: {r['reason']}" for r in report["refused"]

@@ -15,7 +15,7 @@ from typing import Any
 from flask.views import MethodView
 from marshmallow import Schema, fields, validate
 
-from mlscope.analysis.diff import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
+from mlscope.analysis.diff import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, VERDICTS
 from mlscope.analysis.diff_report import FILTER_KEYS, DifferentWorkloads, diff_evaluations
 
 from .compare import blp
@@ -90,12 +90,50 @@ class PowerSchema(Schema):
     power = fields.Float()
 
 
+class InconclusiveSchema(Schema):
+    could_call = fields.Float(
+        metadata={
+            "description": "the smallest true relative difference the rule calls with `power` probability "
+            "when separate runs differ by the assumed spread"
+        }
+    )
+    runs_needed = fields.Integer(
+        metadata={
+            "description": "runs of each series, beyond the pair's own, that would decide (at least 3, so "
+            "the series' between-run spread is measured)"
+        }
+    )
+    assumed_between_runs = fields.Float(
+        metadata={"description": "the sd of log(median) between runs assumed per side"}
+    )
+    power = fields.Float()
+
+
+class AssumedSpreadSchema(Schema):
+    sd = fields.Float(metadata={"description": "the sd of log(median) between runs assumed per side"})
+    source = fields.String(
+        validate=validate.OneOf(("system", "default")),
+        metadata={
+            "description": "system: pooled over the other series on the sides' systems; default: no "
+            "series there has 3 runs (docs/verdicts.md)"
+        },
+    )
+    series = fields.Integer(metadata={"description": "series pooled"})
+    runs = fields.Integer(metadata={"description": "runs pooled"})
+
+
 class DiffPointSchema(Schema):
     scenario = fields.String()
     batch_size = fields.Integer()
     ratio = fields.Float(metadata={"description": "median B / median A"})
     ci = fields.List(fields.Float(), metadata={"description": "the median ratio's interval"})
-    verdict = fields.String(metadata={"description": "faster, slower or no detectable difference (B vs A)"})
+    verdict = fields.String(
+        validate=validate.OneOf(VERDICTS),
+        metadata={
+            "description": "B against A; inconclusive: no between-run spread is stored and the difference "
+            "the run itself shows is no larger than separate runs may differ by"
+        },
+    )
     power = fields.Nested(PowerSchema)
     change = fields.Float(metadata={"description": "ratio − 1"})
     quantiles = fields.Dict(
@@ -120,9 +158,21 @@ class DiffPointSchema(Schema):
     confidence = fields.Float()
     series_known = fields.Boolean(
         metadata={
-            "description": "whether a between-run spread was known; false: a difference is called only "
-            "when its whole interval lies beyond the threshold"
+            "description": "whether a between-run spread was known; false: the verdict also assumes one "
+            "(assumed_spread)"
         }
+    )
+    assumed_between_runs = fields.Float(
+        allow_none=True,
+        metadata={"description": "the between-run sd assumed per side; null when series_known"},
+    )
+    assumed_spread = fields.Nested(
+        AssumedSpreadSchema, allow_none=True, metadata={"description": "null when series_known"}
+    )
+    inconclusive = fields.Nested(
+        InconclusiveSchema,
+        allow_none=True,
+        metadata={"description": "what would decide; null unless the verdict is inconclusive"},
     )
 
 

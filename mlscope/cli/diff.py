@@ -18,6 +18,7 @@ from mlscope.analysis.diff import (
     DEFAULT_CONFIDENCE,
     DEFAULT_THRESHOLD,
     FASTER,
+    INCONCLUSIVE,
     MIN_OTHER_RUNS,
     NO_DIFFERENCE,
     SLOWER,
@@ -186,22 +187,18 @@ def change_text(point: dict[str, Any]) -> str:
 
 def power_text(point: dict[str, Any]) -> str:
     """What the pair could detect, e.g. `no detectable difference; 3,000 more samples each would
-    detect 2%` or `detects 1.1% or more (80% power)`."""
+    detect 2%` or `detects 1.1% or more (80% power)`; with no series known, what it could call at the
+    assumed between-run spread (`_assumed_text`)."""
     power = point["power"]
     threshold = f"{point['threshold'] * 100:g}%"
+    if not point.get("series_known", True):
+        return _assumed_text(point)
     if power["samples_needed"] is None:
         spread = max(point["spread"][side]["between_runs"] for side in ("A", "B"))
         verdict = "no detectable difference; " if point["verdict"] == NO_DIFFERENCE else ""
         return (
             f"{verdict}smallest detectable {_percent(power['detectable'])}; no run length would detect "
             f"{threshold}: separate runs of this series differ by {_percent(spread)} (sd)"
-        )
-    if point["verdict"] == NO_DIFFERENCE and not point.get("series_known", True):
-        return (
-            f"no detectable difference; fewer than {MIN_OTHER_RUNS} other runs of these series are stored, "
-            f"so a difference counts only when its whole interval lies beyond {threshold} (smallest "
-            f"detectable now {_percent(power['detectable'])}); {MIN_OTHER_RUNS} runs of each would say how "
-            "much separate runs differ"
         )
     if point["verdict"] == NO_DIFFERENCE:
         if power["more_samples"] > 0:
@@ -214,6 +211,35 @@ def power_text(point: dict[str, Any]) -> str:
             f"(smallest change it calls: {_percent(power['detectable'])})"
         )
     return f"detects {_percent(power['detectable'])} or more ({power['power']:.0%} power)"
+
+
+def _assumed_text(point: dict[str, Any]) -> str:
+    """The power line of a pair with no between-run spread stored: the spread assumed (and where it
+    came from), what the pair could call with it, and for an inconclusive pair the runs that would
+    decide."""
+    power = point["power"]
+    sd = point.get("assumed_between_runs")
+    assumed = point.get("assumed_spread") or {}
+    if assumed.get("source") == "system":
+        source = f"the spread of {assumed['series']} other series on this system"
+    elif assumed.get("source") == "default":
+        source = f"the default: no series on this system has {MIN_OTHER_RUNS} runs"
+    else:
+        source = "assumed"
+    spread = f"separate runs taken to differ by {_percent(sd or 0.0)} (sd, {source})"
+    could = f"this pair could call {_percent(power['detectable'])} or more ({power['power']:.0%} power)"
+    if point["verdict"] == INCONCLUSIVE:
+        runs = (point.get("inconclusive") or {}).get("runs_needed", MIN_OTHER_RUNS)
+        return (
+            f"inconclusive: {_percent(abs(point['ratio'] - 1))} is within what separate runs differ by; "
+            f"fewer than {MIN_OTHER_RUNS} other runs of these series are stored, {spread}: {could}; "
+            f"{runs} more runs of each series would decide"
+        )
+    verdict = "no detectable difference; " if point["verdict"] == NO_DIFFERENCE else ""
+    return (
+        f"{verdict}fewer than {MIN_OTHER_RUNS} other runs of these series are stored, {spread}: {could}; "
+        f"{MIN_OTHER_RUNS} runs of each would say how much separate runs differ"
+    )
 
 
 def _side_line(label: str, side: dict[str, Any]) -> str:

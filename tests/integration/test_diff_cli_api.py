@@ -1,5 +1,6 @@
 """`mlscope diff` (driven in-process) and `GET /api/v1/compare/diff` (Flask's test client) on a real
-SQLite store written through the store API: verdicts, picking a side by filter, unmatched and refused
+SQLite store written through the store API: verdicts (inconclusive ones too: no series stored, the
+assumed spread the default or the system's pooled one), picking a side by filter, unmatched and refused
 points, --same-system, and bad input as one line and exit code 2 / a 422 naming the field. Given /
 When / Then in each test's comments."""
 
@@ -15,6 +16,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from mlscope.analysis.diff import DEFAULT_BETWEEN_RUNS, MIN_OTHER_RUNS
 from mlscope.api import create_app
 from mlscope.cli import main
 from mlscope.contract.settings import load_settings
@@ -84,26 +86,27 @@ def test_a_against_a_is_no_detectable_difference(store: Store, capsys: pytest.Ca
     assert "no detectable difference" in out and "+0.0% (95% CI" in out
 
 
-def test_a_10_percent_slower_copy_reads_slower_by_10_percent(
+def test_a_25_percent_slower_copy_reads_slower_by_25_percent(
     store: Store, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    # Given A and a copy of it with every latency scaled by 1.10
+    # Given A and a copy of it with every latency scaled by 1.25 (beyond what separate runs differ by,
+    # so called with no series stored)
     latencies = _latencies(2)
     a = _stored(store, [_point(latencies)])
-    b = _stored(store, [_point(latencies * 1.10)])
+    b = _stored(store, [_point(latencies * 1.25)])
     # When B is diffed against A as JSON
     _diff(a, b, "--json")
     report = json.loads(capsys.readouterr().out)
-    # Then the point is slower by 10%, its interval covering 10%, with the fixed names
+    # Then the point is slower by 25%, its interval covering 25%, with the fixed names
     (point,) = report["points"]
     assert {"ratio", "ci", "verdict", "power"} <= point.keys()
-    assert point["verdict"] == "slower"
-    assert point["ratio"] == pytest.approx(1.10, abs=1e-6)
-    assert point["ci"][0] <= 1.10 <= point["ci"][1]
+    assert point["verdict"] == "slower" and point["inconclusive"] is None
+    assert point["ratio"] == pytest.approx(1.25, abs=1e-6)
+    assert point["ci"][0] <= 1.25 <= point["ci"][1]
     assert {"detectable", "samples_needed", "more_samples", "power"} <= point["power"].keys()
     # And the table says it in words
     _diff(a, b)
-    assert "slower by 10.0% (95% CI" in capsys.readouterr().out
+    assert "slower by 25.0% (95% CI" in capsys.readouterr().out
     # ... and --plot draws the ratio with its interval as a "B slower" series (an SVG keeps its text)
     drawn = tmp_path / "diff.svg"
     _diff(a, b, "--plot", str(drawn))
@@ -151,17 +154,23 @@ def test_the_series_between_run_spread_keeps_run_to_run_shifts_from_being_called
     b = _stored(store, [_point(latencies * 1.03)])
     _diff(a, b, "--json")
     alone = json.loads(capsys.readouterr().out)["points"][0]
-    assert alone["verdict"] == "slower" and alone["other_runs"] == {"A": 0, "B": 0}
+    assert alone["verdict"] == "inconclusive" and alone["other_runs"] == {"A": 0, "B": 0}
     # When the store holds other valid runs of the series whose medians vary by ±3% (one invalid run
     # among them, which does not count)
-    for scale in (0.97, 1.0, 1.03, 0.98, 1.02):
+    scales = (0.97, 1.0, 1.03, 0.98, 1.02)
+    for scale in scales:
         _stored(store, [_point(latencies[:2000] * scale)])
     _stored(store, [_point(latencies[:2000] * 1.5, valid=False)])
     _diff(a, b, "--json")
     (point,) = json.loads(capsys.readouterr().out)["points"]
-    # Then the pair is no detectable difference, the spread says where that came from
-    assert point["other_runs"] == {"A": 5, "B": 5}
-    assert point["spread"]["A"]["between_runs"] == pytest.approx(0.025, abs=0.005)
+    # Then the pair is no detectable difference, the spread says where that came from: the sd of the
+    # series' valid runs' log medians (the 5 others and the pair's own 2), scaled to a t interval for
+    # 7 runs (t₀.₉₇₅(6) / z₀.₉₇₅, from the tables)
+    assert point["other_runs"] == {"A": 5, "B": 5} and point["assumed_spread"] is None
+    medians = [float(np.median(latencies[:2000] * scale)) for scale in scales]
+    medians += [float(np.median(latencies)), float(np.median(latencies * 1.03))]
+    sd = np.std(np.log(medians), ddof=1) * 2.446912 / 1.959964
+    assert point["spread"]["A"]["between_runs"] == pytest.approx(sd, rel=1e-3)
     assert point["verdict"] == "no detectable difference"
     assert point["power"]["samples_needed"] is None
 
@@ -248,21 +257,87 @@ def http(store: Store) -> Iterator[FlaskClient]:
 
 
 def test_the_api_answers_the_same_report(store: Store, http: FlaskClient) -> None:
-    # Given A and a 10% slower B on one system
+    # Given A and a 25% slower B on one system
     latencies = _latencies(19)
     a = _stored(store, [_point(latencies)])
-    b = _stored(store, [_point(latencies * 1.10)])
+    b = _stored(store, [_point(latencies * 1.25)])
     # When the diff is asked over HTTP
     answer = http.get("/api/v1/compare/diff", query_string={"a": a[:8], "b": b, "same_system": "true"})
     # Then it is the CLI's report
     assert answer.status_code == 200, answer.json
     (point,) = answer.json["points"]
-    assert point["verdict"] == "slower" and point["ci"][0] <= 1.10 <= point["ci"][1]
+    assert point["verdict"] == "slower" and point["ci"][0] <= 1.25 <= point["ci"][1]
     assert point["other_runs"] == {"A": 0, "B": 0} and point["spread"]["B"]["between_runs"] == 0.0
     assert answer.json["a"]["id"] == a
-    # And the OpenAPI document describes the resource
-    paths = http.get("/api/openapi.json").json["paths"]
-    assert "/api/v1/compare/diff" in paths
+    # And the OpenAPI document describes the resource, its verdicts listed
+    document = http.get("/api/openapi.json").json
+    assert "/api/v1/compare/diff" in document["paths"]
+    verdict = document["components"]["schemas"]["DiffPoint"]["properties"]["verdict"]
+    assert set(verdict["enum"]) == {"faster", "slower", "no detectable difference", "inconclusive"}
+
+
+def _precise(seed: int) -> np.ndarray:
+    """A precise run: 20,000 latencies of ~5 ms varying by 5%."""
+    return 5e6 * np.random.default_rng(seed).lognormal(0.0, 0.05, 20_000)
+
+
+def test_a_small_shift_with_no_series_stored_is_inconclusive_saying_what_would_decide(
+    store: Store, http: FlaskClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given A and B 5% slower, each measured precisely (the run alone is sure of 5%), nothing else stored
+    latencies = _precise(30)
+    a = _stored(store, [_point(latencies)])
+    b = _stored(store, [_point(_precise(31) * 1.05)])
+    # When they are diffed
+    _diff(a, b, "--json")
+    (point,) = json.loads(capsys.readouterr().out)["points"]
+    # Then the verdict is inconclusive at the default assumed spread, with what would decide
+    assert point["ci"][0] > 1.02
+    assert point["verdict"] == "inconclusive" and point["series_known"] is False
+    assert point["assumed_spread"] == {
+        "sd": DEFAULT_BETWEEN_RUNS,
+        "source": "default",
+        "series": 0,
+        "runs": 0,
+    }
+    inconclusive = point["inconclusive"]
+    assert inconclusive["could_call"] > 0.05 and inconclusive["runs_needed"] >= MIN_OTHER_RUNS
+    # And the table says it, with a line saying how large a difference it could call and the runs
+    _diff(a, b)
+    out = capsys.readouterr().out
+    assert "│ inconclusive" in out and "slower by" not in out
+    assert f"this pair could call {inconclusive['could_call'] * 100:.1f}% or more" in out
+    assert f"{inconclusive['runs_needed']} more runs of each series would decide" in out
+    # And the API and the dashboard's page say the same
+    answer = http.get("/api/v1/compare/diff", query_string={"a": a, "b": b})
+    assert answer.status_code == 200 and answer.json["points"][0]["inconclusive"] == inconclusive
+    page = http.get(f"/diff?a={a}&b={b}").get_data(as_text=True)
+    assert "<strong>inconclusive</strong>" in page
+    assert f"{inconclusive['runs_needed']} more runs of each series would decide" in page
+
+
+def test_the_systems_pooled_spread_is_the_prior_when_other_series_have_runs(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given the same 5% pair on resnet18/onnxruntime, and on the same system 4 runs of another series
+    # (pytorch) whose medians differ by 0.3-0.6%
+    a = _stored(store, [_point(_precise(32))])
+    b = _stored(store, [_point(_precise(33) * 1.05)])
+    other = _precise(34)
+    scales = (1.0, 1.004, 0.997, 1.006)
+    for scale in scales:
+        _stored(store, [_point(other * scale)], framework="pytorch")
+    # When they are diffed
+    _diff(a, b, "--json")
+    (point,) = json.loads(capsys.readouterr().out)["points"]
+    # Then the assumed spread is the other series' (sd of its log medians, scaled to a t interval for
+    # 4 runs: t₀.₉₇₅(3) / z₀.₉₇₅, from the tables), and the pair is called slower
+    medians = [float(np.median(other * scale)) for scale in scales]
+    assumed = point["assumed_spread"]
+    assert assumed["source"] == "system" and assumed["series"] == 1 and assumed["runs"] == len(scales)
+    sd = np.std(np.log(medians), ddof=1) * 3.182446 / 1.959964
+    assert assumed["sd"] == pytest.approx(sd, rel=1e-3)
+    assert point["verdict"] == "slower" and point["inconclusive"] is None
 
 
 @pytest.mark.parametrize(

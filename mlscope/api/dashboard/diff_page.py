@@ -1,7 +1,8 @@
 """/diff: is evaluation B faster than evaluation A? The verdict `mlscope diff` and GET
 /api/v1/compare/diff give (one function computes all three: analysis.diff_report), as a page: per point
 the ratio of medians with its interval, the verdict at the threshold, the probability that a B latency
-beats an A latency and what the pair could have detected, with the ratios drawn.
+beats an A latency and what the pair could have detected, with the ratios drawn. An inconclusive point
+(no between-run spread stored) says what the pair could call and how many runs would decide.
 
 A and B are evaluation ids (or unique prefixes) or filters (`model=resnet18,framework=onnxruntime`)
 picking the latest matching evaluation, as everywhere else; the page's URL is the question, to share.
@@ -81,6 +82,20 @@ def _change(ratio: float) -> str:
     return f"{(ratio - 1) * 100:+.1f}%"
 
 
+def _decide(point: dict[str, Any]) -> str | None:
+    """For an inconclusive point: the spread assumed, what the pair could call, the runs that would
+    decide; None for any other verdict."""
+    inconclusive = point.get("inconclusive")
+    if not inconclusive:
+        return None
+    return (
+        f"inconclusive: no between-run spread is stored for these series; taking separate runs to differ "
+        f"by {inconclusive['assumed_between_runs'] * 100:.1f}% (sd), this pair could call "
+        f"{inconclusive['could_call'] * 100:.1f}% or more ({inconclusive['power']:.0%} power); "
+        f"{inconclusive['runs_needed']} more runs of each series would decide"
+    )
+
+
 def _rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Each compared point as the table shows it."""
     rows = []
@@ -102,6 +117,7 @@ def _rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                 "superiority": f"{point['superiority']:.2f}",
                 "detectable": f"±{detectable * 100:.1f}%" if detectable is not None else "–",
                 "counts": point.get("counts") or [],
+                "decide": _decide(point),
             }
         )
     return rows
