@@ -375,7 +375,8 @@ def main() -> None:
     store = root / "models"
     try:
         print(f"cold vs warm model load ({arguments.rounds} predictor processes each; medians of the last "
-              f"{arguments.rounds - 1}; CPU, {os.cpu_count()} logical cores)")  # fmt: skip
+              f"{arguments.rounds - 1}; CPU, {os.cpu_count()} logical cores; load average "
+              f"{os.getloadavg()[0]:.1f})")  # fmt: skip
         models = arguments.models.split(",")
         reported = {
             (name, framework): load_times(name, framework, arguments.rounds, cache, store)
@@ -401,6 +402,7 @@ def main() -> None:
         for name in models:
             for framework in arguments.frameworks.split(","):
                 memory_saved(name, framework, arguments.processes, cache, store)
+        print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(cache, ignore_errors=True)
