@@ -1,13 +1,17 @@
-"""TrIMS warm starts: how much faster is a model loaded from the model store than from its source,
-and how much memory do predictor processes save by sharing one copy of its weights?
+"""TrIMS warm starts: how much faster is a model loaded from the model store than from its source
+or from a weights file, and how much memory do predictor processes save by sharing one copy?
 
 Prints, in one run on this machine:
   (a) per model and framework, the cold and the warm model load as a predictor process reports them
       (`python -m mlscope.runtime.execute`, the process runner's command, one process per round):
-      `cold_start.load_ms` (the model built from its source: random weights drawn, or an ONNX
-      session made from the exported graph) against `cold_start.warm_load_ms` (the same model from
-      the store's mapping), medians over the rounds after the first (which publishes), their ratio
-      (target >= 10), the first inferences after each, and the bytes the warm load read (rchar);
+      `cold_start.load_ms` against `cold_start.warm_load_ms` (the model from the store's mapping),
+      medians over the rounds after the first (which publishes), their ratio, the first inferences
+      after each, and the bytes the warm load read (rchar). The cold `load_ms` is not a file load:
+      for these models (random weights) it is PyTorch's model library imported and the module built
+      with random weights drawn, or ONNX Runtime's session made from the exported graph file;
+  (a2) the cold start a user has: the weights loaded from a file, each way in a fresh process, the
+      imports timed apart, from the page cache and with the file's pages dropped, against the warm
+      load; and the cold `load_ms` broken into its parts (see _warm_start_files.py);
   (b) per model and framework, the steady-state latency of the warm model against the cold one, both
       in one process, inferences interleaved (the warm model is the one an evaluation measures), with
       a second cold model beside them as a control: how far two sessions of one model differ here
@@ -21,14 +25,17 @@ Prints, in one run on this machine:
 Models: ResNet-50 (torchvision, random weights) and BERT-base (transformers' default BertConfig:
 12 layers, d_model 768, 12 heads, ff 3072, vocabulary 30522; random weights): the `resnet50` and
 `bert_base` manifests. Nothing is downloaded. The store and cache are temporary directories (the
-store on /dev/shm where there is one), removed at the end.
+store on /dev/shm where there is one, the cache and the weights files on the temporary directory's
+disk), removed at the end.
 
-Usage: python benchmarks/warm_start.py [--rounds 4] [--processes 4] [--frameworks pytorch,onnxruntime]
+Usage: python benchmarks/warm_start.py [--rounds 4] [--file-rounds 3] [--processes 4]
+       [--frameworks pytorch,onnxruntime] [--models resnet50,bert_base] [--inferences 20]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -39,6 +46,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import _warm_start_files as files
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = ("resnet50", "bert_base")
@@ -114,6 +123,26 @@ with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() els
 """
 
 
+FILE_LEGEND = """
+cold start from a weights file, the way users load one, against the warm load (each: a fresh process,
+medians of {rounds}; import = the framework, the model's library and the file format's, timed apart as
+import_ms is; load = from opening the file to the model in eval mode, warm_load_ms's end points; read =
+bytes read() while loading, /proc/self/io rchar; ratios: each load over warm_load_ms as the predictor
+processes above report it ("reported", measured after a cold load in the same process) and over the
+store's warm load in a fresh process like the file's ("fresh"); then load + first inference over the
+same pairs).
+  state_dict: the module built as usual (random weights drawn), load_state_dict(torch.load(file))
+  mmap_assign: built on the meta device, load_state_dict(torch.load(file, mmap=True), assign=True):
+    the tensors stay views of the file, so its pages are read at the first inference
+  safetensors: torchvision's module on the meta device with load_file assigned; transformers' from_pretrained
+  session: onnxruntime.InferenceSession of the exported .onnx file
+  store: the predictor's load_mapped from the model store, the first model of a fresh process
+  page cache: the file read just before; dropped: its pages dropped first (how, and what stayed, printed)
+The old cold: load_ms, as the predictor processes report it for these random-weights models:
+  PyTorch: the model library imported (torchvision, transformers) inside load, then the module built
+  with random weights drawn (broken down below); ONNX Runtime: the session from the cached .onnx file."""
+
+
 def environment() -> dict[str, str]:
     return {
         **os.environ,
@@ -156,7 +185,8 @@ def predictor_process(document: dict[str, Any]) -> dict[str, Any]:
     return dict(final["result"]["cold_start"])
 
 
-def load_times(name: str, framework: str, rounds: int, cache: Path, store: Path) -> None:
+def load_times(name: str, framework: str, rounds: int, cache: Path, store: Path) -> dict[str, float]:
+    """Print the cold and warm loads the predictor processes report; returns their medians."""
     document = job(name, framework, cache, store)
     colds = [predictor_process(document) for _ in range(rounds)]
     published, found = colds[0], colds[1:]
@@ -173,6 +203,76 @@ def load_times(name: str, framework: str, rounds: int, cache: Path, store: Path)
         f"read while loading warm {median('warm_read_mb'):.2f} MB | publish (round 1) "
         f"{published['warm_publish_ms']:.0f} ms"
     )
+    keys = ("load_ms", "warm_load_ms", "first_inference_ms", "warm_first_inference_ms")
+    return {key: median(key) for key in keys}
+
+
+def onnx_file(name: str, cache: Path) -> Path:
+    """The exported graph of the model the predictor processes made in the cache."""
+    from mlscope.registry.models import ModelRegistry
+
+    manifest = ModelRegistry.load([]).get(name, "onnxruntime")
+    return cache / "onnx" / f"{manifest.sha256}-seed0.onnx"
+
+
+def file_baselines(
+    name: str,
+    framework: str,
+    rounds: int,
+    reported: dict[str, float],
+    cache: Path,
+    store: Path,
+    weights: dict[str, Path],
+) -> None:
+    """The model's cold start from a file, each way in fresh processes, beside the warm load."""
+    entry = entry_of(name, framework, store)
+    assert entry is not None, "load_times published it"
+    key = entry[0]
+    warm_ms, old = reported["warm_load_ms"], reported["load_ms"]
+    warm_total = warm_ms + reported["warm_first_inference_ms"]
+    print(
+        f"{name:9} {framework:11} reported: load_ms {old:7.1f} ms (the old cold), warm_load_ms "
+        f"{warm_ms:6.1f} ms, ratio {old / warm_ms:5.1f}x; with first inference {warm_total:6.1f} ms warm"
+    )
+    env = environment()
+    fresh, _ = files.measure(rounds, [name, framework, "store", "", str(store), key, str(cache)], env, None)
+    fresh_total = fresh["load_ms"] + fresh["first_inference_ms"]
+
+    def line(label: str, figures: dict[str, Any], state: str) -> None:
+        if "unavailable" in figures:
+            print(f"    {label:29} n/a: {figures['unavailable']}")
+            return
+        load, first = figures["load_ms"], figures["first_inference_ms"]
+        ratios = (
+            f"over warm: {load / warm_ms:5.1f}x reported, {load / fresh['load_ms']:5.1f}x fresh; with first "
+            f"inference {(load + first) / warm_total:4.1f}x, {(load + first) / fresh_total:4.1f}x"
+        )
+        print(
+            f"    {label:29} import {figures['import_ms']:7.1f} ms | load {load:7.1f} ms, first inference "
+            f"{first:7.1f} ms, read {figures['read_mb']:5.1f} MB | {ratios} | {state}"
+        )
+
+    line("store (warm, fresh process)", fresh, "the store on /dev/shm: in memory")
+    methods = [m for m in files.PYTORCH_METHODS if m in weights]
+    for method in ["session"] if framework == "onnxruntime" else methods:
+        path = onnx_file(name, cache) if method == "session" else weights[method]
+        paths = files.files_of(path)
+        for cache_state, before in (("page cache", files.read_through), ("dropped", files.evict)):
+            arguments = [name, framework, method, str(path), str(store), key, str(cache)]
+            figures, state = files.measure(rounds, arguments, env, functools.partial(before, paths))
+            line(f"{method} ({cache_state})", figures, state)
+            if "unavailable" in figures:
+                break
+    if framework == "pytorch":
+        parts, _ = files.measure(rounds, [name, framework, "breakdown", "", "", "", str(cache)], env, None)
+        print(
+            f"    the old cold load_ms holds, in a fresh process: the model library's import "
+            f"{parts['library_import_ms']:7.1f} ms + the module built with random weights "
+            f"{parts['random_build_ms']:7.1f} ms (its structure alone, on the meta device, after: "
+            f"{parts['meta_build_ms']:6.1f} ms); no weights file"
+        )
+    else:
+        print("    the old cold load_ms is the session from the same .onnx file, from the page cache")
 
 
 def steady_latency(name: str, framework: str, cache: Path, inferences: int) -> None:
@@ -263,6 +363,7 @@ def memory_saved(name: str, framework: str, processes: int, cache: Path, store: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=4, help="predictor processes per model (>= 2)")
+    parser.add_argument("--file-rounds", type=int, default=3, help="fresh processes per file baseline")
     parser.add_argument("--processes", type=int, default=4, help="processes holding a model at once")
     parser.add_argument("--frameworks", default="pytorch,onnxruntime")
     parser.add_argument("--models", default=",".join(MODELS))
@@ -274,11 +375,25 @@ def main() -> None:
     store = root / "models"
     try:
         print(f"cold vs warm model load ({arguments.rounds} predictor processes each; medians of the last "
-              f"{arguments.rounds - 1}; CPU, {os.cpu_count()} logical cores)")  # fmt: skip
+              f"{arguments.rounds - 1}; CPU, {os.cpu_count()} logical cores; load average "
+              f"{os.getloadavg()[0]:.1f})")  # fmt: skip
         models = arguments.models.split(",")
+        reported = {
+            (name, framework): load_times(name, framework, arguments.rounds, cache, store)
+            for name in models
+            for framework in arguments.frameworks.split(",")
+        }
+        print(FILE_LEGEND.format(rounds=arguments.file_rounds))
         for name in models:
+            weights = {}
+            if "pytorch" in arguments.frameworks.split(","):
+                folder = cache / "weights"
+                folder.mkdir(exist_ok=True)
+                weights = files.write_files(name, folder, environment())
             for framework in arguments.frameworks.split(","):
-                load_times(name, framework, arguments.rounds, cache, store)
+                file_baselines(
+                    name, framework, arguments.file_rounds, reported[name, framework], cache, store, weights
+                )
         print("\nsteady-state latency, batch 1: the warm model against the cold one")
         for name in models:
             for framework in arguments.frameworks.split(","):
@@ -287,6 +402,7 @@ def main() -> None:
         for name in models:
             for framework in arguments.frameworks.split(","):
                 memory_saved(name, framework, arguments.processes, cache, store)
+        print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(cache, ignore_errors=True)
