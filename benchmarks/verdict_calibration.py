@@ -241,7 +241,11 @@ def _judge_pairs(title: str, runs: list[Run], store: Any | None) -> None:
             how = "series known: mlscope diff over the store"
             verdicts = {
                 kind: [
-                    diff_evaluations(store, a["id"], b["id"], seed=n)["points"][0]["verdict"]
+                    # The planted model is the difference under test: allowed, as a user would with
+                    # --allow-different when comparing two models on purpose.
+                    diff_evaluations(store, a["id"], b["id"], seed=n, allow_different=kind == "planted")[
+                        "points"
+                    ][0]["verdict"]
                     for n, (a, b) in enumerate(chosen)
                 ]
                 for kind, chosen in pairs.items()
