@@ -133,8 +133,7 @@ def _stated(name: str, schema: dict[str, Any]) -> Any:
 
 class EvaluationRequestSchema(ContractRequestSchema):
     """The evaluation request (mlscope.contract.request), documented further: `framework` as one of
-    FRAMEWORK_NAMES (the contract imports nothing of the runtime, so it cannot list them), the settings
-    sections spelled out and the rules between fields (mlscope.api.schema_request)."""
+    FRAMEWORK_NAMES (the contract imports no runtime), settings and rules between fields (schema_request)."""
 
     OPENAPI_RULES = request_rules(FRAMEWORK_NAMES, BRICK_FRAMEWORKS)
 
@@ -322,13 +321,13 @@ class EvaluationSchema(Schema):
         }
     )
     cold_start = _obj(
-        "{import_ms, load_ms, first_inference_ms, fetch_ms, warm_process}; load_ms is the model built "
-        "from its source: PyTorch imports the model's library and builds the module with seeded random "
-        "weights (a manifest's weights file then loaded over them; a Hugging Face directory's read by "
-        "from_pretrained), ONNX Runtime makes its session from the graph file; with a model store (a warm "
-        "start, docs/warm-start.md) also warm_load_ms, warm_first_inference_ms, warm_source "
-        "(store | published), warm_shared_mb, warm_read_mb, warm_publish_ms, or warm_unavailable (why "
-        "none was measured); each warm key absent when not measured"
+        "{import_ms, load_ms, first_inference_ms, fetch_ms, warm_process}; load_ms is the model built from "
+        "its source: PyTorch imports the model's library and builds the module with seeded random weights (a "
+        "manifest's weights file then loaded over them; a Hugging Face directory's read by from_pretrained), "
+        "ONNX Runtime makes its session from the graph file; with a model store (a warm start, "
+        "docs/warm-start.md) also warm_load_ms, warm_first_inference_ms, warm_source (store | published), "
+        "warm_shared_mb, warm_read_mb, warm_publish_ms, or warm_unavailable (why none was measured); each "
+        "warm key absent when not measured"
     )
     measurements = fields.List(
         fields.Dict(metadata={"properties": {**MEASUREMENT_PROPERTIES, **RESOURCE_MEASUREMENT_PROPERTIES}}),
