@@ -22,7 +22,7 @@ from .compare import blp
 from .context import context
 from .problems import ApiProblem
 
-__all__ = ["DiffQuerySchema", "DiffSchema"]
+__all__ = ["DiffQuerySchema", "DiffSchema", "diff_for"]
 
 _SIDE = (
     "an evaluation id or unique prefix, or a filter key=value,... (keys: "
@@ -245,15 +245,7 @@ class CompareDiff(MethodView):
         differing field named) unless allow_different=true, which lists them in `differences`.
         """
         try:
-            return diff_evaluations(
-                context().store,
-                query["a"],
-                query["b"],
-                threshold=query["threshold"],
-                confidence=query["confidence"],
-                same_system=query["same_system"],
-                allow_different=query["allow_different"],
-            )
+            return diff_for(query)
         except DifferentWorkloads as refused:
             raise ApiProblem(
                 422,
@@ -261,3 +253,17 @@ class CompareDiff(MethodView):
                 errors={d.field: [d.text] for d in refused.differences},
                 differences=[d.to_dict() for d in refused.differences],
             ) from None
+
+
+def diff_for(query: dict[str, Any]) -> dict[str, Any]:
+    """`diff_evaluations` over this app's store for a query DiffQuerySchema loaded (the API's and the
+    dashboard's one way to it); raises what it raises."""
+    return diff_evaluations(
+        context().store,
+        query["a"],
+        query["b"],
+        threshold=query["threshold"],
+        confidence=query["confidence"],
+        same_system=query["same_system"],
+        allow_different=query["allow_different"],
+    )

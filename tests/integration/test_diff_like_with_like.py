@@ -17,11 +17,12 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from mlscope.api import create_app
-from mlscope.cli import main, render
+from mlscope.cli import render
 from mlscope.contract.settings import load_settings
 from mlscope.store import Store, open_store
 from tests.contract.builders import COLD_START, T0, make_measurement, make_system
 from tests.integration.test_history import noisy
+from tests.integration.test_history_cli_api import run
 
 PROBLEM = "application/problem+json"
 GPT2 = "hf:gpt2"
@@ -110,17 +111,6 @@ NAMED = (
     "generation.prompt_tokens: 128 (A) vs 512 (B)",
     "generation.output_tokens: 64 (A) vs 16 (B)",
 )
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """`mlscope ARGV` in-process: (exit code, stdout, stderr)."""
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as ended:
-        code = int(ended.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # ----- mlscope diff ---------------------------------------------------------------------------------

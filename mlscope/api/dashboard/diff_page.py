@@ -18,11 +18,10 @@ from urllib.parse import urlencode
 from flask import render_template, request, url_for
 
 from mlscope.analysis.chart_compare import diff_ratios
-from mlscope.analysis.diff_report import DifferentWorkloads, diff_evaluations
+from mlscope.analysis.diff_report import DifferentWorkloads
 from mlscope.contract.errors import UserError
 
-from ..context import context
-from ..diff import DiffQuerySchema
+from ..diff import DiffQuerySchema, diff_for
 from .blueprint import PAGES, PageError, parse_query
 from .figures import embed
 
@@ -37,15 +36,7 @@ def diff() -> str | tuple[str, int]:
         return render_template("dashboard/diff.html", report=None, chosen={}, rows=[], chart=None)
     query = parse_query(DiffQuerySchema())
     try:
-        report = diff_evaluations(
-            context().store,
-            query["a"],
-            query["b"],
-            threshold=query["threshold"],
-            confidence=query["confidence"],
-            same_system=query["same_system"],
-            allow_different=query["allow_different"],
-        )
+        report = diff_for(query)
     except DifferentWorkloads as refused:
         chosen = _chosen()
         page = render_template(
