@@ -68,7 +68,13 @@ def _param(value: Any) -> Any:
 
 
 def _params(filters: Mapping[str, Any]) -> dict[str, Any]:
-    return {name: _param(value) for name, value in filters.items() if value is not None}
+    """The query parameters of `filters`, leaving out the unset ones: None, and an empty list or text
+    (no filter; the API refuses an empty list parameter, which would be one empty item)."""
+    return {
+        name: _param(value)
+        for name, value in filters.items()
+        if value is not None and not (isinstance(value, (str, list, tuple, set, frozenset)) and not value)
+    }
 
 
 class Client(UploadMethods, HistoryReads):

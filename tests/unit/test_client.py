@@ -83,7 +83,10 @@ def test_a_non_json_error_answer_becomes_an_api_error_with_its_text(proxy: str, 
 def test_filters_travel_as_query_text(proxy: str, seen: list[Environ]) -> None:
     since = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
     with pytest.raises(ApiError):
-        Client(proxy, "").compare(ids=["a1b2", "c3d4"], batch_sizes=[1, 8], since=since, models=None)
+        # (an empty list or text is no filter, and is not sent: the API refuses an empty list parameter)
+        Client(proxy, "").compare(
+            ids=["a1b2", "c3d4"], batch_sizes=[1, 8], since=since, models=None, frameworks=[], scenarios=""
+        )
     assert seen[0]["path"] == "/api/v1/compare"
     since_text = "2024-05-01T12%3A00%3A00%2B00%3A00"
     assert seen[0]["query"] == f"ids=a1b2%2Cc3d4&batch_sizes=1%2C8&since={since_text}&format=json"
