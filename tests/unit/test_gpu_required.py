@@ -61,6 +61,7 @@ def probe(tmp_path: Path, require: str | None) -> subprocess.CompletedProcess[st
     (tmp_path / "test_asking_probe.py").write_text(ASKS)
     env = {key: value for key, value in os.environ.items() if key != REQUIRE_GPU}
     env["CUDA_VISIBLE_DEVICES"] = ""
+    env["COLUMNS"] = "1000"  # the short summary is cut to the terminal's width: never cut here
     if require is not None:
         env[REQUIRE_GPU] = require
     probes = [str(gated), str(tmp_path / "test_asking_probe.py")]
@@ -88,7 +89,9 @@ def test_where_a_gpu_is_required_its_absence_fails_every_gpu_test_naming_it(tmp_
     assert done.returncode == 1, done.stdout + done.stderr
     assert "3 failed" in done.stdout, done.stdout
     assert "skipped" not in done.stdout and "error" not in done.stdout, done.stdout
-    assert done.stdout.count("no CUDA device: PyTorch") == 3, done.stdout
+    summary = [line for line in done.stdout.splitlines() if line.startswith("FAILED ")]
+    assert len(summary) == 3, done.stdout
+    assert all("no CUDA device: PyTorch" in line for line in summary), done.stdout
     assert f"{REQUIRE_GPU}=1 says this machine has one" in done.stdout
     assert "a GPU fixture was set up" not in done.stdout
 
