@@ -38,6 +38,9 @@ override the setups' values for every setup run.
 prints every round and then, per percentile, the median over the rounds of each tool's figure and
 their ratio, and in how many rounds the verdicts agreed: the machine's drift between runs minutes
 apart (several percent on a shared VM) then averages out of the comparison instead of deciding it.
+The first round keeps each tool's default schedule seed; round k > 1 seeds both tools' schedules
+(and LoadGen's sample choice) with `--seed` + k - 1, so the median compares several Poisson draws
+per tool rather than the one draw each tool's default gives.
 
 `--diagnose` adds, per setup:
 
@@ -290,8 +293,10 @@ def run_loadgen(
     *,
     stamp: bool = True,
     max_queries: int = 0,
+    seed: int | None = None,
 ) -> dict[str, Any]:
-    """One LoadGen PerformanceOnly run; its summary parsed.
+    """One LoadGen PerformanceOnly run; its summary parsed. `seed` (None: LoadGen's own) seeds its
+    schedule and sample choice.
 
     With `stamp`, the summary also carries "stamps": an (n, 4) int64 array, per query the
     perf_counter_ns of issue_queries entered, model start, model end and QuerySamplesComplete
@@ -302,6 +307,9 @@ def run_loadgen(
     settings.min_duration_ms = int(plan.seconds * 1000)
     settings.min_query_count = plan.min_queries
     settings.max_query_count = max_queries
+    if seed is not None:
+        settings.schedule_rng_seed = seed
+        settings.sample_index_rng_seed = seed
     if scenario == "single_stream":
         settings.scenario = lg.TestScenario.SingleStream
         settings.single_stream_expected_latency_ns = max(1, int(plan.expected_ms * 1e6))
@@ -364,8 +372,10 @@ def run_loadgen(
     return summary
 
 
-def run_mlscope(scenario: str, run: Callable[[Any], Any], inputs: Sequence[Any], plan: Plan) -> Any:
-    """One mlscope measurement of `scenario`, as `plan` asks."""
+def run_mlscope(
+    scenario: str, run: Callable[[Any], Any], inputs: Sequence[Any], plan: Plan, seed: int = 0
+) -> Any:
+    """One mlscope measurement of `scenario`, as `plan` asks, its arrivals drawn with `seed`."""
     settings = MeasureSettings(
         min_seconds=plan.seconds, min_count=plan.min_queries, max_seconds=plan.seconds * 6
     )
@@ -373,7 +383,11 @@ def run_mlscope(scenario: str, run: Callable[[Any], Any], inputs: Sequence[Any],
         load = LoadSettings(percentile=90)
     else:
         load = LoadSettings(
-            qps=plan.qps, percentile=plan.percentile, latency_bound_ms=plan.bound_ms, max_in_flight=1
+            qps=plan.qps,
+            percentile=plan.percentile,
+            latency_bound_ms=plan.bound_ms,
+            max_in_flight=1,
+            seed=seed,
         )
     return get_scenario(scenario).run(run, inputs, 1, settings, load=load)
 
@@ -440,16 +454,18 @@ def _pair(
     inputs: Sequence[Any],
     plan: Plan,
     outdir: Path,
+    seed: int | None = None,
     **loadgen_kwargs: Any,
 ) -> tuple[Any, dict[str, Any] | None]:
-    """Both tools on the same `run`, in `order`; (mlscope's measurement, LoadGen's summary or None)."""
+    """Both tools on the same `run`, in `order`; (mlscope's measurement, LoadGen's summary or None).
+    `seed` (None: each tool's default) seeds both tools' schedules."""
     m, figures = None, None
     for tool in order:
         if tool == "loadgen":
             if lg is not None:
-                figures = run_loadgen(lg, scenario, run, inputs, plan, outdir, **loadgen_kwargs)
+                figures = run_loadgen(lg, scenario, run, inputs, plan, outdir, seed=seed, **loadgen_kwargs)
         else:
-            m = run_mlscope(scenario, run, inputs, plan)
+            m = run_mlscope(scenario, run, inputs, plan, seed=seed or 0)
     return m, figures
 
 
@@ -810,6 +826,9 @@ def main() -> None:
                             setup.inputs,
                             plan,
                             directory / key / f"loadgen-{scenario}-{index}",
+                            # Round 1 keeps each tool's default schedule; later rounds draw new
+                            # ones, so the median over rounds is not one Poisson draw per tool.
+                            seed=None if index == 0 else args.seed + index,
                         )
                     )
             results = {scenario: pairs[-1] for scenario, pairs in rounds.items()}
