@@ -38,6 +38,15 @@ override the setups' values for every setup run.
 prints every round and then, per percentile, the median over the rounds of each tool's figure and
 their ratio, and in how many rounds the verdicts agreed: the machine's drift between runs minutes
 apart (several percent on a shared VM) then averages out of the comparison instead of deciding it.
+In the server scenario a third run follows each pair: mlscope replaying the LoadGen run's own
+arrivals (the instants LoadGen called the SUT, `Schedule.replay`), rows "replay" and "ratio rp".
+It issues exactly LoadGen's queries and stops: the two tools then queue the same arrivals, and
+what is left between them is each one's own cost and the model's own variation, not two Poisson
+draws' sampling noise; LoadGen's latency still counts its issue path from the scheduled instant
+to that call, which the replay's schedule starts from.
+Each scenario's round ends with mlscope run again on the same schedule (rows "again" and "ratio aa",
+again / first): the same tool, arrivals and model minutes apart, the floor under which no two
+runs, of one tool or two, can be told apart.
 The first round keeps each tool's default schedule seed; round k > 1 seeds both tools' schedules
 (and LoadGen's sample choice) with `--seed` + k - 1, so the median compares several Poisson draws
 per tool rather than the one draw each tool's default gives.
@@ -117,6 +126,8 @@ import numpy.typing as npt
 
 from mlscope.contract.load import LoadSettings
 from mlscope.runtime.measure import MeasureSettings, get_scenario
+from mlscope.runtime.measure.load_scenarios import Server
+from mlscope.runtime.measure.schedule import Schedule
 from mlscope.runtime.measure.synthetic import FixedService
 
 __all__ = ["TARGET_RATIO", "Plan", "ensure_loadgen", "parse_summary"]
@@ -392,6 +403,27 @@ def run_mlscope(
     return get_scenario(scenario).run(run, inputs, 1, settings, load=load)
 
 
+def run_mlscope_replay(
+    run: Callable[[Any], Any], inputs: Sequence[Any], plan: Plan, arrivals_ns: Sequence[int]
+) -> Any:
+    """mlscope's server scenario issuing at `arrivals_ns` (a LoadGen run's instants of calling the
+    SUT) instead of a Poisson draw of its own: both tools then queue the same arrivals, and what is
+    left between them is each one's own cost, not two draws' sampling noise."""
+    schedule = Schedule.replay(arrivals_ns)
+
+    class Replayed(Server):
+        def _schedule(self, load: LoadSettings, inputs: int) -> Schedule:
+            return schedule
+
+    # Exactly the trace's queries, no lap: its span (and a mean gap), neither shorter nor longer.
+    span = schedule.trace_ns[-1] / 1e9 + 0.5 / schedule.rate
+    settings = MeasureSettings(min_seconds=span, min_count=1, max_seconds=span)
+    load = LoadSettings(
+        qps=plan.qps, percentile=plan.percentile, latency_bound_ms=plan.bound_ms, max_in_flight=1
+    )
+    return Replayed().run(run, inputs, 1, settings, load=load)
+
+
 def _lg_percentiles(figures: dict[str, Any]) -> tuple[float, ...]:
     return tuple(figures["percentiles"].get(p, float("nan")) for p in PERCENTILES)
 
@@ -416,14 +448,16 @@ def _row(label: str, tool: str, values: Sequence[float], verdict: str, scale: fl
     return f"  {label:<16} {tool:<10} {cells}  {verdict}".rstrip()
 
 
-def _ratio_row(label: str, ml: Sequence[float], lg: Sequence[float], agree: bool | None) -> str:
+def _ratio_row(
+    label: str, ml: Sequence[float], lg: Sequence[float], agree: bool | None, tool: str = "ratio"
+) -> str:
     ratios = [a / b if b else float("nan") for a, b in zip(ml, lg, strict=True)]
     passes = [abs(r - 1) <= TARGET_RATIO for r in ratios]
     marks = ", ".join(f"p{p:g} {'PASS' if ok else 'FAIL'}" for p, ok in zip(PERCENTILES, passes, strict=True))
     tail = f"within {TARGET_RATIO:.0%}: {marks}"
     if agree is not None:
         tail += f"; verdicts agree: {'yes' if agree else 'NO'}"
-    return _row(label, "ratio", ratios, tail)
+    return _row(label, tool, ratios, tail)
 
 
 def _notes(scenario: str, m: Any, figures: dict[str, Any] | None) -> list[str]:
@@ -438,10 +472,7 @@ def _notes(scenario: str, m: Any, figures: dict[str, Any] | None) -> list[str]:
         if figures["result"] != "VALID":
             lines.extend(f"      LoadGen early stopping: {line}" for line in figures["early_stopping"])
     if m.load is not None and "achieved_qps" in m.load:
-        lines.append(
-            f"      mlscope load: achieved {m.load['achieved_qps']:.2f} qps, "
-            f"p99 issue lateness {m.load['issue_lateness_ms']['p99']:.3f} ms"
-        )
+        lines.append(f"      mlscope load: {_load_line(m)}")
     lines.extend(f"      mlscope validity: {reason}" for reason in m.validity.reasons)
     return lines
 
@@ -469,18 +500,45 @@ def _pair(
     return m, figures
 
 
-def _print_pair(label: str, m: Any, figures: dict[str, Any] | None, scale: float = 1.0) -> None:
+def _load_line(m: Any) -> str:
+    return (
+        f"achieved {m.load['achieved_qps']:.2f} qps, "
+        f"p99 issue lateness {m.load['issue_lateness_ms']['p99']:.3f} ms"
+    )
+
+
+def _print_pair(
+    label: str,
+    m: Any,
+    figures: dict[str, Any] | None,
+    scale: float = 1.0,
+    replay: Any = None,
+    again: Any = None,
+) -> None:
     if figures is not None:
         print(_row(label, "LoadGen", _lg_percentiles(figures), _lg_verdict(figures), scale))
     print(_row(label, "mlscope", _ml_percentiles(m), _ml_verdict(m), scale))
     if figures is not None:
         agree = (figures["result"] == "VALID") == m.validity.valid
         print(_ratio_row(label, _ml_percentiles(m), _lg_percentiles(figures), agree))
+    if replay is not None and figures is not None:
+        print(_row(label, "replay", _ml_percentiles(replay), _ml_verdict(replay), scale))
+        agree = (figures["result"] == "VALID") == replay.validity.valid
+        print(_ratio_row(label, _ml_percentiles(replay), _lg_percentiles(figures), agree, "ratio rp"))
+    if again is not None:
+        print(_row(label, "again", _ml_percentiles(again), _ml_verdict(again), scale))
+        agree = again.validity.valid == m.validity.valid
+        print(_ratio_row(label, _ml_percentiles(again), _ml_percentiles(m), agree, "ratio aa"))
 
 
-def _print_rounds(scenario: str, pairs: list[tuple[Any, dict[str, Any] | None]]) -> None:
+def _print_rounds(
+    scenario: str,
+    pairs: list[tuple[Any, dict[str, Any] | None]],
+    replays: Sequence[Any] = (),
+    again: Sequence[Any] = (),
+) -> None:
     """The median over the rounds of each tool's percentile, their ratio, and the verdicts'
-    agreement in how many rounds."""
+    agreement in how many rounds; the same for mlscope's replays of LoadGen's arrivals, if any."""
     measured = [(m, figures) for m, figures in pairs if figures is not None]
     if not measured:
         return
@@ -491,6 +549,17 @@ def _print_rounds(scenario: str, pairs: list[tuple[Any, dict[str, Any] | None]])
     print(_row(label, "LoadGen", lg, f"median of {len(measured)} rounds"))
     print(_row(label, "mlscope", ml, f"median of {len(measured)} rounds"))
     print(_ratio_row(label, ml, lg, None) + f"; verdicts agree in {agreed} of {len(measured)} rounds")
+    replayed = [(r, figures) for r, (_, figures) in zip(replays, pairs, strict=False) if figures and r]
+    if replayed:
+        rp = [float(v) for v in np.median([_ml_percentiles(r) for r, _ in replayed], axis=0)]
+        agreed = sum((figures["result"] == "VALID") == r.validity.valid for r, figures in replayed)
+        print(_row(label, "replay", rp, f"median of {len(replayed)} rounds"))
+        tail = f"; verdicts agree in {agreed} of {len(replayed)} rounds"
+        print(_ratio_row(label, rp, lg, None, "ratio rp") + tail)
+    if again:
+        aa = [float(v) for v in np.median([_ml_percentiles(a) for a in again], axis=0)]
+        print(_row(label, "again", aa, f"median of {len(again)} rounds"))
+        print(_ratio_row(label, aa, ml, None, "ratio aa"))
 
 
 @dataclass
@@ -811,6 +880,9 @@ def main() -> None:
                 f"{plan.min_queries} queries per run; load average {os.getloadavg()[0]:.2f}"
             )
             rounds: dict[str, list[tuple[Any, dict[str, Any] | None]]] = {"single_stream": [], "server": []}
+            replays: list[Any] = []  # per round, mlscope's server run on LoadGen's arrivals
+            # per round, mlscope run again on the same schedule: its own repeatability
+            again: dict[str, list[Any]] = {"single_stream": [], "server": []}
             for index in range(args.rounds):
                 for scenario, order in (
                     ("single_stream", ("loadgen", "mlscope")),
@@ -831,16 +903,30 @@ def main() -> None:
                             seed=None if index == 0 else args.seed + index,
                         )
                     )
+                    seed = None if index == 0 else args.seed + index
+                    again[scenario].append(
+                        run_mlscope(scenario, setup.run, setup.inputs, plan, seed=seed or 0)
+                    )
+                    figures = rounds[scenario][-1][1]
+                    if scenario == "server" and figures is not None and len(figures["stamps"]) > 1:
+                        replays.append(
+                            run_mlscope_replay(setup.run, setup.inputs, plan, figures["stamps"][:, 0])
+                        )
+                    elif scenario == "server":
+                        replays.append(None)
             results = {scenario: pairs[-1] for scenario, pairs in rounds.items()}
             print(HEADER.replace("  verdict", "  verdict  (ms)"))
             for scenario, pairs in rounds.items():
                 for index, (m, figures) in enumerate(pairs):
                     label = scenario if args.rounds == 1 else f"{scenario} {index + 1}"
-                    _print_pair(label, m, figures)
+                    replay = replays[index] if scenario == "server" else None
+                    _print_pair(label, m, figures, replay=replay, again=again[scenario][index])
                     for line in _notes(scenario, m, figures):
                         print(line)
+                    if replay is not None:
+                        print(f"      replay load: {_load_line(replay)}")
                 if args.rounds > 1:
-                    _print_rounds(scenario, pairs)
+                    _print_rounds(scenario, pairs, replays if scenario == "server" else (), again[scenario])
             if args.diagnose:
                 _diagnose_setup(lg, setup, directory / key, args, results)
         if args.diagnose:

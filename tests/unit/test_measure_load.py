@@ -58,6 +58,33 @@ def test_poisson_schedule_is_seeded_and_exponential() -> None:
     assert ks_exponential(fixed)[0] > 10 * critical
 
 
+def test_a_replayed_schedule_issues_the_recorded_arrivals_then_laps_them() -> None:
+    recorded = [5_000_000_000 + t for t in (3_000, 0, 10_000_000, 40_000_000)]  # any clock, any order
+    schedule = Schedule.replay(recorded)
+    assert schedule.kind == "trace"
+    assert schedule.rate == pytest.approx(3 / 0.04)
+    offsets = schedule.offsets_ns(9)
+    assert offsets[:4].tolist() == [0, 3_000, 10_000_000, 40_000_000]
+    lap = 40_000_000 + round(1e9 / schedule.rate)  # the next lap starts a mean gap after the last
+    assert offsets[4:8].tolist() == [lap, lap + 3_000, lap + 10_000_000, lap + 40_000_000]
+    assert offsets[8] == 2 * lap
+    with pytest.raises(ValueError, match="at least 2 arrivals"):
+        Schedule.replay([7, 7])
+
+
+def test_a_run_on_a_replayed_schedule_issues_at_the_recorded_instants() -> None:
+    arrivals = np.cumsum(np.random.default_rng(3).exponential(1e9 / 200, size=300)).astype(np.int64)
+    schedule = Schedule.replay(arrivals.tolist())
+    settings = MeasureSettings(min_seconds=1, max_seconds=1)
+    record, result = run_under_load(
+        sleeper(0.0005), [0], 1, settings, LoadSettings(qps=200), "server", schedule, None
+    )
+    due = record.scheduled - record.scheduled[0]
+    assert record.issued >= 150
+    assert np.array_equal(due[: record.issued], (arrivals - arrivals[0])[: record.issued])
+    assert result.section["scheduled_qps"] == pytest.approx(schedule.rate, rel=0.1)
+
+
 def test_achieved_arrivals_pass_a_goodness_of_fit_check() -> None:
     measurement = run("server", sleeper(0.0005), LoadSettings(qps=300, percentile=90))
     load = measurement.load

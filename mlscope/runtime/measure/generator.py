@@ -1,7 +1,7 @@
 """The open-loop load generator: queries issued on a schedule, whatever the model is doing.
 
-Owns `Schedule` (when each query is due: Poisson arrivals for the server scenario, a fixed
-interval for multi_stream), `issue` (the generator itself) and the `IssueRecord` it returns.
+Owns `issue` (the generator itself) and the `IssueRecord` it returns; when each query is due is a
+`Schedule` (schedule.py).
 
 The schedule is issued by a process of its own (`issuer_process`), not by a thread beside the model:
 a thread in the model's process waits for the GIL whenever the model's Python code holds it, and for
@@ -40,6 +40,7 @@ import numpy.typing as npt
 
 from mlscope.runtime.measure import issuer_process as proto
 from mlscope.runtime.measure.loop import NS_PER_S, Timer
+from mlscope.runtime.measure.schedule import Schedule
 
 __all__ = ["MAX_SAMPLES", "IssueRecord", "Schedule", "issue"]
 
@@ -68,34 +69,6 @@ _PIPE_BYTES = 1 << 20
 _SAMPLE = struct.Struct("<q")
 
 Decide = Callable[["IssueRecord", int], "str | None"]
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """When queries are due: `offsets_ns(count)` gives the first `count` due times, in ns from the
-    start, nondecreasing; each query is `samples_per_query` samples due at the same time.
-
-    Attributes:
-        kind: "poisson" (exponential gaps, mean 1/rate, seeded) or "fixed" (one every 1/rate).
-        rate: queries per second.
-        samples_per_query: samples issued together as one query.
-        seed: the Poisson schedule's seed.
-    """
-
-    kind: str
-    rate: float
-    samples_per_query: int = 1
-    seed: int = 0
-
-    def offsets_ns(self, count: int) -> npt.NDArray[np.int64]:
-        """The due times of the first `count` queries, in ns after the start."""
-        mean_gap_ns = NS_PER_S / self.rate
-        if self.kind == "poisson":
-            gaps = np.random.default_rng(self.seed).exponential(mean_gap_ns, size=count)
-            # The first query is due at once, so a run's arrival rate is count / last due time.
-            gaps[0] = 0.0
-            return np.cumsum(gaps).astype(np.int64)
-        return (np.arange(count, dtype=np.float64) * mean_gap_ns).astype(np.int64)
 
 
 @dataclass
