@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.workload import workload_key
 from mlscope.store import Store
 from mlscope.store.records import COMPARE_COLUMNS, CompareFilter, compare_rows
 
@@ -122,6 +123,7 @@ def test_a_row_holds_every_column_from_its_evaluation_and_system(store: Store) -
     assert list(row) == list(COMPARE_COLUMNS)
     assert row == {
         "model": "resnet18",
+        "display_name": "resnet18",
         "framework": "pytorch",
         "framework_version": "9.9",
         "system_id": "sys-2",
@@ -153,6 +155,7 @@ def test_a_row_holds_every_column_from_its_evaluation_and_system(store: Store) -
         "parity": None,
         "parity_against": None,
         "runs": 1,
+        "workload_key": workload_key(store.get_evaluation(id), "offline"),
         "evaluation_id": id,
         "finished_at": (T0 + timedelta(hours=1)).isoformat(),
     }
