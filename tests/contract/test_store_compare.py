@@ -1,7 +1,7 @@
 """The Store contract, part 3: the comparison table (`Store.compare`). One row per (model, framework,
-system, device, scenario, batch size) from the latest succeeded evaluation, how many runs share it,
-the filters, the order, and that every backend's rows equal records.compare_rows on the same data
-(the Mongo store computes them with an aggregation pipeline of its own)."""
+system, device, scenario, batch size, workload) from the latest succeeded evaluation, how many runs
+share it, the filters, the order, and that every backend's rows equal records.compare_rows on the same
+data (the Mongo store computes them with an aggregation pipeline of its own)."""
 
 from __future__ import annotations
 
@@ -36,16 +36,17 @@ def evaluate(
     mean: float = 2.0,
     measurements: list[dict[str, Any]] | None = None,
     id: str | None = None,
+    request: dict[str, Any] | None = None,
 ) -> str:
     """A succeeded evaluation (created and finished at T0 + the offsets), or a running one when
-    `finished` is None."""
+    `finished` is None; `request`: its request's settings (model_options, load, ...)."""
     id = store.create_evaluation(
         model={"name": model, "version": "1.0", "manifest_sha256": None},
         manifest={"name": model},
         framework={"name": framework, "version": None},
         runner="inline",
         device=device,
-        request={},
+        request=request or {},
         id=id,
         created_at=T0 + created,
     )
