@@ -396,7 +396,12 @@ def test_upgrading_a_store_from_before_workload_keys_gives_one_comparison_row_pe
     configs = [("pytorch", 2), ("pytorch", 2), ("onnxruntime", 2), ("pytorch", 4)]
     with open_store(empty_url) as store:
         for framework, layers in configs:
-            id = run_to(store, "running", framework=framework, request={"model_options": {"config": {"n_layer": layers}}})
+            id = run_to(
+                store,
+                "running",
+                framework=framework,
+                request={"model_options": {"config": {"n_layer": layers}}},
+            )
             finish(store, id, measurements=[make_measurement("offline", 1)])
         expected = store.compare()
     assert sorted((r["display_name"], r["framework"], r["runs"]) for r in expected) == [

@@ -74,7 +74,9 @@ def test_a_setting_splits_only_the_scenarios_it_shapes(store: Store) -> None:
     # Given a model measured offline and in the server scenario at 10 and at 30 queries per second
     measured = [make_measurement("offline", 1), make_measurement("server", 1)]
     for n, qps in enumerate((10, 30)):
-        evaluate(store, request={"load": {"qps": qps}}, finished=timedelta(hours=n + 1), measurements=measured)
+        evaluate(
+            store, request={"load": {"qps": qps}}, finished=timedelta(hours=n + 1), measurements=measured
+        )
     # Then the server rows are two, one per rate, and the offline row, which no rate shapes, is one
     assert sorted((r["scenario"], r["runs"]) for r in store.compare()) == [
         ("offline", 2),

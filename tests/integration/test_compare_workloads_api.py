@@ -8,6 +8,7 @@ import csv
 import io
 from collections.abc import Iterator
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -18,8 +19,6 @@ from mlscope.store import Store
 from mlscope.store.records import COMPARE_COLUMNS
 from tests.contract.builders import finish, make_measurement, run_to
 from tests.integration.test_api_reads import store  # noqa: F401  (the fixture: SQLite and PostgreSQL)
-
-import pytest
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from mlscope.contract.workload import workload_differences, workload_key
-
 from tests.unit.test_workload import evaluation
 
 
@@ -32,7 +31,11 @@ def test_one_workload_has_one_key_whatever_the_framework_system_and_precision() 
 @pytest.mark.parametrize(
     ("scenario", "a", "b"),
     [
-        ("offline", {"model_options": {"config": {"n_layer": 2}}}, {"model_options": {"config": {"n_layer": 4}}}),
+        (
+            "offline",
+            {"model_options": {"config": {"n_layer": 2}}},
+            {"model_options": {"config": {"n_layer": 4}}},
+        ),
         (
             "offline",
             {"model_options": {"input_shapes": {"": [1, 3, 224, 224]}}},
@@ -93,7 +96,9 @@ def test_a_default_left_out_keys_as_the_default_given(scenario: str, given: dict
         ("generate", {"measure": {"concurrency": 4}}),
     ],
 )
-def test_a_setting_of_another_scenario_does_not_change_the_key(scenario: str, setting: dict[str, Any]) -> None:
+def test_a_setting_of_another_scenario_does_not_change_the_key(
+    scenario: str, setting: dict[str, Any]
+) -> None:
     plain, other = evaluation(scenarios=(scenario,)), evaluation(scenarios=(scenario,), **setting)
     assert workload_key(plain, scenario) == workload_key(other, scenario)
     # while in the scenario it shapes, it does

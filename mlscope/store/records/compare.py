@@ -83,7 +83,10 @@ COMPARE_COLUMNS: tuple[str, ...] = (
 
 
 def workload_view(
-    model_name: str, model_version: str | None, request: Mapping[str, Any] | None, manifest: Mapping[str, Any] | None
+    model_name: str,
+    model_version: str | None,
+    request: Mapping[str, Any] | None,
+    manifest: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """What contract.workload reads of an evaluation (its model, request and manifest), from a
     backend's stored fields: display_name and workload_key of it are what the stores keep."""

@@ -46,7 +46,15 @@ __all__ = [
 ]
 
 _KEYS = CompareKeyRow.__table__.c
-_KEY_COLUMNS = ("model_name", "framework_name", "system_id", "device", "scenario", "batch_size", "workload_key")
+_KEY_COLUMNS = (
+    "model_name",
+    "framework_name",
+    "system_id",
+    "device",
+    "scenario",
+    "batch_size",
+    "workload_key",
+)
 
 
 def _bytewise(expression: Any, dialect: str) -> Any:
@@ -161,7 +169,15 @@ def _ranked_keys(where: CompareFilter, dialect: str) -> CTE:
     """`_counted_keys` by ranking every measurement of a key (rank 1: the greatest finished_at, then
     id) and counting them with window functions."""
     e, m = EvaluationRow, MeasurementRow
-    partition = (e.model_name, e.framework_name, e.system_id, e.device, m.scenario, m.batch_size, m.workload_key)
+    partition = (
+        e.model_name,
+        e.framework_name,
+        e.system_id,
+        e.device,
+        m.scenario,
+        m.batch_size,
+        m.workload_key,
+    )
     latest_first = (e.finished_at.desc().nulls_last(), _bytewise(e.id, dialect).desc())
     ranked = (
         select(

@@ -79,7 +79,10 @@ def bulk_insert(
         if not new:
             return 0
         evaluations = [
-            {**{key: getattr(record, key) for key in columns}, "display_name": evaluation_display_name(record)}
+            {
+                **{key: getattr(record, key) for key in columns},
+                "display_name": evaluation_display_name(record),
+            }
             for record in new.values()
         ]
         # A concurrent import of the same ids loses nothing and duplicates nothing: both skip.

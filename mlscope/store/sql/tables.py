@@ -204,10 +204,11 @@ class SpanRow(Base):
 
 class CompareKeyRow(Base):
     """The comparison table's keys, kept as evaluations succeed: per (model, framework, system, device,
-    scenario, batch size, workload key; the last since schema 8), how many succeeded evaluations measured it and which finished last
-    (greatest finished_at, then id), so that an unfiltered comparison reads one row per key instead
-    of every measurement. Written in the transaction that finishes an evaluation (SQLStore._transition);
-    a succeeded evaluation never changes again, so the counts stay exact."""
+    scenario, batch size, workload key; the last since schema 8), how many succeeded evaluations
+    measured it and which finished last (greatest finished_at, then id), so that an unfiltered
+    comparison reads one row per key instead of every measurement. Written in the transaction that
+    finishes an evaluation (SQLStore._transition); a succeeded evaluation never changes again, so the
+    counts stay exact."""
 
     __tablename__ = "compare_keys"
 
