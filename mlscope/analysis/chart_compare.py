@@ -99,8 +99,16 @@ def _bar_text(row: Mapping[str, Any]) -> str:
     return text
 
 
+def _named(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A row's model as shown (its display name; the bare name from an API without one), batch size
+    and scenario."""
+    return (row.get("display_name") or row["model"], row["batch_size"], row["scenario"])
+
+
 def compare_bars(rows: Sequence[Mapping[str, Any]]) -> Chart:
-    """Grouped bars of the comparison: x "model @ batch" (and the scenario when rows mix them), one
+    """Grouped bars of the comparison: x "model @ batch" (the model by its display name, with the
+    start of its workload key where one name @ batch measured several workloads, a server's rates
+    say; and the scenario when rows mix them), one
     series per framework × system (and device when rows mix them), y the median with its
     confidence interval as whiskers; an invalid row's bar is in a series "... (invalid)".
 
@@ -123,9 +131,15 @@ def compare_bars(rows: Sequence[Mapping[str, Any]]) -> Chart:
     for row in drawn:
         versions.setdefault(row["framework"], set()).add(row.get("framework_version"))
 
+    workloads: dict[tuple[Any, ...], set[Any]] = {}
+    for row in drawn:
+        workloads.setdefault(_named(row), set()).add(row.get("workload_key"))
+
     def category(row: Mapping[str, Any]) -> str:
         scenario = f" {row['scenario']}" if mixed_scenarios else ""
-        return f"{row['model']} @ {row['batch_size']}{scenario}"
+        name, batch_size, _ = _named(row)
+        key = f" [{str(row.get('workload_key'))[:6]}]" if len(workloads[_named(row)]) > 1 else ""
+        return f"{name}{key} @ {batch_size}{scenario}"
 
     def group(row: Mapping[str, Any]) -> str:
         framework = row["framework"]

@@ -90,8 +90,9 @@ class Compare(MethodView):
     def get(self, query: dict[str, Any]) -> Any:
         """Compare succeeded evaluations side by side
 
-        One row per (model, framework, system, device, scenario, batch size), from the latest
-        evaluation of each; every filter narrows the evaluations drawn on. `price_per_hour` prices
+        One row per (model, framework, system, device, scenario, batch size, workload), from the
+        latest evaluation of each, the model also by its display name (`hf:gpt2[n_layer=2]`); every
+        filter narrows the evaluations drawn on. `price_per_hour` prices
         the rows recorded without a price (their cost columns are null otherwise).
         """
         rows = comparison_rows(query)

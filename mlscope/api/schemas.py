@@ -21,7 +21,7 @@ from mlscope.contract.request import EvaluationRequestSchema as ContractRequestS
 from mlscope.contract.result import PARITY_VERDICTS
 from mlscope.runtime.frameworks import FRAMEWORKS
 from mlscope.store.base import MAX_LIST_LIMIT
-from mlscope.store.records import STATUSES
+from mlscope.store.records import COMPARE_COLUMNS, STATUSES
 
 from .schema_accepted import BatchAcceptedSchema, EvaluationAcceptedSchema
 from .schema_cost import MEMORY, RESOURCE_MEASUREMENT_PROPERTIES
@@ -473,7 +473,7 @@ class CompareQuerySchema(Schema):
 
 
 class CompareSchema(Schema):
-    columns = fields.List(fields.String())
+    columns = fields.List(fields.String(validate=validate.OneOf(COMPARE_COLUMNS)))
     rows = fields.List(fields.Dict(), metadata={"description": "one object per row, keyed by column"})
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+from rich.markup import escape
 
 from mlscope.cli.options import evaluation_options, json_flag, plot_option, request_fields, split_csv
 from mlscope.cli.remote import api_client, follow, upload_local_dataset, upload_local_models
@@ -115,7 +116,7 @@ def _cell(value: Any, column: str) -> str:
 
 # (row key, header) of the comparison table's columns.
 _SHOWN = (
-    ("model", "model"),
+    ("display_name", "model"),
     ("framework", "framework"),
     ("framework_version", "version"),
     ("agent_id", "agent"),
@@ -136,7 +137,8 @@ _RIGHT = ("batch_size", "throughput", "cost", "qps", "top1")
 
 
 def compare_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
-    """The comparison as a table: one row per model × framework × system × batch size; a top-1 column
+    """The comparison as a table: one row per model × framework × system × batch size × workload, the
+    model shown by its display name (`hf:gpt2[n_layer=2]`); a top-1 column
     when some row's evaluation measured accuracy, a qps column (target → achieved, or a search's
     max) when some row is a server or multi_stream point, a cost column (per 1,000 inferences, its
     interval as ±%, "-" where no price is known) when some row has a price. A row whose parity
@@ -163,6 +165,9 @@ def compare_table(rows: list[dict[str, Any]], title: str | None = None) -> Table
                 cells.append("-" if low is None else f"{_cell(low, '_ms')}–{_cell(high, '_ms')}")
             elif key == "system_id":
                 cells.append((row[key] or "-")[:8])
+            elif key == "display_name":  # the bare name from an API that has no display names
+                # escaped: `hf:gpt2[n_layer=2]` would read as rich markup
+                cells.append(escape(_cell(row.get(key) or row.get("model"), key)))
             elif key == "qps":
                 cells.append(_qps_cell(row))
             elif key == "cost":

@@ -21,6 +21,7 @@ from mlscope.analysis.diff_report import (
     pick_evaluation,
 )
 from mlscope.contract.errors import UserError
+from mlscope.contract.workload import workload_key
 
 if TYPE_CHECKING:
     from mlscope.client import Client
@@ -56,14 +57,18 @@ def split_ids(selector: str) -> list[str]:
 
 
 def _setup(evaluation: dict[str, Any]) -> tuple[Any, ...]:
-    """What makes two evaluations the same setup: the latest of each is drawn."""
+    """What makes two evaluations the same setup: the latest of each is drawn. The workloads it
+    measured are part of it (contract.workload.workload_key, per scenario), as in the comparison
+    table: a model run with two `--config`s is two setups, the later not hiding the earlier."""
     framework = evaluation.get("framework") or {}
+    scenarios = {str(m.get("scenario")) for m in evaluation.get("measurements") or []}
     return (
         evaluation["model"]["name"],
         framework.get("name"),
         framework.get("version"),
         (evaluation.get("system") or {}).get("id"),
         evaluation.get("device"),
+        tuple(sorted(workload_key(evaluation, scenario) for scenario in scenarios)),
     )
 
 

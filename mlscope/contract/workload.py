@@ -13,6 +13,7 @@ reads as its default.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from .generation import GenerationSettings
 from .load import LoadSettings
 from .options import REQUEST_OPTIONS, PredictorOptions
 
-__all__ = ["Difference", "display_name", "model_options", "workload_differences"]
+__all__ = ["Difference", "display_name", "model_options", "workload_differences", "workload_key"]
 
 # The load settings that change the load itself (the rate, the queries, what a search looks for);
 # confidence, resolution and seed only change how surely or precisely it is measured.
@@ -219,19 +220,7 @@ def workload_differences(
     ]
     found = [d for d in _manifest_differences(a, b) if not (found and d.field == "model manifest")] + found
     request_a, request_b = _request(a), _request(b)
-    sections: list[tuple[str, Mapping[str, Any], bool]] = [
-        ("options", {name: getattr(PredictorOptions(), name) for name in REQUEST_OPTIONS}, True),
-        ("load", _defaults(LoadSettings, _LOAD_WORKLOAD), bool(compared & _LOAD_SCENARIOS)),
-        (
-            "generation",
-            _defaults(GenerationSettings, _GENERATION_WORKLOAD),
-            bool(compared & _GENERATION_SCENARIOS),
-        ),
-        ("measure", _MEASURE_WORKLOAD, bool(compared & _MEASURE_SCENARIOS)),
-    ]
-    for key, defaults, applies in sections:
-        if not applies:
-            continue
+    for key, defaults in _sections(compared):
         section_a, section_b = _section(request_a, key, defaults), _section(request_b, key, defaults)
         found += [
             Difference(f"{key}.{name}", _plain(section_a[name]), _plain(section_b[name]))
@@ -246,3 +235,52 @@ def workload_differences(
 def _plain(value: Any) -> Any:
     """A setting as JSON holds it, so that a tuple default equals a stored list."""
     return list(value) if isinstance(value, tuple) else value
+
+
+def _sections(scenarios: set[str]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The request sections whose settings change the workload of any of `scenarios`, each with the
+    settings it compares and their defaults (what a request that left one out measured)."""
+    sections: list[tuple[str, Mapping[str, Any], frozenset[str] | None]] = [
+        ("options", {name: getattr(PredictorOptions(), name) for name in REQUEST_OPTIONS}, None),
+        ("load", _defaults(LoadSettings, _LOAD_WORKLOAD), _LOAD_SCENARIOS),
+        ("generation", _defaults(GenerationSettings, _GENERATION_WORKLOAD), _GENERATION_SCENARIOS),
+        ("measure", _MEASURE_WORKLOAD, _MEASURE_SCENARIOS),
+    ]
+    return [(key, defaults) for key, defaults, only in sections if only is None or scenarios & only]
+
+
+def _canonical(value: Any) -> Any:
+    """A value as the workload key hashes it: tuples as lists, and a whole float as the integer it
+    equals, so that qps 10 and 10.0 (equal to workload_differences) key alike."""
+    if isinstance(value, Mapping):
+        return {str(key): _canonical(inner) for key, inner in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(inner) for inner in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def workload_key(evaluation: Mapping[str, Any], scenario: str) -> str:
+    """The workload an evaluation measured in `scenario`, as a short stable key (16 hex digits of the
+    SHA-256 of its canonical JSON): two evaluations of one model have the same key exactly when
+    workload_differences finds nothing between them for that scenario, the manifest aside.
+
+    Hashed: the model's version and options (model_options), the dataset, and the settings of every
+    request section that shapes `scenario` (the predictor options always; load for server,
+    multi_stream and generate; generation for generate; offline's concurrency), each setting a
+    request left out read as its default, as workload_differences reads it, so that an old result
+    keys as a new one that set the default. The model's name is not hashed (a comparison keys on it
+    already) nor its manifest: each framework has a manifest of its own, and the rows of one
+    workload on several frameworks must share a key.
+    """
+    request = _request(evaluation)
+    workload: dict[str, Any] = {
+        "model_version": (evaluation.get("model") or {}).get("version"),
+        "model_options": model_options(evaluation),
+        "dataset": request.get("dataset"),
+    }
+    for key, defaults in _sections({scenario}):
+        workload[key] = _section(request, key, defaults)
+    text = json.dumps(_canonical(workload), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

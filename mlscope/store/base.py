@@ -345,8 +345,9 @@ class Store(StoreLeases, StoreAggregates, StoreMaintenance, StoreSchema, StorePr
     ) -> list[dict[str, Any]]:
         """The side-by-side table of succeeded evaluations (records.COMPARE_COLUMNS).
 
-        One row per (model, framework, system, device, scenario, batch size), from the latest
-        evaluation of each; every argument narrows the evaluations drawn on (empty: any).
+        One row per (model, framework, system, device, scenario, batch size, workload key:
+        contract.workload.workload_key), from the latest evaluation of each; every argument narrows
+        the evaluations drawn on (empty: any).
 
         Args:
             ids: full evaluation ids (a batch's ids, say).

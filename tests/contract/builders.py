@@ -82,7 +82,9 @@ def submit(
     id: str | None = None,
     created_at: datetime | None = None,
     queue: str | None = None,
+    request: dict[str, Any] | None = None,
 ) -> str:
+    """A queued evaluation; `request`: settings added to its request (model_options, load, ...)."""
     return store.create_evaluation(
         model={"name": model, "version": "1.0", "manifest_sha256": "a" * 64},
         manifest={
@@ -93,7 +95,7 @@ def submit(
         framework={"name": framework, "version": None},
         runner="inline",
         device="cpu",
-        request={"model": model, "framework": framework, "batch_sizes": [1, 8]},
+        request={"model": model, "framework": framework, "batch_sizes": [1, 8], **(request or {})},
         id=id,
         created_at=created_at,
         queue=queue,

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from alembic import command
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.workload import display_name, workload_key
 from mlscope.store import open_store, records
 from mlscope.store.sql.schema import BASELINE, alembic_config, head_revision, revisions
 from tests.contract.builders import COLD_START, finish, make_measurement, make_system, run_to
@@ -161,6 +162,16 @@ def test_upgrading_a_0_1_0_store_keeps_everything_and_backfills_the_summary_colu
         assert len(spans) == store.count_spans("fixture00") == FIXTURE_SPANS
         assert (spans[0]["name"], spans[0]["level"]) == ("run", "APPLICATION")
         assert store.layer_breakdown("fixture00", level="MODEL")[0]["calls"] == FIXTURE_SPANS - 1
+        # ... its comparison what records.compare_rows makes of it, each row keyed by its workload
+        # (schema 8's backfill, from each evaluation's stored request and manifest)
+        succeeded = [store.get_evaluation(e["id"]) for e in listed if e["status"] == "succeeded"]
+        compared = store.compare()
+        assert compared == records.compare_rows(succeeded, records.CompareFilter())
+        assert compared == store.compare(since=datetime(2000, 1, 1, tzinfo=timezone.utc))
+        for row in compared:
+            evaluation = store.get_evaluation(row["evaluation_id"])
+            assert row["workload_key"] == workload_key(evaluation, row["scenario"])
+            assert row["display_name"] == display_name(evaluation)
         # ... none with a result section (schemas 5 and 6 add them empty), none with a queue or an
         # attempt (schema 7 keeps neither for what was stored before), none with a lease
         assert not any("accuracy" in e or "parity" in e or "memory" in e for e in listed)
@@ -226,7 +237,7 @@ def test_upgrading_a_store_from_before_leases_keeps_its_evaluations_with_no_atte
         done = store.upgrade()
 
     # Then the one step is applied, and every evaluation reads as before, never started by this count
-    assert (done["from"], done["steps"]) == ("mlscope_0006", ["mlscope_0007"])
+    assert (done["from"], done["steps"]) == ("mlscope_0006", revisions()[revisions().index("mlscope_0007") :])
     with open_store(empty_url) as store:
         for id, was in before.items():
             assert store.get_evaluation(id, include_raw=True) == {**was, "queue": None, "attempts": 0}
@@ -375,3 +386,47 @@ def test_many_openers_of_a_fresh_postgresql_database_create_its_schema_once(post
             thread.join()
         assert errors == []
         assert fingerprint(url)["alembic_version"][1] == [repr((HEAD,))]
+
+
+def test_upgrading_a_store_from_before_workload_keys_gives_one_comparison_row_per_workload(
+    empty_url: str,
+) -> None:
+    # Given a store at schema 7 (made at the head, then taken down one revision) holding one model
+    # name run with two configs, the first twice, and on two frameworks: one row per key at schema 7
+    configs = [("pytorch", 2), ("pytorch", 2), ("onnxruntime", 2), ("pytorch", 4)]
+    with open_store(empty_url) as store:
+        for framework, layers in configs:
+            id = run_to(
+                store,
+                "running",
+                framework=framework,
+                request={"model_options": {"config": {"n_layer": layers}}},
+            )
+            finish(store, id, measurements=[make_measurement("offline", 1)])
+        expected = store.compare()
+    assert sorted((r["display_name"], r["framework"], r["runs"]) for r in expected) == [
+        ("resnet18[n_layer=2]", "onnxruntime", 1),
+        ("resnet18[n_layer=2]", "pytorch", 2),
+        ("resnet18[n_layer=4]", "pytorch", 1),
+    ]
+    engine = _engine(empty_url)
+    try:
+        with engine.begin() as connection:
+            command.downgrade(alembic_config(connection), "mlscope_0007")
+            old_keys = connection.execute(sa.text("SELECT framework_name, runs FROM compare_keys")).all()
+            measured = {c["name"] for c in sa.inspect(connection).get_columns("measurements")}
+    finally:
+        engine.dispose()
+    assert sorted(old_keys) == [("onnxruntime", 1), ("pytorch", 3)]  # the two workloads mixed
+    assert "workload_key" not in measured
+
+    # When it is upgraded
+    with open_store(empty_url, check_schema=False) as store:
+        done = store.upgrade()
+
+    # Then the one step is applied, and the comparison is the one the store wrote fresh, a row per
+    # workload, counted by compare_keys and by the measurements alike
+    assert (done["from"], done["steps"]) == ("mlscope_0007", ["mlscope_0008"])
+    with open_store(empty_url) as store:
+        assert store.compare() == expected
+        assert store.compare(since=datetime(2000, 1, 1, tzinfo=timezone.utc)) == expected

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.workload import workload_key
 from mlscope.store import records
 from mlscope.store.mongo import MongoStore
 from mlscope.store.mongo.codec import decode
@@ -87,14 +88,18 @@ def test_a_version_1_store_is_refused_then_upgraded_with_the_summary_fields(
     with open_mongo(url, check_schema=False) as store:
         assert store.schema_status()["upgrade_needed"] is True
         done = store.upgrade()
-    # Then every measurement was backfilled, and the meta document says version 2
-    assert (done["from"], done["to"], done["steps"], done["backfilled"]) == ("1", "2", ["2"], 3)
+    # Then every measurement was backfilled, and the meta document says the current version
+    assert (done["from"], done["to"], done["steps"], done["backfilled"]) == ("1", "3", ["2", "3"], 3)
     assert database(url)[META].find_one({"_id": "schema"})["version"] == SCHEMA_VERSION
     for document in database(url)["evaluations"].find({"measurements.0": {"$exists": True}}):
         for m in document["measurements"]:
             expected = records.summary_columns(decode(m["latency_ms"]), decode(m["validity"]))
             assert {name: m[name] for name in expected} == expected
             assert m["raw_codec"] == (None if m["raw_count"] is None else "int64le")
+            stored = {k: decode(v) for k, v in document.items() if k in ("request", "manifest")}
+            view = records.workload_view(document["model_name"], document["model_version"], **stored)
+            assert m["workload_key"] == workload_key(view, m["scenario"])
+            assert m["display_name"] == document["model_name"]
     # and it opens, reading exactly as before
     with open_mongo(url) as store:
         assert {id: store.get_evaluation(id, include_raw=True) for id in version_1} == version_1
@@ -119,7 +124,7 @@ def test_a_store_of_a_newer_mlscope_is_refused(url: str) -> None:
     open_mongo(url).close()
     database(url)[META].update_one({"_id": "schema"}, {"$set": {"version": SCHEMA_VERSION + 1}})
     before = snapshot(url)
-    with pytest.raises(UserError, match="has schema 3, written by a newer mlscope"):
+    with pytest.raises(UserError, match=f"has schema {SCHEMA_VERSION + 1}, written by a newer mlscope"):
         open_mongo(url)
     with open_mongo(url, check_schema=False) as store, pytest.raises(UserError, match="upgrade mlscope"):
         store.upgrade()
@@ -160,3 +165,38 @@ def test_evaluations_stored_before_leases_read_with_no_queue_no_attempt_and_no_l
         # and attempts count on from there
         assert store.start_evaluation(queued, lease_owner="worker-a", lease_s=10) == 1
         assert store.start_evaluation(running) == 1
+
+
+def test_a_version_2_store_is_upgraded_to_one_comparison_row_per_workload(url: str) -> None:
+    # Given a version-2 store (measurements without workload fields) holding two runs of one model
+    # name with one `--config` and one with another, which version 2 compared as one row
+    with open_mongo(url) as store:
+        ids = [
+            run_to(store, "succeeded", request={"model_options": {"config": {"n_layer": layers}}})
+            for layers in (2, 2, 4)
+        ]
+        expected = store.compare()
+    db = database(url)
+    db[META].update_one({"_id": "schema"}, {"$set": {"version": 2}})
+    for document in db["evaluations"].find({"_id": {"$in": ids}}):
+        old = [
+            {k: v for k, v in m.items() if k not in ("workload_key", "display_name")}
+            for m in document["measurements"]
+        ]
+        db["evaluations"].update_one({"_id": document["_id"]}, {"$set": {"measurements": old}})
+    with pytest.raises(UserError, match="has schema 2"):
+        open_mongo(url)
+
+    # When it is upgraded
+    with open_mongo(url, check_schema=False) as store:
+        done = store.upgrade()
+    assert (done["from"], done["to"], done["steps"]) == ("2", "3", ["3"])
+
+    # Then its comparison has a row per workload, as the store wrote it fresh
+    with open_mongo(url) as store:
+        rows = store.compare()
+    assert rows == expected
+    assert sorted((r["display_name"], r["runs"]) for r in rows) == [
+        ("resnet18[n_layer=2]", 2),
+        ("resnet18[n_layer=4]", 1),
+    ]

@@ -1,7 +1,7 @@
 """The Store contract, part 3: the comparison table (`Store.compare`). One row per (model, framework,
-system, device, scenario, batch size) from the latest succeeded evaluation, how many runs share it,
-the filters, the order, and that every backend's rows equal records.compare_rows on the same data
-(the Mongo store computes them with an aggregation pipeline of its own)."""
+system, device, scenario, batch size, workload) from the latest succeeded evaluation, how many runs
+share it, the filters, the order, and that every backend's rows equal records.compare_rows on the same
+data (the Mongo store computes them with an aggregation pipeline of its own)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.workload import workload_key
 from mlscope.store import Store
 from mlscope.store.records import COMPARE_COLUMNS, CompareFilter, compare_rows
 
@@ -35,16 +36,17 @@ def evaluate(
     mean: float = 2.0,
     measurements: list[dict[str, Any]] | None = None,
     id: str | None = None,
+    request: dict[str, Any] | None = None,
 ) -> str:
     """A succeeded evaluation (created and finished at T0 + the offsets), or a running one when
-    `finished` is None."""
+    `finished` is None; `request`: its request's settings (model_options, load, ...)."""
     id = store.create_evaluation(
         model={"name": model, "version": "1.0", "manifest_sha256": None},
         manifest={"name": model},
         framework={"name": framework, "version": None},
         runner="inline",
         device=device,
-        request={},
+        request=request or {},
         id=id,
         created_at=T0 + created,
     )
@@ -122,6 +124,7 @@ def test_a_row_holds_every_column_from_its_evaluation_and_system(store: Store) -
     assert list(row) == list(COMPARE_COLUMNS)
     assert row == {
         "model": "resnet18",
+        "display_name": "resnet18",
         "framework": "pytorch",
         "framework_version": "9.9",
         "system_id": "sys-2",
@@ -153,6 +156,7 @@ def test_a_row_holds_every_column_from_its_evaluation_and_system(store: Store) -
         "parity": None,
         "parity_against": None,
         "runs": 1,
+        "workload_key": workload_key(store.get_evaluation(id), "offline"),
         "evaluation_id": id,
         "finished_at": (T0 + timedelta(hours=1)).isoformat(),
     }

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from mlscope.contract.workload import display_name, workload_key
+
 from ..records import (
     INT64_MAX,
     INT64_MIN,
@@ -17,6 +19,7 @@ from ..records import (
     MeasurementRecord,
     SpanRecord,
     summary_columns,
+    workload_view,
 )
 from .documents import MeasurementDocument
 
@@ -26,6 +29,7 @@ __all__ = [
     "encode",
     "measurement_document",
     "measurement_summary",
+    "measurement_workload",
     "micros",
     "span_record",
     "to_datetime",
@@ -86,7 +90,22 @@ def measurement_summary(
     }
 
 
-def measurement_document(record: MeasurementRecord) -> Any:
+def measurement_workload(evaluation: Mapping[str, Any], scenario: str) -> dict[str, Any]:
+    """The fields schema version 3 adds to a measurement sub-document (mongo/schema.py): its workload
+    key and its evaluation's display name, from the evaluation document (its model_name,
+    model_version, request and manifest, as stored)."""
+    view = workload_view(
+        evaluation["model_name"],
+        evaluation.get("model_version"),
+        decode(evaluation.get("request") or {}),
+        decode(evaluation.get("manifest") or {}),
+    )
+    return {"workload_key": workload_key(view, scenario), "display_name": display_name(view)}
+
+
+def measurement_document(record: MeasurementRecord, evaluation: Mapping[str, Any]) -> Any:
+    """The sub-document of a measurement of `evaluation` (its stored document: see
+    measurement_workload)."""
     raw_count = None if record.latencies_ns is None else len(record.latencies_ns)
     document = MeasurementDocument(
         scenario=record.scenario,
@@ -97,6 +116,7 @@ def measurement_document(record: MeasurementRecord) -> Any:
         extra=encode(record.extra),
         raw_count=raw_count,
         **measurement_summary(record.latency_ms, record.validity, raw_count),
+        **measurement_workload(evaluation, record.scenario),
     )
     document.validate()
     return document.to_mongo()

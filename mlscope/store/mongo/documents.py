@@ -57,6 +57,10 @@ class MeasurementDocument(mongoengine.EmbeddedDocument):
     ci_low_ms = mongoengine.FloatField(null=True)
     ci_high_ms = mongoengine.FloatField(null=True)
     valid = mongoengine.BooleanField(null=True)
+    # Schema version 3: the workload measured (contract.workload.workload_key of the evaluation and
+    # this scenario) and the evaluation's display name, which the comparison table keys on and shows.
+    workload_key = mongoengine.StringField(null=True)
+    display_name = mongoengine.StringField(null=True)
 
 
 class EvaluationDocument(mongoengine.Document):

@@ -58,11 +58,13 @@ def compare_pipeline(where: CompareFilter) -> list[dict[str, Any]]:
         "device": "$device",
         "scenario": "$scenario",
         "batch_size": "$batch_size",
+        "workload_key": "$workload_key",
     }
     latest = {
         "evaluation_id": "$_id",
         "finished_at": "$finished_at",
         "framework_version": "$framework_version",
+        "display_name": "$display_name",
         **{name: f"${name}" for name in _COMPARED},
         **{name: f"${name}" for name in _SECTION_FIGURES},
         **{name: f"${name}" for name in _EXTRA_FIGURES},
@@ -77,6 +79,9 @@ def compare_pipeline(where: CompareFilter) -> list[dict[str, Any]]:
             "$project": {
                 **dict.fromkeys(_EVALUATION_FIELDS, 1),
                 **measurement_figures("$measurements"),
+                # Schema version 3's fields (null, not missing, as below).
+                "workload_key": {"$ifNull": ["$measurements.workload_key", None]},
+                "display_name": {"$ifNull": ["$measurements.display_name", None]},
                 **_SECTION_FIGURES,
                 # Null, not missing, as _SECTION_FIGURES (mongomock builds `latest` of them).
                 **{name: {"$ifNull": [path, None]} for name, path in _EXTRA_FIGURES.items()},
@@ -91,6 +96,7 @@ def compare_pipeline(where: CompareFilter) -> list[dict[str, Any]]:
                 **{name: f"$_id.{name}" for name in key},
                 "latest": 1,
                 "runs": 1,
+                "display_name": "$latest.display_name",
                 # compare_rows sorts a missing median last; MongoDB sorts null first.
                 "no_median": {"$cond": [{"$eq": [{"$ifNull": [median, None]}, None]}, 1, 0]},
                 "median": median,
@@ -107,6 +113,7 @@ def compare_pipeline(where: CompareFilter) -> list[dict[str, Any]]:
         {
             "$sort": {
                 "model": 1,
+                "display_name": 1,
                 "scenario": 1,
                 "batch_size": 1,
                 "no_median": 1,
@@ -114,6 +121,7 @@ def compare_pipeline(where: CompareFilter) -> list[dict[str, Any]]:
                 "framework": 1,
                 "system_id": 1,
                 "device": 1,
+                "workload_key": 1,
             }
         },
     ]
@@ -198,6 +206,8 @@ def pipeline_row(found: Mapping[str, Any]) -> dict[str, Any]:
     finished_at = to_datetime(latest.get("finished_at"))
     return compare_row(
         model=found["model"],
+        display_name=found.get("display_name") or found["model"],
+        workload_key=found["workload_key"],
         framework=found["framework"],
         framework_version=latest.get("framework_version"),
         system_id=found.get("system_id"),

@@ -5,10 +5,14 @@
 - Version 2: each measurement sub-document also carries its summary (sample_count, mean_ms,
   median_ms, p90_ms, p95_ms, p99_ms, ci_low_ms, ci_high_ms, valid: records.summary_columns) and, where
   it has raw latencies, raw_codec ("int64le", the packing of its latency chunks) beside raw_count.
+- Version 3: each measurement sub-document also carries workload_key (contract.workload.workload_key
+  of its evaluation and scenario) and display_name (its evaluation's), so that the comparison table
+  has one row per workload.
 
 `read_state` says what a database holds without changing it, `mark_current` records the current
-version in an empty database, and `upgrade` backfills version-1 evaluations in batches and then
-writes the meta document: an interrupted upgrade leaves version 1, and running it again is harmless.
+version in an empty database, and `upgrade` backfills older evaluations in batches and then writes
+the meta document: an interrupted upgrade leaves the version it found, and running it again is
+harmless.
 """
 
 from __future__ import annotations
@@ -21,18 +25,20 @@ from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError
 
 from ..schema import SchemaState
-from .codec import decode, measurement_summary
+from .codec import decode, measurement_summary, measurement_workload
 from .documents import DOCUMENTS
 
 __all__ = ["META", "SCHEMA_VERSION", "mark_current", "read_state", "upgrade"]
 
 META = "mlscope_meta"
 SCHEMA_ID = "schema"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 STORE_COLLECTIONS = frozenset(document._meta["collection"] for document in DOCUMENTS) | {META}
 # Evaluations read and rewritten per round trip.
 BATCH_DOCUMENTS = 500
 _UNVERSIONED_NOTE = "written by mlscope 0.1.0, which kept no schema version"
+# What upgrade reads of an evaluation: its measurements and what their workload keys are of.
+_UPGRADE_READS = ("measurements", "model_name", "model_version", "request", "manifest")
 
 
 def read_state(db: Database[Any], *, location: str) -> SchemaState:
@@ -74,8 +80,9 @@ def mark_current(db: Database[Any]) -> None:
 
 
 def upgrade(db: Database[Any]) -> int:
-    """Brings a version-1 database to the current version: every measurement gets the version-2
-    fields, evaluation by evaluation in batches, then the meta document says so.
+    """Brings a version-1 or version-2 database to the current version: every measurement gets the
+    version-2 and version-3 fields, evaluation by evaluation in batches, then the meta document says
+    so.
 
     Returns:
         How many measurement sub-documents were backfilled.
@@ -87,7 +94,9 @@ def upgrade(db: Database[Any]) -> int:
         if last is not None:
             query["_id"] = {"$gt": last}
         batch = list(
-            evaluations.find(query, {"measurements": 1}).sort("_id", ASCENDING).limit(BATCH_DOCUMENTS)
+            evaluations.find(query, dict.fromkeys(_UPGRADE_READS, 1))
+            .sort("_id", ASCENDING)
+            .limit(BATCH_DOCUMENTS)
         )
         if not batch:
             break
@@ -98,6 +107,7 @@ def upgrade(db: Database[Any]) -> int:
                     **measurement_summary(
                         decode(m.get("latency_ms") or {}), decode(m.get("validity") or {}), m.get("raw_count")
                     ),
+                    **measurement_workload(document, m["scenario"]),
                 }
                 for m in document["measurements"]
             ]

@@ -230,7 +230,9 @@ class MongoStore(Store):
         changes: Mapping[str, Any],
         measurements: Sequence[MeasurementRecord] = (),
     ) -> str:
-        current = self._evaluations.find_one({"_id": id}, {"status": 1})
+        # With measurements, what their workload keys are of (codec.measurement_workload).
+        read = ("status", *(("model_name", "model_version", "request", "manifest") if measurements else ()))
+        current = self._evaluations.find_one({"_id": id}, dict.fromkeys(read, 1))
         if current is None:
             raise EvaluationNotFound(id)
         if current["status"] not in allowed_from:
@@ -240,7 +242,7 @@ class MongoStore(Store):
         if measurements:
             token = uuid.uuid4().hex
             self._write_raw(id, token, measurements)
-            update["measurements"] = [measurement_document(m) for m in measurements]
+            update["measurements"] = [measurement_document(m, current) for m in measurements]
             update["raw_token"] = token
         # The status condition is the lock: of concurrent transitions, exactly one matches.
         before = self._evaluations.find_one_and_update(

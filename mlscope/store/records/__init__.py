@@ -12,7 +12,14 @@ from __future__ import annotations
 
 from mlscope.contract.names import ACTIVE_STATUSES, STATUSES, TERMINAL_STATUSES, TRACE_LEVELS
 
-from .compare import COMPARE_COLUMNS, CompareFilter, check_batch_size, compare_row, compare_rows
+from .compare import (
+    COMPARE_COLUMNS,
+    CompareFilter,
+    check_batch_size,
+    compare_row,
+    compare_rows,
+    workload_view,
+)
 from .evaluations import (
     PLAIN_CODEC,
     RAW_CODEC,
@@ -107,4 +114,5 @@ __all__ = [
     "subsample_latencies",
     "summary_columns",
     "unpack_latencies",
+    "workload_view",
 ]

@@ -12,8 +12,17 @@ from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.result import parity_failure
+from mlscope.contract.workload import display_name as workload_display_name
+from mlscope.contract.workload import workload_key
 
-__all__ = ["COMPARE_COLUMNS", "CompareFilter", "check_batch_size", "compare_row", "compare_rows"]
+__all__ = [
+    "COMPARE_COLUMNS",
+    "CompareFilter",
+    "check_batch_size",
+    "compare_row",
+    "compare_rows",
+    "workload_view",
+]
 
 
 @dataclass(frozen=True)
@@ -31,8 +40,11 @@ class CompareFilter:
 
 
 # The columns of a comparison row, in the order tables and CSV files show them.
+# display_name: the model with its options (contract.workload.display_name); workload_key: the
+# workload the row measured (contract.workload.workload_key), one row per workload.
 COMPARE_COLUMNS: tuple[str, ...] = (
     "model",
+    "display_name",
     "framework",
     "framework_version",
     "system_id",
@@ -64,9 +76,25 @@ COMPARE_COLUMNS: tuple[str, ...] = (
     "parity",
     "parity_against",
     "runs",
+    "workload_key",
     "evaluation_id",
     "finished_at",
 )
+
+
+def workload_view(
+    model_name: str,
+    model_version: str | None,
+    request: Mapping[str, Any] | None,
+    manifest: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """What contract.workload reads of an evaluation (its model, request and manifest), from a
+    backend's stored fields: display_name and workload_key of it are what the stores keep."""
+    return {
+        "model": {"name": model_name, "version": model_version},
+        "request": dict(request or {}),
+        "manifest": dict(manifest or {}),
+    }
 
 
 def check_batch_size(value: Any) -> int:
@@ -85,6 +113,8 @@ def check_batch_size(value: Any) -> int:
 def compare_row(
     *,
     model: str,
+    display_name: str,
+    workload_key: str,
     framework: str,
     framework_version: str | None,
     system_id: str | None,
@@ -104,6 +134,8 @@ def compare_row(
 
     Args:
         model, framework, framework_version, device: the evaluation's.
+        display_name, workload_key: the evaluation's model with its options, and the workload the
+            measurement measured (contract.workload).
         system_id, system: the id and the description of the system it ran on ({} when unknown).
         measurement: {"scenario", "batch_size", "latency_ms", "throughput", "validity"} in the public
             shape, and its `load` section where it has one (or as much as a row shows of it:
@@ -111,7 +143,7 @@ def compare_row(
             and max_qps are None without one. Likewise its `cost` section ({"price_per_hour",
             "per_1k_inferences", "ci"}): price_per_hour, cost_per_1k and the cost interval are None
             without one.
-        runs: how many succeeded evaluations share the row's key.
+        runs: how many succeeded evaluations share the row's key (its workload_key among them).
         evaluation_id, finished_at: the evaluation the figures are from, and when it finished (ISO 8601).
         accuracy: the evaluation's accuracy section, or as much of it as a row shows ({"top1",
             "top5"}); None or empty when it has none.
@@ -132,6 +164,7 @@ def compare_row(
         reasons.append(failure)
     return {
         "model": model,
+        "display_name": display_name,
         "framework": framework,
         "framework_version": framework_version,
         "system_id": system_id,
@@ -163,6 +196,7 @@ def compare_row(
         "parity": parity.get("verdict"),
         "parity_against": parity.get("against"),
         "runs": runs,
+        "workload_key": workload_key,
         "evaluation_id": evaluation_id,
         "finished_at": finished_at,
     }
@@ -171,9 +205,11 @@ def compare_row(
 def compare_rows(evaluations: list[dict[str, Any]], where: CompareFilter) -> list[dict[str, Any]]:
     """The comparison table from succeeded evaluations in the public shape.
 
-    One row per (model, framework, system, device, scenario, batch size): the most recently finished
-    evaluation's figures, with `runs` counting how many succeeded evaluations share the key. Rows are
-    ordered by model, scenario, batch size, then median latency, so the fastest of a group comes first.
+    One row per (model, framework, system, device, scenario, batch size, workload key): the most
+    recently finished evaluation's figures, with `runs` counting how many succeeded evaluations share
+    the key; two workloads of one model (other `--config`, input shapes, rates, token counts) are two
+    rows. Rows are ordered by model, display name, scenario, batch size, then median latency, so the
+    fastest of a group comes first (ties: framework, system, device, workload key).
     """
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
     runs: dict[tuple[Any, ...], int] = {}
@@ -184,6 +220,7 @@ def compare_rows(evaluations: list[dict[str, Any]], where: CompareFilter) -> lis
                 continue
             if where.scenarios and m["scenario"] not in where.scenarios:
                 continue
+            workload = workload_key(evaluation, m["scenario"])
             key = (
                 evaluation["model"]["name"],
                 evaluation["framework"]["name"],
@@ -191,10 +228,13 @@ def compare_rows(evaluations: list[dict[str, Any]], where: CompareFilter) -> lis
                 evaluation["device"],
                 m["scenario"],
                 m["batch_size"],
+                workload,
             )
             runs[key] = runs.get(key, 0) + 1
             row = compare_row(
                 model=key[0],
+                display_name=workload_display_name(evaluation),
+                workload_key=workload,
                 framework=key[1],
                 framework_version=evaluation["framework"].get("version"),
                 system_id=key[2],
@@ -221,12 +261,14 @@ def compare_rows(evaluations: list[dict[str, Any]], where: CompareFilter) -> lis
     rows.sort(
         key=lambda r: (
             r["model"],
+            r["display_name"],
             r["scenario"],
             r["batch_size"],
             r["median_ms"] if r["median_ms"] is not None else inf,
             r["framework"],
             r["system_id"] or "",
             r["device"],
+            r["workload_key"],
         )
     )
     return rows

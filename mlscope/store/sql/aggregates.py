@@ -30,7 +30,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import aliased
 
-from ..records import CompareFilter, LayerTotal, MeasurementRecord, compare_row
+from mlscope.contract.workload import workload_key
+
+from ..records import CompareFilter, LayerTotal, MeasurementRecord, compare_row, workload_view
 from .tables import CompareKeyRow, EvaluationRow, MeasurementRow, SpanRow, SystemRow
 
 __all__ = [
@@ -44,7 +46,15 @@ __all__ = [
 ]
 
 _KEYS = CompareKeyRow.__table__.c
-_KEY_COLUMNS = ("model_name", "framework_name", "system_id", "device", "scenario", "batch_size")
+_KEY_COLUMNS = (
+    "model_name",
+    "framework_name",
+    "system_id",
+    "device",
+    "scenario",
+    "batch_size",
+    "workload_key",
+)
 
 
 def _bytewise(expression: Any, dialect: str) -> Any:
@@ -111,7 +121,7 @@ def _counted_keys(where: CompareFilter, dialect: str) -> CTE:
     if dialect != "postgresql":
         return _ranked_keys(where, dialect)
     e, m = EvaluationRow, MeasurementRow
-    key = (e.model_name, e.framework_name, e.system_id, e.device, m.scenario, m.batch_size)
+    key = (e.model_name, e.framework_name, e.system_id, e.device, m.scenario, m.batch_size, m.workload_key)
     counted = (
         select(*key, func.count().label("runs"), func.max(e.finished_at).label("finished_at"))
         .join_from(e, m, m.evaluation_id == e.id)
@@ -129,6 +139,7 @@ def _counted_keys(where: CompareFilter, dialect: str) -> CTE:
                 m2.evaluation_id == e2.id,
                 m2.scenario == counted.c.scenario,
                 m2.batch_size == counted.c.batch_size,
+                m2.workload_key == counted.c.workload_key,
             ),
         )
         .where(
@@ -158,7 +169,15 @@ def _ranked_keys(where: CompareFilter, dialect: str) -> CTE:
     """`_counted_keys` by ranking every measurement of a key (rank 1: the greatest finished_at, then
     id) and counting them with window functions."""
     e, m = EvaluationRow, MeasurementRow
-    partition = (e.model_name, e.framework_name, e.system_id, e.device, m.scenario, m.batch_size)
+    partition = (
+        e.model_name,
+        e.framework_name,
+        e.system_id,
+        e.device,
+        m.scenario,
+        m.batch_size,
+        m.workload_key,
+    )
     latest_first = (e.finished_at.desc().nulls_last(), _bytewise(e.id, dialect).desc())
     ranked = (
         select(
@@ -200,6 +219,7 @@ def compare_query(where: CompareFilter, dialect: str) -> Select[Unpack[tuple[Any
     return (
         select(
             keys.c.model_name,
+            e.display_name,
             keys.c.framework_name,
             e.framework_version,
             system_id,
@@ -235,6 +255,7 @@ def compare_query(where: CompareFilter, dialect: str) -> Select[Unpack[tuple[Any
             # The cost section whole (None without one): as an object its numbers come back as
             # written, where SQLite would give a scalar path's float to 15 digits only.
             _json_text(m.extra["cost"]),
+            keys.c.workload_key,
         )
         .select_from(keys)
         .join(e, e.id == keys.c.evaluation_id)
@@ -247,10 +268,11 @@ def compare_query(where: CompareFilter, dialect: str) -> Select[Unpack[tuple[Any
             ),
         )
         .outerjoin(s, s.id == system_id)
-        # records.compare_rows' order: model, scenario, batch size, fastest first (unmeasured last),
-        # then framework, system and device, every string by code point.
+        # records.compare_rows' order: model, display name, scenario, batch size, fastest first
+        # (unmeasured last), then framework, system, device and workload, every string by code point.
         .order_by(
             _bytewise(keys.c.model_name, dialect),
+            _bytewise(func.coalesce(e.display_name, keys.c.model_name), dialect),
             _bytewise(keys.c.scenario, dialect),
             keys.c.batch_size,
             m.median_ms.is_(None),
@@ -258,6 +280,7 @@ def compare_query(where: CompareFilter, dialect: str) -> Select[Unpack[tuple[Any
             _bytewise(keys.c.framework_name, dialect),
             _bytewise(func.coalesce(system_id, ""), dialect),
             _bytewise(keys.c.device, dialect),
+            _bytewise(keys.c.workload_key, dialect),
         )
     )
 
@@ -279,16 +302,20 @@ class JSONTexts(dict[str | None, Any]):
 def compare_result(row: Row[Unpack[tuple[Any, ...]]], texts: JSONTexts) -> dict[str, Any]:
     """One row of `compare_query` as records.compare_row formats it, its JSON texts read through
     `texts`."""
-    values = tuple(row)
+    model, display_name, *rest = tuple(row)
+    values = (model, *rest)
     (model, framework, framework_version, system_id, hostname, agent_id, instance_type) = values[:7]
     cpu, device, scenario = values[7:10]
     (batch_size, median, p90, p99, ci_low, ci_high, throughput, count, valid, reasons) = values[10:20]
     runs, evaluation_id, finished_at = values[20:23]
     top1, top5, verdict, against = (texts[text] for text in values[23:27])
     target_qps, achieved_qps, max_qps = (texts[text] for text in values[27:30])
-    cost = texts[values[30]]
+    cost, workload = texts[values[30]], values[31]
     return compare_row(
         model=model,
+        # NULL only for a row written between its evaluation's insert and schema 8's backfill.
+        display_name=display_name or model,
+        workload_key=workload,
         framework=framework,
         framework_version=framework_version,
         system_id=system_id,
@@ -331,6 +358,9 @@ def compare_key_rows(
     Keys come in one order (scenario, batch size), so concurrent finishers of one model never lock
     them crosswise.
     """
+    workload = workload_view(
+        evaluation.model_name, evaluation.model_version, evaluation.request, evaluation.manifest
+    )
     return [
         {
             "model_name": evaluation.model_name,
@@ -339,6 +369,7 @@ def compare_key_rows(
             "device": evaluation.device,
             "scenario": m.scenario,
             "batch_size": m.batch_size,
+            "workload_key": workload_key(workload, m.scenario),
             "runs": 1,
             "latest_evaluation_id": evaluation.id,
             "latest_finished_at": evaluation.finished_at,

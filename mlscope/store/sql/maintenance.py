@@ -12,22 +12,42 @@ from typing import Any
 from sqlalchemy import Engine, delete, func, select, update
 
 from mlscope.contract.names import TERMINAL_STATUSES
+from mlscope.contract.workload import display_name, workload_key
 
 from ..maintenance import PruneReport
-from ..records import RAW_CODEC, EvaluationRecord, MeasurementRecord, pack_latencies, summary_columns
+from ..records import (
+    RAW_CODEC,
+    EvaluationRecord,
+    MeasurementRecord,
+    pack_latencies,
+    summary_columns,
+    workload_view,
+)
 from .aggregates import backfill_compare_keys, upsert_compare_key_rows
 from .tables import Base, CompareKeyRow, EvaluationRow, MeasurementRow, SpanRow, SystemRow
 
-__all__ = ["bulk_insert", "measurement_values", "prune"]
+__all__ = ["bulk_insert", "evaluation_display_name", "measurement_values", "prune", "record_workload"]
 
 Insert = Callable[[type[Base]], Any]
 
 
-def measurement_values(evaluation_id: str, m: MeasurementRecord) -> dict[str, Any]:
-    """A measurement's row: its summary in columns, its raw latencies packed."""
+def record_workload(record: EvaluationRecord | Any) -> dict[str, Any]:
+    """What contract.workload reads of an evaluation record or row (records.workload_view)."""
+    return workload_view(record.model_name, record.model_version, record.request, record.manifest)
+
+
+def evaluation_display_name(record: EvaluationRecord | Any) -> str:
+    """The `display_name` column of an evaluation record or row (schema 8)."""
+    return display_name(record_workload(record))
+
+
+def measurement_values(evaluation_id: str, m: MeasurementRecord, workload: dict[str, Any]) -> dict[str, Any]:
+    """A measurement's row: its summary in columns, its raw latencies packed, and the key of the
+    workload it measured (of `workload`, its evaluation as record_workload reads it)."""
     raw = m.latencies_ns
     return {
         "evaluation_id": evaluation_id,
+        "workload_key": workload_key(workload, m.scenario),
         "scenario": m.scenario,
         "batch_size": m.batch_size,
         "latency_ms": m.latency_ms,
@@ -44,7 +64,7 @@ def measurement_values(evaluation_id: str, m: MeasurementRecord) -> dict[str, An
 def bulk_insert(
     writer: Engine, insert: Insert, records: Sequence[EvaluationRecord], systems: Mapping[str, dict[str, Any]]
 ) -> int:
-    columns = [column.key for column in EvaluationRow.__table__.columns]
+    columns = [column.key for column in EvaluationRow.__table__.columns if column.key != "display_name"]
     with writer.begin() as connection:
         if systems:
             now = datetime.now(timezone.utc)
@@ -58,11 +78,19 @@ def bulk_insert(
                 new.setdefault(record.id, record)
         if not new:
             return 0
-        evaluations = [{key: getattr(record, key) for key in columns} for record in new.values()]
+        evaluations = [
+            {
+                **{key: getattr(record, key) for key in columns},
+                "display_name": evaluation_display_name(record),
+            }
+            for record in new.values()
+        ]
         # A concurrent import of the same ids loses nothing and duplicates nothing: both skip.
         connection.execute(insert(EvaluationRow).on_conflict_do_nothing(index_elements=["id"]), evaluations)
         measurements = [
-            measurement_values(record.id, m) for record in new.values() for m in record.measurements
+            measurement_values(record.id, m, record_workload(record))
+            for record in new.values()
+            for m in record.measurements
         ]
         if measurements:
             statement = insert(MeasurementRow).on_conflict_do_nothing(
@@ -75,7 +103,7 @@ def bulk_insert(
         return len(new)
 
 
-_KEY_NAMES = ("model_name", "framework_name", "system_id", "device", "scenario", "batch_size")
+_KEY_NAMES = ("model_name", "framework_name", "system_id", "device", "scenario", "batch_size", "workload_key")
 
 
 def _compare_keys(records: Iterable[EvaluationRecord]) -> list[dict[str, Any]]:
@@ -85,6 +113,7 @@ def _compare_keys(records: Iterable[EvaluationRecord]) -> list[dict[str, Any]]:
     for record in records:
         if record.status != "succeeded" or record.system_id is None or record.finished_at is None:
             continue
+        workload = record_workload(record)
         for m in record.measurements:
             key = (
                 record.model_name,
@@ -93,6 +122,7 @@ def _compare_keys(records: Iterable[EvaluationRecord]) -> list[dict[str, Any]]:
                 record.device,
                 m.scenario,
                 m.batch_size,
+                workload_key(workload, m.scenario),
             )
             row = keys.get(key)
             if row is None:

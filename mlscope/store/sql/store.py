@@ -46,7 +46,7 @@ from .aggregates import (
     upsert_compare_key_rows,
 )
 from .engine import create_server_engine, create_sqlite_engine, engine_url, report_unavailable, sqlite_path
-from .maintenance import bulk_insert, measurement_values, prune
+from .maintenance import bulk_insert, evaluation_display_name, measurement_values, prune, record_workload
 from .queries import expired_leases_query, filtered, insert_spans_postgresql, to_record, with_children
 from .schema import backup_sqlite, create_at_head, head_revision, migrate, read_sqlite_state, read_state
 from .series import history_query, history_result, series_keys_query, series_keys_result
@@ -215,6 +215,7 @@ class SQLStore(Store):
             for column in EvaluationRow.__table__.columns
             if hasattr(record, column.key)
         }
+        values["display_name"] = evaluation_display_name(record)
         statement = self._insert(EvaluationRow).values(**values).on_conflict_do_nothing(index_elements=["id"])
         with self._writer.begin() as connection:
             connection.execute(statement)
@@ -238,7 +239,8 @@ class SQLStore(Store):
             if before in allowed_from:
                 for name, value in changes.items():
                     setattr(row, name, value)
-                session.add_all(MeasurementRow(**measurement_values(id, m)) for m in measurements)
+                workload = record_workload(row)
+                session.add_all(MeasurementRow(**measurement_values(id, m, workload)) for m in measurements)
                 if measurements and row.status == "succeeded":
                     session.execute(
                         upsert_compare_key_rows(self._dialect), compare_key_rows(row, measurements)

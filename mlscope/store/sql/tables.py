@@ -115,6 +115,9 @@ class EvaluationRow(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     lease_owner: Mapped[str | None] = mapped_column(String(255))
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Schema 8: the model as the comparison table shows it, with its options (`hf:gpt2[n_layer=2]`:
+    # contract.workload.display_name), written with the evaluation; last for the same reason.
+    display_name: Mapped[str | None] = mapped_column(String)
 
     # lazy="raise": every read says what it loads, so listing never issues a query per row.
     system: Mapped[SystemRow | None] = relationship(lazy="raise")
@@ -172,6 +175,9 @@ class MeasurementRow(Base):
     ci_low_ms: Mapped[float | None] = mapped_column(Float)
     ci_high_ms: Mapped[float | None] = mapped_column(Float)
     valid: Mapped[bool | None] = mapped_column(Boolean)
+    # Schema 8: the workload the measurement measured (contract.workload.workload_key of its
+    # evaluation and scenario), which the comparison table keys on beside the model's name.
+    workload_key: Mapped[str | None] = mapped_column(String(16))
 
 
 class SpanRow(Base):
@@ -198,10 +204,11 @@ class SpanRow(Base):
 
 class CompareKeyRow(Base):
     """The comparison table's keys, kept as evaluations succeed: per (model, framework, system, device,
-    scenario, batch size), how many succeeded evaluations measured it and which finished last
-    (greatest finished_at, then id), so that an unfiltered comparison reads one row per key instead
-    of every measurement. Written in the transaction that finishes an evaluation (SQLStore._transition);
-    a succeeded evaluation never changes again, so the counts stay exact."""
+    scenario, batch size, workload key; the last since schema 8), how many succeeded evaluations
+    measured it and which finished last (greatest finished_at, then id), so that an unfiltered
+    comparison reads one row per key instead of every measurement. Written in the transaction that
+    finishes an evaluation (SQLStore._transition); a succeeded evaluation never changes again, so the
+    counts stay exact."""
 
     __tablename__ = "compare_keys"
 
@@ -211,6 +218,7 @@ class CompareKeyRow(Base):
     device: Mapped[str] = mapped_column(String(64), primary_key=True)
     scenario: Mapped[str] = mapped_column(String(32), primary_key=True)
     batch_size: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workload_key: Mapped[str] = mapped_column(String(16), primary_key=True)
     runs: Mapped[int] = mapped_column(Integer)
     latest_evaluation_id: Mapped[str] = mapped_column(ForeignKey("evaluations.id"))
     latest_finished_at: Mapped[datetime] = mapped_column(UTCDateTime())
