@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from mlscope.contract.errors import UserError
-from mlscope.contract.workload import display_name, workload_differences
+from mlscope.contract.workload import display_name, workload_differences, workload_key
 from mlscope.store import Store
 from mlscope.store.records.history import DEFAULT_HISTORY_POINTS, SERIES_KEY_FIELDS
 
@@ -275,7 +275,10 @@ def against_history(
 ) -> list[dict[str, Any]]:
     """One stored result judged against its series: per measurement, the ratio of its median to the
     median of the series' latest segment (its points before this result, after their last change
-    point), with a 95% interval and a verdict.
+    point), with a 95% interval and a verdict. Only the series' points of the same workload
+    (contract.workload.workload_key: load and generation settings, model and predictor options) are
+    judged against: a run at another rate or with other options is not a baseline, and how many were
+    left out is said.
 
     The interval is the ratio's under the segment's run-to-run spread (1.4826 × the median absolute
     deviation of the log medians) plus the uncertainty of the segment's median: what one more run
@@ -293,7 +296,8 @@ def against_history(
         "median_ms", "verdict" (one of VERDICTS), "ratio", "ci" ([low, high], None with the ratio
         when the series is too short), "segment": {"points", "median_ms", "since" (its first point's
         created_at), "change_point" (the last one, or None)}, "needed" (the points the series
-        lacks for a verdict, 0 when it has enough), "threshold"}. "faster"/"slower" when the
+        lacks for a verdict, 0 when it has enough), "other_workloads" (the series' points left out
+        for measuring another workload), "threshold"}. "faster"/"slower" when the
         interval excludes 1 and the change reaches the threshold; else "no detectable difference".
 
     Raises:
@@ -315,13 +319,17 @@ def against_history(
         if median is None:
             continue
         key = _result_key(result, measurement)
-        points = _usable(_whole_series(store, key, until=created_at), settings)
+        series = _whole_series(store, key, until=created_at)
+        wanted = workload_key(result, measurement["scenario"])
+        alike = [point for point in series if point.get("workload_key") == wanted]
+        points = _usable(alike, settings)
         judged.append(
             {
                 "scenario": measurement["scenario"],
                 "batch_size": measurement["batch_size"],
                 "median_ms": median,
                 **_judged(median, points, threshold, settings),
+                "other_workloads": len(series) - len(alike),
                 "threshold": threshold,
             }
         )

@@ -138,6 +138,10 @@ class HistoryPointSchema(Schema):
     p99_ms = fields.Float(allow_none=True)
     throughput = fields.Float(allow_none=True, metadata={"description": "samples per second"})
     valid = fields.Boolean(allow_none=True)
+    workload_key = fields.String(
+        allow_none=True,
+        metadata={"description": "the workload measured: points with different keys measured different ones"},
+    )
 
 
 class ChangePointSchema(Schema):

@@ -158,6 +158,11 @@ def _against_history(store: Any, a: str, threshold: float, as_json: bool) -> Non
         )
     console.print(table)
     for point in points:
+        if point.get("other_workloads"):
+            note(
+                f"{point['scenario']} batch {point['batch_size']}: {point['other_workloads']} run(s) of the "
+                "series measured another workload (load, generation or model settings) and are left out"
+            )
         if point.get("needed"):
             note(
                 f"{point['scenario']} batch {point['batch_size']}: the series needs {point['needed']} more "

@@ -14,6 +14,7 @@ import pytest
 
 from mlscope.analysis.history import read_series
 from mlscope.contract.errors import UserError
+from mlscope.contract.workload import workload_key
 from mlscope.store import Store
 from mlscope.store.records.history import HISTORY_FIELDS, MAX_HISTORY_POINTS, SERIES_KEY_FIELDS
 
@@ -99,6 +100,7 @@ def test_a_point_per_succeeded_evaluation_oldest_first_with_its_figures(store: S
         "p99_ms": pytest.approx(5.2),
         "throughput": 250.0,
         "valid": False,
+        "workload_key": workload_key(store.get_evaluation(third), "single_stream"),
     }
 
 

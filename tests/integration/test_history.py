@@ -38,6 +38,7 @@ def store_result(
     system: int = 1,
     succeed: bool = True,
     valid: bool = False,
+    request: dict[str, Any] | None = None,
 ) -> str:
     """One evaluation created `at`, whose single_stream batch-1 median is `median` ms, valid or not."""
     id = store.create_evaluation(
@@ -46,7 +47,7 @@ def store_result(
         framework={"name": framework, "version": None},
         runner="inline",
         device="cpu",
-        request={},
+        request=request or {},
         created_at=at,
     )
     validity = {"valid": valid, "reasons": [] if valid else ["other processes used 40% of the CPU"]}
@@ -223,6 +224,24 @@ def test_a_result_is_judged_against_the_segment_after_the_last_change_point(stor
     assert judged["segment"]["points"] == 15
     assert judged["segment"]["change_point"]["index"] == 20
     assert judged["segment"]["median_ms"] == pytest.approx(10.8, rel=0.01)
+
+
+def test_a_result_is_judged_only_against_the_runs_of_its_own_workload(store: Store) -> None:
+    # Given one series whose runs alternate between 4 threads (~10 ms) and 1 thread (~14 ms)
+    four, one = {"options": {"threads": 4}}, {"options": {"threads": 1}}
+    tens, fourteens = noisy(10.0, 12, 21, cv=0.01), noisy(14.0, 12, 22, cv=0.01)
+    for i in range(12):
+        store_result(store, float(tens[i]), T0 + timedelta(hours=2 * i), request=four)
+        store_result(store, float(fourteens[i]), T0 + timedelta(hours=2 * i + 1), request=one)
+    latest = store_result(store, 10.0, T0 + timedelta(hours=30), request=four)
+
+    # When a 4-thread run at 10 ms is judged
+    [judged] = against_history(store, latest)
+
+    # Then only the 4-thread runs are its baseline, and the 1-thread runs are said to be left out
+    assert judged["verdict"] == "no detectable difference"
+    assert judged["segment"]["points"] == 12 and judged["other_workloads"] == 12
+    assert judged["segment"]["median_ms"] == pytest.approx(10.0, rel=0.02)
 
 
 def test_a_result_with_too_short_a_series_says_how_many_more_points(store: Store) -> None:

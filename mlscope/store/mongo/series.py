@@ -64,6 +64,7 @@ def history_pipeline(where: HistoryFilter, *, limit: int) -> list[dict[str, Any]
                 "device": 1,
                 "manifest_sha256": 1,
                 "framework_version": 1,
+                "workload_key": "$measurements.workload_key",
                 **measurement_figures("$measurements"),
             }
         },
@@ -87,6 +88,7 @@ def history_row(found: Mapping[str, Any]) -> dict[str, Any]:
         p99_ms=found.get("p99_ms"),
         throughput=found.get("throughput"),
         valid=found.get("valid"),
+        workload_key=found.get("workload_key"),
     )
 
 

@@ -47,6 +47,7 @@ HISTORY_FIELDS: tuple[str, ...] = (
     "p99_ms",
     "throughput",
     "valid",
+    "workload_key",
 )
 # What names one series, in the order `Store.history_series` returns them.
 SERIES_KEY_FIELDS: tuple[str, ...] = (
@@ -160,8 +161,11 @@ def history_point(
     p99_ms: float | None,
     throughput: float | None,
     valid: bool | None,
+    workload_key: str | None = None,
 ) -> dict[str, Any]:
-    """One point of a series, its keys in HISTORY_FIELDS order, created_at as UTC ISO 8601."""
+    """One point of a series, its keys in HISTORY_FIELDS order, created_at as UTC ISO 8601.
+    `workload_key` is the measurement's (contract.workload.workload_key): the points of one series
+    with different keys measured different workloads."""
     return {
         "evaluation_id": evaluation_id,
         "created_at": created_at.astimezone(timezone.utc).isoformat(),
@@ -175,6 +179,7 @@ def history_point(
         "p99_ms": p99_ms,
         "throughput": throughput,
         "valid": valid,
+        "workload_key": workload_key,
     }
 
 

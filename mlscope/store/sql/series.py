@@ -60,6 +60,7 @@ def history_query(where: HistoryFilter, *, limit: int, dialect: str) -> Select[U
             _M.p99_ms,
             _M.throughput,
             _M.valid,
+            _M.workload_key,
         )
         .join_from(_E, _M, _M.evaluation_id == _E.id)
         .where(*_conditions(where))
@@ -73,7 +74,7 @@ def history_result(rows: Sequence[Row[Unpack[tuple[Any, ...]]]]) -> list[dict[st
     points = []
     for row in reversed(rows):
         (id, created_at, system_id, device, manifest, version) = row[:6]
-        median, ci_low, ci_high, p99, throughput, valid = row[6:]
+        median, ci_low, ci_high, p99, throughput, valid, workload_key = row[6:]
         points.append(
             history_point(
                 evaluation_id=id,
@@ -88,6 +89,7 @@ def history_result(rows: Sequence[Row[Unpack[tuple[Any, ...]]]]) -> list[dict[st
                 p99_ms=p99,
                 throughput=throughput,
                 valid=valid,
+                workload_key=workload_key,
             )
         )
     return points
