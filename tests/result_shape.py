@@ -17,6 +17,8 @@ RESULT_KEYS = frozenset(
         "attempts",
         "cold_start",
         "measurements",
+        # The model as users read it, with its overrides (`hf:gpt2[n_layer=2]`), derived on read.
+        "display_name",
         "error",
         "created_at",
         "started_at",

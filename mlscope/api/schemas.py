@@ -303,6 +303,7 @@ class EvaluationSchema(Schema):
     id = fields.String()
     status = fields.String(metadata={"description": " | ".join(STATUSES)})
     model = _obj("{name, version, manifest_sha256}")
+    display_name = fields.String(metadata={"description": "the model with its overrides: hf:gpt2[n_layer=2]"})
     framework = _obj("{name, version, ...details}")
     system = _obj("the machine it ran on: {id, hostname, cpu, gpus, ...}")
     runner = fields.String()
@@ -316,9 +317,7 @@ class EvaluationSchema(Schema):
         },
     )
     attempts = fields.Integer(
-        metadata={
-            "description": "how many times it was started: more than 1 when its job was delivered again"
-        }
+        metadata={"description": "how many times it was started: above 1 if redelivered"}
     )
     cold_start = _obj(
         "{import_ms, load_ms, first_inference_ms, fetch_ms, warm_process}; load_ms is the model built from "

@@ -36,6 +36,7 @@ def test_a_submitted_evaluation_is_queued_with_its_snapshots(store: Store) -> No
     assert set(evaluation) == RESULT_KEYS
     assert evaluation["status"] == "queued"
     assert evaluation["model"] == {"name": "resnet18", "version": "1.0", "manifest_sha256": "a" * 64}
+    assert evaluation["display_name"] == "resnet18"
     assert evaluation["framework"] == {"name": "pytorch", "version": None}
     assert (evaluation["runner"], evaluation["device"], evaluation["trace_level"]) == (
         "inline",

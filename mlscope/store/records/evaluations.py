@@ -17,6 +17,7 @@ import numpy as np
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.names import STATUSES
+from mlscope.contract.workload import display_name
 
 from .sections import check_cost, check_energy
 from .values import (
@@ -403,6 +404,11 @@ def evaluation_to_dict(record: EvaluationRecord, *, include_raw: bool = False) -
     measurements = sorted(record.measurements, key=lambda m: (m.scenario, m.batch_size))
     present = (("accuracy", record.accuracy), ("parity", record.parity), ("memory", record.memory))
     sections = {name: value for name, value in present if value}
+    # The model as users read it, with its overrides (`hf:gpt2[n_layer=2]`): derived, so every
+    # stored result has it, old ones included.
+    shown = display_name(
+        {"model": {"name": record.model_name}, "request": record.request, "manifest": record.manifest}
+    )
     return {
         "id": record.id,
         "status": record.status,
@@ -411,6 +417,7 @@ def evaluation_to_dict(record: EvaluationRecord, *, include_raw: bool = False) -
             "version": record.model_version,
             "manifest_sha256": record.manifest_sha256,
         },
+        "display_name": shown,
         "framework": {
             "name": record.framework_name,
             "version": record.framework_version,
