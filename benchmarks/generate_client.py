@@ -12,7 +12,9 @@ Prints, in one run on this machine:
   (b) the requests/s the engine sustains against the mock endpoint answering instantly (16 output
       tokens, one chunk each), at concurrency 1, 4 and 16 (one engine shared by that many threads).
       The mock runs in a process of its own; this bounds the request rate mlscope can measure. The
-      minimal client's rate, through the same connection pool, is printed beside it.
+      minimal httpx client's rate (one httpx client shared by as many threads, its pool as large) is
+      printed beside it, from slices alternating with the engine's, with the ratio of the two and
+      the machine's load average (the rate is the client's CPU per request on a busy machine).
 
 Usage: python benchmarks/generate_client.py [--requests 30] [--seconds 3] [--skip-serve]
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -52,6 +55,26 @@ PROMPT_TOKENS = 32
 OUTPUT_TOKENS = 16
 
 
+def bare_body(model: str, text: str) -> dict[str, Any]:
+    """What the minimal client sends: the engine's request without its options."""
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": text}],
+        "stream": True,
+        "max_tokens": OUTPUT_TOKENS,
+        "stream_options": {"include_usage": True},
+        "temperature": 0,
+    }
+
+
+def bare_client(connections: int) -> httpx.Client:
+    """An httpx client configured as the engine's was before it had a client of its own."""
+    return httpx.Client(
+        timeout=httpx.Timeout(120, pool=None),
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+    )
+
+
 def minimal_ttft_ns(client: httpx.Client, url: str, body: dict[str, Any]) -> int:
     """The bare client: time from the POST to the first data line carrying content."""
     start = time.perf_counter_ns()
@@ -69,10 +92,7 @@ def client_overhead(
     label: str, base_url: str, model: str, requests: int, prompt: PromptText = synthetic_prompt
 ) -> None:
     engine = EndpointEngine(base_url, model, api="chat", timeout_s=120, concurrency=1, prompt_text=prompt)
-    client = httpx.Client(
-        timeout=httpx.Timeout(120, pool=None),
-        limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
-    )
+    client = bare_client(1)
     url = base_url + "/chat/completions"
     ours: list[int] = []
     bare: list[int] = []
@@ -87,15 +107,7 @@ def client_overhead(
             failures += 1
 
     def run_bare(index: int) -> None:
-        body = {
-            "model": model,
-            "messages": [{"role": "user", "content": prompt(PROMPT_TOKENS, 0, index)}],
-            "stream": True,
-            "max_tokens": OUTPUT_TOKENS,
-            "stream_options": {"include_usage": True},
-            "temperature": 0,
-        }
-        bare.append(minimal_ttft_ns(client, url, body))
+        bare.append(minimal_ttft_ns(client, url, bare_body(model, prompt(PROMPT_TOKENS, 0, index))))
 
     for index in range(3):  # warm both connections and the server
         run_ours(index)
@@ -137,16 +149,17 @@ def sustained_rate(
     """Requests one engine (or, `minimal`, the bare httpx client) completes in about `seconds` with
     `concurrency` threads issuing back to back: the requests, the failures, the seconds they took and
     this process's CPU seconds (what the client costs)."""
-    engine = EndpointEngine(base_url, "ok", concurrency=concurrency)
-    client = engine._client  # the bare client shares the engine's pool: only the code differs
+    engine = None if minimal else EndpointEngine(base_url, "ok", concurrency=concurrency)
+    client = bare_client(concurrency) if minimal else None
     url = base_url + "/chat/completions"
     done = [0] * concurrency
     failed = [0] * concurrency
 
     def one(index: int) -> bool:
-        if not minimal:
+        if engine is not None:
             return engine.generate(GenerationRequest(index, PROMPT_TOKENS, OUTPUT_TOKENS)).ok
-        body = engine._body(GenerationRequest(index, PROMPT_TOKENS, OUTPUT_TOKENS))
+        assert client is not None
+        body = bare_body("ok", synthetic_prompt(PROMPT_TOKENS, 0, index))
         return minimal_ttft_ns(client, url, body) > 0
 
     threads = [threading.Thread(target=one, args=(slot,)) for slot in range(concurrency)]
@@ -173,8 +186,13 @@ def sustained_rate(
         thread.join()
     elapsed = time.perf_counter() - start
     cpu = time.process_time() - cpu
-    engine.close()
+    (engine or client).close()  # type: ignore[union-attr]
     return sum(done), sum(failed), elapsed, cpu
+
+
+def load_average() -> str:
+    """The 1-, 5- and 15-minute load averages: the machine is shared, and a rate is CPU-bound."""
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 def main() -> None:
@@ -202,6 +220,7 @@ def main() -> None:
 
     print(
         f"(b) requests/s against the instant mock endpoint ({OUTPUT_TOKENS} tokens), {args.seconds:g} s each"
+        f" (load average {load_average()})"
     )
     with mock_process() as base_url:
         for concurrency in (1, 4, 16):
@@ -217,6 +236,11 @@ def main() -> None:
                     f"{count / elapsed:8.1f} requests/s ({int(count)} requests, {int(failed)} failed; "
                     f"client CPU {cpu / max(1, count) * 1e3:.2f} ms per request)"
                 )
+            (ours, _, our_s, _), (bare, _, bare_s, _) = totals[False], totals[True]
+            print(
+                f"  concurrency {concurrency:>2} ratio mlscope / minimal httpx "
+                f"{(ours / our_s) / (bare / bare_s):.2f} (load average {load_average()})"
+            )
 
 
 if __name__ == "__main__":
