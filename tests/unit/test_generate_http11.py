@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import socket
 import statistics
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -155,6 +157,56 @@ def test_a_connection_the_server_closed_while_idle_is_replaced_and_nothing_is_se
     assert [path for path, _ in server.seen] == ["/v1/chat/completions"] * 2
 
 
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (made by the openssl command) and its key."""
+    directory = tmp_path_factory.mktemp("tls")
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def test_https_streams_over_one_verified_connection(
+    certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a TLS endpoint whose certificate the environment trusts (SSL_CERT_FILE, as httpx reads it)
+    monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
+    with mock_endpoint(certificate) as server:
+        assert server.base_url.startswith("https://")
+        records = _run(server, "ok", count=3, concurrency=1)
+        # Then every request streams all its tokens over the one connection the probe opened
+        assert [r.error for r in records] == [None] * 3 and all(r.output_tokens == N for r in records)
+        assert server.connections == 1
+        # And where the certificate is not trusted, the request says so and nothing is sent
+        monkeypatch.delenv("SSL_CERT_FILE")
+        [refused] = _run(server, "ok")
+        assert refused.error is not None
+        assert refused.error.startswith(f"cannot connect to {server.base_url}/chat/completions: ")
+        assert "CERTIFICATE_VERIFY_FAILED" in refused.error
+        assert server.requests == 3
+
+
 def test_timeouts_cover_the_answer_and_each_read(server: MockEndpoint) -> None:
     server.hang_s = 0.6
     started = time.perf_counter()
@@ -271,7 +323,7 @@ CHUNKS = [
     _chat({"content": "x"}, "length"),
     _chat({"content": "x"}, usage=None),
     _chat({"content": "x"}, usage={"completion_tokens": 3}),
-    _chat({"content": "\"usage\": {}, \"finish_reason\": \"stop\""}),
+    _chat({"content": '"usage": {}, "finish_reason": "stop"'}),
     {"choices": [{"index": 0, "delta": {}}, {"index": 1, "delta": {"content": "x"}}]},
     {"choices": [{"index": 0, "message": {"content": "not a delta"}, "delta": {}}]},
     {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 8}},

@@ -319,13 +319,13 @@ class EndpointEngine:
         if plain_text_chunk(data, self._text):
             stream.token_ns.append(now)  # a token and nothing else: no JSON parse needed
             return False
-        text = data.decode("utf-8", "replace")
+        decoded = data.decode("utf-8", "replace")
         try:
-            chunk = json.loads(text)
+            chunk = json.loads(decoded)
         except ValueError:
             chunk = None
         if not isinstance(chunk, dict):
-            raise _StreamError(f"malformed chunk: {text[:80]}")
+            raise _StreamError(f"malformed chunk: {decoded[:80]}")
         if chunk.get("error"):
             raise _StreamError(f"the server reported an error mid-stream: {_message(chunk)[:200]}")
         choices = chunk.get("choices") or []

@@ -444,9 +444,12 @@ def _inflated(pieces: Iterator[bytes], encoding: str) -> Iterator[bytes]:
 
 
 def _user_agent() -> str:
-    from mlscope import __version__
+    from importlib import metadata
 
-    return f"mlscope/{__version__}"
+    try:
+        return f"mlscope/{metadata.version('mlscope')}"
+    except metadata.PackageNotFoundError:
+        return "mlscope"
 
 
 def _basic(username: str | None, password: str | None) -> str:

@@ -25,8 +25,10 @@ __all__ = ["Answer", "Transport", "open_transport", "proxied"]
 
 
 class Answer(Protocol):
-    status: int
-    headers: Mapping[str, str]
+    @property
+    def status(self) -> int: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
 
     def pieces(self) -> Iterator[bytes]: ...
     def read(self) -> bytes: ...
@@ -137,10 +139,10 @@ class _mapped:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: object) -> bool:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: object) -> None:
         httpx = self._httpx
         if exc is None or not isinstance(exc, httpx.HTTPError):
-            return False
+            return
         if isinstance(exc, httpx.ConnectError):
             raise ConnectFailed(str(exc) or type(exc).__name__) from None
         if isinstance(exc, httpx.TimeoutException):
