@@ -259,6 +259,42 @@ def test_a_configured_proxy_is_honoured_through_httpx(
     assert direct.error == f"cannot connect to {dead}/chat/completions: connection refused"
 
 
+@pytest.mark.parametrize(
+    ("behaviour", "expected"),
+    [
+        ("ok", None),
+        ("no_done_end", None),
+        ("drop", "the stream ended after 3 tokens without [DONE]"),
+        ("cut", "the stream ended after 3 tokens without [DONE]"),
+        ("malformed", "malformed chunk: {{not json at all"),
+        ("plain", "the endpoint answered without streaming (content-type 'application/json'"),
+        ("error", "HTTP 500 from {url}/chat/completions: the model crashed (mock)"),
+        ("hang", "no response within 0.2 s"),
+        ("stall", "stream stalled 0.2 s after 2 tokens"),
+    ],
+)
+def test_through_a_proxy_each_answer_is_worded_as_without_one(
+    server: MockEndpoint, monkeypatch: pytest.MonkeyPatch, behaviour: str, expected: str | None
+) -> None:
+    # Given the mock as its own proxy (it answers the absolute-form request), so httpx carries it
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.server_address[1]}")
+    server.hang_s = 0.5
+    engine = EndpointEngine(server.base_url, behaviour, timeout_s=0.2)
+    try:
+        assert engine._transport.kind == "httpx"
+        record = engine.generate(GenerationRequest(0, 5, N))
+    finally:
+        engine.close()
+    # Then the record reads as the lean client's would
+    assert server.seen[-1][0] == f"{server.base_url}/chat/completions"
+    if expected is None:
+        assert record.error is None and record.output_tokens == N
+    else:
+        assert record.error is not None and expected.format(url=server.base_url) in record.error
+
+
 def _run_url(url: str, model: str) -> list[RequestRecord]:
     engine = EndpointEngine(url, model)
     try:

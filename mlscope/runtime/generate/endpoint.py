@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from mlscope.contract.errors import UserError
 from mlscope.runtime.generate.prompts import PromptText, synthetic_prompt, tokenizer_prompt
@@ -424,9 +424,10 @@ def _encode(body: dict[str, Any]) -> bytes:
 
 
 def _target(url: str) -> str:
-    """The request target (path and query) of a URL."""
+    """The request target (path and query) of a URL, percent-encoded where it is not ASCII."""
     parts = urlsplit(url)
-    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return quote(target, safe="/?&=%:@!$'()*+,;-._~")
 
 
 def _check_header(name: Any, value: Any) -> None:

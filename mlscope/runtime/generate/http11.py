@@ -117,7 +117,8 @@ class Http11Pool:
         if self.tls:
             self._ssl = ssl_context or ssl.create_default_context()
             self._ssl.set_alpn_protocols(["http/1.1"])
-        shown = f"[{self.host}]" if ":" in self.host else self.host
+        named = self.host if self.host.isascii() else self.host.encode("idna").decode("ascii")
+        shown = f"[{named}]" if ":" in named else named
         default_port = 443 if self.tls else 80
         authority = shown if self.port == default_port else f"{shown}:{self.port}"
         self._headers = {"host": ("Host", authority)}

@@ -14,6 +14,8 @@ every error alike whichever carried the request. TLS verification is httpx's own
 
 from __future__ import annotations
 
+import os
+import ssl
 import urllib.request
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
@@ -50,8 +52,23 @@ def open_transport(
     """The lean client for `base_url`, or httpx when a proxy may apply to it (see the module)."""
     if proxied(base_url):
         return _HttpxTransport(base_url, headers, timeout_s, max_connections, httpx)
-    context = httpx.create_ssl_context() if base_url.startswith("https:") else None
+    context = _tls_context(httpx) if base_url.startswith("https:") else None
     return Http11Pool(base_url, headers, timeout_s, max_connections, ssl_context=context)
+
+
+def _tls_context(httpx: Any) -> ssl.SSLContext:
+    """httpx's verifying context, so https is trusted exactly as it was (certifi's roots, or the
+    SSL_CERT_FILE / SSL_CERT_DIR named in the environment)."""
+    make = getattr(httpx, "create_ssl_context", None)
+    if make is not None:
+        return make()
+    if os.environ.get("SSL_CERT_FILE"):
+        return ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
+    if os.environ.get("SSL_CERT_DIR"):
+        return ssl.create_default_context(capath=os.environ["SSL_CERT_DIR"])
+    import certifi  # httpx's own dependency
+
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 def proxied(url: str) -> bool:
@@ -114,17 +131,16 @@ class _HttpxTransport:
         request = self._client.build_request(
             "POST", self._origin + target, content=payload, headers={"content-type": "application/json"}
         )
-        return self._open(request, None)
+        return self._open(request)
 
     def get(self, target: str, timeout_s: float | None = None) -> Answer:
-        return self._open(self._client.build_request("GET", self._origin + target), timeout_s)
+        timeout = self._httpx.Timeout(timeout_s or self._timeout_s, pool=None)
+        return self._open(self._client.build_request("GET", self._origin + target, timeout=timeout))
 
     def close(self) -> None:
         self._client.close()
 
-    def _open(self, request: Any, timeout_s: float | None) -> Answer:
-        if timeout_s is not None:
-            request.extensions["timeout"] = self._httpx.Timeout(timeout_s, pool=None).as_dict()
+    def _open(self, request: Any) -> Answer:
         with _mapped(self._httpx):
             response = self._client.send(request, stream=True)
         return _HttpxAnswer(response, self._httpx)
