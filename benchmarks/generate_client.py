@@ -8,11 +8,15 @@ Prints, in one run on this machine:
       configured alike (target ≤ 1.02). The two alternate request by request in a seeded random
       order, so drift and whichever connection ran last favour neither.
       Against `transformers serve` on a tiny random model (2 layers, width 64) and against the mock
-      endpoint streaming with a fixed delay per token;
+      endpoint streaming with a fixed delay per token, whose first token is due that delay after the
+      request: the engine's TTFT less the delay is its distance from the truth (target <= 2 ms; the
+      server's own handling of the request is in it too);
   (b) the requests/s the engine sustains against the mock endpoint answering instantly (16 output
       tokens, one chunk each), at concurrency 1, 4 and 16 (one engine shared by that many threads).
       The mock runs in a process of its own; this bounds the request rate mlscope can measure. The
-      minimal client's rate, through the same connection pool, is printed beside it.
+      minimal httpx client's rate (one httpx client shared by as many threads, its pool as large) is
+      printed beside it, from slices alternating with the engine's, with the ratio of the two and
+      the machine's load average (the rate is the client's CPU per request on a busy machine).
 
 Usage: python benchmarks/generate_client.py [--requests 30] [--seconds 3] [--skip-serve]
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -50,6 +55,28 @@ from mlscope.runtime.generate.serve import LocalServer  # noqa: E402
 
 PROMPT_TOKENS = 32
 OUTPUT_TOKENS = 16
+#: the mock's scripted delay before each token in (a): the first token's true time.
+TOKEN_DELAY_S = 0.005
+
+
+def bare_body(model: str, text: str) -> dict[str, Any]:
+    """What the minimal client sends: the engine's request without its options."""
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": text}],
+        "stream": True,
+        "max_tokens": OUTPUT_TOKENS,
+        "stream_options": {"include_usage": True},
+        "temperature": 0,
+    }
+
+
+def bare_client(connections: int) -> httpx.Client:
+    """An httpx client configured as the engine's was before it had a client of its own."""
+    return httpx.Client(
+        timeout=httpx.Timeout(120, pool=None),
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+    )
 
 
 def minimal_ttft_ns(client: httpx.Client, url: str, body: dict[str, Any]) -> int:
@@ -66,13 +93,15 @@ def minimal_ttft_ns(client: httpx.Client, url: str, body: dict[str, Any]) -> int
 
 
 def client_overhead(
-    label: str, base_url: str, model: str, requests: int, prompt: PromptText = synthetic_prompt
+    label: str,
+    base_url: str,
+    model: str,
+    requests: int,
+    prompt: PromptText = synthetic_prompt,
+    scripted_ms: float | None = None,
 ) -> None:
     engine = EndpointEngine(base_url, model, api="chat", timeout_s=120, concurrency=1, prompt_text=prompt)
-    client = httpx.Client(
-        timeout=httpx.Timeout(120, pool=None),
-        limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
-    )
+    client = bare_client(1)
     url = base_url + "/chat/completions"
     ours: list[int] = []
     bare: list[int] = []
@@ -87,15 +116,7 @@ def client_overhead(
             failures += 1
 
     def run_bare(index: int) -> None:
-        body = {
-            "model": model,
-            "messages": [{"role": "user", "content": prompt(PROMPT_TOKENS, 0, index)}],
-            "stream": True,
-            "max_tokens": OUTPUT_TOKENS,
-            "stream_options": {"include_usage": True},
-            "temperature": 0,
-        }
-        bare.append(minimal_ttft_ns(client, url, body))
+        bare.append(minimal_ttft_ns(client, url, bare_body(model, prompt(PROMPT_TOKENS, 0, index))))
 
     for index in range(3):  # warm both connections and the server
         run_ours(index)
@@ -111,9 +132,10 @@ def client_overhead(
     engine.close()
     client.close()
     mine, theirs = statistics.median(ours) / 1e6, statistics.median(bare) / 1e6
+    truth = "" if scripted_ms is None else f"   mlscope - scripted {mine - scripted_ms:+.3f} ms"
     print(
         f"  {label:<34} TTFT median mlscope {mine:8.3f} ms   minimal httpx {theirs:8.3f} ms   "
-        f"ratio {mine / theirs:.3f}   (n={len(ours)}+{len(bare)}, failed {failures})",
+        f"ratio {mine / theirs:.3f}{truth}   (n={len(ours)}+{len(bare)}, failed {failures})",
         flush=True,
     )
 
@@ -137,16 +159,17 @@ def sustained_rate(
     """Requests one engine (or, `minimal`, the bare httpx client) completes in about `seconds` with
     `concurrency` threads issuing back to back: the requests, the failures, the seconds they took and
     this process's CPU seconds (what the client costs)."""
-    engine = EndpointEngine(base_url, "ok", concurrency=concurrency)
-    client = engine._client  # the bare client shares the engine's pool: only the code differs
+    engine = None if minimal else EndpointEngine(base_url, "ok", concurrency=concurrency)
+    client = bare_client(concurrency) if minimal else None
     url = base_url + "/chat/completions"
     done = [0] * concurrency
     failed = [0] * concurrency
 
     def one(index: int) -> bool:
-        if not minimal:
+        if engine is not None:
             return engine.generate(GenerationRequest(index, PROMPT_TOKENS, OUTPUT_TOKENS)).ok
-        body = engine._body(GenerationRequest(index, PROMPT_TOKENS, OUTPUT_TOKENS))
+        assert client is not None
+        body = bare_body("ok", synthetic_prompt(PROMPT_TOKENS, 0, index))
         return minimal_ttft_ns(client, url, body) > 0
 
     threads = [threading.Thread(target=one, args=(slot,)) for slot in range(concurrency)]
@@ -173,8 +196,13 @@ def sustained_rate(
         thread.join()
     elapsed = time.perf_counter() - start
     cpu = time.process_time() - cpu
-    engine.close()
+    (engine or client).close()  # type: ignore[union-attr]
     return sum(done), sum(failed), elapsed, cpu
+
+
+def load_average() -> str:
+    """The 1-, 5- and 15-minute load averages: the machine is shared, and a rate is CPU-bound."""
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 def main() -> None:
@@ -187,8 +215,14 @@ def main() -> None:
     print(
         f"(a) client overhead, {args.requests} requests each, prompt ~{PROMPT_TOKENS}, {OUTPUT_TOKENS} tokens"
     )
-    with mock_process(token_delay_s=0.005) as base_url:
-        client_overhead("mock endpoint, 5 ms per token", base_url, "slow", args.requests)
+    with mock_process(token_delay_s=TOKEN_DELAY_S) as base_url:
+        client_overhead(
+            f"mock endpoint, {TOKEN_DELAY_S * 1e3:g} ms per token",
+            base_url,
+            "slow",
+            args.requests,
+            scripted_ms=TOKEN_DELAY_S * 1e3,
+        )
     if not args.skip_serve:
         from tests.fixtures.generative import tiny_generative_directory
 
@@ -202,6 +236,7 @@ def main() -> None:
 
     print(
         f"(b) requests/s against the instant mock endpoint ({OUTPUT_TOKENS} tokens), {args.seconds:g} s each"
+        f" (load average {load_average()})"
     )
     with mock_process() as base_url:
         for concurrency in (1, 4, 16):
@@ -217,6 +252,11 @@ def main() -> None:
                     f"{count / elapsed:8.1f} requests/s ({int(count)} requests, {int(failed)} failed; "
                     f"client CPU {cpu / max(1, count) * 1e3:.2f} ms per request)"
                 )
+            (ours, _, our_s, _), (bare, _, bare_s, _) = totals[False], totals[True]
+            print(
+                f"  concurrency {concurrency:>2} ratio mlscope / minimal httpx "
+                f"{(ours / our_s) / (bare / bare_s):.2f} (load average {load_average()})"
+            )
 
 
 if __name__ == "__main__":

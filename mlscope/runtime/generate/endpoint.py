@@ -7,26 +7,35 @@ construction; an endpoint that refuses every connection raises `PredictorError` 
 `check_reachable()`, so a run against a dead server fails at once with one message; anything that goes
 wrong with one request (a timeout, an HTTP error, a stream that drops or stops early) is that request's
 `error`, never an exception, so a server that fails some requests yields a measured failure rate.
+
+Requests go over mlscope's own HTTP/1.1 client (`http11`: a keep-alive pool of plain sockets, a
+fraction of httpx's CPU per request, which bounds the request rate a small machine can measure), or
+over httpx where a proxy configured in the environment may apply (`transport`).
 """
 
 from __future__ import annotations
 
 import json
-import random
 import threading
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from typing import Any
+from urllib.parse import quote, urlsplit
 
 from mlscope.contract.errors import UserError
+from mlscope.runtime.generate.prompts import PromptText, synthetic_prompt, tokenizer_prompt
 from mlscope.runtime.generate.records import GenerationRequest, RequestRecord
+from mlscope.runtime.generate.sse import plain_text_chunk, sse_events, text_pattern
+from mlscope.runtime.generate.transport import (
+    Answer,
+    ConnectFailed,
+    Disconnected,
+    TimedOut,
+    TransportError,
+    open_transport,
+)
 from mlscope.runtime.predictors.base import PredictorError
-
-if TYPE_CHECKING:
-    import httpx
 
 __all__ = ["API_PATHS", "EndpointEngine", "PromptText", "synthetic_prompt", "tokenizer_prompt"]
 
@@ -35,61 +44,6 @@ API_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
 
 #: what a request sends when asked to ignore end-of-sequence (vLLM and SGLang extensions).
 IGNORE_EOS_FIELDS = ("ignore_eos", "min_tokens")
-
-# Short, frequent English words: each is one token in every common BPE vocabulary (GPT-2, Llama,
-# Qwen, ...) when preceded by a space, so a prompt of n words is about n tokens.
-_WORD_TEXT = (
-    "the of and to in is was for that on as with by he at from his it an were are which this be or "
-    "had not but first one their its new after who they have her she two been other when there all "
-    "during into school time may years more most only over city some world would where later up "
-    "such used many can state about national out known university united then made"
-)
-_WORDS = _WORD_TEXT.split()
-
-PromptText = Callable[[int, int, int], str]
-
-
-def synthetic_prompt(n_tokens: int, seed: int, index: int) -> str:
-    """A prompt of about `n_tokens` tokens, the same for the same (seed, index) on every machine.
-
-    Words are drawn from a fixed list of frequent English words, each one token in common BPE
-    vocabularies; a tokenizer that splits them differently sees a longer prompt (the server's
-    `usage.prompt_tokens` then records the true count).
-    """
-    generator = random.Random(seed * 1_000_003 + index)
-    return " ".join(generator.choice(_WORDS) for _ in range(max(1, n_tokens)))
-
-
-def tokenizer_prompt(directory: str | Path) -> PromptText:
-    """A prompt maker for the model's own tokenizer (`tokenizer.json` in `directory`): decodes seeded
-    random token ids, so a model whose vocabulary has no English words still sees about n tokens.
-
-    Raises:
-        UserError: the directory has no tokenizer.json (field "tokenizer_directory").
-    """
-    path = Path(directory) / "tokenizer.json"
-    if not path.is_file():
-        raise UserError(f"no tokenizer.json in {directory}", field="tokenizer_directory")
-    from tokenizers import Tokenizer  # a model directory's own dependency, loaded when one is given
-
-    tokenizer = Tokenizer.from_file(str(path))
-    special = {token.content for token in tokenizer.get_added_tokens_decoder().values() if token.special}
-    # Byte pieces that are not whole characters would decode to U+FFFD: leave them out.
-    ids = sorted(
-        i
-        for token, i in tokenizer.get_vocab().items()
-        if token not in special and "\ufffd" not in tokenizer.decode([i])
-    )
-    if not ids:
-        raise UserError(f"the tokenizer in {directory} has no ordinary tokens", field="tokenizer_directory")
-
-    def prompt(n_tokens: int, seed: int, index: int) -> str:
-        generator = random.Random(seed * 1_000_003 + index)
-        text = str(tokenizer.decode([generator.choice(ids) for _ in range(max(1, n_tokens))]))
-        # Decoded ids re-encode to other, often more, tokens: keep the text of the first n of those.
-        return str(tokenizer.decode(tokenizer.encode(text, add_special_tokens=False).ids[: max(1, n_tokens)]))
-
-    return prompt
 
 
 def parse_base_url(base_url: str) -> str:
@@ -149,7 +103,8 @@ class EndpointEngine:
             model's config); else GET /models is asked (vLLM's max_model_len), else None.
 
     Raises:
-        UserError: the URL or api is not one mlscope can use; httpx is not installed.
+        UserError: the URL, api, headers or extra_body are not ones mlscope can use; httpx is not
+            installed (the client for endpoints behind a proxy, and the framework's requirement).
     """
 
     def __init__(
@@ -177,15 +132,17 @@ class EndpointEngine:
             raise UserError(
                 "an endpoint needs httpx: pip install 'mlscope[endpoint]'", field="endpoint"
             ) from None
-        self._httpx = httpx
         self.model = model
         self.api = api
         self.timeout_s = float(timeout_s)
         self.extra_body = dict(extra_body or {})
         try:
-            json.dumps(self.extra_body)
+            _encode(self.extra_body)
         except (TypeError, ValueError) as exc:
             raise UserError(f"extra_body must be JSON: {exc}", field="extra_body") from None
+        headers = dict(headers or {})
+        for name, value in headers.items():
+            _check_header(name, value)
         self.ignore_eos = ignore_eos
         if prompt_text is not None:
             self._prompt_text: PromptText = prompt_text
@@ -194,10 +151,10 @@ class EndpointEngine:
         else:
             self._prompt_text = synthetic_prompt
         self._url = self.base_url + API_PATHS[api]
-        # pool=None: a request waiting for a free connection waits, it does not fail.
-        timeout = httpx.Timeout(self.timeout_s, pool=None)
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        self._client = httpx.Client(headers=headers, timeout=timeout, limits=limits)
+        self._target = _target(self._url)
+        self._models = _target(self.base_url + "/models")
+        self._text = text_pattern(api)
+        self._transport = open_transport(self.base_url, headers, self.timeout_s, concurrency, httpx)
         self._server = "unknown"
         self._server_lock = threading.Lock()
         probed = self._probe_models()
@@ -210,11 +167,12 @@ class EndpointEngine:
         record = RequestRecord(
             index=request.index, prompt_tokens=request.prompt_tokens, requested_tokens=request.output_tokens
         )
-        body = self._body(request)
+        # The request's bytes are made before the clock starts: what is timed is the server's answer.
+        payload = _encode(self._body(request))
         stream = _Stream()
         record.start_ns = time.perf_counter_ns()
         try:
-            self._send(body, stream)
+            self._send(payload, stream)
         except _StreamError as exc:
             record.error = str(exc)
         record.end_ns = stream.done_ns if stream.done_ns is not None else time.perf_counter_ns()
@@ -252,7 +210,7 @@ class EndpointEngine:
         }
 
     def close(self) -> None:
-        self._client.close()
+        self._transport.close()
 
     def check_reachable(self) -> None:
         """Fail fast when nothing answers at the base URL (any HTTP answer counts as reachable).
@@ -260,17 +218,20 @@ class EndpointEngine:
         Raises:
             PredictorError: "cannot reach <url>: ..." naming why.
         """
-        httpx = self._httpx
         try:
-            response = self._client.get(self.base_url + "/models", timeout=min(self.timeout_s, 10.0))
-        except httpx.ConnectError as exc:
+            response = self._transport.get(self._models, min(self.timeout_s, 10.0))
+            try:
+                response.read()
+            finally:
+                response.release()
+        except ConnectFailed as exc:
             raise PredictorError(f"cannot reach {self.base_url}: {_connect_reason(exc)}") from None
-        except httpx.TimeoutException:
+        except TimedOut:
             raise PredictorError(
                 f"cannot reach {self.base_url}: no answer within {min(self.timeout_s, 10.0):g} s"
             ) from None
-        except httpx.HTTPError as exc:
-            raise PredictorError(f"cannot reach {self.base_url}: {type(exc).__name__}: {exc}") from None
+        except TransportError as exc:
+            raise PredictorError(f"cannot reach {self.base_url}: {exc}") from None
         self._note_server(response)
 
     # -- one request -------------------------------------------------------------------------------
@@ -293,37 +254,19 @@ class EndpointEngine:
         body.update(self.extra_body)
         return body
 
-    def _send(self, body: dict[str, Any], stream: _Stream) -> None:
-        httpx = self._httpx
+    def _send(self, payload: bytes, stream: _Stream) -> None:
         answered = False
         try:
-            with self._client.stream("POST", self._url, json=body) as response:
-                answered = True
-                self._note_server(response)
-                if response.status_code >= 400:
-                    response.read()
-                    raise _StreamError(self._http_error(response))
-                kind = response.headers.get("content-type", "")
-                if not kind.startswith("text/event-stream"):
-                    raise _StreamError(
-                        f"the endpoint answered without streaming (content-type {kind or 'missing'!r}, "
-                        "expected text/event-stream)"
-                    )
-                events = _sse_data(response.iter_lines())
-                for data in events:
-                    if self._take(data, stream):
-                        # Read to the body's end: a response closed before it costs its connection,
-                        # and the next request would pay for a new one (a TLS handshake on https).
-                        for _ in events:
-                            pass
-                        return
-                # `transformers serve` sends no [DONE]: a body that ended cleanly after a chunk with a
-                # finish_reason is complete; one that ended without either was cut short.
-                if stream.finish_reason is not None:
-                    return
-        except httpx.ConnectError as exc:
+            response = self._transport.post(self._target, payload)
+            answered = True
+            try:
+                self._answer(response, stream)
+            finally:
+                response.release()
+            return
+        except ConnectFailed as exc:
             raise _StreamError(f"cannot connect to {self._url}: {_connect_reason(exc)}") from None
-        except httpx.TimeoutException:
+        except TimedOut:
             if stream.done:
                 return  # stalled while reading past [DONE]: the request itself was complete
             if not answered:
@@ -331,7 +274,7 @@ class EndpointEngine:
             raise _StreamError(
                 f"stream stalled {self.timeout_s:g} s after {len(stream.token_ns)} tokens"
             ) from None
-        except (httpx.RemoteProtocolError, httpx.ReadError):
+        except Disconnected:
             if stream.done:
                 return  # dropped after [DONE]: the request itself was complete
             if not answered:
@@ -339,23 +282,50 @@ class EndpointEngine:
                     f"the server at {self._url} closed the connection without answering"
                 ) from None
             raise _StreamError(self._ended(stream)) from None
-        except httpx.HTTPError as exc:
-            raise _StreamError(f"request failed: {type(exc).__name__}: {exc}") from None
-        raise _StreamError(self._ended(stream))
+        except TransportError as exc:
+            raise _StreamError(f"request failed: {exc}") from None
 
-    def _take(self, data: str, stream: _Stream) -> bool:
+    def _answer(self, response: Answer, stream: _Stream) -> None:
+        """Read one answer's events into `stream`; returns when it is complete."""
+        self._note_server(response)
+        if response.status >= 400:
+            raise _StreamError(self._http_error(response.status, response.read()))
+        kind = response.headers.get("content-type", "")
+        if not kind.startswith("text/event-stream"):
+            raise _StreamError(
+                f"the endpoint answered without streaming (content-type {kind or 'missing'!r}, "
+                "expected text/event-stream)"
+            )
+        events = sse_events(response.pieces())
+        for data in events:
+            if self._take(data, stream):
+                # Read to the body's end: a response closed before it costs its connection,
+                # and the next request would pay for a new one (a TLS handshake on https).
+                for _ in events:
+                    pass
+                return
+        # `transformers serve` sends no [DONE]: a body that ended cleanly after a chunk with a
+        # finish_reason is complete; one that ended without either was cut short.
+        if stream.finish_reason is None:
+            raise _StreamError(self._ended(stream))
+
+    def _take(self, data: bytes, stream: _Stream) -> bool:
         """Record one event's data; True at [DONE]."""
-        if data == "[DONE]":
+        if data == b"[DONE]":
             stream.done = True
             stream.done_ns = time.perf_counter_ns()
             return True
         now = time.perf_counter_ns()
+        if plain_text_chunk(data, self._text):
+            stream.token_ns.append(now)  # a token and nothing else: no JSON parse needed
+            return False
+        decoded = data.decode("utf-8", "replace")
         try:
-            chunk = json.loads(data)
+            chunk = json.loads(decoded)
         except ValueError:
             chunk = None
         if not isinstance(chunk, dict):
-            raise _StreamError(f"malformed chunk: {data[:80]}")
+            raise _StreamError(f"malformed chunk: {decoded[:80]}")
         if chunk.get("error"):
             raise _StreamError(f"the server reported an error mid-stream: {_message(chunk)[:200]}")
         choices = chunk.get("choices") or []
@@ -382,18 +352,15 @@ class EndpointEngine:
     def _ended(self, stream: _Stream) -> str:
         return f"the stream ended after {len(stream.token_ns)} tokens without [DONE]"
 
-    def _http_error(self, response: httpx.Response) -> str:
+    def _http_error(self, status: int, body: bytes) -> str:
+        text = body.decode("utf-8", "replace")
         try:
-            message = _message(response.json())
+            message = _message(json.loads(text))
         except ValueError:
-            message = response.text
+            message = text
         message = " ".join(message.split())[:200]
-        text = f"HTTP {response.status_code} from {self._url}: {message}"
-        if (
-            self.ignore_eos
-            and response.status_code in (400, 422)
-            and any(name in message for name in IGNORE_EOS_FIELDS)
-        ):
+        text = f"HTTP {status} from {self._url}: {message}"
+        if self.ignore_eos and status in (400, 422) and any(name in message for name in IGNORE_EOS_FIELDS):
             text += (
                 "; the server refuses the fields ignore_eos sends (ignore_eos, min_tokens): "
                 "run without ignore_eos"
@@ -402,7 +369,7 @@ class EndpointEngine:
 
     # -- the server --------------------------------------------------------------------------------
 
-    def _note_server(self, response: httpx.Response) -> None:
+    def _note_server(self, response: Answer) -> None:
         name = response.headers.get("server")
         if name and self._server == "unknown":
             with self._server_lock:
@@ -411,10 +378,14 @@ class EndpointEngine:
     def _probe_models(self) -> int | None:
         """The model's context length from GET /models (vLLM's max_model_len), None when not said."""
         try:
-            response = self._client.get(self.base_url + "/models", timeout=min(self.timeout_s, 5.0))
+            response = self._transport.get(self._models, min(self.timeout_s, 5.0))
+            try:
+                body = response.read()
+            finally:
+                response.release()
             self._note_server(response)
-            listed = response.json().get("data") if response.status_code == 200 else None
-        except (self._httpx.HTTPError, ValueError, AttributeError):
+            listed = json.loads(body).get("data") if response.status == 200 else None
+        except (TransportError, ValueError, AttributeError):
             return None
         if not isinstance(listed, list):
             return None
@@ -428,25 +399,6 @@ class EndpointEngine:
                 if isinstance(value, int) and value > 0:
                     return value
         return None
-
-
-def _sse_data(lines: Iterator[str]) -> Iterator[str]:
-    """The data of each Server-Sent Event: data lines joined, dispatched at the blank line that ends
-    the event (or at the end of the stream); comments and other fields skipped."""
-    data: list[str] = []
-    for line in lines:
-        if not line:
-            if data:
-                yield "\n".join(data)
-                data = []
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        if name == "data":
-            data.append(value[1:] if value.startswith(" ") else value)
-    if data:
-        yield "\n".join(data)
 
 
 def _message(payload: Any) -> str:
@@ -464,3 +416,25 @@ def _message(payload: Any) -> str:
 def _connect_reason(exc: Exception) -> str:
     text = str(exc)
     return "connection refused" if "refused" in text.lower() else text or type(exc).__name__
+
+
+def _encode(body: dict[str, Any]) -> bytes:
+    """A request body's bytes, as httpx makes them from json=: compact UTF-8, no NaN."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def _target(url: str) -> str:
+    """The request target (path and query) of a URL, percent-encoded where it is not ASCII."""
+    parts = urlsplit(url)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return quote(target, safe="/?&=%:@!$'()*+,;-._~")
+
+
+def _check_header(name: Any, value: Any) -> None:
+    """A header httpx would have sent as given: an ASCII name without separators, an ASCII value on
+    one line. Raises UserError (field "headers") naming the header otherwise."""
+    ok = isinstance(name, str) and isinstance(value, str)
+    ok = ok and bool(name) and name.isascii() and value.isascii()
+    ok = ok and not any(c in name for c in " \t:\r\n") and not any(c in value for c in "\r\n\0")
+    if not ok:
+        raise UserError(f"header {name!r} is not an ASCII name with a one-line ASCII value", field="headers")
