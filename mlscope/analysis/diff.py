@@ -49,6 +49,17 @@ import numpy.typing as npt
 
 from mlscope.runtime.measure.stats import resampled_quantiles
 
+from .verdicts import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_THRESHOLD,
+    FASTER,
+    INCONCLUSIVE,
+    MIN_OTHER_RUNS,
+    NO_DIFFERENCE,
+    SLOWER,
+    VERDICTS,
+)
+
 __all__ = [
     "DEFAULT_BETWEEN_RUNS",
     "DEFAULT_CONFIDENCE",
@@ -69,14 +80,6 @@ __all__ = [
     "runs_needed",
 ]
 
-FASTER = "faster"
-SLOWER = "slower"
-NO_DIFFERENCE = "no detectable difference"
-# Within-run evidence of a difference no larger than separate runs may differ by (no series known).
-INCONCLUSIVE = "inconclusive"
-VERDICTS = (FASTER, SLOWER, NO_DIFFERENCE, INCONCLUSIVE)
-DEFAULT_THRESHOLD = 0.02
-DEFAULT_CONFIDENCE = 0.95
 # The power the detectable-difference and samples-needed figures are stated at.
 POWER = 0.8
 DEFAULT_RESAMPLES = 2000
@@ -85,8 +88,6 @@ DEFAULT_RESAMPLES = 2000
 BLOCKS = 10
 MIN_BLOCK_SAMPLES = 5
 QUANTILES = {"median": 0.5, "p90": 0.9, "p99": 0.99}
-# A between-run spread is estimated from at least this many other runs of a side's series.
-MIN_OTHER_RUNS = 3
 # The between-run spread (sd of log median, per side) assumed when neither side's series has one and
 # the caller knows no better (no series on the system with MIN_OTHER_RUNS runs): docs/verdicts.md
 # gives the measurement it rests on (benchmarks/verdict_calibration.py's real part).

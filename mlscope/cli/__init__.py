@@ -16,83 +16,49 @@ import sys
 import click
 
 from mlscope import __version__
-from mlscope.cli.agents import agents
-from mlscope.cli.api import api
-from mlscope.cli.bricks import bricks
-from mlscope.cli.compare import compare
-from mlscope.cli.diff import diff
-from mlscope.cli.env import env
-from mlscope.cli.frameworks import frameworks
-from mlscope.cli.history import history
-from mlscope.cli.image import image
-from mlscope.cli.models import models
-from mlscope.cli.parity import parity
-from mlscope.cli.plot import plot
-from mlscope.cli.progress import progress_console
-from mlscope.cli.regressions import regressions
-from mlscope.cli.render import fail, internal_error, interrupted, unavailable
-from mlscope.cli.rerun import rerun
-from mlscope.cli.results import results
-from mlscope.cli.run import run
-from mlscope.cli.store import store
-from mlscope.cli.submit import submit
-from mlscope.cli.trace import trace
-from mlscope.cli.worker import worker
+from mlscope.cli.verbs import LazyGroup
 from mlscope.contract.errors import StoreUnavailable, UserError
 
 __all__ = ["cli", "main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.version_option(__version__, prog_name="mlscope")
 def cli() -> None:
     """mlscope: fair, repeatable latency and throughput benchmarks of deep-learning models.
 
     Start with `mlscope models`, then `mlscope run resnet18`.
     """
+    from mlscope.cli.progress import progress_console
+
     # A wrong MLSCOPE_PROGRESS fails here, before any work: not after a farm has taken the jobs.
     progress_console(quiet=True)
-
-
-for _verb in (
-    run,
-    models,
-    frameworks,
-    results,
-    trace,
-    api,
-    worker,
-    submit,
-    agents,
-    compare,
-    diff,
-    image,
-    env,
-    store,
-    parity,
-    rerun,
-    history,
-    regressions,
-    plot,
-    bricks,
-):
-    cli.add_command(_verb)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; a UserError anywhere becomes one line and exit code 2."""
     try:
         cli.main(args=argv, prog_name="mlscope", standalone_mode=False)
-    except UserError as exc:
-        fail(str(exc))
-    except StoreUnavailable as exc:
-        unavailable(exc.message)
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        interrupted()
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except Exception as exc:
-        if os.environ.get("MLSCOPE_DEBUG"):
-            raise
+    except (Exception, KeyboardInterrupt) as exc:
+        _ended(exc)
+
+
+def _ended(exc: BaseException) -> None:
+    """How a command that raised ends: one line and its exit code (render.py, imported only now)."""
+    from mlscope.cli.render import fail, internal_error, interrupted, unavailable
+
+    if isinstance(exc, UserError):
+        fail(str(exc))
+    elif isinstance(exc, StoreUnavailable):
+        unavailable(exc.message)
+    elif isinstance(exc, click.exceptions.Abort | KeyboardInterrupt):
+        interrupted()
+    elif os.environ.get("MLSCOPE_DEBUG") or not isinstance(exc, Exception):
+        raise exc
+    else:
         internal_error(exc)

@@ -14,7 +14,7 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from mlscope.analysis.diff import (
+from mlscope.analysis.verdicts import (
     DEFAULT_CONFIDENCE,
     DEFAULT_THRESHOLD,
     FASTER,

@@ -14,8 +14,8 @@ import click
 from mlscope.cli.options import json_flag
 from mlscope.cli.render import Column, console, new_table, note, print_json_lines, short_id
 from mlscope.contract.errors import UserError
+from mlscope.contract.series import DEFAULT_HISTORY_POINTS, SERIES_KEY_FIELDS
 from mlscope.contract.settings import load_settings
-from mlscope.store.records.history import DEFAULT_HISTORY_POINTS, SERIES_KEY_FIELDS
 
 __all__ = ["change_text", "detection_options", "history", "parse_moment", "series_label"]
 

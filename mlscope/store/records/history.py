@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.series import DEFAULT_HISTORY_POINTS, MAX_HISTORY_POINTS, SERIES_KEY_FIELDS
 
 from .values import check_aware, check_int, check_optional_text, check_text
 
@@ -31,8 +32,6 @@ __all__ = [
     "series_summary",
 ]
 
-DEFAULT_HISTORY_POINTS = 1000
-MAX_HISTORY_POINTS = 10_000
 # The keys of a point, in the order every backend returns them.
 HISTORY_FIELDS: tuple[str, ...] = (
     "evaluation_id",
@@ -48,17 +47,6 @@ HISTORY_FIELDS: tuple[str, ...] = (
     "throughput",
     "valid",
     "workload_key",
-)
-# What names one series, in the order `Store.history_series` returns them.
-SERIES_KEY_FIELDS: tuple[str, ...] = (
-    "model",
-    "manifest_sha256",
-    "framework",
-    "framework_version",
-    "system_id",
-    "device",
-    "scenario",
-    "batch_size",
 )
 
 
