@@ -19,10 +19,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .generation import GenerationSettings
-from .load import LoadSettings
-from .options import REQUEST_OPTIONS, PredictorOptions
-
 __all__ = ["Difference", "display_name", "model_options", "workload_differences", "workload_key"]
 
 # The load settings that change the load itself (the rate, the queries, what a search looks for);
@@ -240,6 +236,12 @@ def _plain(value: Any) -> Any:
 def _sections(scenarios: set[str]) -> list[tuple[str, Mapping[str, Any]]]:
     """The request sections whose settings change the workload of any of `scenarios`, each with the
     settings it compares and their defaults (what a request that left one out measured)."""
+    # Imported here: the settings' schemas (marshmallow) are not needed to name a result
+    # (display_name, which `mlscope results list` calls for every row).
+    from .generation import GenerationSettings
+    from .load import LoadSettings
+    from .options import REQUEST_OPTIONS, PredictorOptions
+
     sections: list[tuple[str, Mapping[str, Any], frozenset[str] | None]] = [
         ("options", {name: getattr(PredictorOptions(), name) for name in REQUEST_OPTIONS}, None),
         ("load", _defaults(LoadSettings, _LOAD_WORKLOAD), _LOAD_SCENARIOS),
