@@ -243,10 +243,9 @@ class BrickBench:
 
         Fastest runs, not medians: the chain's 33 nodes start out of cache every run (runtime.bricks
         flushes the core's caches before each), a cost the model's tiny nodes, run among its others,
-        do not pay per node. Measured here: 40 Reshapes (views) added 0.2 µs each to a model; the
-        chain's fastest runs give 0.20-0.25 µs a node; its medians, with bricks timed interleaved,
-        gave 0.73 µs, and ShuffleNet x0.5's 305 shape and view layers then came to 0.22 ms, its
-        estimate 24% above its measured 0.98 ms."""
+        do not pay per node. The chain's medians carry those cache misses and would overcharge a
+        model with many shape and view layers; its fastest runs match what a view adds to a model
+        (docs/bricks.md)."""
         if self._dispatch is None:
             self.call_cost()
         assert self._dispatch is not None

@@ -12,14 +12,13 @@ imported once, a session per brick created back to back, then each brick timed i
 Why the flush. In a model each layer runs once between the others, so its weights and its kernel's
 state are not in the core's own caches when it starts, but its input is (the layer before just wrote
 it) and so is its output buffer (arena memory another layer just used). A brick timed back to back
-has all of them hot and came out faster than the layer in the model: the estimates of MNASNet 0.5,
-ShuffleNet x0.5 and MobileNetV3-Small were 9-23% under the models measured whole here. Writing a
-buffer twice the size of the private caches (L1d + L2, from sysfs) before each run, then the brick's
-inputs and outputs, leaves its weights in the shared last-level cache, as in the model. (Timing the
-bricks interleaved, each once per sweep, was tried too: on this loaded 2-core machine it moved
-MNASNet 0.5's estimate from +2% to +96% between two runs, where the flush gave -10% and -6%.) What it
-does not reproduce: a model whose weights exceed the last-level cache streams them from memory; its
-bricks still find theirs in that cache (ResNet-18, 47 MB of weights: -10%).
+has all of them hot and comes out faster than the layer in the model, so the estimate falls under
+the model measured whole. Writing a buffer twice the size of the private caches (L1d + L2, from
+sysfs) before each run, then the brick's inputs and outputs, leaves its weights in the shared
+last-level cache, as in the model. (Timing the bricks interleaved, each once per sweep, moves a busy
+machine's noise into every brick instead; docs/bricks.md has the comparison.) What it does not
+reproduce: a model whose weights exceed the last-level cache streams them from memory; its bricks
+still find theirs in that cache, so such a model's estimate reads low.
 
 The stopping rule is MeasureSettings' own, per brick: `warmup_count` untimed runs, then timed runs
 until, after at least `min_count` of them and `min_seconds`, the median has a `confidence` interval

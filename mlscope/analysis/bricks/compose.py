@@ -13,8 +13,8 @@ The bounds are made of the least each layer can cost, because a lower bound must
 slower than the layer can go in its model. A median includes the preemptions and cache misses of a
 typical run; and a brick's flushed runs (its weights out of the core's caches, as in a model where
 other layers ran since) are slower than the same layer in a small model whose weights stay in those
-caches: built from medians, the critical path came out above the model's measured latency (MNASNet
-0.5: 1.09x), and from the flushed runs' fastest still for 2-3 of 6 small models on a busy spell. So
+caches: a path built from medians, or even from the flushed runs' fastest, can come out above the
+model's measured latency, which a bound must never do (docs/bricks.md shows where it did). So
 each brick also runs a few times back to back with nothing flushed (`mlscope.runtime.bricks`'s hot
 runs), and its fastest hot run is the least it costs. The run cost taken off it is the calibration
 brick's least, measured the same way (its median would take off more than a hot run pays: the tiny

@@ -164,14 +164,14 @@ def decompose(
         threads: the intra-op threads of the measured session (some fusions depend on them).
         fix_shapes: fix every dynamic axis to the feeds' sizes before optimising, so that shape
             computations fold away. Off by default: the model is measured as exported (a dynamic batch
-            axis), and ORT then runs those Shape/Gather/Concat nodes every inference (on this machine
-            about 1 ms of a 2.8 ms timm:tf_mobilenetv3_small_100), so they are layers too.
+            axis), and ORT then runs those Shape/Gather/Concat nodes every inference (a share of a small
+            model's latency that docs/bricks.md measures), so they are layers too.
     """
     import onnx
     from onnx import helper
 
     work_dir.mkdir(parents=True, exist_ok=True)
-    if fix_shapes:  # loaded only then: hf:bert's 435 MB take 0.4 s to parse
+    if fix_shapes:  # loaded only then: a large graph takes a while to parse
         model = onnx.load(str(source))
         fix_input_shapes(model, {name: tuple(array.shape) for name, array in feeds.items()})
         fixed = work_dir / "fixed.onnx"

@@ -1,8 +1,8 @@
 """A lean HTTP/1.1 client for the endpoint engine: plain sockets (TLS for https), a keep-alive pool
 shared by threads, and only what streaming a completion needs.
 
-Why not httpx: its pure-Python layers (httpx, httpcore, h11) cost about 1 ms of client CPU per
-streamed request, and on a small machine the client's CPU is what bounds the request rate mlscope can
+Why not httpx: its pure-Python layers (httpx, httpcore, h11) cost client CPU on every streamed
+request, and on a small machine the client's CPU is what bounds the request rate mlscope can
 measure. This client builds each request's bytes in one piece, parses the status line and headers
 minimally, and hands the body on as the bytes arrive: Transfer-Encoding: chunked, Content-Length, or
 to the connection's close. It sends no Accept-Encoding, so a server answers uncompressed; a gzip or

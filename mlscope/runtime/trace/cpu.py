@@ -18,8 +18,8 @@ class CpuReader:
 
     The process tree is this process and the descendants alive when the reader was made: listing
     descendants means reading every /proc/<pid>/stat, and while another thread holds the GIL each
-    of those reads waits out a GIL switch interval (a listing took ~300 ms beside a pure-Python
-    busy thread, against <1 ms alone). A child started later counts once it exits and is reaped
+    of those reads waits out a GIL switch interval, so a listing beside a pure-Python busy thread
+    takes hundreds of times longer than alone. A child started later counts once it exits and is reaped
     (its time moves into its parent's children_user/children_system).
     """
 

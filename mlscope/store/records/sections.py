@@ -1,5 +1,5 @@
-"""The result sections an evaluation may carry beside its measurements (docs/design.md, "Result sections
-added in wave 2"): `accuracy` (top-k on a labelled dataset, with its confidence interval), `parity`
+"""The result sections an evaluation may carry beside its measurements (docs/design.md,
+"Result sections"): `accuracy` (top-k on a labelled dataset, with its confidence interval), `parity`
 (this framework's outputs against another's on the same inputs) and `memory` (the predictor
 process's peaks); and those a measurement may carry, `energy` and `cost`. Checked as every backend
 stores them (what a section does to validity is the contract's: mlscope.contract.result).

@@ -114,9 +114,9 @@ def _counted_keys(where: CompareFilter, dialect: str) -> CTE:
 
     PostgreSQL: one GROUP BY pass counts and finds the latest finish, and each key's latest evaluation
     is then looked up by its finish (indexed). Ranking every row with a window instead sorts them
-    all: a year's comparison at 1M evaluations took 5.2 s that way, 1.1 s this way. SQLite, which
-    keeps no statistics unless told to ANALYZE, looks the latest up through a listing index instead
-    (4.6 s at 100k): there the window is the faster (1.0 s), and is kept.
+    all, which at a million evaluations is several times slower. SQLite, which keeps no
+    statistics unless told to ANALYZE, looks the latest up through a listing index instead: there
+    the window is the faster, and is kept.
     """
     if dialect != "postgresql":
         return _ranked_keys(where, dialect)
@@ -384,7 +384,7 @@ def upsert_compare_key_rows(dialect: str) -> Insert:
     the one that finished last (then: greatest id).
 
     The rows are parameters, not values compiled into the statement: it is compiled once and cached,
-    which is most of what a bulk import of many keys used to spend."""
+    which would otherwise be most of what a bulk import of many keys spends."""
     statement = (postgresql if dialect == "postgresql" else sqlite).insert(CompareKeyRow.__table__)
     new = statement.excluded
     newer = or_(
