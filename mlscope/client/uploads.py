@@ -14,7 +14,7 @@ from typing import Any
 
 import requests
 
-from mlscope.client_errors import ApiError
+from mlscope.client.errors import ApiError
 from mlscope.contract.errors import UserError
 
 __all__ = ["UploadMethods", "dataset_archive"]
@@ -76,7 +76,7 @@ class UploadMethods:
         return self._upload("models", source, filename or source.name, "MLSCOPE_MAX_UPLOAD_BYTES")
 
     def upload_dataset(self, path: str | Path, *, filename: str | None = None) -> dict[str, Any]:
-        """Upload a dataset, a folder (zipped here, see `client_uploads.dataset_archive`) or a .zip;
+        """Upload a dataset, a folder (zipped here, see `dataset_archive`) or a .zip;
         the API keeps it by its SHA-256. Name it by the answer's `ref` in a request's `dataset`.
 
         Returns:

@@ -1,5 +1,5 @@
 """The error the API client raises for an error answer: its own module, so the client's parts
-(client_uploads) raise it without importing the client."""
+(uploads, history) raise it without importing the client."""
 
 from __future__ import annotations
 

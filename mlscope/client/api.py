@@ -1,15 +1,4 @@
-"""The Python client of the mlscope HTTP API (`mlscope api`), over requests.
-
-    from mlscope.client import Client
-
-    client = Client()                                    # MLSCOPE_API_URL, and a token (see Client)
-    accepted = client.submit({"model": "resnet18", "framework": "onnxruntime", "batch_sizes": [1, 8]})
-    [result] = client.wait([accepted["id"]])
-    table = client.compare(ids=[accepted["id"]])
-
-Every method returns the parsed JSON answer. An error answer raises `ApiError` (a `UserError`) with the
-status, the problem document and its per-field errors; an unreachable API raises `UserError` saying so.
-"""
+"""`Client`: one method per resource of the HTTP API, its uploads and history reads mixed in."""
 
 from __future__ import annotations
 
@@ -22,9 +11,9 @@ from urllib.parse import quote
 
 import requests
 
-from mlscope.client_errors import ApiError
-from mlscope.client_history import HistoryReads
-from mlscope.client_uploads import UploadMethods
+from mlscope.client.errors import ApiError
+from mlscope.client.history import HistoryReads
+from mlscope.client.uploads import UploadMethods
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import Settings, client_token, load_settings
 
@@ -78,8 +67,8 @@ def _params(filters: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class Client(UploadMethods, HistoryReads):
-    """A connection to one mlscope API (its uploads in client_uploads.py, its history reads in
-    client_history.py).
+    """A connection to one mlscope API (its uploads in client/uploads.py, its history reads in
+    client/history.py).
 
     Args:
         api_url: the API's base URL; `settings.api_url` (MLSCOPE_API_URL) when None.
