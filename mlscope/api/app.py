@@ -17,9 +17,6 @@ from celery import Celery
 from flask import Flask
 from flask_smorest import Api
 
-import mlscope.api.diff  # (importing it adds /compare/diff to compare.blp)
-import mlscope.api.export  # (importing it adds /export to evaluations.blp)
-import mlscope.api.traces  # noqa: F401  (importing it adds /trace and /layers to evaluations.blp)
 from mlscope import __version__
 from mlscope.broker.app import make_celery
 from mlscope.contract.settings import Settings, load_settings

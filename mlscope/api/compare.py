@@ -12,6 +12,7 @@ from mlscope.contract.cost import parse_prices
 from mlscope.store.errors import AmbiguousEvaluationId, EvaluationNotFound
 from mlscope.store.records import COMPARE_COLUMNS
 
+from . import diff
 from .blueprint import ApiBlueprint
 from .context import context
 from .problems import ApiProblem
@@ -26,6 +27,7 @@ blp = ApiBlueprint(
     url_prefix="/api/v1",
     description="Compare evaluations across models, frameworks and systems.",
 )
+blp.register_blueprint(diff.blp)
 
 
 def _cells(rows: Iterable[dict[str, Any]]) -> Iterator[list[Any]]:

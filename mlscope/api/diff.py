@@ -1,8 +1,8 @@
 """/api/v1/compare/diff: is evaluation B faster than evaluation A, by how much, and how sure; the same
 report `mlscope diff --json` prints (`mlscope.analysis.diff_report`).
 
-The route hangs on the compare blueprint (a diff is a comparison of two); importing this module
-registers it, which the app factory does before registering the blueprint. Bad input (an unknown id, a
+The route is this module's blueprint, nested in the compare blueprint by mlscope.api.compare (a diff
+is a comparison of two: its path and its OpenAPI tag are compare's). Bad input (an unknown id, a
 filter nothing matches, no point in common, two systems with same_system) is a UserError naming the
 field, answered 422 with that field's error. A pair that measured different workloads is a 422 whose
 `errors` name each differing field (and whose `differences` list them), unless allow_different=true.
@@ -18,9 +18,11 @@ from marshmallow import Schema, fields, validate
 from mlscope.analysis.diff import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, VERDICTS
 from mlscope.analysis.diff_report import FILTER_KEYS, DifferentWorkloads, diff_evaluations
 
-from .compare import blp
+from .blueprint import ApiBlueprint
 from .context import context
 from .problems import ApiProblem
+
+blp = ApiBlueprint("diff", __name__)
 
 __all__ = ["DiffQuerySchema", "DiffSchema", "diff_for"]
 

@@ -11,6 +11,7 @@ from flask.views import MethodView
 
 from mlscope.contract.request import EvaluationRequest
 
+from . import export, traces
 from .blueprint import ApiBlueprint
 from .context import bounded, context
 from .problems import PROBLEM_MIMETYPE, ApiProblem, ProblemSchema
@@ -51,6 +52,8 @@ blp = ApiBlueprint(
     url_prefix="/api/v1/evaluations",
     description="Submit evaluations to the farm, follow them and cancel them.",
 )
+blp.register_blueprint(export.blp)
+blp.register_blueprint(traces.blp)
 
 
 def _a_write(broker_failure: str) -> Callable[[F], F]:

@@ -2,8 +2,8 @@
 evaluation in the result shape per line) or CSV (one line per measurement), read from the store a page
 at a time through its keyset cursor, so the API's memory stays flat however many there are.
 
-The route hangs on the evaluations blueprint (an export is a view of that collection); importing this
-module registers it, which the app factory does before registering the blueprint.
+The route is this module's blueprint, nested in the evaluations blueprint by mlscope.api.evaluations
+(an export is a view of that collection: its path and its OpenAPI tag are evaluations').
 """
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ from flask import Response
 from flask.views import MethodView
 from marshmallow import Schema, fields, validate
 
+from .blueprint import ApiBlueprint
 from .context import context
-from .evaluations import blp
 from .schemas import ListQuerySchema
 from .streams import CSV_MIMETYPE, JSONL_MIMETYPE, csv_lines, jsonl_lines, started
+
+blp = ApiBlueprint("export", __name__)
 
 __all__ = ["EXPORT_COLUMNS", "EXPORT_FORMATS", "ExportQuerySchema", "export_rows"]
 

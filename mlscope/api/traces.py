@@ -1,8 +1,9 @@
 """/api/v1/evaluations/{id}/trace and /layers: an evaluation's spans (a page of them, or the whole
 trace for Perfetto) and where its traced inferences spent their time.
 
-The routes hang on the evaluations blueprint (they are sub-resources of an evaluation); importing this
-module registers them, which the app factory does before registering the blueprint.
+The routes are this module's blueprint, nested in the evaluations blueprint by
+mlscope.api.evaluations (they are sub-resources of an evaluation: their paths and OpenAPI tag are
+evaluations').
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from mlscope.store import iter_spans
 from mlscope.store.base import SPAN_BATCH_SIZE
 from mlscope.store.records import SPAN_LEVELS
 
+from .blueprint import ApiBlueprint
 from .context import context
-from .evaluations import blp
 from .problems import PROBLEM_MIMETYPE, ProblemSchema
+
+blp = ApiBlueprint("traces", __name__)
 
 __all__ = ["DEFAULT_SPAN_PAGE", "TRACE_FORMATS", "LayersQuerySchema", "TraceQuerySchema"]
 

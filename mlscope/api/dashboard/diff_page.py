@@ -59,7 +59,7 @@ def diff() -> str | tuple[str, int]:
         chosen=chosen,
         rows=_rows(report),
         chart=embed(diff_ratios(report)) if report["points"] else None,
-        json_url=f"{url_for('compare.CompareDiff')}?{urlencode(chosen)}",
+        json_url=f"{url_for('compare.diff.CompareDiff')}?{urlencode(chosen)}",
     )
 
 

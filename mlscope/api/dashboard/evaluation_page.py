@@ -157,7 +157,7 @@ def evaluation(evaluation_id: str) -> str:
         charts=evaluation_charts(result),
         span_count=store.count_spans(full_id),
         json_url=url_for("evaluations.EvaluationById", evaluation_id=full_id),
-        trace_url=url_for("evaluations.EvaluationTrace", evaluation_id=full_id, format="chrome"),
+        trace_url=url_for("evaluations.traces.EvaluationTrace", evaluation_id=full_id, format="chrome"),
         trace_view_url=url_for("dashboard.trace_view", evaluation_id=full_id),
     )
 
