@@ -10,23 +10,34 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from celery import Celery
-from flask import current_app
+from flask import Flask, Response, current_app
 
 from mlscope.contract.settings import Settings
 from mlscope.registry.agents import AgentRegistry
 from mlscope.registry.models import ModelRegistry
 from mlscope.store import Store
 
-if TYPE_CHECKING:
-    from mlscope.api.metrics import ApiMetrics
-
-__all__ = ["ApiContext", "bounded", "context", "redact_url"]
+__all__ = ["ApiContext", "Metrics", "bounded", "context", "redact_url"]
 
 T = TypeVar("T")
+
+
+class Metrics(Protocol):
+    """What the app factory and the routes ask of the app's metrics (mlscope.api.metrics.ApiMetrics,
+    which reads the context: so the context names this, not that)."""
+
+    def watch(self, ctx: ApiContext) -> None:
+        """Report the farm's state of `ctx` at every scrape."""
+
+    def init_app(self, app: Flask) -> None:
+        """Count and time every request of `app`."""
+
+    def render(self) -> Response:
+        """The text exposition of every metric."""
 
 
 @dataclass
@@ -48,7 +59,7 @@ class ApiContext:
     celery: Celery
     agents: AgentRegistry
     models: ModelRegistry
-    metrics: ApiMetrics
+    metrics: Metrics
     store_url: str | None = None
 
     @property
