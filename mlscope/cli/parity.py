@@ -93,7 +93,7 @@ def parity(
     """Run the same inputs through each framework and compare the outputs with the first one's."""
     from mlscope.registry.models import ModelRegistry
     from mlscope.runtime.frameworks import in_framework_order
-    from mlscope.workers.local import default_frameworks
+    from mlscope.workers.admission import default_frameworks
     from mlscope.workers.parity import parity_across
 
     settings = load_settings()

@@ -35,12 +35,13 @@ from mlscope.runtime.frameworks import (
     check_runnable,
     get_framework,
     in_framework_order,
+    installed_version,
 )
 from mlscope.runtime.measure import MeasureSettings
 from mlscope.runtime.system import gpu_facts
 from mlscope.workers.runners import get_runner
 
-__all__ = ["PARITY_SAMPLES", "Admission", "admit", "check_measure", "outputs_only"]
+__all__ = ["PARITY_SAMPLES", "Admission", "admit", "check_measure", "default_frameworks", "outputs_only"]
 
 # How many samples' outputs a parity check compares: enough for top-1 agreement to mean something
 # (one flip in 64 is 1.6%), few enough that a classifier's outputs cross a pipe in a blink.
@@ -354,3 +355,19 @@ def _check_device(device: str) -> None:
             f"device {device}: this machine has {len(gpus)} GPU(s), cuda:0..cuda:{len(gpus) - 1}",
             field="device",
         )
+
+
+def default_frameworks(registry: ModelRegistry, model: str) -> list[str]:
+    """Every framework installed here that has a manifest for `model`, sorted by name.
+
+    Raises:
+        UserError: an unknown model (with suggestions), or none of its frameworks is installed here.
+    """
+    names = registry.frameworks_for(model)
+    installed = [name for name in names if installed_version(get_framework(name)) is not None]
+    if not installed:
+        raise UserError(
+            f"model {model!r} has manifests for {', '.join(names)}, but none of them is installed here",
+            field="model",
+        )
+    return installed

@@ -13,9 +13,9 @@ from typing import Any
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
-from mlscope.runtime.frameworks import get_framework, installed_version
+from mlscope.runtime.frameworks import get_framework
 from mlscope.store import open_store
-from mlscope.workers.admission import Admission, admit
+from mlscope.workers.admission import Admission, admit, default_frameworks
 from mlscope.workers.leases import Lease, run_owner
 from mlscope.workers.pipeline import evaluate
 from mlscope.workers.sweeper import Sweeper
@@ -26,22 +26,6 @@ __all__ = ["Watch", "admit_all", "default_frameworks", "evaluate_here"]
 # it runs, then the pipeline's and the predictor's events ("created", "phase", "progress",
 # "measurement"), then {"event": "end", "id", "status"}.
 Watch = Callable[[Admission, dict[str, Any]], None]
-
-
-def default_frameworks(registry: ModelRegistry, model: str) -> list[str]:
-    """Every framework installed here that has a manifest for `model`, sorted by name.
-
-    Raises:
-        UserError: an unknown model (with suggestions), or none of its frameworks is installed here.
-    """
-    names = registry.frameworks_for(model)
-    installed = [name for name in names if installed_version(get_framework(name)) is not None]
-    if not installed:
-        raise UserError(
-            f"model {model!r} has manifests for {', '.join(names)}, but none of them is installed here",
-            field="model",
-        )
-    return installed
 
 
 def admit_all(

@@ -21,7 +21,7 @@ from mlscope.contract.job import Job
 from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.measure.parity import compare_outputs, decode_outputs, score_outputs
-from mlscope.workers.admission import Admission, admit, outputs_only
+from mlscope.workers.admission import Admission, admit, default_frameworks, outputs_only
 from mlscope.workers.runners import get_runner
 from mlscope.workers.runners.base import Outcome, Runner
 
@@ -190,7 +190,6 @@ def _admit_pair(
     first installed), admitted with the same dataset and inputs; their inputs must agree."""
     from mlscope.registry.references import reference_kind
     from mlscope.runtime.frameworks import in_framework_order
-    from mlscope.workers.local import default_frameworks
 
     if len(frameworks) > 2:
         raise UserError(
