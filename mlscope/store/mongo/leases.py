@@ -6,17 +6,15 @@ under the condition its caller gave.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pymongo import ASCENDING, ReturnDocument
+from pymongo.collection import Collection
 
 from mlscope.contract.names import ACTIVE_STATUSES
 
 from ..errors import EvaluationNotFound
 from .codec import decode, micros, to_datetime
-
-if TYPE_CHECKING:
-    from .store import MongoStore
 
 __all__ = ["expired_leases", "leased_transition", "start"]
 
@@ -31,23 +29,27 @@ _LEASE_FIELDS = {
 }
 
 
-def start(store: MongoStore, id: str, update: dict[str, Any]) -> tuple[str, int]:
+def start(evaluations: Collection[Any], id: str, update: dict[str, Any]) -> tuple[str, int]:
     """MongoStore._start, with `changes` already in stored form."""
-    after = store._evaluations.find_one_and_update(
+    after = evaluations.find_one_and_update(
         {"_id": id, "status": {"$in": sorted(ACTIVE_STATUSES)}},
         # $inc counts a document without attempts (stored before they were kept) from 0.
         {"$set": update, "$inc": {"attempts": 1}},
         projection={"status": 1, "attempts": 1},
         return_document=ReturnDocument.AFTER,
     )
-    found = after or store._evaluations.find_one({"_id": id}, {"status": 1, "attempts": 1})
+    found = after or evaluations.find_one({"_id": id}, {"status": 1, "attempts": 1})
     if found is None:
         raise EvaluationNotFound(id)
     return str(found["status"]), int(found.get("attempts") or 0)
 
 
 def leased_transition(
-    store: MongoStore, id: str, owner: str | None, expired_before: datetime | None, update: dict[str, Any]
+    evaluations: Collection[Any],
+    id: str,
+    owner: str | None,
+    expired_before: datetime | None,
+    update: dict[str, Any],
 ) -> bool:
     """MongoStore._leased_transition, with `changes` already in stored form."""
     condition: dict[str, Any] = {"_id": id, "status": "running"}
@@ -55,21 +57,19 @@ def leased_transition(
         condition["lease_owner"] = owner
     if expired_before is not None:
         condition["lease_expires_at"] = {"$lt": micros(expired_before)}
-    if store._evaluations.update_one(condition, {"$set": update}).matched_count:
+    if evaluations.update_one(condition, {"$set": update}).matched_count:
         return True
-    if store._evaluations.find_one({"_id": id}, {"_id": 1}) is None:
+    if evaluations.find_one({"_id": id}, {"_id": 1}) is None:
         raise EvaluationNotFound(id)
     return False
 
 
-def expired_leases(store: MongoStore, now: datetime, *, limit: int) -> list[dict[str, Any]]:
+def expired_leases(evaluations: Collection[Any], now: datetime, *, limit: int) -> list[dict[str, Any]]:
     """MongoStore._expired_leases: a range of the (status, lease_expires_at) index."""
     # $lt on a number matches numbers only: an evaluation running without a lease (null, or no field)
     # is never listed.
     found = (
-        store._evaluations.find(
-            {"status": "running", "lease_expires_at": {"$lt": micros(now)}}, _LEASE_FIELDS
-        )
+        evaluations.find({"status": "running", "lease_expires_at": {"$lt": micros(now)}}, _LEASE_FIELDS)
         .sort([("lease_expires_at", ASCENDING), ("_id", ASCENDING)])
         .limit(limit)
     )

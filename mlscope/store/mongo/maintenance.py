@@ -8,27 +8,31 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from pymongo.collection import Collection
 
 from mlscope.contract.names import ACTIVE_STATUSES, TERMINAL_STATUSES
 
 from ..maintenance import PruneReport
+from ..primitives import StorePrimitives
 from ..records import EvaluationRecord
 from .codec import micros
-
-if TYPE_CHECKING:
-    from .store import MongoStore
 
 __all__ = ["bulk_insert", "prune"]
 
 
 def bulk_insert(
-    store: MongoStore, records: Sequence[EvaluationRecord], systems: Mapping[str, dict[str, Any]]
+    store: StorePrimitives,
+    evaluations: Collection[Any],
+    records: Sequence[EvaluationRecord],
+    systems: Mapping[str, dict[str, Any]],
 ) -> int:
+    """Insert `records` not yet stored through `store`'s own primitives; how many were new."""
     for id, system in systems.items():
         store._insert_system(id, system)
     wanted = list(dict.fromkeys(record.id for record in records))
-    present = {document["_id"] for document in store._evaluations.find({"_id": {"$in": wanted}}, {"_id": 1})}
+    present = {document["_id"] for document in evaluations.find({"_id": {"$in": wanted}}, {"_id": 1})}
     inserted = 0
     for record in records:
         if record.id in present:
@@ -59,7 +63,15 @@ def bulk_insert(
     return inserted
 
 
-def prune(store: MongoStore, before: datetime, *, keep_summaries: bool) -> PruneReport:
+def prune(
+    evaluations: Collection[Any],
+    chunks: Collection[Any],
+    spans: Collection[Any],
+    before: datetime,
+    *,
+    keep_summaries: bool,
+) -> PruneReport:
+    """Drop the raw data of evaluations ended before `before`, or the evaluations themselves."""
     cutoff = micros(before)
     ended = {
         "status": {"$in": sorted(TERMINAL_STATUSES)},
@@ -68,25 +80,23 @@ def prune(store: MongoStore, before: datetime, *, keep_summaries: bool) -> Prune
             {"finished_at": None, "created_at": {"$lt": cutoff}},
         ],
     }
-    ids = [document["_id"] for document in store._evaluations.find(ended, {"_id": 1})]
+    ids = [document["_id"] for document in evaluations.find(ended, {"_id": 1})]
     if not ids:
         return PruneReport(evaluations=0, raw_latencies=0, spans=0, deleted=not keep_summaries)
-    spans = store._spans.delete_many({"evaluation": {"$in": ids}}).deleted_count
+    dropped_spans = spans.delete_many({"evaluation": {"$in": ids}}).deleted_count
     with_raw = 0
-    for document in store._evaluations.find(
-        {"_id": {"$in": ids}, "raw_token": {"$ne": None}}, {"measurements": 1}
-    ):
+    for document in evaluations.find({"_id": {"$in": ids}, "raw_token": {"$ne": None}}, {"measurements": 1}):
         measurements = document.get("measurements") or []
         with_raw += sum(1 for m in measurements if m.get("raw_count"))
         if keep_summaries:
             # No raw latencies are kept any more: the summary (latency_ms) still counts them all.
             kept = [{**m, "raw_count": None} for m in measurements]
-            store._evaluations.update_one(
+            evaluations.update_one(
                 {"_id": document["_id"]}, {"$set": {"raw_token": None, "measurements": kept}}
             )
-    store._chunks.delete_many({"evaluation": {"$in": ids}})
+    chunks.delete_many({"evaluation": {"$in": ids}})
     if not keep_summaries:
-        store._evaluations.delete_many({"_id": {"$in": ids}})
+        evaluations.delete_many({"_id": {"$in": ids}})
     return PruneReport(
-        evaluations=len(ids), raw_latencies=with_raw, spans=int(spans), deleted=not keep_summaries
+        evaluations=len(ids), raw_latencies=with_raw, spans=int(dropped_spans), deleted=not keep_summaries
     )

@@ -269,15 +269,15 @@ class MongoStore(Store):
     # ----- starts and leases (leases.py) ------------------------------------------------------------
 
     def _start(self, id: str, *, changes: Mapping[str, Any]) -> tuple[str, int]:
-        return leases.start(self, id, self._stored(changes))
+        return leases.start(self._evaluations, id, self._stored(changes))
 
     def _leased_transition(
         self, id: str, *, owner: str | None, expired_before: datetime | None, changes: Mapping[str, Any]
     ) -> bool:
-        return leases.leased_transition(self, id, owner, expired_before, self._stored(changes))
+        return leases.leased_transition(self._evaluations, id, owner, expired_before, self._stored(changes))
 
     def _expired_leases(self, now: datetime, *, limit: int) -> list[dict[str, Any]]:
-        return leases.expired_leases(self, now, limit=limit)
+        return leases.expired_leases(self._evaluations, now, limit=limit)
 
     def _write_raw(self, id: str, token: str, measurements: Sequence[MeasurementRecord]) -> None:
         chunks = []
@@ -439,7 +439,7 @@ class MongoStore(Store):
     # ----- bulk import and retention (maintenance.py) -----------------------------------------------
 
     def _bulk_insert(self, records: Sequence[EvaluationRecord], systems: Mapping[str, dict[str, Any]]) -> int:
-        return bulk_insert(self, records, systems)
+        return bulk_insert(self, self._evaluations, records, systems)
 
     def _prune(self, before: datetime, *, keep_summaries: bool) -> PruneReport:
-        return prune(self, before, keep_summaries=keep_summaries)
+        return prune(self._evaluations, self._chunks, self._spans, before, keep_summaries=keep_summaries)
