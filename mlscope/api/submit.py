@@ -19,7 +19,7 @@ import flask
 from mlscope.broker.app import send_evaluation
 from mlscope.broker.tasks import EvaluationMessage
 from mlscope.broker.tracing import export_spans
-from mlscope.contract.errors import UserError
+from mlscope.contract.errors import MlscopeError, UserError
 from mlscope.contract.manifest import Manifest
 from mlscope.contract.queues import AGENT_PREFIX, Target, parse_target
 from mlscope.contract.request import EvaluationRequest
@@ -56,7 +56,7 @@ MAX_BRICKS_PER_JOB = 200
 logger = logging.getLogger("mlscope.api")
 
 
-class BrokerUnavailable(Exception):
+class BrokerUnavailable(MlscopeError):
     """The broker did not take a job; the evaluation `evaluation_id` is recorded as failed.
 
     Args:

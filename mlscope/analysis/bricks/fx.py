@@ -43,6 +43,7 @@ from torch.utils import _pytree as pytree
 
 from mlscope.analysis.bricks.brick import BrickPlan, NotABrick, brick_key, brick_name
 from mlscope.analysis.bricks.graph import Layer, LayerGraph, TensorFact
+from mlscope.contract.errors import MlscopeError
 from mlscope.runtime.predictors.pytorch.bricks import ModuleBrickSpec, TensorSpec
 
 __all__ = [
@@ -83,7 +84,7 @@ class ModuleGraph(LayerGraph):
     tracer: str = "torch.fx"  # or "torch._dynamo.export" (a Hugging Face model: see the docstring)
 
 
-class NotTraceable(Exception):
+class NotTraceable(MlscopeError):
     """torch.fx cannot trace the model, or its traced graph cannot run on the batch: why, as text."""
 
 

@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any, ClassVar
 
+from mlscope.contract.errors import MlscopeError
 from mlscope.contract.job import Job, JobFailed
 from mlscope.runtime.execute import Emit, execute
 from mlscope.workers.runners.base import Outcome, Runner
@@ -18,7 +19,7 @@ from mlscope.workers.runners.base import Outcome, Runner
 __all__ = ["InlineRunner"]
 
 
-class _Deadline(Exception):
+class _Deadline(MlscopeError):
     pass
 
 
