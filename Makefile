@@ -35,6 +35,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	@# Modules over the soft size limit, as warnings (it always exits 0).
+	$(BIN)/python ops/module_sizes.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -4,7 +4,8 @@
     results = mlscope.evaluate("resnet18", frameworks=["pytorch", "onnxruntime"], batch_sizes=[1, 8])
 
 `import mlscope` stays cheap (no framework, store or console code): `evaluate` and `ResultSet` are
-loaded from mlscope.library when first used.
+loaded from mlscope.library when first used, and `MlscopeError` (the root of every exception mlscope
+defines) from mlscope.contract.errors.
 """
 
 from __future__ import annotations
@@ -12,23 +13,29 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from mlscope.contract.errors import MlscopeError
     from mlscope.library import ResultSet, evaluate
 
 __version__ = "0.1.0"
-__all__ = ["ResultSet", "__version__", "evaluate"]
+__all__ = ["MlscopeError", "ResultSet", "__version__", "evaluate"]
 
-_LAZY = frozenset({"ResultSet", "evaluate"})
+# Each lazily loaded name and the module it comes from.
+_LAZY = {
+    "MlscopeError": "mlscope.contract.errors",
+    "ResultSet": "mlscope.library",
+    "evaluate": "mlscope.library",
+}
 
 
-# Defined for the interpreter only: mypy sees the two names through the import above, and still
+# Defined for the interpreter only: mypy sees the lazy names through the imports above, and still
 # calls any other attribute of mlscope an error.
 if not TYPE_CHECKING:
 
     def __getattr__(name: str) -> Any:
         if name in _LAZY:
-            from mlscope import library
+            import importlib
 
-            return getattr(library, name)
+            return getattr(importlib.import_module(_LAZY[name]), name)
         raise AttributeError(f"module 'mlscope' has no attribute {name!r}")
 
     def __dir__() -> list[str]:

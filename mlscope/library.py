@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, SupportsIndex, TypeVar, overload
 
 from mlscope.contract.errors import UserError
-from mlscope.contract.request import EvaluationRequestSchema
+from mlscope.contract.request import ContractRequestSchema
 from mlscope.contract.result import parity_failure
 from mlscope.contract.settings import load_settings
 from mlscope.workers.local import evaluate_here
@@ -180,7 +180,7 @@ def _check_fields(fields: Mapping[str, Any]) -> None:
     (the request schema would refuse it too, but a notebook user wants the list)."""
     if "framework" in fields:
         raise UserError("framework: evaluate takes frameworks=[...], a list of names", field="framework")
-    named = EvaluationRequestSchema().load_fields.items()
+    named = ContractRequestSchema().load_fields.items()
     known = {field.data_key or name for name, field in named} - {"model", "framework"}
     for name in fields:
         if name not in known:

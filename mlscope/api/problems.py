@@ -19,7 +19,7 @@ from flask import Flask, Response, request
 from marshmallow import Schema, fields
 from werkzeug.exceptions import HTTPException
 
-from mlscope.contract.errors import MARSHMALLOW_WORDING, UserError
+from mlscope.contract.errors import MARSHMALLOW_WORDING, MlscopeError, UserError
 from mlscope.registry.agents import RegistryUnavailable
 from mlscope.store.errors import AmbiguousEvaluationId, EvaluationNotFound, StoreUnavailable
 
@@ -70,7 +70,7 @@ class ProblemSchema(Schema):
     )
 
 
-class ApiProblem(Exception):
+class ApiProblem(MlscopeError):
     """An HTTP error a view raises to answer with a problem document.
 
     Args:

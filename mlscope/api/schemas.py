@@ -1,6 +1,6 @@
 """The HTTP schemas: what each endpoint accepts and answers, for validation and for the OpenAPI document.
 
-The evaluation request itself is `mlscope.contract.request.EvaluationRequestSchema`, the one every door
+The evaluation request itself is `mlscope.contract.request.ContractRequestSchema`, the one every door
 shares (here only documented further); the batch body reuses its fields, so a batch accepts exactly what
 a single submission does.
 """
@@ -16,8 +16,7 @@ from webargs.fields import DelimitedList
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.queues import TARGET_PATTERN, parse_target
-from mlscope.contract.request import MAX_BATCH_SIZE
-from mlscope.contract.request import EvaluationRequestSchema as ContractRequestSchema
+from mlscope.contract.request import MAX_BATCH_SIZE, ContractRequestSchema
 from mlscope.contract.result import PARITY_VERDICTS
 from mlscope.runtime.frameworks import FRAMEWORKS
 from mlscope.store.base import MAX_LIST_LIMIT

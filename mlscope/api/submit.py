@@ -19,7 +19,7 @@ import flask
 from mlscope.broker.app import send_evaluation
 from mlscope.broker.tasks import EvaluationMessage
 from mlscope.broker.tracing import export_spans
-from mlscope.contract.errors import UserError
+from mlscope.contract.errors import MlscopeError, UserError
 from mlscope.contract.manifest import Manifest
 from mlscope.contract.queues import AGENT_PREFIX, Target, parse_target
 from mlscope.contract.request import EvaluationRequest
@@ -37,8 +37,8 @@ from .schemas import MAX_BATCH_JOBS, SHARED_REQUEST_FIELDS
 __all__ = [
     "BatchPlan",
     "BrokerUnavailable",
-    "Job",
     "LiveAgents",
+    "PlannedJob",
     "TracedSubmit",
     "enqueue",
     "enqueue_together",
@@ -56,7 +56,7 @@ MAX_BRICKS_PER_JOB = 200
 logger = logging.getLogger("mlscope.api")
 
 
-class BrokerUnavailable(Exception):
+class BrokerUnavailable(MlscopeError):
     """The broker did not take a job; the evaluation `evaluation_id` is recorded as failed.
 
     Args:
@@ -116,8 +116,9 @@ class LiveAgents:
 
 
 @dataclass(frozen=True)
-class Job:
-    """One admitted evaluation and the queue it goes to, ready to record and send."""
+class PlannedJob:
+    """One admitted evaluation and the queue it goes to, ready to record and send (the job a predictor
+    runs is the contract's `Job`, made from the request when a worker takes it)."""
 
     admission: Admission
     queue: str
@@ -136,22 +137,22 @@ class Job:
 class BatchPlan:
     """The jobs of a batch, the (model, framework) pairs it skipped and why, and its own warnings."""
 
-    jobs: list[Job] = field(default_factory=list)
+    jobs: list[PlannedJob] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     # The models are bricks (options.brick): each queue's are sent as one job (`together`).
     bricks: bool = False
 
 
-def _job(admission: Admission, live: LiveAgents) -> Job:
+def _job(admission: Admission, live: LiveAgents) -> PlannedJob:
     request = admission.request
     target = parse_target(request.effective_target)
     queue = target.queue(request.framework)
     warning = live.queue_warning(queue, request.framework, target)
-    return Job(admission, queue, (warning,) if warning else ())
+    return PlannedJob(admission, queue, (warning,) if warning else ())
 
 
-def plan_one(request: EvaluationRequest, models: ModelRegistry, live: LiveAgents) -> Job:
+def plan_one(request: EvaluationRequest, models: ModelRegistry, live: LiveAgents) -> PlannedJob:
     """Admit one validated request (`workers.admission.admit`, as a farm's api: the worker checks
     its own machine when it takes the job) and route it to its queue.
 
@@ -287,7 +288,7 @@ class TracedSubmit:
     evaluation_ids: list[str] = field(default_factory=list)
 
 
-def enqueue(ctx: ApiContext, job: Job, traced: TracedSubmit | None = None) -> str:
+def enqueue(ctx: ApiContext, job: PlannedJob, traced: TracedSubmit | None = None) -> str:
     """Record the job as a queued evaluation and send it to its queue.
 
     Args:
@@ -304,7 +305,9 @@ def enqueue(ctx: ApiContext, job: Job, traced: TracedSubmit | None = None) -> st
     return enqueue_together(ctx, [job], traced)[0]
 
 
-def enqueue_together(ctx: ApiContext, jobs: list[Job], traced: TracedSubmit | None = None) -> list[str]:
+def enqueue_together(
+    ctx: ApiContext, jobs: list[PlannedJob], traced: TracedSubmit | None = None
+) -> list[str]:
     """Record every job as a queued evaluation and send them to their (one) queue as one message: the
     first job's, the others its companions (a system's bricks, measured in one predictor job).
 
@@ -353,12 +356,12 @@ def enqueue_together(ctx: ApiContext, jobs: list[Job], traced: TracedSubmit | No
     return ids
 
 
-def together(plan: BatchPlan) -> list[list[Job]]:
+def together(plan: BatchPlan) -> list[list[PlannedJob]]:
     """The plan's jobs as they are sent: with `bricks`, one message per queue (each system's bricks
     in one predictor job, at most MAX_BRICKS_PER_JOB each); otherwise one per job."""
     if not plan.bricks:
         return [[job] for job in plan.jobs]
-    by_queue: dict[str, list[Job]] = {}
+    by_queue: dict[str, list[PlannedJob]] = {}
     for job in plan.jobs:
         by_queue.setdefault(job.queue, []).append(job)
     return [

@@ -1,14 +1,24 @@
-"""Errors shared by every part. A `UserError` is the user's mistake: the CLI prints it in one line
-and exits with code 2, the API answers it with a 4xx; anything else is ours."""
+"""Errors shared by every part. `MlscopeError` is the root of every exception mlscope defines, so
+`except MlscopeError` tells mlscope's own failures from everything else's. A `UserError` is the user's
+mistake: the CLI prints it in one line and exits with code 2, the API answers it with a 4xx; anything
+else is ours."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MARSHMALLOW_WORDING", "StoreUnavailable", "UserError", "check_known_keys"]
+__all__ = ["MARSHMALLOW_WORDING", "MlscopeError", "StoreUnavailable", "UserError", "check_known_keys"]
 
 
-class UserError(Exception):
+class MlscopeError(Exception):
+    """The root of every exception mlscope defines (tests/unit/test_structure.py holds it so).
+
+    Nothing raises it itself and no part catches it: it is for a caller that wants mlscope's own
+    failures apart from its libraries' and Python's.
+    """
+
+
+class UserError(MlscopeError):
     """Bad input: names what is wrong and what was expected.
 
     Args:
@@ -25,7 +35,7 @@ class UserError(Exception):
         return self.message
 
 
-class StoreUnavailable(Exception):
+class StoreUnavailable(MlscopeError):
     """The store could not take or answer a call just now; its transaction was rolled back, so
     nothing of the call was kept. Worth retrying.
 

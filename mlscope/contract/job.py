@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from mlscope.contract.errors import MlscopeError
 from mlscope.contract.names import PHASES
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ class Job:
         return cls(**values)
 
 
-class JobFailed(Exception):
+class JobFailed(MlscopeError):
     """An evaluation that ended in error: what kind, what was said, and in which phase.
 
     `spans` holds what was traced up to the failure (a failed evaluation's trace shows where it

@@ -165,7 +165,10 @@ class ModelOptionsSchema(Schema):
     weights = fields.String(validate=validate.Length(min=1, max=4096))
 
 
-class EvaluationRequestSchema(Schema):
+class ContractRequestSchema(Schema):
+    """The evaluation request document as every door loads it (`parse_request`); the API's
+    `EvaluationRequestSchema` (mlscope.api.schemas) documents it further for the OpenAPI document."""
+
     class Meta:
         unknown = RAISE
 
@@ -342,7 +345,7 @@ def parse_request(data: dict[str, Any]) -> EvaluationRequest:
             `field` names the first.
     """
     try:
-        request: EvaluationRequest = EvaluationRequestSchema().load(data)
+        request: EvaluationRequest = ContractRequestSchema().load(data)
     except ValidationError as exc:
         problems = _flatten(exc.messages)
         text = "; ".join(f"{name}: {message}" for name, message in problems)

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from mlscope.contract.errors import MlscopeError
+
 __all__ = [
     "POWERCAP_ROOT",
     "EnergyMeter",
@@ -40,7 +42,7 @@ _MICRO = 1e-6
 _MILLI = 1e-3
 
 
-class EnergyUnavailable(Exception):
+class EnergyUnavailable(MlscopeError):
     """No energy counter can be read here; the message says why, for the section's `unavailable`."""
 
 

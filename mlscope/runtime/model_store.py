@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlscope.contract.errors import UserError
+from mlscope.contract.errors import MlscopeError, UserError
 
 __all__ = [
     "ALIGNMENT",
@@ -57,7 +57,7 @@ _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _MB = 2**20
 
 
-class ModelStoreBusy(Exception):
+class ModelStoreBusy(MlscopeError):
     """The model fits the budget, but the models that fill it are all in use: nothing was evicted
     and nothing written (the evaluation carries on without a warm start, saying why)."""
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlscope.contract.errors import UserError
+from mlscope.contract.errors import MlscopeError, UserError
 from mlscope.runtime.frameworks import FrameworkSpec, get_framework
 
 __all__ = [
@@ -68,7 +68,7 @@ _VERSION_PROBE = (
 )
 
 
-class EnvBuildError(Exception):
+class EnvBuildError(MlscopeError):
     """Making an environment failed (pip or venv); `log` holds the last lines the tool wrote."""
 
     def __init__(self, message: str, log: str = "") -> None:

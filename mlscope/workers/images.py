@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import mlscope
-from mlscope.contract.errors import UserError
+from mlscope.contract.errors import MlscopeError, UserError
 from mlscope.runtime.frameworks import FRAMEWORKS, get_framework
 from mlscope.workers import envs
 from mlscope.workers.envs import file_lock
@@ -70,7 +70,7 @@ _BUILT_IMAGE = re.compile(r"^Successfully built ([0-9a-f]{12,64})$")
 Log = Callable[[str], None]
 
 
-class ImageBuildError(Exception):
+class ImageBuildError(MlscopeError):
     """The engine failed to build an image (not the user's mistake: the CLI exits 1).
 
     Attributes:

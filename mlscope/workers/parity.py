@@ -23,7 +23,7 @@ from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.measure.parity import compare_outputs, decode_outputs, score_outputs
 from mlscope.workers.admission import Admission, admit, default_frameworks, outputs_only
 from mlscope.workers.runners import get_runner
-from mlscope.workers.runners.base import Outcome, Runner
+from mlscope.workers.runners.base import Runner, RunOutcome
 
 __all__ = ["parity_across", "run_parity_check"]
 
@@ -122,7 +122,7 @@ def parity_across(
         admitted = _admit_pair(
             model, against, frameworks, document, against_options or {}, registry, settings
         )
-    runs: list[tuple[str, Outcome]] = []
+    runs: list[tuple[str, RunOutcome]] = []
     for item in admitted:
         request = item.request
         job = outputs_only(

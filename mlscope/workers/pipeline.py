@@ -28,7 +28,7 @@ from mlscope.store.records import subsample_latencies
 from mlscope.workers.admission import Admission
 from mlscope.workers.leases import Lease, kept
 from mlscope.workers.parity import run_parity_check
-from mlscope.workers.runners import Outcome, Runner, get_runner
+from mlscope.workers.runners import Runner, RunOutcome, get_runner
 
 __all__ = ["RESULT_WRITE_PAUSES_S", "RetriedWrites", "Writes", "evaluate", "keep_spans", "write_result"]
 
@@ -218,7 +218,7 @@ def _run(
     emit: Emit,
     tracer: Tracer,
     cancel: threading.Event | None,
-) -> Outcome:
+) -> RunOutcome:
     """The predictor's run, then the parity check's reference run when one was asked for."""
     request = admitted.request
     outcome = runner.run(
@@ -269,7 +269,7 @@ def _start(store: Store, evaluation_id: str, lease: Lease | None, writes: Writes
 
 def _write_ends(
     members: Sequence[tuple[str, Admission]],
-    outcome: Outcome,
+    outcome: RunOutcome,
     settings: Settings,
     system_extra: Mapping[str, Any] | None,
     writes: Writes,
@@ -293,16 +293,16 @@ def _write_ends(
         cold_start = (
             {**shared.get("cold_start", {}), **end["cold_start"]} if index == 0 else end["cold_start"]
         )
-        own = Outcome(result={**shared, "cold_start": cold_start, "measurements": end["measurements"]})
+        own = RunOutcome(result={**shared, "cold_start": cold_start, "measurements": end["measurements"]})
         written.append(_write_end(adm, own, id, settings, system_extra, writes))
     return all(written)
 
 
-def _status(outcome: Outcome) -> str:
+def _status(outcome: RunOutcome) -> str:
     return "succeeded" if outcome.result is not None else "failed"
 
 
-def _predictor_spans(outcome: Outcome) -> list[dict[str, Any]]:
+def _predictor_spans(outcome: RunOutcome) -> list[dict[str, Any]]:
     if outcome.result is not None:
         return list(outcome.result.get("trace", {}).get("spans", []))
     return outcome.spans
@@ -310,7 +310,7 @@ def _predictor_spans(outcome: Outcome) -> list[dict[str, Any]]:
 
 def _write_end(
     admitted: Admission,
-    outcome: Outcome,
+    outcome: RunOutcome,
     evaluation_id: str,
     settings: Settings,
     system_extra: Mapping[str, Any] | None,

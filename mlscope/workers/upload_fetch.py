@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import requests
 
-from mlscope.contract.errors import UserError
+from mlscope.contract.errors import MlscopeError, UserError
 from mlscope.contract.settings import Settings, client_token
 from mlscope.registry.uploads import DigestMismatch, UploadedFile, UploadedFiles, upload_ref
 from mlscope.runtime.predictors.files import file_sha256
@@ -37,7 +37,7 @@ class UploadFetchError(UserError):
     another SHA-256. The evaluation fails (phase `fetch`); sending the job back would not help."""
 
 
-class ApiUnreachable(Exception):
+class ApiUnreachable(MlscopeError):
     """The API did not answer: an infrastructure failure, so the worker sends the job back."""
 
 

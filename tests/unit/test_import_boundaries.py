@@ -104,3 +104,14 @@ def test_import_mlscope_loads_no_framework_console_or_database() -> None:
     # And reaching it loads no framework either: the predictor process imports its own.
     reached = imported_after("import mlscope; mlscope.evaluate; mlscope.ResultSet")
     assert reached.isdisjoint({"torch", "onnxruntime", "tensorflow", "transformers", "rich", "pandas"})
+
+
+def test_mlscope_error_is_at_the_top_and_loads_nothing_of_the_api() -> None:
+    # `except mlscope.MlscopeError` catches every error of mlscope's; naming it loads only the errors.
+    reached = imported_after(
+        "import mlscope; from mlscope.contract.errors import UserError; "
+        "assert issubclass(UserError, mlscope.MlscopeError)"
+    )
+    assert reached.isdisjoint(
+        {"numpy", "marshmallow", "yaml", "torch", "sqlalchemy", "flask", "rich", "click"}
+    )

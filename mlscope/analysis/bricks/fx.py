@@ -43,7 +43,8 @@ from torch.utils import _pytree as pytree
 
 from mlscope.analysis.bricks.brick import BrickPlan, NotABrick, brick_key, brick_name
 from mlscope.analysis.bricks.graph import Layer, LayerGraph, TensorFact
-from mlscope.runtime.predictors.pytorch.bricks import ModuleBrickSpec, TensorSpec
+from mlscope.contract.errors import MlscopeError
+from mlscope.runtime.predictors.pytorch.bricks import ModuleBrickSpec, TensorMeta
 
 __all__ = [
     "CONVOLUTIONS",
@@ -75,7 +76,7 @@ _DROPOUTS = frozenset({torch.nn.functional.dropout, torch.nn.functional.dropout2
 @dataclass
 class ModuleGraph(LayerGraph):
     """A traced module's layers (LayerGraph: their order and DAG), with what its bricks are built from:
-    the traced module and what each node made in the shape run (tensors as TensorSpec). The ONNX
+    the traced module and what each node made in the shape run (tensors as TensorMeta). The ONNX
     fields (facts, values, initializers, opsets) are empty."""
 
     module: Any = None  # the torch.fx GraphModule
@@ -83,7 +84,7 @@ class ModuleGraph(LayerGraph):
     tracer: str = "torch.fx"  # or "torch._dynamo.export" (a Hugging Face model: see the docstring)
 
 
-class NotTraceable(Exception):
+class NotTraceable(MlscopeError):
     """torch.fx cannot trace the model, or its traced graph cannot run on the batch: why, as text."""
 
 
@@ -103,8 +104,8 @@ class _Recorder(ShapeProp):
         return result
 
 
-def _meta(tensor: torch.Tensor) -> TensorSpec:
-    return TensorSpec(tuple(tensor.shape), tuple(tensor.stride()), str(tensor.dtype).removeprefix("torch."))
+def _meta(tensor: torch.Tensor) -> TensorMeta:
+    return TensorMeta(tuple(tensor.shape), tuple(tensor.stride()), str(tensor.dtype).removeprefix("torch."))
 
 
 def decompose_module(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> ModuleGraph:
@@ -139,7 +140,7 @@ def decompose_module(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) 
         for argument in node.all_input_nodes:
             made = recorder.made.get(argument.name)
             kind = "initializer" if argument.op == "get_attr" else "activation"
-            if isinstance(made, TensorSpec):
+            if isinstance(made, TensorMeta):
                 facts.append(TensorFact(argument.name, kind, made.dtype, made.shape))
             else:
                 facts.append(TensorFact(argument.name, kind))
@@ -233,7 +234,7 @@ class _Arguments:
 
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
-    tensors: list[TensorSpec] = field(default_factory=list)
+    tensors: list[TensorMeta] = field(default_factory=list)
     slots: list[tuple[int | str, int | None]] = field(default_factory=list)
 
 
@@ -241,7 +242,7 @@ def _value(argument: Any, made: dict[str, Any]) -> Any:
     if not isinstance(argument, Node):
         return argument
     value = made.get(argument.name)
-    if argument.op == "get_attr" and not isinstance(value, TensorSpec):
+    if argument.op == "get_attr" and not isinstance(value, TensorMeta):
         return None
     return value
 
@@ -256,17 +257,17 @@ def _arguments(node: Node, made: dict[str, Any]) -> _Arguments:
         if isinstance(argument, list | tuple) and any(isinstance(item, Node) for item in argument):
             value = [_value(item, made) for item in argument]
             for index, item in enumerate(value):
-                if isinstance(item, TensorSpec):
+                if isinstance(item, TensorMeta):
                     found.slots.append((place, index))
                     found.tensors.append(item)
                     value[index] = None
         else:
             value = _value(argument, made)
-            if isinstance(value, TensorSpec):
+            if isinstance(value, TensorMeta):
                 found.slots.append((place, None))
                 found.tensors.append(value)
                 value = None
-        if any(isinstance(item, TensorSpec) for item in pytree.tree_leaves(value)):
+        if any(isinstance(item, TensorMeta) for item in pytree.tree_leaves(value)):
             raise ValueError("a tensor nested in an argument deeper than one list: not measured alone")
         if isinstance(place, int):
             found.args.append(value)
@@ -287,7 +288,7 @@ def _canonical(value: Any) -> Any:
 
 def _dispatch_only(node: Node, graph: ModuleGraph, module: torch.nn.Module | None) -> str | None:
     made = graph.made.get(node.name)
-    if not pytree.tree_leaves(made) or not any(isinstance(v, TensorSpec) for v in pytree.tree_leaves(made)):
+    if not pytree.tree_leaves(made) or not any(isinstance(v, TensorMeta) for v in pytree.tree_leaves(made)):
         return "computes no tensor (sizes, attributes): one dispatch"
     if isinstance(module, _VIEW_MODULES):
         return f"{type(module).__name__} in eval mode is a no-op: one dispatch"
@@ -300,7 +301,7 @@ def _dispatch_only(node: Node, graph: ModuleGraph, module: torch.nn.Module | Non
         return "a view of its input (no copy): one dispatch"
     if (node.op != "call_module" and target in _RESHAPES) or isinstance(module, torch.nn.Flatten):
         source = graph.made.get(node.all_input_nodes[0].name) if node.all_input_nodes else None
-        if isinstance(source, TensorSpec) and _contiguous(source):
+        if isinstance(source, TensorMeta) and _contiguous(source):
             return "a reshape of a contiguous tensor is a view (no copy): one dispatch"
     return None
 
@@ -311,7 +312,7 @@ def _training(node: Node) -> Any:
     return node.kwargs.get(keyword, (*node.args, True, True)[2])
 
 
-def _contiguous(spec: TensorSpec) -> bool:
+def _contiguous(spec: TensorMeta) -> bool:
     expected = 1
     for extent, step in reversed(list(zip(spec.shape, spec.stride, strict=True))):
         if extent != 1 and step != expected:
@@ -444,6 +445,6 @@ def calibration_bricks(execution: dict[str, Any], chain: int) -> list[tuple[str,
         document = {"calibration": True, "op": "add", "chain": length, "execution": execution}
         key = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
         layer = _OneLayer(_adds(length), _Arguments(args=[None], slots=[(0, None)]))
-        spec = ModuleBrickSpec(brick_name(key), layer, (TensorSpec((1, 1), (1, 1), "float32"),))
+        spec = ModuleBrickSpec(brick_name(key), layer, (TensorMeta((1, 1), (1, 1), "float32"),))
         bricks.append((key, spec.name, spec, 1))
     return bricks

@@ -19,7 +19,7 @@ from marshmallow import Schema, ValidationError
 from werkzeug.datastructures import MultiDict
 from werkzeug.exceptions import HTTPException
 
-from mlscope.contract.errors import UserError
+from mlscope.contract.errors import MlscopeError, UserError
 from mlscope.contract.result import result_validity
 from mlscope.registry.agents import RegistryUnavailable
 from mlscope.store.errors import AmbiguousEvaluationId, EvaluationNotFound, StoreUnavailable
@@ -33,7 +33,7 @@ logger = logging.getLogger("mlscope.api")
 PAGES = Blueprint("dashboard", __name__, template_folder="templates")
 
 
-class PageError(Exception):
+class PageError(MlscopeError):
     """A page's answer when the request cannot be served: a status and what to tell the reader.
 
     Args:

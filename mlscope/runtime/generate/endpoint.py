@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from mlscope.contract.errors import UserError
+from mlscope.contract.errors import MlscopeError, UserError
 from mlscope.runtime.generate.prompts import PromptText, synthetic_prompt, tokenizer_prompt
 from mlscope.runtime.generate.records import GenerationRequest, RequestRecord
 from mlscope.runtime.generate.sse import plain_text_chunk, sse_events, text_pattern
@@ -79,7 +79,7 @@ class _Stream:
     usage_prompt: int | None = None
 
 
-class _StreamError(Exception):
+class _StreamError(MlscopeError):
     """One request's failure, as the record's error says it."""
 
 

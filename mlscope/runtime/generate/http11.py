@@ -28,13 +28,15 @@ import zlib
 from collections.abc import Iterator, Mapping
 from urllib.parse import urlsplit
 
+from mlscope.contract.errors import MlscopeError
+
 __all__ = ["ConnectFailed", "Disconnected", "Http11Pool", "Http11Response", "TimedOut", "TransportError"]
 
 _RECV = 65536
 _HEAD_LIMIT = 65536
 
 
-class TransportError(Exception):
+class TransportError(MlscopeError):
     """A request that got no complete answer; the message says why."""
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from mlscope.contract.errors import MlscopeError
 from mlscope.contract.options import PredictorOptions
 from mlscope.runtime.trace.profiled import ProfiledPass
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # annotations only: listing frameworks imports this module, a
 __all__ = ["Predictor", "PredictorError", "PredictorOptions"]
 
 
-class PredictorError(Exception):
+class PredictorError(MlscopeError):
     """A predictor could not do what was asked (no such device, a provider missing, a bad graph)."""
 
 

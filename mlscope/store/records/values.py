@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from mlscope.contract.errors import UserError
+from mlscope.contract.errors import MlscopeError, UserError
 
 __all__ = [
     "INT64_MAX",
@@ -28,7 +28,7 @@ __all__ = [
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-class _NotPlain(Exception):
+class _NotPlain(MlscopeError):
     """Raised by `_plain_copy` at the first value that is not exactly a plain JSON type."""
 
 

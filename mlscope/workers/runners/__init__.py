@@ -5,7 +5,7 @@ from __future__ import annotations
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import Settings
 from mlscope.runtime.frameworks import FRAMEWORKS
-from mlscope.workers.runners.base import Outcome, Runner
+from mlscope.workers.runners.base import Runner, RunOutcome
 from mlscope.workers.runners.docker import DockerRunner
 from mlscope.workers.runners.inline import InlineRunner
 from mlscope.workers.runners.process import ProcessRunner
@@ -14,8 +14,8 @@ __all__ = [
     "RUNNERS",
     "DockerRunner",
     "InlineRunner",
-    "Outcome",
     "ProcessRunner",
+    "RunOutcome",
     "Runner",
     "frameworks_for",
     "get_runner",

@@ -12,11 +12,11 @@ from mlscope.contract.settings import Settings
 from mlscope.runtime.execute import Emit
 from mlscope.runtime.frameworks import FrameworkSpec, installed_version
 
-__all__ = ["Outcome", "Runner"]
+__all__ = ["RunOutcome", "Runner"]
 
 
 @dataclass(frozen=True)
-class Outcome:
+class RunOutcome:
     """How a job ended: a result, or an error {type, message, phase} (exactly one is set).
 
     `log` holds the last lines the predictor wrote to stderr, for a failed job's diagnosis;
@@ -57,7 +57,7 @@ class Runner(ABC):
         timeout_s: float,
         memory_limit_mb: int | None = None,
         cancel: threading.Event | None = None,
-    ) -> Outcome:
+    ) -> RunOutcome:
         """Run a job to its end and never raise for the job's own failures.
 
         Args:

@@ -37,7 +37,7 @@ from mlscope.contract.settings import Settings
 from mlscope.runtime.execute import Emit
 from mlscope.runtime.frameworks import FrameworkSpec, get_framework
 from mlscope.runtime.predictors.base import PredictorError, PredictorOptions
-from mlscope.workers.runners.base import Outcome, Runner
+from mlscope.workers.runners.base import Runner, RunOutcome
 from mlscope.workers.runners.container import (
     CONTAINER_CACHE,
     CONTAINER_IO,
@@ -201,7 +201,7 @@ class DockerRunner(Runner):
         timeout_s: float,
         memory_limit_mb: int | None = None,
         cancel: threading.Event | None = None,
-    ) -> Outcome:
+    ) -> RunOutcome:
         deadline = time.monotonic() + timeout_s
         try:
             client = _images().docker_client()
@@ -254,7 +254,7 @@ class DockerRunner(Runner):
         deadline: float,
         timeout_s: float,
         cancel: threading.Event | None,
-    ) -> Outcome:
+    ) -> RunOutcome:
         """Run the job (as the container sees it) in a container made from `options`, which is
         removed whatever happens."""
         # The container runs as another uid when the worker is root (and user-namespace remapping can
@@ -282,7 +282,7 @@ class DockerRunner(Runner):
         timeout_s: float,
         mem_limit: str | None,
         cancel: threading.Event | None,
-    ) -> Outcome:
+    ) -> RunOutcome:
         """Start the container, relay its events, end it at the time limit or on cancel, and read
         how it ended."""
         log: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
@@ -327,12 +327,12 @@ class DockerRunner(Runner):
         tail = "".join(log)
         phase = state["phase"]
         if ended is not None:
-            return Outcome(error={**ended, "phase": phase}, log=tail)
+            return RunOutcome(error={**ended, "phase": phase}, log=tail)
         final = _read_final(io_dir / "result.json")
         if final is not None and final.get("event") == "result":
-            return Outcome(result=final["result"], log=tail)
+            return RunOutcome(result=final["result"], log=tail)
         if final is not None and final.get("event") == "error":
-            return Outcome(
+            return RunOutcome(
                 error={k: final[k] for k in ("type", "message", "phase")},
                 log=final.get("detail") or tail,
                 spans=final.get("spans") or [],
@@ -342,13 +342,13 @@ class DockerRunner(Runner):
         if exit_state.get("OOMKilled"):
             limit = mem_limit.removesuffix("m") if mem_limit else "?"
             message = f"the predictor container was killed at its memory limit of {limit} MB"
-            return Outcome(error={"type": "OutOfMemory", "message": message, "phase": phase}, log=tail)
+            return RunOutcome(error={"type": "OutOfMemory", "message": message, "phase": phase}, log=tail)
         code = int(exit_state.get("ExitCode", -1))
         message = f"the predictor container exited with {_describe_exit(code)} without a result"
         last = tail.strip().splitlines()[-1:] if tail.strip() else []
         if last:
             message += f"; it last wrote: {last[0][:300]}"
-        return Outcome(error={"type": "PredictorCrashed", "message": message, "phase": phase}, log=tail)
+        return RunOutcome(error={"type": "PredictorCrashed", "message": message, "phase": phase}, log=tail)
 
 
 def _image_record(client: Any, image: Any) -> dict[str, str]:
@@ -358,8 +358,8 @@ def _image_record(client: Any, image: Any) -> dict[str, str]:
     return {"name": image.name, "id": image.id, "digest": digests[0] if digests else image.id}
 
 
-def _failed(type_: str, message: str, phase: str) -> Outcome:
-    return Outcome(error={"type": type_, "message": message, "phase": phase})
+def _failed(type_: str, message: str, phase: str) -> RunOutcome:
+    return RunOutcome(error={"type": type_, "message": message, "phase": phase})
 
 
 def _prefetch(job: Job, cache_dir: Path, deadline: float) -> tuple[Path, ...]:

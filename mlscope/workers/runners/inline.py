@@ -11,14 +11,15 @@ import threading
 import time
 from typing import Any, ClassVar
 
+from mlscope.contract.errors import MlscopeError
 from mlscope.contract.job import Job, JobFailed
 from mlscope.runtime.execute import Emit, execute
-from mlscope.workers.runners.base import Outcome, Runner
+from mlscope.workers.runners.base import Runner, RunOutcome
 
 __all__ = ["InlineRunner"]
 
 
-class _Deadline(Exception):
+class _Deadline(MlscopeError):
     pass
 
 
@@ -33,7 +34,7 @@ class InlineRunner(Runner):
         timeout_s: float,
         memory_limit_mb: int | None = None,
         cancel: threading.Event | None = None,
-    ) -> Outcome:
+    ) -> RunOutcome:
         deadline = time.monotonic() + timeout_s
         phase = "import"
 
@@ -45,16 +46,16 @@ class InlineRunner(Runner):
             emit(event)
 
         try:
-            return Outcome(result=execute(job, guarded))
+            return RunOutcome(result=execute(job, guarded))
         except JobFailed as failure:
             if isinstance(failure.__cause__, _Deadline) and cancel is not None and cancel.is_set():
-                return Outcome(
+                return RunOutcome(
                     error={"type": "Cancelled", "message": "the evaluation was cancelled", "phase": phase},
                     spans=failure.spans,
                 )
             if isinstance(failure.__cause__, _Deadline):
-                return Outcome(
+                return RunOutcome(
                     error={"type": "Timeout", "message": f"exceeded {timeout_s:g} s", "phase": phase},
                     spans=failure.spans,
                 )
-            return Outcome(error=failure.to_error(), log=failure.detail, spans=failure.spans)
+            return RunOutcome(error=failure.to_error(), log=failure.detail, spans=failure.spans)

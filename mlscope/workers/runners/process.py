@@ -34,7 +34,7 @@ from mlscope.contract.settings import Settings
 from mlscope.runtime.execute import Emit
 from mlscope.runtime.frameworks import FrameworkSpec, get_framework, installed_version
 from mlscope.workers.envs import EnvInfo, env_for, find_pins
-from mlscope.workers.runners.base import Outcome, Runner
+from mlscope.workers.runners.base import Runner, RunOutcome
 
 __all__ = ["ProcessRunner"]
 
@@ -142,7 +142,7 @@ class ProcessRunner(Runner):
         timeout_s: float,
         memory_limit_mb: int | None = None,
         cancel: threading.Event | None = None,
-    ) -> Outcome:
+    ) -> RunOutcome:
         child = subprocess.Popen(
             [self.python_for(job.framework), "-m", "mlscope.runtime.execute"],
             env=self._child_environment(job),
@@ -183,12 +183,12 @@ class ProcessRunner(Runner):
         tail = "".join(log)
         phase = state["phase"]
         if ended is not None:
-            return Outcome(error={**ended, "phase": phase}, log=tail)
+            return RunOutcome(error={**ended, "phase": phase}, log=tail)
         final = events[-1] if events else None
         if final and final["event"] == "result":
-            return Outcome(result=final["result"], log=tail)
+            return RunOutcome(result=final["result"], log=tail)
         if final and final["event"] == "error":
-            return Outcome(
+            return RunOutcome(
                 error={k: final[k] for k in ("type", "message", "phase")},
                 log=final.get("detail") or tail,
                 spans=final.get("spans") or [],
@@ -197,7 +197,7 @@ class ProcessRunner(Runner):
         last = tail.strip().splitlines()[-1:] if tail.strip() else []
         if last:
             message += f"; it last wrote: {last[0][:300]}"
-        return Outcome(error={"type": "PredictorCrashed", "message": message, "phase": phase}, log=tail)
+        return RunOutcome(error={"type": "PredictorCrashed", "message": message, "phase": phase}, log=tail)
 
     def _supervise(
         self,

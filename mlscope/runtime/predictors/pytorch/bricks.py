@@ -42,7 +42,7 @@ from mlscope.runtime.predictors.pytorch.predictor import CudaEventTimer
 
 __all__ = [
     "ModuleBrickSpec",
-    "TensorSpec",
+    "TensorMeta",
     "device_refusal",
     "measure_module_bricks",
     "measure_module_bricks_apart",
@@ -50,9 +50,10 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class TensorSpec:
-    """One input of a brick as the layer saw it in its model: shape, stride (a transposed view stays
-    one), and dtype (torch's name, "float32")."""
+class TensorMeta:
+    """A tensor's metadata without its values, as a layer saw it in its model (a brick's input):
+    shape, stride (a transposed view stays one), and dtype (torch's name, "float32"). A manifest's
+    input is the contract's `TensorSpec`."""
 
     shape: tuple[int, ...]
     stride: tuple[int, ...]
@@ -66,7 +67,7 @@ class ModuleBrickSpec:
 
     name: str
     module: torch.nn.Module
-    inputs: tuple[TensorSpec, ...]
+    inputs: tuple[TensorMeta, ...]
     batch_size: int = 1
 
 
@@ -97,7 +98,7 @@ def device_refusal(device: str) -> str | None:
 
 
 def _tensor(
-    spec: TensorSpec, generator: torch.Generator, device: torch.device
+    spec: TensorMeta, generator: torch.Generator, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The input (a view of `spec`'s strides) and the storage it views, as a flat tensor."""
     dtype = getattr(torch, spec.dtype)
