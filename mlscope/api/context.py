@@ -21,12 +21,12 @@ from mlscope.registry.agents import AgentRegistry
 from mlscope.registry.models import ModelRegistry
 from mlscope.store import Store
 
-__all__ = ["ApiContext", "Metrics", "bounded", "context", "redact_url"]
+__all__ = ["ApiContext", "AppMetrics", "bounded", "context", "redact_url"]
 
 T = TypeVar("T")
 
 
-class Metrics(Protocol):
+class AppMetrics(Protocol):
     """What the app factory and the routes ask of the app's metrics (mlscope.api.metrics.ApiMetrics,
     which reads the context: so the context names this, not that)."""
 
@@ -59,7 +59,7 @@ class ApiContext:
     celery: Celery
     agents: AgentRegistry
     models: ModelRegistry
-    metrics: Metrics
+    metrics: AppMetrics
     store_url: str | None = None
 
     @property
