@@ -44,13 +44,21 @@ from mlscope.analysis.bricks import (
 from mlscope.analysis.bricks import brick_name as name_of
 from mlscope.cli.bricks_calibration import PAIRS_FILE, PairLog, interval_section, setup_of
 from mlscope.contract.errors import UserError
+from mlscope.contract.plugins import Registry
 from mlscope.contract.result import result_validity
 from mlscope.contract.settings import Settings
-from mlscope.runtime.frameworks import load_object
 from mlscope.runtime.predictors.inputs import synthetic_batch
 from mlscope.workers.bricks import BrickJobReport, BrickResult, BrickRuns, single_stream
 
-__all__ = ["BRICKS_OF", "DISPATCH_CHAIN", "BrickBench", "FrameworkBricks", "OrtBricks", "summary"]
+__all__ = [
+    "BRICKS_OF",
+    "BUILTIN_BRICKS",
+    "DISPATCH_CHAIN",
+    "BrickBench",
+    "FrameworkBricks",
+    "OrtBricks",
+    "summary",
+]
 
 
 def _time(result: BrickResult) -> BrickTime:
@@ -480,19 +488,13 @@ def summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _named(path: str) -> Callable[[BrickBench], FrameworkBricks]:
-    """A framework's bricks named by `module:Class`, imported when first made (PyTorch's import torch,
-    and import this module: named here, not imported, so the two do not import each other)."""
-
-    def make(bench: BrickBench) -> FrameworkBricks:
-        made: FrameworkBricks = load_object(path)(bench)
-        return made
-
-    return make
-
-
-# Each framework's bricks, by the framework's name (workers.bricks.FRAMEWORKS: those it can measure).
-BRICKS_OF: dict[str, Callable[[BrickBench], FrameworkBricks]] = {
-    "onnxruntime": OrtBricks,
-    "pytorch": _named("mlscope.cli.bricks_pytorch:TorchBricks"),
+# mlscope's own brick backends (pyproject.toml's `mlscope.bricks` entry points), by the framework's
+# name (workers.bricks.FRAMEWORKS: those it can measure): "module:class" of a FrameworkBricks. PyTorch's
+# is imported only when looked up (it imports torch, and this module).
+BUILTIN_BRICKS: dict[str, str] = {
+    "onnxruntime": "mlscope.cli.bricks_pipeline:OrtBricks",
+    "pytorch": "mlscope.cli.bricks_pytorch:TorchBricks",
 }
+
+# Each framework's bricks, by the framework's name: the `mlscope.bricks` entry-point group.
+BRICKS_OF: Registry[Callable[[BrickBench], FrameworkBricks]] = Registry("mlscope.bricks", BUILTIN_BRICKS)
