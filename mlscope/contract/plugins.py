@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 __all__ = ["DuplicatePlugin", "Registry", "UnknownPlugin", "entry_points", "load_object"]
 
@@ -129,14 +129,14 @@ class Registry(MutableMapping[str, T], Generic[T]):
             known = ", ".join(sorted(targets)) or "(none)"
             raise UnknownPlugin(f"{self.group} has no {name!r}; known: {known}")
         target = targets[name]
-        loaded = load_object(target) if isinstance(target, str) else target
+        loaded: Any = load_object(target) if isinstance(target, str) else target
         if self._kind is not None and not isinstance(loaded, self._kind):
             raise TypeError(
                 f"{self.group} entry {name!r} from {self.source(name)} ({target}) is not a "
                 f"{self._kind.__name__}"
             )
         self._loaded[name] = loaded
-        return loaded  # type: ignore[no-any-return]
+        return cast(T, loaded)
 
     def __setitem__(self, name: str, value: T | str) -> None:
         self._entries()[name] = value
