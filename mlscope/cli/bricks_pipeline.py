@@ -10,7 +10,7 @@ by side. It lives here, above both, because workers and analysis may not import 
 
 What is framework-specific (the layers, a brick's model, the calibrations, the job) is a
 `FrameworkBricks`: ONNX Runtime's here (`OrtBricks`), PyTorch's in `mlscope.cli.bricks_pytorch`
-(the module torch.fx traces, each layer an eager module), chosen by name in `BRICKS_OF`.
+(the module torch.fx traces, each layer an eager module), chosen by name in `workers.bricks.BRICKS`.
 
 A model whose graph cannot be decomposed (control flow, a model torch.fx cannot trace, a brick that
 fails to build or run) is still measured whole; its report names the layers and why, and has no
@@ -44,15 +44,12 @@ from mlscope.analysis.bricks import (
 from mlscope.analysis.bricks import brick_name as name_of
 from mlscope.cli.bricks_calibration import PAIRS_FILE, PairLog, interval_section, setup_of
 from mlscope.contract.errors import UserError
-from mlscope.contract.plugins import Registry
 from mlscope.contract.result import result_validity
 from mlscope.contract.settings import Settings
 from mlscope.runtime.predictors.inputs import synthetic_batch
-from mlscope.workers.bricks import BrickJobReport, BrickResult, BrickRuns, single_stream
+from mlscope.workers.bricks import BRICKS, BrickJobReport, BrickResult, BrickRuns, single_stream
 
 __all__ = [
-    "BRICKS_OF",
-    "BUILTIN_BRICKS",
     "DISPATCH_CHAIN",
     "BrickBench",
     "FrameworkBricks",
@@ -203,7 +200,7 @@ class BrickBench:
             runs.brick_measure = dict(self.brick_measure)
         self.runs = runs
         self.version = runs.version
-        self.kind: FrameworkBricks = BRICKS_OF[self.framework](self)
+        self.kind: FrameworkBricks = BRICKS[self.framework](self)
         self._call: BrickResult | None = None
         self._dispatch: float | None = None
         self.pair_log = PairLog(self.pairs or self.settings.cache_dir / PAIRS_FILE)
@@ -486,15 +483,3 @@ def summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "time_ratio_whole_to_bricks": whole_s / bricks_s if bricks_s > 0 else None,
         "cumulative": cumulative,
     }
-
-
-# mlscope's own brick backends (pyproject.toml's `mlscope.bricks` entry points), by the framework's
-# name (workers.bricks.FRAMEWORKS: those it can measure): "module:class" of a FrameworkBricks. PyTorch's
-# is imported only when looked up (it imports torch, and this module).
-BUILTIN_BRICKS: dict[str, str] = {
-    "onnxruntime": "mlscope.cli.bricks_pipeline:OrtBricks",
-    "pytorch": "mlscope.cli.bricks_pytorch:TorchBricks",
-}
-
-# Each framework's bricks, by the framework's name: the `mlscope.bricks` entry-point group.
-BRICKS_OF: Registry[Callable[[BrickBench], FrameworkBricks]] = Registry("mlscope.bricks", BUILTIN_BRICKS)

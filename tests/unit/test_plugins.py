@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import tomllib
 
-from mlscope.cli.bricks_pipeline import BUILTIN_BRICKS
 from mlscope.contract.plugins import DuplicatePlugin, Registry, UnknownPlugin
 from mlscope.runtime.frameworks import BUILTIN_FRAMEWORKS, FRAMEWORKS, FrameworkSpec
 from mlscope.runtime.measure.scenarios import BUILTIN_SCENARIOS
 from mlscope.store import BUILTIN_STORES
+from mlscope.workers.bricks import BUILTIN_BRICKS
 from mlscope.workers.runners import BUILTIN_RUNNERS
 from tests.conftest import REPO
 
