@@ -9,7 +9,7 @@ an install whose metadata is older finds them all; other distributions' entries 
 installed metadata. Nothing is read or imported until the first lookup, and an entry's module only
 when that entry is looked up.
 
-Imports nothing of mlscope's outside the contract and no heavy package.
+Imports nothing of mlscope's outside the contract, and no package outside the standard library.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import importlib
 import importlib.metadata
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, Generic, TypeVar, cast
+
+from mlscope.contract.errors import UserError
 
 __all__ = ["DuplicatePlugin", "Registry", "UnknownPlugin", "entry_points", "load_object"]
 
@@ -35,8 +37,9 @@ class UnknownPlugin(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-class DuplicatePlugin(Exception):
-    """Two sources declare the same name in one group; the message names both."""
+class DuplicatePlugin(UserError):
+    """Two sources declare the same name in one group; the message names both (an install to mend,
+    reported as a user's mistake is: one line, exit 2)."""
 
 
 def load_object(path: str) -> Any:
@@ -57,9 +60,13 @@ def entry_points(group: str) -> Iterable[importlib.metadata.EntryPoint]:
     return found.get(group, ())
 
 
-def _source(entry: importlib.metadata.EntryPoint) -> str:
+def _distribution(entry: importlib.metadata.EntryPoint) -> str | None:
     dist = getattr(entry, "dist", None)
-    name = dist.metadata["Name"] if dist is not None else None
+    return dist.metadata["Name"] if dist is not None else None
+
+
+def _source(entry: importlib.metadata.EntryPoint) -> str:
+    name = _distribution(entry)
     return f"distribution {name}" if name else f"entry point {entry.value}"
 
 
@@ -103,9 +110,10 @@ class Registry(MutableMapping[str, T], Generic[T]):
             sources = dict.fromkeys(self.builtins, BUILTIN)
             found = sorted(entry_points(self.group), key=lambda entry: entry.name)
             for entry in found:
-                source = _source(entry)
-                if source == f"distribution {_OWN_DISTRIBUTION}":
+                own = (_distribution(entry) or "").lower().replace("_", "-") == _OWN_DISTRIBUTION
+                if own:
                     continue  # mlscope's own, whose table in the code is the one that counts
+                source = _source(entry)
                 if entry.name in targets:
                     raise DuplicatePlugin(
                         f"{self.group}: {entry.name!r} is declared twice, by {sources[entry.name]} "

@@ -5,9 +5,11 @@ loaded on first lookup."""
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -151,3 +153,20 @@ def test_setting_a_name_replaces_it_in_this_process_until_removed(monkeypatch: p
     assert registry.source("new") == "this process"
     del registry["new"]
     assert list(registry) == ["own"]
+
+
+def test_a_distribution_taking_a_built_in_name_stops_the_cli_with_one_line(tmp_path: Path) -> None:
+    # Given an installed distribution (its metadata on the path) that declares a framework `pytorch`
+    info = tmp_path / "intruder-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: intruder\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[mlscope.frameworks]\npytorch = intruder:FRAMEWORK\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])}
+    # When the frameworks are listed
+    done = subprocess.run(
+        [sys.executable, "-m", "mlscope", "frameworks"], env=env, capture_output=True, text=True, timeout=60
+    )
+    # Then it stops as on a user's mistake (exit 2), naming both declarations, with no traceback
+    assert done.returncode == 2, done.stderr
+    assert "'pytorch' is declared twice, by mlscope (built in)" in done.stderr
+    assert "distribution intruder (intruder:FRAMEWORK)" in done.stderr and "Traceback" not in done.stderr
