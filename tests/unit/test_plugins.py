@@ -170,3 +170,19 @@ def test_a_distribution_taking_a_built_in_name_stops_the_cli_with_one_line(tmp_p
     assert done.returncode == 2, done.stderr
     assert "'pytorch' is declared twice, by mlscope (built in)" in done.stderr
     assert "distribution intruder (intruder:FRAMEWORK)" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_predictor_s_optional_capabilities_are_the_methods_it_defines() -> None:
+    from mlscope.runtime.frameworks import load_predictor_class
+    from mlscope.runtime.predictors.base import Predictor
+    from mlscope.runtime.predictors.capabilities import Generates, TracesPasses, WarmStarts
+
+    def capabilities(cls: type[Predictor]) -> set[str]:
+        protocols = {"generates": Generates, "warm": WarmStarts, "traces": TracesPasses}
+        return {name for name, protocol in protocols.items() if issubclass(cls, protocol)}
+
+    assert capabilities(load_predictor_class("pytorch")) == {"generates", "warm", "traces"}
+    assert capabilities(load_predictor_class("onnxruntime")) == {"warm", "traces"}
+    assert capabilities(load_predictor_class("endpoint")) == {"generates"}
+    # And the interface itself promises none of them
+    assert capabilities(Predictor) == set()
