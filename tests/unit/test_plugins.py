@@ -186,3 +186,43 @@ def test_a_predictor_s_optional_capabilities_are_the_methods_it_defines() -> Non
     assert capabilities(load_predictor_class("endpoint")) == {"generates"}
     # And the interface itself promises none of them
     assert capabilities(Predictor) == set()
+
+
+def test_a_predictor_without_a_profiler_gets_an_unsupported_pass_not_an_error(tmp_path: Path) -> None:
+    from mlscope.runtime.measure import MeasureSettings
+    from mlscope.runtime.predictors.base import Predictor
+    from mlscope.runtime.trace.passes import run_traced_passes
+    from mlscope.runtime.trace.spans import Tracer
+
+    class Plain(Predictor):
+        """The interface's methods only: no capability."""
+
+        NAME = "plain"
+
+        @classmethod
+        def framework_version(cls) -> str:
+            return "0"
+
+        @classmethod
+        def libraries(cls) -> dict[str, Any]:
+            return {}
+
+        def load(self) -> None: ...
+
+        def prepare(self, arrays: dict[str, Any]) -> Any:
+            return arrays
+
+        def predict(self, batch: Any) -> Any:
+            return batch
+
+        def outputs_to_numpy(self, outputs: Any) -> dict[str, Any]:
+            return outputs
+
+    # Given a predictor with no trace_pass, When a FRAMEWORK-level trace runs its passes
+    tracer = Tracer("FRAMEWORK")
+    predictor = Plain.__new__(Plain)
+    run_traced_passes(predictor, lambda size: {}, [1], tracer, MeasureSettings())
+    # Then the pass is recorded as not supported, with why
+    (profiled,) = [span for span in tracer.drain() if span["name"] == "profile FRAMEWORK"]
+    assert profiled["attributes"]["supported"] is False
+    assert profiled["attributes"]["note"] == "plain has no FRAMEWORK profiler in mlscope"
