@@ -65,6 +65,15 @@ def _distribution(entry: importlib.metadata.EntryPoint) -> str | None:
     return dist.metadata["Name"] if dist is not None else None
 
 
+def _is_own(entry: importlib.metadata.EntryPoint) -> bool:
+    """An entry of mlscope's own installed metadata (on Python 3.9, whose entry points do not know
+    their distribution: one naming an object of the mlscope package)."""
+    name = _distribution(entry)
+    if name is None:
+        return entry.value.partition(":")[0].split(".")[0] == _OWN_DISTRIBUTION
+    return name.lower().replace("_", "-") == _OWN_DISTRIBUTION
+
+
 def _source(entry: importlib.metadata.EntryPoint) -> str:
     name = _distribution(entry)
     return f"distribution {name}" if name else f"entry point {entry.value}"
@@ -110,9 +119,11 @@ class Registry(MutableMapping[str, T], Generic[T]):
             sources = dict.fromkeys(self.builtins, BUILTIN)
             found = sorted(entry_points(self.group), key=lambda entry: entry.name)
             for entry in found:
-                own = (_distribution(entry) or "").lower().replace("_", "-") == _OWN_DISTRIBUTION
-                if own:
+                if _is_own(entry):
                     continue  # mlscope's own, whose table in the code is the one that counts
+                if targets.get(entry.name) == entry.value:
+                    continue  # the same declaration seen twice (Python 3.9 lists a distribution
+                    # found twice on the path twice)
                 source = _source(entry)
                 if entry.name in targets:
                     raise DuplicatePlugin(

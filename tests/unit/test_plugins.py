@@ -226,3 +226,16 @@ def test_a_predictor_without_a_profiler_gets_an_unsupported_pass_not_an_error(tm
     (profiled,) = [span for span in tracer.drain() if span["name"] == "profile FRAMEWORK"]
     assert profiled["attributes"]["supported"] is False
     assert profiled["attributes"]["note"] == "plain has no FRAMEWORK profiler in mlscope"
+
+
+def test_entries_that_do_not_know_their_distribution_are_told_apart_by_what_they_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given Python 3.9's entry points (no distribution): mlscope's own, stale, and a plugin's listed twice
+    own = importlib.metadata.EntryPoint("gone", "mlscope.gone:Thing", "test.group")
+    plugin = importlib.metadata.EntryPoint("extra", "collections:OrderedDict", "test.group")
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda: {"test.group": [own, plugin, plugin]})
+    registry: Registry[Any] = Registry("test.group", {"own": "collections:Counter"})
+    # Then mlscope's own are its table's, and the plugin is one entry
+    assert list(registry) == ["own", "extra"]
+    assert registry.source("extra") == "entry point collections:OrderedDict"
