@@ -10,7 +10,7 @@ by side. It lives here, above both, because workers and analysis may not import 
 
 What is framework-specific (the layers, a brick's model, the calibrations, the job) is a
 `FrameworkBricks`: ONNX Runtime's here (`OrtBricks`), PyTorch's in `mlscope.cli.bricks_pytorch`
-(the module torch.fx traces, each layer an eager module), chosen by name in `BRICKS_OF`.
+(the module torch.fx traces, each layer an eager module), chosen by name in `workers.bricks.BRICKS`.
 
 A model whose graph cannot be decomposed (control flow, a model torch.fx cannot trace, a brick that
 fails to build or run) is still measured whole; its report names the layers and why, and has no
@@ -46,11 +46,16 @@ from mlscope.cli.bricks_calibration import PAIRS_FILE, PairLog, interval_section
 from mlscope.contract.errors import UserError
 from mlscope.contract.result import result_validity
 from mlscope.contract.settings import Settings
-from mlscope.runtime.frameworks import load_object
 from mlscope.runtime.predictors.inputs import synthetic_batch
-from mlscope.workers.bricks import BrickJobReport, BrickResult, BrickRuns, single_stream
+from mlscope.workers.bricks import BRICKS, BrickJobReport, BrickResult, BrickRuns, single_stream
 
-__all__ = ["BRICKS_OF", "DISPATCH_CHAIN", "BrickBench", "FrameworkBricks", "OrtBricks", "summary"]
+__all__ = [
+    "DISPATCH_CHAIN",
+    "BrickBench",
+    "FrameworkBricks",
+    "OrtBricks",
+    "summary",
+]
 
 
 def _time(result: BrickResult) -> BrickTime:
@@ -195,7 +200,7 @@ class BrickBench:
             runs.brick_measure = dict(self.brick_measure)
         self.runs = runs
         self.version = runs.version
-        self.kind: FrameworkBricks = BRICKS_OF[self.framework](self)
+        self.kind: FrameworkBricks = BRICKS[self.framework](self)
         self._call: BrickResult | None = None
         self._dispatch: float | None = None
         self.pair_log = PairLog(self.pairs or self.settings.cache_dir / PAIRS_FILE)
@@ -478,21 +483,3 @@ def summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "time_ratio_whole_to_bricks": whole_s / bricks_s if bricks_s > 0 else None,
         "cumulative": cumulative,
     }
-
-
-def _named(path: str) -> Callable[[BrickBench], FrameworkBricks]:
-    """A framework's bricks named by `module:Class`, imported when first made (PyTorch's import torch,
-    and import this module: named here, not imported, so the two do not import each other)."""
-
-    def make(bench: BrickBench) -> FrameworkBricks:
-        made: FrameworkBricks = load_object(path)(bench)
-        return made
-
-    return make
-
-
-# Each framework's bricks, by the framework's name (workers.bricks.FRAMEWORKS: those it can measure).
-BRICKS_OF: dict[str, Callable[[BrickBench], FrameworkBricks]] = {
-    "onnxruntime": OrtBricks,
-    "pytorch": _named("mlscope.cli.bricks_pytorch:TorchBricks"),
-}

@@ -2,25 +2,29 @@
 
 Each built-in framework is one sub-package of `mlscope.runtime.predictors` whose `__init__` holds its
 registration (`FRAMEWORK = FrameworkSpec(...)`) and imports no framework; its predictor, profiler
-converters and hooks sit beside it and are named by import path. So this module (and everything that
-lists frameworks: the CLI, the API) never imports a framework, and adding a framework is adding a
-sub-package (and its manifests). Third-party predictors register through the `mlscope.frameworks`
-entry-point group with a `FrameworkSpec`.
+converters and hooks sit beside it and are named by import path. `FRAMEWORKS` is the registry of the
+`mlscope.frameworks` entry-point group (`mlscope.contract.plugins`): the built-in ones are the table
+`BUILTIN_FRAMEWORKS` (also pyproject.toml's entry points), a third party's are entry points naming a
+`FrameworkSpec`. Nothing is scanned or registered at import: a registration is imported when it is
+first looked up, so this module (and everything that lists frameworks: the CLI, the API) never
+imports a framework.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import importlib.metadata
 import importlib.util
-import pkgutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.plugins import Registry, UnknownPlugin, load_object
+
+# The group reader, under the name the Python 3.9 check of tests/unit/test_caffe2_spec.py calls.
+from mlscope.contract.plugins import entry_points as _entry_points  # noqa: F401
 
 if TYPE_CHECKING:
     from mlscope.contract.manifest import Manifest
@@ -37,14 +41,7 @@ __all__ = [
     "installed_version",
     "load_object",
     "load_predictor_class",
-    "register_framework",
 ]
-
-
-def load_object(path: str) -> Any:
-    """The object a `module:attribute` import path names (importing its module)."""
-    module_name, _, attribute = path.partition(":")
-    return getattr(importlib.import_module(module_name), attribute)
 
 
 @dataclass(frozen=True)
@@ -113,44 +110,23 @@ class FrameworkSpec:
         return tuple(load_object(self.host_prefetch)(manifest, options, cache_dir, timeout_s=timeout_s))
 
 
-FRAMEWORKS: dict[str, FrameworkSpec] = {}
+# mlscope's own frameworks (pyproject.toml's `mlscope.frameworks` entry points): name → registration.
+BUILTIN_FRAMEWORKS: dict[str, str] = {
+    "pytorch": "mlscope.runtime.predictors.pytorch:FRAMEWORK",
+    "onnxruntime": "mlscope.runtime.predictors.onnxruntime:FRAMEWORK",
+    "tensorflow": "mlscope.runtime.predictors.tensorflow:FRAMEWORK",
+    "mxnet": "mlscope.runtime.predictors.mxnet:FRAMEWORK",
+    "caffe2": "mlscope.runtime.predictors.caffe2:FRAMEWORK",
+    "endpoint": "mlscope.runtime.predictors.endpoint:FRAMEWORK",
+}
 
-
-def register_framework(spec: FrameworkSpec) -> FrameworkSpec:
-    """Make a framework known by name; a later registration of the same name replaces it. The
-    frameworks stay in their `order` (then by name), whenever each was registered."""
-    FRAMEWORKS[spec.name] = spec
-    ordered = sorted(FRAMEWORKS.values(), key=lambda known: (known.order, known.name))
-    FRAMEWORKS.clear()
-    FRAMEWORKS.update((known.name, known) for known in ordered)
-    return spec
-
-
-def _entry_points(group: str) -> Iterable[importlib.metadata.EntryPoint]:
-    found = importlib.metadata.entry_points()
-    if hasattr(found, "select"):
-        return found.select(group=group)
-    # Python 3.9 (the Caffe2 environment's) returns a dict of groups and takes no `group=`.
-    return found.get(group, ())
-
-
-def _builtin_frameworks() -> list[FrameworkSpec]:
-    """The `FRAMEWORK` of every sub-package of mlscope.runtime.predictors, by `order`."""
-    from mlscope.runtime import predictors
-
-    found = []
-    for module in pkgutil.iter_modules(predictors.__path__, f"{predictors.__name__}."):
-        spec = getattr(importlib.import_module(module.name), "FRAMEWORK", None) if module.ispkg else None
-        if isinstance(spec, FrameworkSpec):
-            found.append(spec)
-    return sorted(found, key=lambda spec: (spec.order, spec.name))
-
-
-def _load_plugins() -> None:
-    for entry in _entry_points("mlscope.frameworks"):
-        spec = entry.load()
-        if isinstance(spec, FrameworkSpec):
-            register_framework(spec)
+# Every framework, built-in and plugged in, in their `order` (then by name).
+FRAMEWORKS: Registry[FrameworkSpec] = Registry(
+    "mlscope.frameworks",
+    BUILTIN_FRAMEWORKS,
+    kind=FrameworkSpec,
+    sort_key=lambda name, spec: (spec.order, name),
+)
 
 
 def get_framework(name: str) -> FrameworkSpec:
@@ -161,7 +137,7 @@ def get_framework(name: str) -> FrameworkSpec:
     """
     try:
         return FRAMEWORKS[name]
-    except KeyError:
+    except UnknownPlugin:
         known = ", ".join(sorted(FRAMEWORKS))
         raise UserError(f"unknown framework {name!r}; known frameworks: {known}", field="framework") from None
 
@@ -272,13 +248,3 @@ def check_available(
                 field="framework.version",
             )
     return found
-
-
-def _register_all() -> None:
-    for spec in _builtin_frameworks():
-        register_framework(spec)
-    _load_plugins()
-
-
-# Last: each framework's sub-package imports this module (for FrameworkSpec) while it is found.
-_register_all()

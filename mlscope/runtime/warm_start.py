@@ -25,6 +25,7 @@ from typing import Any
 
 from mlscope.contract.job import Job
 from mlscope.runtime.predictors.base import Predictor, PredictorError
+from mlscope.runtime.predictors.capabilities import WarmStarts
 from mlscope.runtime.trace.spans import Tracer
 
 __all__ = ["read_chars", "warm_start"]
@@ -81,8 +82,8 @@ def warm_start(
     # needs fcntl (POSIX only).
     from mlscope.runtime.model_store import ModelStore, ModelStoreBusy, entry_key
 
-    variant = cold.warm_variant()
-    if variant is None:
+    variant = cold.warm_variant() if isinstance(cold, WarmStarts) else None
+    if variant is None or not isinstance(cold, WarmStarts):
         return cold, {"warm_unavailable": f"{cold.NAME} has no warm start"}
     store = ModelStore(Path(job.model_store["directory"]), int(job.model_store["budget_mb"]) * _MB)
     manifest = cold.manifest
@@ -116,6 +117,8 @@ def warm_start(
                 if mapped is None:  # `held` keeps it referenced: only a removal by hand gets here
                     raise PredictorError(f"model store entry {key} vanished while referenced")
                 try:
+                    if not isinstance(warm, WarmStarts):  # the same class as `cold`, which has it
+                        raise PredictorError(f"{warm.NAME} has no warm start")
                     warm.load_mapped(mapped)
                 except BaseException:
                     mapped.close()

@@ -1,7 +1,9 @@
 """Results and traces: one Store interface, chosen by URL scheme.
 
-`open_store(url)` looks the scheme up in `_STORES` and imports the implementation only then, so a
-process that never opens PostgreSQL never needs its driver.
+`open_store(url)` looks the scheme up in `_STORES`, the registry of the `mlscope.stores` entry-point
+group (mlscope's own schemes are `BUILTIN_STORES`; a third party's store is an entry point whose name
+is its URL scheme and whose object is a Store class taking `(url, *, check_schema)`), and imports the
+implementation only then, so a process that never opens PostgreSQL never needs its driver.
 
 The parts: `base` (the Store interface), `aggregates` (its reads over many evaluations: cursor pages,
 walks, history series), `leases` (starts, attempts and runners' leases), `maintenance` (bulk import
@@ -13,10 +15,10 @@ PostgreSQL) and `mongo` (MongoDB).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.plugins import Registry
 
 from .base import Store
 from .errors import (
@@ -30,6 +32,7 @@ from .paging import iter_spans
 from .records import STATUSES, TRACE_LEVELS
 
 __all__ = [
+    "BUILTIN_STORES",
     "STATUSES",
     "TRACE_LEVELS",
     "AmbiguousEvaluationId",
@@ -42,14 +45,17 @@ __all__ = [
     "open_store",
 ]
 
-# URL scheme → "module:class".
-_STORES: dict[str, str] = {
+# mlscope's own stores (pyproject.toml's `mlscope.stores` entry points): URL scheme → "module:class".
+BUILTIN_STORES: dict[str, str] = {
     "sqlite": "mlscope.store.sql:SQLStore",
     "postgresql": "mlscope.store.sql:SQLStore",
     "postgresql+psycopg": "mlscope.store.sql:SQLStore",
     "mongodb": "mlscope.store.mongo:MongoStore",
     "mongodb+srv": "mlscope.store.mongo:MongoStore",
 }
+
+# Every store, by URL scheme.
+_STORES: Registry[Callable[..., Store]] = Registry("mlscope.stores", BUILTIN_STORES)
 
 
 def open_store(url: str, *, check_schema: bool = True) -> Store:
@@ -72,12 +78,9 @@ def open_store(url: str, *, check_schema: bool = True) -> Store:
     scheme, separator, _ = url.partition("://") if isinstance(url, str) else ("", "", "")
     if not separator or not scheme:
         raise UserError(f"store URL {url!r} is not a URL: expected scheme://...", field="store_url")
-    target = _STORES.get(scheme.lower())
-    if target is None:
+    if scheme.lower() not in _STORES:
         raise UserError(
             f"store URL scheme {scheme!r} is not supported: use one of {', '.join(sorted(_STORES))}",
             field="store_url",
         )
-    module_name, _, class_name = target.partition(":")
-    implementation: Callable[..., Store] = getattr(importlib.import_module(module_name), class_name)
-    return implementation(url, check_schema=check_schema)
+    return _STORES[scheme.lower()](url, check_schema=check_schema)

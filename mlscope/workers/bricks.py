@@ -23,6 +23,7 @@ from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest
+from mlscope.contract.plugins import Registry
 from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.bricks import BrickJob, BrickSpec, measure_bricks
@@ -36,8 +37,9 @@ from mlscope.store.records import subsample_latencies
 from mlscope.workers.local import admit_all, evaluate_here
 
 __all__ = [
+    "BRICKS",
     "BRICK_MEASURE",
-    "FRAMEWORKS",
+    "BUILTIN_BRICKS",
     "BrickJobReport",
     "BrickResult",
     "BrickRuns",
@@ -46,9 +48,15 @@ __all__ = [
     "single_stream",
 ]
 
-# The frameworks whose models can be cut into bricks: ONNX Runtime's (the ONNX graph it optimises) and
-# PyTorch's (the module as torch.fx traces it).
-FRAMEWORKS = ("onnxruntime", "pytorch")
+# The frameworks whose models can be cut into bricks, each with its `FrameworkBricks` ("module:class"):
+# ONNX Runtime's (the ONNX graph it optimises) and PyTorch's (the module as torch.fx traces it).
+# mlscope's own are pyproject.toml's `mlscope.bricks` entry points; the classes belong to `mlscope
+# bricks`'s pipeline (mlscope.cli), which alone looks them up: here only the names are read.
+BUILTIN_BRICKS: dict[str, str] = {
+    "onnxruntime": "mlscope.cli.bricks_pipeline:OrtBricks",
+    "pytorch": "mlscope.cli.bricks_pytorch:TorchBricks",
+}
+BRICKS: Registry[Any] = Registry("mlscope.bricks", BUILTIN_BRICKS)
 # The stopping rule of each brick in its job (runtime.bricks): 3 warm-up runs, then at least 15 timed
 # ones, until its median is known to ±5% (95%: the precision the bricks had as evaluations of their
 # own), or 0.25 s of the job's time spent on it (not settled by then: judged unstable, not valid).
@@ -135,10 +143,10 @@ class BrickRuns:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        if self.framework not in FRAMEWORKS:
+        if self.framework not in BRICKS:
             raise UserError(
                 f"framework {self.framework!r} cannot be decomposed into bricks; only "
-                f"{' and '.join(FRAMEWORKS)} are supported for now",
+                f"{' and '.join(BRICKS)} are supported for now",
                 field="framework",
             )
         version = installed_version(get_framework(self.framework))

@@ -19,7 +19,8 @@ from mlscope.runtime.generate.driver import run_generate
 from mlscope.runtime.generate.records import GenerationRequest
 from mlscope.runtime.generate.served import add_served
 from mlscope.runtime.measure.settings import MeasureSettings
-from mlscope.runtime.predictors.base import Predictor
+from mlscope.runtime.predictors.base import Predictor, PredictorError
+from mlscope.runtime.predictors.capabilities import Generates
 from mlscope.runtime.trace.spans import Tracer
 
 __all__ = ["GeneratedJob", "run_generate_job"]
@@ -62,6 +63,12 @@ def run_generate_job(
     enter("load")
     start = time.perf_counter_ns()
     with tracer.span("load", generate=True):
+        if not isinstance(predictor, Generates):
+            raise PredictorError(
+                f"{predictor.NAME} cannot run the generate scenario: it needs a framework that "
+                "generates tokens in process (pytorch, for Hugging Face decoder and encoder-decoder "
+                "models) or an endpoint (--endpoint URL)"
+            )
         engine = predictor.generation_engine(settings)
     load_ms = round((time.perf_counter_ns() - start) / 1e6, 3)
     try:

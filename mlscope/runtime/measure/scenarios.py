@@ -1,8 +1,10 @@
 """Scenarios after MLPerf LoadGen: how queries are issued, and what throughput means for each.
 
-Owns the back-to-back scenarios `SingleStream` and `Offline`, and the registry of every scenario by
-name (the load generator's `Server` and `MultiStream` live in `load_scenarios`; the template they
-all follow, and the `Measurement` they return, in `scenario_base`).
+Owns the back-to-back scenarios `SingleStream` and `Offline`, and `SCENARIOS`, the registry of every
+scenario by name (the `mlscope.scenarios` entry-point group: mlscope's own are `BUILTIN_SCENARIOS`, a
+third party's is an entry point naming a `Scenario` class). The load generator's `Server` and
+`MultiStream` live in `load_scenarios`; the template they all follow, and the `Measurement` they
+return, in `scenario_base`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.plugins import Registry, UnknownPlugin
 from mlscope.runtime.measure.load_scenarios import MultiStream, Server
 from mlscope.runtime.measure.loop import NS_PER_S, LoopResult, Timer, threaded_loop, timed_loop
 from mlscope.runtime.measure.scenario_base import Measurement, Scenario
@@ -18,6 +21,7 @@ from mlscope.runtime.measure.settings import MeasureSettings
 from mlscope.runtime.measure.stats import LatencySummary
 
 __all__ = [
+    "BUILTIN_SCENARIOS",
     "SCENARIOS",
     "Measurement",
     "MultiStream",
@@ -89,7 +93,17 @@ class Offline(Scenario):
         return loop.latencies_ns.size * batch_size / (max(loop.wall_ns, 1) / NS_PER_S)
 
 
-SCENARIOS: dict[str, type[Scenario]] = {cls.NAME: cls for cls in (SingleStream, Offline, Server, MultiStream)}
+# mlscope's own scenarios (pyproject.toml's `mlscope.scenarios` entry points): name → "module:class".
+# The generate scenario is not one of them: it runs a generation engine (`mlscope.runtime.generate`).
+BUILTIN_SCENARIOS: dict[str, str] = {
+    "single_stream": "mlscope.runtime.measure.scenarios:SingleStream",
+    "offline": "mlscope.runtime.measure.scenarios:Offline",
+    "server": "mlscope.runtime.measure.load_scenarios:Server",
+    "multi_stream": "mlscope.runtime.measure.load_scenarios:MultiStream",
+}
+
+# Every scenario, by name.
+SCENARIOS: Registry[type[Scenario]] = Registry("mlscope.scenarios", BUILTIN_SCENARIOS)
 
 
 def get_scenario(name: str) -> Scenario:
@@ -106,6 +120,6 @@ def get_scenario(name: str) -> Scenario:
     """
     try:
         return SCENARIOS[name]()
-    except (KeyError, TypeError):
+    except (UnknownPlugin, TypeError):
         known = ", ".join(sorted(SCENARIOS))
         raise UserError(f"unknown scenario {name!r}: expected one of {known}", field="scenario") from None

@@ -1,7 +1,9 @@
 """The predictor interface: what every framework adapter does, and nothing framework-specific.
 
 A predictor lives in the process that runs the evaluation (the caller's, a child process, later a
-container) and is the only code there that imports its framework.
+container) and is the only code there that imports its framework. What a predictor may do beyond
+this (generate tokens, start warm, trace passes) is a protocol of `capabilities`, which it has by
+defining that protocol's methods.
 """
 
 from __future__ import annotations
@@ -13,15 +15,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from mlscope.contract.errors import MlscopeError
 from mlscope.contract.options import PredictorOptions
-from mlscope.runtime.trace.profiled import ProfiledPass
 
 if TYPE_CHECKING:  # annotations only: listing frameworks imports this module, and stays light
     import numpy as np
 
-    from mlscope.contract.generation import GenerationSettings
     from mlscope.contract.manifest import Manifest
-    from mlscope.runtime.generate.records import GenerateEngine
-    from mlscope.runtime.model_store import MappedModel, WeightsToStore
 
 __all__ = ["Predictor", "PredictorError", "PredictorOptions"]
 
@@ -98,63 +96,6 @@ class Predictor(ABC):
             "device": self.device,
             "libraries": self.libraries(),
         }
-
-    def trace_pass(self, profiled: ProfiledPass, batch: Any) -> bool:
-        """Run one profiled pass on a prepared batch and record its spans into `profiled.tracer`.
-
-        Runs after the measured pass, so no latency figure ever comes from a profiled inference.
-        Each of the `profiled.iterations` traced inferences (after `profiled.warmup` untraced ones)
-        is a MODEL span "inference" under `profiled.parent_id`, with the level's spans inside it.
-
-        Args:
-            profiled: the level ("FRAMEWORK": layers, "LIBRARY": operators, and kernels on a GPU),
-                the tracer, the pass's span and the inference counts.
-            batch: a batch from `prepare`, of `profiled.batch_size` samples.
-
-        Returns:
-            False when this framework cannot trace that level (nothing was recorded).
-        """
-        return False
-
-    def generation_engine(self, settings: GenerationSettings) -> GenerateEngine:
-        """The model as a token generator for the generate scenario, loaded (this replaces `load`
-        for a generate job: the generative model is another module than the one `predict` runs).
-
-        Raises:
-            PredictorError: this framework, or this model, cannot generate tokens; says why.
-        """
-        raise PredictorError(
-            f"{self.NAME} cannot run the generate scenario: it needs a framework that generates tokens "
-            "in process (pytorch, for Hugging Face decoder and encoder-decoder models) or an endpoint "
-            "(--endpoint URL)"
-        )
-
-    def warm_variant(self) -> str | None:
-        """What determines this predictor's stored weights beyond the manifest and the seed (an
-        optimisation level, providers), as one string: part of its model store key.
-
-        Returns:
-            None when this framework has no warm start (the default): the result then says so.
-        """
-        return None
-
-    def weights_to_store(self) -> WeightsToStore:
-        """The loaded model's weights, laid out for the model store (called after `load`).
-
-        Raises:
-            PredictorError: this framework, or this model, cannot be shared through the store.
-        """
-        raise PredictorError(f"{self.NAME} has no warm start")
-
-    def load_mapped(self, mapped: MappedModel) -> None:
-        """Load the model from the store's mapped weights instead of from its source (a warm
-        start): no weights read from a file, none copied on the host. Replaces `load`; the
-        predictor keeps `mapped` referenced until `close`.
-
-        Raises:
-            PredictorError: the entry does not fit the model, or this framework has no warm start.
-        """
-        raise PredictorError(f"{self.NAME} has no warm start")
 
     def close(self) -> None:  # noqa: B027 - nothing to release by default
         """Release the model and its memory."""

@@ -13,6 +13,7 @@ from typing import Any
 from mlscope.runtime.measure import MeasureSettings
 from mlscope.runtime.measure.scenarios import Measurement
 from mlscope.runtime.predictors.base import Predictor
+from mlscope.runtime.predictors.capabilities import TracesPasses
 from mlscope.runtime.trace.hardware import HardwareSampler, summarize_samples
 from mlscope.runtime.trace.profiled import ProfiledPass, pass_attributes
 from mlscope.runtime.trace.spans import Tracer
@@ -88,7 +89,7 @@ def run_traced_passes(
                     iterations=settings.trace_iterations,
                     warmup=settings.trace_warmup,
                 )
-                supported = predictor.trace_pass(profiled, batch)
+                supported = isinstance(predictor, TracesPasses) and predictor.trace_pass(profiled, batch)
                 attributes["supported"] = supported
                 if not supported:
                     attributes["note"] = f"{predictor.NAME} has no {level} profiler in mlscope"

@@ -1,8 +1,11 @@
-"""Runners: where a predictor runs. One module per runner, found by name."""
+"""Runners: where a predictor runs. One module per runner, found by name in `RUNNERS`, the registry of
+the `mlscope.runners` entry-point group (mlscope's own are `BUILTIN_RUNNERS`; a third party's is an
+entry point naming a `Runner` class)."""
 
 from __future__ import annotations
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.plugins import Registry, UnknownPlugin
 from mlscope.contract.settings import Settings
 from mlscope.runtime.frameworks import FRAMEWORKS
 from mlscope.workers.runners.base import Runner, RunOutcome
@@ -11,6 +14,7 @@ from mlscope.workers.runners.inline import InlineRunner
 from mlscope.workers.runners.process import ProcessRunner
 
 __all__ = [
+    "BUILTIN_RUNNERS",
     "RUNNERS",
     "DockerRunner",
     "InlineRunner",
@@ -21,7 +25,15 @@ __all__ = [
     "get_runner",
 ]
 
-RUNNERS: dict[str, type[Runner]] = {cls.NAME: cls for cls in (InlineRunner, ProcessRunner, DockerRunner)}
+# mlscope's own runners (pyproject.toml's `mlscope.runners` entry points): name → "module:class".
+BUILTIN_RUNNERS: dict[str, str] = {
+    "inline": "mlscope.workers.runners.inline:InlineRunner",
+    "process": "mlscope.workers.runners.process:ProcessRunner",
+    "docker": "mlscope.workers.runners.docker:DockerRunner",
+}
+
+# Every runner, by name.
+RUNNERS: Registry[type[Runner]] = Registry("mlscope.runners", BUILTIN_RUNNERS)
 
 
 def get_runner(name: str, settings: Settings | None = None) -> Runner:
@@ -32,7 +44,7 @@ def get_runner(name: str, settings: Settings | None = None) -> Runner:
     """
     try:
         cls = RUNNERS[name]
-    except KeyError:
+    except UnknownPlugin:
         raise UserError(
             f"unknown runner {name!r}; known runners: {', '.join(sorted(RUNNERS))}", field="runner"
         ) from None

@@ -4,19 +4,17 @@
 Imports no HTTP client: this registration is read wherever frameworks are listed.
 """
 
-from mlscope.runtime.frameworks import FrameworkSpec, register_framework
+from mlscope.runtime.frameworks import FrameworkSpec
 
-FRAMEWORK = register_framework(
-    FrameworkSpec(
-        name="endpoint",
-        display="OpenAI-compatible endpoint",
-        import_name="httpx",
-        distributions=("httpx",),
-        predictor="mlscope.runtime.predictors.endpoint.predictor:EndpointPredictor",
-        sources=frozenset({"served"}),
-        install_hint="pip install 'mlscope[endpoint]'",
-        order=90,
-        image_by_default=False,
-        generates=True,
-    )
+FRAMEWORK = FrameworkSpec(
+    name="endpoint",
+    display="OpenAI-compatible endpoint",
+    import_name="httpx",
+    distributions=("httpx",),
+    predictor="mlscope.runtime.predictors.endpoint.predictor:EndpointPredictor",
+    sources=frozenset({"served"}),
+    install_hint="pip install 'mlscope[endpoint]'",
+    order=90,
+    image_by_default=False,
+    generates=True,
 )

@@ -3,22 +3,18 @@
 Imports no framework: this registration is read wherever frameworks are listed.
 """
 
-from mlscope.runtime.frameworks import FrameworkSpec, register_framework
+from mlscope.runtime.frameworks import FrameworkSpec
 
-# Registered here as well as found by the registry: a process that imports this package first
-# (before mlscope.runtime.frameworks) is in the middle of it while the registry looks for it.
-FRAMEWORK = register_framework(
-    FrameworkSpec(
-        name="mxnet",
-        display="MXNet",
-        import_name="mxnet",
-        distributions=("mxnet", "mxnet-mkl", "mxnet-cu112"),
-        predictor="mlscope.runtime.predictors.mxnet.predictor:MXNetPredictor",
-        sources=frozenset({"gluon"}),
-        # MXNet 1.9 needs numpy < 1.24, which the rest of mlscope's stack does not accept.
-        install_hint="`mlscope env create mxnet` (an environment of its own, for --runner process), or "
-        "`mlscope image build mxnet` for --runner docker",
-        order=40,
-        image_by_default=True,
-    )
+FRAMEWORK = FrameworkSpec(
+    name="mxnet",
+    display="MXNet",
+    import_name="mxnet",
+    distributions=("mxnet", "mxnet-mkl", "mxnet-cu112"),
+    predictor="mlscope.runtime.predictors.mxnet.predictor:MXNetPredictor",
+    sources=frozenset({"gluon"}),
+    # MXNet 1.9 needs numpy < 1.24, which the rest of mlscope's stack does not accept.
+    install_hint="`mlscope env create mxnet` (an environment of its own, for --runner process), or "
+    "`mlscope image build mxnet` for --runner docker",
+    order=40,
+    image_by_default=True,
 )

@@ -4,25 +4,21 @@ Runtime exporter builds too) and its profiled passes (`profile`).
 Imports no framework: this registration is read wherever frameworks are listed.
 """
 
-from mlscope.runtime.frameworks import FrameworkSpec, register_framework
+from mlscope.runtime.frameworks import FrameworkSpec
 
-# Registered here as well as found by the registry: a process that imports this package first
-# (before mlscope.runtime.frameworks) is in the middle of it while the registry looks for it.
-FRAMEWORK = register_framework(
-    FrameworkSpec(
-        name="pytorch",
-        display="PyTorch",
-        import_name="torch",
-        distributions=("torch",),
-        predictor="mlscope.runtime.predictors.pytorch.predictor:PyTorchPredictor",
-        sources=frozenset({"torchvision", "timm", "transformers", "python"}),
-        install_hint="pip install 'mlscope[pytorch]'",
-        order=10,
-        # PyPI's torch wheel is the CUDA build (several GB): its image is built only when asked for by name.
-        image_by_default=False,
-        system_distributions=("torch", "torchvision", "timm", "transformers"),
-        generates=True,
-        # `mlscope bricks --device cuda`: its bricks are timed with CUDA events on a GPU.
-        brick_devices="mlscope.runtime.predictors.pytorch.bricks:device_refusal",
-    )
+FRAMEWORK = FrameworkSpec(
+    name="pytorch",
+    display="PyTorch",
+    import_name="torch",
+    distributions=("torch",),
+    predictor="mlscope.runtime.predictors.pytorch.predictor:PyTorchPredictor",
+    sources=frozenset({"torchvision", "timm", "transformers", "python"}),
+    install_hint="pip install 'mlscope[pytorch]'",
+    order=10,
+    # PyPI's torch wheel is the CUDA build (several GB): its image is built only when asked for by name.
+    image_by_default=False,
+    system_distributions=("torch", "torchvision", "timm", "transformers"),
+    generates=True,
+    # `mlscope bricks --device cuda`: its bricks are timed with CUDA events on a GPU.
+    brick_devices="mlscope.runtime.predictors.pytorch.bricks:device_refusal",
 )

@@ -4,21 +4,16 @@ through `xspace`).
 Imports no framework: this registration is read wherever frameworks are listed.
 """
 
-from mlscope.runtime.frameworks import FrameworkSpec, register_framework
+from mlscope.runtime.frameworks import FrameworkSpec
 
-# Registered here as well as found by the registry: a process that imports this package first
-# (before mlscope.runtime.frameworks) is in the middle of it while the registry looks for it.
-FRAMEWORK = register_framework(
-    FrameworkSpec(
-        name="tensorflow",
-        display="TensorFlow",
-        import_name="tensorflow",
-        distributions=("tensorflow-cpu", "tensorflow", "tensorflow-intel"),
-        predictor="mlscope.runtime.predictors.tensorflow.predictor:TensorFlowPredictor",
-        sources=frozenset({"keras_applications"}),
-        install_hint="pip install 'mlscope[tensorflow]', "
-        "or `mlscope image build tensorflow` for --runner docker",
-        order=30,
-        image_by_default=True,
-    )
+FRAMEWORK = FrameworkSpec(
+    name="tensorflow",
+    display="TensorFlow",
+    import_name="tensorflow",
+    distributions=("tensorflow-cpu", "tensorflow", "tensorflow-intel"),
+    predictor="mlscope.runtime.predictors.tensorflow.predictor:TensorFlowPredictor",
+    sources=frozenset({"keras_applications"}),
+    install_hint="pip install 'mlscope[tensorflow]', or `mlscope image build tensorflow` for --runner docker",
+    order=30,
+    image_by_default=True,
 )

@@ -1,0 +1,119 @@
+"""Plugging in from outside: a toy framework and a toy store, each an installed distribution that
+declares itself in mlscope's entry-point groups (tests/data/plugins), run end to end.
+
+They are installed into a virtual environment of the test's own (which sees this interpreter's
+packages), so this interpreter's environment is left as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.integration.test_run_cli import FAST, ran_valid
+
+PLUGINS = Path(__file__).resolve().parent.parent / "data" / "plugins"
+
+MANIFEST = """
+name: toy_model
+version: "1.0"
+task: other
+framework: {name: toyfw, version: "*"}
+source: {python: "mlscope_toy_framework:factory"}
+weights: random
+inputs: [{name: x, shape: [4], dtype: float32}]
+outputs: [{name: y}]
+"""
+
+# Run inside the environment: the framework's predictor doubles, and the store reads back what ran.
+READ_BACK = """
+import json, sys
+import numpy as np
+from mlscope.runtime.frameworks import FRAMEWORKS, load_predictor_class
+from mlscope.store import open_store
+
+cls = load_predictor_class("toyfw")
+from pathlib import Path
+from mlscope.registry.models import ModelRegistry
+predictor = cls(ModelRegistry.load([Path(sys.argv[3])]).get("toy_model", "toyfw"))
+predictor.load()
+doubled = predictor.outputs_to_numpy(predictor.predict(predictor.prepare({"x": np.arange(4.0)})))
+store = open_store(sys.argv[1])
+print(json.dumps({
+    "frameworks": list(FRAMEWORKS),
+    "source": FRAMEWORKS.source("toyfw"),
+    "doubled": doubled["y"].tolist(),
+    "stored": store.get_evaluation(sys.argv[2])["framework"],
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def plugged(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A virtual environment with the toy framework and the toy store installed; returns its Python."""
+    where = tmp_path_factory.mktemp("plugged")
+    venv = where / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    found = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    # This interpreter's packages (mlscope's dependencies, pip and setuptools), seen from the new one.
+    Path(found.stdout.strip(), "parent.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    for plugin in ("toy_framework", "toy_store"):
+        # Built from a copy: a build writes its build/ and egg-info beside the sources.
+        source = shutil.copytree(PLUGINS / plugin, where / plugin)
+        subprocess.run(
+            [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+             str(source)],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+    return python
+
+
+def test_an_installed_framework_runs_into_an_installed_store(plugged: Path, tmp_path: Path) -> None:
+    # Given the toy plugins installed, a manifest for the toy framework, and the toy store's URL
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "toy.yaml").write_text(MANIFEST)
+    url = f"toystore:///{tmp_path / 'toy.db'}"
+    env = {
+        **os.environ,
+        "MLSCOPE_STORE_URL": url,
+        "MLSCOPE_MANIFESTS": str(tmp_path / "m"),
+        "MLSCOPE_CACHE_DIR": str(tmp_path / "cache"),
+        "MLSCOPE_SETTINGS": str(tmp_path / "no-settings.toml"),
+        "PYTHONPATH": str(REPO),
+    }
+    # When `mlscope run` runs the toy model on the toy framework
+    done = subprocess.run(
+        [plugged, "-m", "mlscope", "run", "toy_model", "-f", "toyfw", "--runner", "inline", "--json", *FAST],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    # Then it ran, valid, on the toy framework
+    (result,) = ran_valid(done)
+    assert result["framework"]["name"] == "toyfw" and result["framework"]["version"] == "0.1.0"
+    # And the framework is listed after the built-in ones, from its distribution, and doubles its input;
+    # and the toy store, opened by its scheme, holds the evaluation
+    read = subprocess.run(
+        [plugged, "-c", READ_BACK, url, result["id"], str(tmp_path / "m")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert read.returncode == 0, read.stderr[-3000:]
+    seen = json.loads(read.stdout)
+    assert seen["frameworks"][-1] == "toyfw" and "pytorch" in seen["frameworks"]
+    assert seen["source"] == "distribution mlscope-toy-framework"
+    assert seen["doubled"] == [0.0, 2.0, 4.0, 6.0]
+    assert seen["stored"]["name"] == "toyfw"
