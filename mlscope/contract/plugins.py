@@ -19,7 +19,7 @@ import importlib.metadata
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, Generic, TypeVar, cast
 
-from mlscope.contract.errors import UserError
+from mlscope.contract.errors import MlscopeError, UserError
 
 __all__ = ["DuplicatePlugin", "Registry", "UnknownPlugin", "entry_points", "load_object"]
 
@@ -30,7 +30,7 @@ BUILTIN = "mlscope (built in)"
 _OWN_DISTRIBUTION = "mlscope"
 
 
-class UnknownPlugin(KeyError):
+class UnknownPlugin(MlscopeError, KeyError):
     """No entry of that name in a group; the message names the known ones."""
 
     def __str__(self) -> str:
