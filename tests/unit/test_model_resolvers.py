@@ -142,3 +142,26 @@ def test_what_no_resolver_matches_is_refused_with_its_message(tmp_path: Path) ->
             with pytest.raises(UserError, match=message) as caught:
                 ask(ref)
             assert caught.value.field == "model"
+
+
+def test_a_farm_refuses_a_factory_or_a_path_first_then_a_checkpoint_then_names_an_unknown_model() -> None:
+    # Given the registry of a farm's api (this machine's files are not read)
+    loaded = ModelRegistry.load()
+    farm = ModelRegistry(loaded.all(), loaded.catalogue, local_files=False)
+    weights = ModelOptions(weights="model.pt")
+    cases = [
+        ("net.py:make_model", weights, "Python factories are not accepted here", "model"),
+        ("./model.onnx", weights, "./model.onnx: a path on your machine means nothing", "model"),
+        (
+            "resnet19",
+            weights,
+            r"a checkpoint path \(--weights\): a path on your machine",
+            "model_options.weights",
+        ),
+        ("sha256:" + "0" * 64, weights, r"a checkpoint path \(--weights\)", "model_options.weights"),
+        ("resnet19", ModelOptions(), "unknown model 'resnet19'", "model"),
+    ]
+    for ref, options, message, field in cases:
+        with pytest.raises(UserError, match=message) as caught:
+            farm.get(ref, "onnxruntime", options)
+        assert caught.value.field == field

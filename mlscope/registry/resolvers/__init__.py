@@ -61,8 +61,9 @@ class Resolvers:
         self.manifests = ManifestResolver(manifests)
         self.catalogue = CatalogueResolver(catalogue)
         self.local_files = local_files
+        self._upload = UploadResolver(uploads)
         self.order: tuple[Resolver, ...] = (
-            UploadResolver(uploads),
+            self._upload,
             FactoryResolver(),
             self.manifests,
             self.catalogue,
@@ -78,12 +79,7 @@ class Resolvers:
             UserError: an unknown name (with close names), a path to nothing or to a file that is
                 not .onnx, or a factory or path where this machine's files are not read.
         """
-        upload = self.order[0]
-        if not self.local_files and not upload.matches(ref):
-            if is_factory_ref(ref):
-                raise refuse_local(ref, "factory")
-            if looks_like_path(ref):
-                raise refuse_local(ref, "path")
+        self._refuse_local(ref)
         resolver = self.first(ref)
         if resolver is None:
             raise _unmatched(ref, self._unknown)
@@ -100,10 +96,20 @@ class Resolvers:
     def resolve(self, ref: str, framework: str, options: ModelOptions | None = None) -> Manifest:
         """The manifest of `ref` for `framework`, the options applied (see `ModelRegistry.get`)."""
         options = options or ModelOptions()
-        resolver = self.choose(ref)
         if options.weights and not self.local_files:
+            self._refuse_local(ref)  # a factory or a path is refused as such first
             raise refuse_local(ref, "weights")
-        return resolver.resolve(ref, framework, options)
+        return self.choose(ref).resolve(ref, framework, options)
+
+    def _refuse_local(self, ref: str) -> None:
+        """Where this machine's files are not read, refuses a factory or a path (an upload is not a
+        path), before any resolver looks at a file."""
+        if self.local_files or self._upload.matches(ref):
+            return
+        if is_factory_ref(ref):
+            raise refuse_local(ref, "factory")
+        if looks_like_path(ref):
+            raise refuse_local(ref, "path")
 
     def _unknown(self, name: str) -> UserError:
         names, refs = self.manifests.names(), self.catalogue.refs()
