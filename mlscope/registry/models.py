@@ -19,7 +19,7 @@ from pathlib import Path
 from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest, ManifestError, load_manifest, parse_manifest_text
 from mlscope.registry.catalogue import Catalogue
-from mlscope.registry.references import ModelOptions
+from mlscope.registry.model_options import ModelOptions
 from mlscope.registry.resolvers import Resolvers
 
 __all__ = ["ModelRegistry"]

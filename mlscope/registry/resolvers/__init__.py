@@ -25,10 +25,11 @@ from pathlib import Path
 from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest
 from mlscope.registry.catalogue import Catalogue
-from mlscope.registry.references import ModelOptions, is_factory_ref, looks_like_path
+from mlscope.registry.model_options import ModelOptions
 from mlscope.registry.resolvers.base import Resolver, refuse_local, unknown_model
 from mlscope.registry.resolvers.catalogue import CatalogueResolver
 from mlscope.registry.resolvers.factory import FactoryResolver
+from mlscope.registry.resolvers.forms import is_factory_ref, looks_like_path
 from mlscope.registry.resolvers.hf_directory import HfDirectoryResolver
 from mlscope.registry.resolvers.manifest import ManifestResolver
 from mlscope.registry.resolvers.onnx_file import OnnxFileResolver

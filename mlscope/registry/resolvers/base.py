@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest
-from mlscope.registry.references import ModelOptions
+from mlscope.registry.model_options import ModelOptions
 from mlscope.runtime.frameworks import FRAMEWORKS
 
 __all__ = [

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from mlscope.contract.manifest import Manifest
 from mlscope.registry.catalogue import Catalogue
-from mlscope.registry.references import ModelOptions, apply_options, looks_like_path
+from mlscope.registry.model_options import ModelOptions, apply_options
 from mlscope.registry.resolvers.base import Resolver
+from mlscope.registry.resolvers.forms import looks_like_path
 from mlscope.registry.resolvers.manifest import no_manifest_for
 
 __all__ = ["CatalogueResolver"]

@@ -10,16 +10,10 @@ from pathlib import Path
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest, parse_manifest
+from mlscope.registry.model_options import ModelOptions, checkpoint, options_dtypes, options_shapes
 from mlscope.registry.onnx_files import manifest_name
-from mlscope.registry.references import (
-    FACTORY_REF,
-    ModelOptions,
-    checkpoint,
-    is_factory_ref,
-    options_dtypes,
-    options_shapes,
-)
 from mlscope.registry.resolvers.base import Resolver, check_framework, frameworks_with_source
+from mlscope.registry.resolvers.forms import FACTORY_REF, is_factory_ref
 from mlscope.runtime.predictors.files import file_sha256
 
 __all__ = ["FactoryResolver", "factory_manifest"]

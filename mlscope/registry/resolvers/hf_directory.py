@@ -11,10 +11,11 @@ from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest, parse_manifest
+from mlscope.registry.model_options import ModelOptions, apply_options, follow_config
 from mlscope.registry.onnx_files import manifest_name
-from mlscope.registry.references import ModelOptions, apply_options, follow_config, looks_like_path
 from mlscope.registry.resolvers.base import Resolver, check_framework, unknown_model
 from mlscope.registry.resolvers.catalogue import CatalogueResolver
+from mlscope.registry.resolvers.forms import looks_like_path
 from mlscope.registry.resolvers.manifest import ManifestResolver
 from mlscope.runtime.predictors.files import directory_digest, model_files
 

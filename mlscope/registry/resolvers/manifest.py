@@ -9,8 +9,9 @@ from collections.abc import Mapping
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest
-from mlscope.registry.references import ModelOptions, apply_options, looks_like_path
+from mlscope.registry.model_options import ModelOptions, apply_options
 from mlscope.registry.resolvers.base import Resolver
+from mlscope.registry.resolvers.forms import looks_like_path
 
 __all__ = ["ManifestResolver", "no_manifest_for"]
 

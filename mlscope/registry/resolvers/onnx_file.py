@@ -7,9 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from mlscope.contract.manifest import Manifest
+from mlscope.registry.model_options import ModelOptions
 from mlscope.registry.onnx_files import onnx_file_manifest
-from mlscope.registry.references import ModelOptions, looks_like_path
 from mlscope.registry.resolvers.base import Resolver, check_framework, frameworks_with_source
+from mlscope.registry.resolvers.forms import looks_like_path
 
 __all__ = ["OnnxFileResolver"]
 

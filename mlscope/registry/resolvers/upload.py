@@ -10,9 +10,10 @@ from pathlib import Path
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest
+from mlscope.registry.model_options import ModelOptions
 from mlscope.registry.onnx_files import onnx_file_manifest
-from mlscope.registry.references import UPLOAD_REF, ModelOptions
 from mlscope.registry.resolvers.base import Resolver, check_framework, frameworks_with_source
+from mlscope.registry.resolvers.forms import UPLOAD_REF
 from mlscope.registry.uploads import ModelFiles
 
 __all__ = ["UploadResolver"]
