@@ -6,34 +6,21 @@ Manifests are read from the `mlscope.manifests` package directory, then from eac
 directory in order (the user's `MLSCOPE_MANIFESTS`); a later layer replaces an earlier one's
 manifest for the same (name, framework). A broken file fails the whole load: skipping it would
 make a model silently disappear. A manifest file named like a catalogue entry replaces the entry.
+Each model reference is resolved by the resolver of its kind (`mlscope.registry.resolvers`).
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
-from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest, ManifestError, load_manifest, parse_manifest_text
 from mlscope.registry.catalogue import Catalogue
-from mlscope.registry.onnx_files import onnx_file_manifest
-from mlscope.registry.references import (
-    UPLOAD_REF,
-    ModelOptions,
-    apply_options,
-    factory_manifest,
-    hf_directory_manifest,
-    is_factory_ref,
-    looks_like_path,
-    read_hf_config,
-    reference_kind,
-)
-from mlscope.registry.uploads import ModelFiles
-from mlscope.runtime.frameworks import FRAMEWORKS
+from mlscope.registry.model_options import ModelOptions
+from mlscope.registry.resolvers import Resolvers
 
 __all__ = ["ModelRegistry"]
 
@@ -71,15 +58,6 @@ def _shipped_files(node: Traversable) -> Iterator[Traversable]:
             yield child
 
 
-def _exists(name: str) -> bool:
-    """Whether a file or directory is called `name` here; False for a name no path can have (too
-    long, a NUL byte)."""
-    try:
-        return Path(name).exists()
-    except (OSError, ValueError):
-        return False
-
-
 def _load_shipped() -> list[Manifest]:
     loaded = []
     for resource in _shipped_files(resources.files("mlscope.manifests")):
@@ -108,14 +86,6 @@ def _load_directory(directory: Path) -> list[Manifest]:
         and not any(part.startswith(".") for part in path.relative_to(directory).parts)
     )
     return [load_manifest(path) for path in files]
-
-
-def _check_framework(name: str, framework: str, frameworks: list[str]) -> None:
-    if framework not in frameworks:
-        raise UserError(
-            f"{name} cannot run on framework {framework!r}; it can on: {', '.join(frameworks)}",
-            field="framework",
-        )
 
 
 class ModelRegistry:
@@ -152,9 +122,8 @@ class ModelRegistry:
         self._by_key = _index(manifests)
         self._catalogue = catalogue
         self._local_files = local_files
-        self._uploads = uploads
         self.dataset_uploads = dataset_uploads
-        self._resolved: dict[tuple[str, str], Manifest] = {}
+        self._resolvers = Resolvers(self._by_key, catalogue, local_files=local_files, uploads=uploads)
 
     @classmethod
     def load(
@@ -222,26 +191,10 @@ class ModelRegistry:
                 path that leads nowhere, a local reference where local files are not read, an
                 upload that `uploads` cannot find.
         """
-        kind = self._kind(name)
-        if kind == "directory":
-            return self.frameworks_for(f"hf:{read_hf_config(Path(name).expanduser())['model_type']}")
-        if kind == "upload" and self._uploads is not None:
-            self._uploads(name.partition(":")[2])  # an unknown upload is named here, with what to do
-        if kind != "name":
-            source = {"upload": "onnx", "onnx": "onnx", "factory": "python"}[kind]
-            return sorted(
-                spec.name for spec in FRAMEWORKS.values() if source in spec.sources and not spec.unavailable
-            )
-        frameworks = sorted(framework for model, framework in self._by_key if model == name)
-        if frameworks:
-            return frameworks
-        entry = self._entry(name)
-        if entry is None:
-            raise self._unknown_model(name)
-        return sorted(entry.frameworks)
+        return self._resolvers.frameworks(name)
 
     def get(self, name: str, framework: str, options: ModelOptions | None = None) -> Manifest:
-        """The manifest of model `name` (any reference, see `mlscope.registry.references`) for
+        """The manifest of model `name` (any reference, see `mlscope.registry.resolvers`) for
         `framework`, with the model options applied.
 
         Raises:
@@ -249,96 +202,12 @@ class ModelRegistry:
                 framework (lists the frameworks it has), a local reference where local files are
                 not read, or a file that is missing, invalid, or does not fit the options.
         """
-        options = options or ModelOptions()
-        kind = self._kind(name)
-        if options.weights:
-            self._refuse_local(name, "weights")
-        if kind == "name":
-            return apply_options(self._named(name, framework), options)
-        if kind == "directory":
-            directory = Path(name).expanduser()
-            config = read_hf_config(directory)  # read once: it names the catalogue entry too
-            template_ref = f"hf:{config['model_type']}"
-            _check_framework(name, framework, self.frameworks_for(template_ref))
-            template = self._named(template_ref, framework)
-            return hf_directory_manifest(directory, config, framework, options, template)
-        _check_framework(name, framework, self.frameworks_for(name))
-        if kind == "onnx":
-            return onnx_file_manifest(Path(name), input_shapes=options.input_shapes)
-        if kind == "factory":
-            return factory_manifest(name, framework, options)
-        return self._uploaded(name, options)
+        return self._resolvers.resolve(name, framework, options)
 
-    def _uploaded(self, name: str, options: ModelOptions) -> Manifest:
-        match = UPLOAD_REF.match(name)
-        assert match is not None
-        if self._uploads is None:
-            raise UserError(
-                f"{name} names a model uploaded to a farm's API; submit it there (mlscope submit) or run the "
-                "ONNX file itself here (mlscope run ./model.onnx)",
-                field="model",
-            )
-        digest = match.group(1)
-        path = self._uploads(digest)
-        described = ModelFiles(path.parent).find(digest)
-        return onnx_file_manifest(
-            path,
-            input_shapes=options.input_shapes,
-            url=name,
-            sha256=digest,
-            name=described.name if described is not None else f"upload-{digest[:12]}",
-            filename=described.filename if described is not None else None,
-            origin=name,
-        )
-
-    def _kind(self, name: str) -> str:
-        """The reference's kind (`reference_kind`); where local files are not read, a path or a
-        factory is refused before anything looks at this machine's files."""
-        if self._local_files or UPLOAD_REF.match(name):
-            return reference_kind(name)
-        if is_factory_ref(name):
-            self._refuse_local(name, "factory")
-        if looks_like_path(name):
-            self._refuse_local(name, "path")
-        return "name"
-
-    def _refuse_local(self, name: str, kind: str) -> None:
-        if self._local_files:
-            return
-        if kind == "factory":
-            raise UserError(
-                f"{name}: Python factories are not accepted here (no code travels over the wire); upload the "
-                "exported ONNX file instead (mlscope submit ./model.onnx), or install the module on the "
-                "workers and name its factory in a manifest (MLSCOPE_MANIFESTS)",
-                field="model",
-            )
-        what = "a checkpoint path (--weights)" if kind == "weights" else f"{name}"
-        raise UserError(
-            f"{what}: a path on your machine means nothing here; upload an ONNX file (mlscope submit "
-            "./model.onnx, or POST /api/v1/models) and name it by the sha256:<hex> reference it returns",
-            field="model_options.weights" if kind == "weights" else "model",
-        )
-
-    def _named(self, name: str, framework: str) -> Manifest:
-        frameworks = self.frameworks_for(name)
-        manifest = self._by_key.get((name, framework))
-        if manifest is not None:
-            return manifest
-        if framework in frameworks and self._catalogue is not None:
-            key = (name, framework)
-            if key not in self._resolved:
-                self._resolved[key] = self._catalogue.manifest(name, framework)
-            return self._resolved[key]
-        has = ", ".join(frameworks)
-        raise UserError(
-            f"model {name!r} has no manifest for framework {framework!r}; it has: {has}",
-            field="framework",
-        )
-
-    def _entry(self, name: str) -> Any:
-        if self._catalogue is None or not self._catalogue.has(name):
-            return None
-        return self._catalogue.get(name)
+    @property
+    def resolvers(self) -> Resolvers:
+        """The resolvers behind `get` and `frameworks_for`, one per kind of reference."""
+        return self._resolvers
 
     def listing(self) -> list[tuple[str, str, str | None]]:
         """(name, origin, family) of every model, as `mlscope models` and GET /api/v1/models list them:
@@ -354,14 +223,3 @@ class ModelRegistry:
                 if entry.ref not in taken
             ]
         return listed
-
-    def _unknown_model(self, name: str) -> UserError:
-        names = self.names()
-        refs = self._catalogue.refs() if self._catalogue is not None else []
-        close = difflib.get_close_matches(name.lower(), names + refs, n=3, cutoff=0.6)
-        hint = f"did you mean {' or '.join(close)}? " if close else ""
-        if self._local_files and _exists(name):
-            hint += f"(for the file or directory {name}, write ./{name}) "
-        known = ", ".join(names) or "none"
-        more = f" and {len(refs)} catalogue architectures (`mlscope models` lists them)" if refs else ""
-        return UserError(f"unknown model {name!r}; {hint}known models: {known}{more}", field="model")
