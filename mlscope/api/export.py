@@ -8,7 +8,7 @@ module registers it, which the app factory does before registering the blueprint
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from flask import Response
@@ -74,7 +74,7 @@ ExportQuerySchema: type[Schema] = Schema.from_dict(
 )
 
 
-def export_rows(evaluations: Iterable[dict[str, Any]]) -> Iterator[list[Any]]:
+def export_rows(evaluations: Iterable[Mapping[str, Any]]) -> Iterator[list[Any]]:
     """The CSV rows (EXPORT_COLUMNS) of evaluations in the result shape: one per measurement, or one
     with empty measurement columns for an evaluation that has none."""
     for e in evaluations:

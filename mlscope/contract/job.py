@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from mlscope.contract.names import PHASES
+from mlscope.contract.result import ErrorInfo
 
 if TYPE_CHECKING:
     from mlscope.contract.request import EvaluationRequest
@@ -132,5 +133,5 @@ class JobFailed(Exception):
         self.detail = detail
         self.spans: list[dict[str, Any]] = []
 
-    def to_error(self) -> dict[str, str]:
+    def to_error(self) -> ErrorInfo:
         return {"type": self.type, "message": self.message, "phase": self.phase}
