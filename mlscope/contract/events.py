@@ -9,10 +9,15 @@ an evaluation on this machine (workers.local) is framed by `start` and `end`.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, TypedDict, Union
 
 from mlscope.contract.result import Energy, LatencyMs, PredictorResult, ValidityVerdict
+
+# As in contract.result: the predictor runtime imports this module on Python 3.9 too.
+if sys.version_info >= (3, 11):
+    from typing import NotRequired
 
 __all__ = [
     "CreatedEvent",
@@ -139,14 +144,16 @@ class EndEvent(TypedDict):
     status: str
 
 
+# The unions are made with Union, not `|`: these lines run when the module is imported, and `|` of two
+# classes is an error on Python 3.9, where the predictor runtime also runs.
 # What a predictor emits while it runs; its runner passes each on as it comes.
-PredictorEvent = PhaseEvent | ProgressEvent | ProbeEvent | MeasurementEvent
+PredictorEvent = Union[PhaseEvent, ProgressEvent, ProbeEvent, MeasurementEvent]  # noqa: UP007
 # How a predictor's job ends: the last event, kept by its runner as the outcome.
-FinalEvent = ResultEvent | ErrorEvent
+FinalEvent = Union[ResultEvent, ErrorEvent]  # noqa: UP007
 # What the pipeline tells its caller of an evaluation: the predictor's events and its own.
-RunEvent = PredictorEvent | CreatedEvent
+RunEvent = Union[PredictorEvent, CreatedEvent]  # noqa: UP007
 # What an evaluation on this machine tells its watcher (workers.local, the CLI, the Python API).
-EvaluationEvent = RunEvent | StartEvent | EndEvent
+EvaluationEvent = Union[RunEvent, StartEvent, EndEvent]  # noqa: UP007
 
 # Receives a predictor's events as they happen.
 Emit = Callable[[PredictorEvent], None]

@@ -6,14 +6,23 @@ about itself beyond its figures: the verdicts a parity section may hold, the val
 "different" parity gives, and whether a succeeded result may be taken as valid at all. One rule, read
 by the store's comparison rows, the CLI's tables, the Python API and the HTTP API alike.
 
-A section's keys beyond those named here are kept as they come (the store keeps unknown keys); the
-types name what code reads.
+The types are read by mypy; at run time they are plain dicts. A type's `__required_keys__` is not to
+be trusted (its annotations are strings here): `typing.get_type_hints(..., include_extras=True)` tells
+which keys are `NotRequired`. A section's keys beyond those named here are kept as they come (the
+store keeps unknown keys); the types name what code reads.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, TypedDict
+
+# The predictor runtime imports these types on Python 3.9 too (Caffe2's environment): annotations stay
+# unevaluated there (the __future__ import), and NotRequired, new in 3.11, is needed only where they
+# are read (a type checker, `typing.get_type_hints`).
+if sys.version_info >= (3, 11):
+    from typing import NotRequired
 
 __all__ = [
     "PARITY_VERDICTS",

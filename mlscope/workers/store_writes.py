@@ -18,14 +18,22 @@ from mlscope.store import Store
 __all__ = ["StoreWrite", "apply"]
 
 
-class StoreWrite(enum.StrEnum):
-    """A store write by the Store method it calls; each is idempotent once the evaluation has ended."""
+class StoreWrite(str, enum.Enum):
+    """A store write by the Store method it calls; each is idempotent once the evaluation has ended.
+    A member is a string, its method name, wherever it is written (a spool file's name and body, a
+    log line)."""
 
     START = "start_evaluation"
     FINISH = "finish_evaluation"
     FAIL = "fail_evaluation"
     SAVE_SPANS = "save_spans"
     CANCEL = "cancel_evaluation"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
 
     @classmethod
     def parse(cls, name: str) -> StoreWrite:

@@ -20,7 +20,13 @@ from tests.contract.builders import submit
 from tests.fixtures.store_writes import FINISHED_AT, finish_kwargs
 
 # The method names a spool file has always been named by: spools written before the enum replay.
-SPOOLED_NAMES = {"start_evaluation", "finish_evaluation", "fail_evaluation", "save_spans", "cancel_evaluation"}
+SPOOLED_NAMES = {
+    "start_evaluation",
+    "finish_evaluation",
+    "fail_evaluation",
+    "save_spans",
+    "cancel_evaluation",
+}
 
 
 class Recording:
@@ -52,7 +58,9 @@ def _spool_file(directory: Path, sequence: int, op: str, evaluation_id: str, kwa
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{sequence:012d}+{op}+{quote(evaluation_id, safe='')}.json"
     body = {"evaluation_id": evaluation_id, "op": op, "kwargs": kwargs}
-    path.write_text(json.dumps(body, default=lambda value: {"$datetime": value.isoformat()}), encoding="utf-8")
+    path.write_text(
+        json.dumps(body, default=lambda value: {"$datetime": value.isoformat()}), encoding="utf-8"
+    )
     return path
 
 
