@@ -325,10 +325,9 @@ def _write_ends(
     end was kept for later."""
     result = outcome.result
     ends = result.get("bricks") if result is not None else None
-    if ends is None:
+    if result is None or ends is None:
         written = [_write_end(adm, outcome, id, settings, system_extra, writes) for id, adm in members]
         return all(written)
-    assert result is not None
     shared: dict[str, Any] = {key: value for key, value in result.items() if key != "bricks"}
     written = []
     for index, (id, adm) in enumerate(members):
