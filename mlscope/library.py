@@ -19,11 +19,12 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, SupportsIndex, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, SupportsIndex, TypedDict, TypeVar, overload
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.events import EvaluationEvent
 from mlscope.contract.request import ContractRequestSchema
-from mlscope.contract.result import parity_failure
+from mlscope.contract.result import EvaluationResult, Measurement, parity_failure
 from mlscope.contract.settings import load_settings
 from mlscope.workers.local import evaluate_here
 
@@ -32,7 +33,15 @@ if TYPE_CHECKING:
 
     from mlscope.workers.admission import Admission
 
-__all__ = ["ACCURACY_COLUMNS", "RESOURCE_COLUMNS", "ROW_COLUMNS", "Progress", "ResultSet", "evaluate"]
+__all__ = [
+    "ACCURACY_COLUMNS",
+    "RESOURCE_COLUMNS",
+    "ROW_COLUMNS",
+    "Progress",
+    "ResultRow",
+    "ResultSet",
+    "evaluate",
+]
 
 # Told of every event of every evaluation, each with the evaluation's "model" and "framework" added:
 # {"event": "start"}, "created" (its "id"), "phase" ("phase": import, fetch, load, first_inference,
@@ -60,6 +69,33 @@ ROW_COLUMNS = (
     "reasons",
     "error",
 )
+
+
+class ResultRow(TypedDict):
+    """One row of `ResultSet.rows()`: an evaluation at one of its measured points (scenario and
+    batch size; None for an evaluation with no measurement, whose figures are None too), latencies
+    in milliseconds; `reasons` joins the measurement's validity reasons, `error` is the evaluation's
+    error in one line."""
+
+    id: str
+    model: str
+    framework: str
+    framework_version: str | None
+    device: str | None
+    scenario: str | None
+    batch_size: int | None
+    status: str
+    valid: bool
+    mean_ms: float | None
+    median_ms: float | None
+    p90_ms: float | None
+    p99_ms: float | None
+    throughput: float | None
+    count: int | None
+    reasons: str | None
+    error: str | None
+
+
 # The columns `ResultSet.to_pandas()` adds after "throughput" when some result measured accuracy
 # (per evaluation, so the same on each of its measurement rows), and "parity" (its verdict) when some
 # result has a parity section: absent, not empty, when none was measured.
@@ -197,14 +233,14 @@ def _as_list(value: Any) -> list[Any]:
     return list(value)
 
 
-def _watch(progress: bool | Progress) -> Callable[[Admission, dict[str, Any]], None] | None:
+def _watch(progress: bool | Progress) -> Callable[[Admission, EvaluationEvent], None] | None:
     if progress is False:
         return None
     tell = _print_line if progress is True else progress
     if not callable(tell):
         raise UserError(f"progress: expected True, False or a callable, got {progress!r}", field="progress")
 
-    def watch(admitted: Admission, event: dict[str, Any]) -> None:
+    def watch(admitted: Admission, event: EvaluationEvent) -> None:
         request = admitted.request
         tell({**event, "model": request.model, "framework": request.framework})
 
@@ -230,7 +266,7 @@ def _print_line(event: dict[str, Any]) -> None:
     print(f"mlscope: {event['model']} on {event['framework']}: {text}", file=sys.stderr, flush=True)
 
 
-class ResultSet(list[dict[str, Any]]):
+class ResultSet(list[EvaluationResult]):
     """Evaluation results: the result dicts (docs/design.md's result shape) `mlscope run --json` prints,
     one per evaluation, in a list that can say how they went and become a table.
 
@@ -239,12 +275,12 @@ class ResultSet(list[dict[str, Any]]):
     """
 
     @overload
-    def __getitem__(self, index: SupportsIndex) -> dict[str, Any]: ...
+    def __getitem__(self, index: SupportsIndex) -> EvaluationResult: ...
 
     @overload
     def __getitem__(self, index: slice) -> ResultSet: ...
 
-    def __getitem__(self, index: SupportsIndex | slice) -> dict[str, Any] | ResultSet:
+    def __getitem__(self, index: SupportsIndex | slice) -> EvaluationResult | ResultSet:
         if isinstance(index, slice):
             return ResultSet(super().__getitem__(index))
         return super().__getitem__(index)
@@ -255,47 +291,23 @@ class ResultSet(list[dict[str, Any]]):
         valid, and none has a parity check that found its outputs different."""
         return bool(self) and all(_problem(result) is None for result in self)
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[ResultRow]:
         """One row per (evaluation, measurement), with the columns of ROW_COLUMNS; an evaluation with
         no measurement (failed, cancelled, still running) gets one row with its status and error,
         valid=False and no figures. A row is valid when its measurement is and the evaluation's parity
         check (if any) did not find its outputs different."""
-        rows = []
+        rows: list[ResultRow] = []
         for result in self:
-            base = {
-                "id": result["id"],
-                "model": result["model"]["name"],
-                "framework": result["framework"]["name"],
-                "framework_version": result["framework"].get("version"),
-                "device": result.get("device"),
-                "status": result["status"],
-                "error": _error_text(result),
-            }
             measurements = result.get("measurements") or []
             # Outputs that differ from the reference framework's make every figure of it suspect.
             parity_ok = parity_failure(result.get("parity")) is None
             if not measurements:
-                rows.append({column: base.get(column) for column in ROW_COLUMNS} | {"valid": False})
+                rows.append(_row(result, None, valid=False))
                 continue
             for m in measurements:
-                latency = m["latency_ms"]
-                validity = m.get("validity") or {}
-                rows.append(
-                    base
-                    | {
-                        "scenario": m["scenario"],
-                        "batch_size": m["batch_size"],
-                        "valid": validity.get("valid") is True and parity_ok,
-                        "mean_ms": latency["mean"],
-                        "median_ms": latency["median"],
-                        "p90_ms": latency["p90"],
-                        "p99_ms": latency["p99"],
-                        "throughput": m["throughput"],
-                        "count": latency["count"],
-                        "reasons": "; ".join(validity.get("reasons") or []) or None,
-                    }
-                )
-        return [{column: row.get(column) for column in ROW_COLUMNS} for row in rows]
+                validity: Mapping[str, Any] = m.get("validity") or {}
+                rows.append(_row(result, m, valid=validity.get("valid") is True and parity_ok))
+        return rows
 
     def to_pandas(self) -> pandas.DataFrame:
         """The rows (see `rows`) as a pandas DataFrame; batch_size and count are nullable integers.
@@ -312,7 +324,9 @@ class ResultSet(list[dict[str, Any]]):
             import pandas
         except ImportError:
             raise ImportError("ResultSet.to_pandas() needs pandas: pip install pandas") from None
-        rows, columns = self.rows(), list(ROW_COLUMNS)
+        # Plain dicts: the section and resource columns join the typed ones.
+        rows: list[dict[str, Any]] = [dict(row) for row in self.rows()]
+        columns = list(ROW_COLUMNS)
         added = [*(ACCURACY_COLUMNS if any(r.get("accuracy") for r in self) else ())]
         if any(r.get("parity") for r in self):
             added.append("parity")
@@ -355,6 +369,31 @@ class ResultSet(list[dict[str, Any]]):
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         """IPython and Jupyter print the same lines as repr."""
         printer.text(repr(self))
+
+
+def _row(result: EvaluationResult, measurement: Measurement | None, *, valid: bool) -> ResultRow:
+    """The table row of `result` at `measurement` (None: its one row without figures)."""
+    latency = measurement["latency_ms"] if measurement is not None else None
+    validity: Mapping[str, Any] = (measurement.get("validity") or {}) if measurement is not None else {}
+    return {
+        "id": result["id"],
+        "model": result["model"]["name"],
+        "framework": result["framework"]["name"],
+        "framework_version": result["framework"].get("version"),
+        "device": result.get("device"),
+        "scenario": measurement["scenario"] if measurement is not None else None,
+        "batch_size": measurement["batch_size"] if measurement is not None else None,
+        "status": result["status"],
+        "valid": valid,
+        "mean_ms": latency["mean"] if latency is not None else None,
+        "median_ms": latency["median"] if latency is not None else None,
+        "p90_ms": latency["p90"] if latency is not None else None,
+        "p99_ms": latency["p99"] if latency is not None else None,
+        "throughput": measurement["throughput"] if measurement is not None else None,
+        "count": latency["count"] if latency is not None else None,
+        "reasons": "; ".join(validity.get("reasons") or []) or None,
+        "error": _error_text(result),
+    }
 
 
 def _section_cells(result: Mapping[str, Any]) -> dict[str, Any]:

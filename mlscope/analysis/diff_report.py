@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.result import EvaluationResult
 from mlscope.contract.workload import Difference, display_name, workload_differences
 from mlscope.store import Store
 from mlscope.store.paging import MAX_LIST_LIMIT
@@ -58,7 +59,7 @@ SERIES_RUNS = 50
 class Picked:
     """One side of a diff: the evaluation (with its raw latencies) and how it was picked."""
 
-    evaluation: dict[str, Any]
+    evaluation: Mapping[str, Any]
     how: str
     # The filter's scenario and batch_size, which narrow the side to those points.
     only: Mapping[str, str] = field(default_factory=dict)
@@ -195,7 +196,7 @@ def measures_filter(measurement: Mapping[str, Any], wanted: Mapping[str, str]) -
 
 def newest_succeeded(
     store: Store, wanted: Mapping[str, str], *, scanned: int = MAX_SCANNED, page_size: int = MAX_LIST_LIMIT
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[EvaluationResult]:
     """The succeeded evaluations of the filter's model and framework, newest first, at most `scanned`
     of them, read `page_size` at a time (the filter's other keys are the caller's to match)."""
     for offset in range(0, scanned, page_size):

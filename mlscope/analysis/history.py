@@ -16,7 +16,7 @@ naming each difference) unless allowed.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
@@ -336,7 +336,7 @@ def against_history(
     return judged
 
 
-def _result_key(result: dict[str, Any], measurement: dict[str, Any]) -> dict[str, Any]:
+def _result_key(result: Mapping[str, Any], measurement: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "model": result["model"]["name"],
         "manifest_sha256": result["model"].get("manifest_sha256"),

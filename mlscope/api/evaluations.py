@@ -10,6 +10,7 @@ from flask import url_for
 from flask.views import MethodView
 
 from mlscope.contract.request import EvaluationRequest
+from mlscope.contract.result import EvaluationResult
 
 from . import export, traces
 from .blueprint import ApiBlueprint
@@ -214,7 +215,7 @@ class EvaluationById(MethodView):
     @blp.alt_response(
         404, schema=ProblemSchema, content_type=PROBLEM_MIMETYPE, description="No evaluation has this id"
     )
-    def get(self, query: dict[str, Any], evaluation_id: str) -> dict[str, Any]:
+    def get(self, query: dict[str, Any], evaluation_id: str) -> EvaluationResult:
         """Read one evaluation
 
         `evaluation_id` is the id or a unique prefix of it (at least 4 characters); an ambiguous

@@ -8,7 +8,7 @@ The route is this module's blueprint, nested in the evaluations blueprint by mls
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from flask import Response
@@ -76,7 +76,7 @@ ExportQuerySchema: type[Schema] = Schema.from_dict(
 )
 
 
-def export_rows(evaluations: Iterable[dict[str, Any]]) -> Iterator[list[Any]]:
+def export_rows(evaluations: Iterable[Mapping[str, Any]]) -> Iterator[list[Any]]:
     """The CSV rows (EXPORT_COLUMNS) of evaluations in the result shape: one per measurement, or one
     with empty measurement columns for an evaluation that has none."""
     for e in evaluations:

@@ -15,6 +15,7 @@ import click
 from mlscope.cli.options import json_flag, model_options, model_options_document, split_csv
 from mlscope.cli.render import console, err_console, new_table, print_json_line
 from mlscope.contract.errors import UserError
+from mlscope.contract.events import PredictorEvent
 from mlscope.contract.settings import load_settings
 
 __all__ = ["parity"]
@@ -113,8 +114,8 @@ def parity(
         if value is not None:
             document[key] = value
 
-    def progress(framework: str, event: dict[str, Any]) -> None:
-        if event.get("event") == "phase" and not as_json:
+    def progress(framework: str, event: PredictorEvent) -> None:
+        if event["event"] == "phase" and not as_json:
             err_console.print(f"{framework}: {event['phase']}", highlight=False)
 
     against_options: dict[str, Any] = {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -151,7 +151,9 @@ def build_chart(
     return one.get(kind, build.cold_start_bars)(evaluation)
 
 
-def results_chart(results: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]] | None = None) -> Chart:
+def results_chart(
+    results: Sequence[Mapping[str, Any]], rows: Sequence[dict[str, Any]] | None = None
+) -> Chart:
     """The chart `--plot` writes for what a command just measured: one evaluation's batch curve (its
     latency histogram when it measured one batch size), or for several the comparison of `rows`
     (their comparison rows) or else their latency against throughput.

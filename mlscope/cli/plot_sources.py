@@ -9,7 +9,7 @@ onnxruntime[,system=...,device=...,scenario=...,batch_size=...]` as `mlscope dif
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +56,7 @@ def split_ids(selector: str) -> list[str]:
     return ids
 
 
-def _setup(evaluation: dict[str, Any]) -> tuple[Any, ...]:
+def _setup(evaluation: Mapping[str, Any]) -> tuple[Any, ...]:
     """What makes two evaluations the same setup: the latest of each is drawn. The workloads it
     measured are part of it (contract.workload.workload_key, per scenario), as in the comparison
     table: a model run with two `--config`s is two setups, the later not hiding the earlier."""
@@ -72,7 +72,7 @@ def _setup(evaluation: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def _narrowed(evaluation: dict[str, Any], wanted: dict[str, str]) -> dict[str, Any]:
+def _narrowed(evaluation: Mapping[str, Any], wanted: dict[str, str]) -> dict[str, Any]:
     """The evaluation with only the measurements at the filter's scenario and batch size."""
     kept = [m for m in evaluation.get("measurements") or [] if measures_filter(m, wanted)]
     return {**evaluation, "measurements": kept}
@@ -114,7 +114,7 @@ class PlotSource(AbstractContextManager["PlotSource"]):
         """Comparison rows of the evaluations the ids name, or of those the filter matches."""
 
     def _latest_per_setup(
-        self, found: Iterator[dict[str, Any]], wanted: dict[str, str], limit: int
+        self, found: Iterator[Mapping[str, Any]], wanted: dict[str, str], limit: int
     ) -> tuple[list[dict[str, Any]], int]:
         latest: dict[tuple[Any, ...], dict[str, Any]] = {}
         for evaluation in found:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn, TypeAlias
 
 import click
@@ -89,7 +89,7 @@ def internal_error(exc: Exception) -> NoReturn:
 EXIT_NOT_VALID = 3
 
 
-def exit_code(results: Iterable[dict[str, Any]]) -> int:
+def exit_code(results: Iterable[Mapping[str, Any]]) -> int:
     """The exit code of a command that ran evaluations (see EXIT_NOT_VALID)."""
     results = list(results)
     if any(r["status"] != "succeeded" for r in results):
@@ -164,7 +164,7 @@ _MEASUREMENT_COLUMNS: tuple[Column, ...] = (
 )
 
 
-def measurement_table(results: list[dict[str, Any]], title: str | None = None) -> Table:
+def measurement_table(results: Sequence[Mapping[str, Any]], title: str | None = None) -> Table:
     """One row per (evaluation, scenario, batch size): latency percentiles in ms and throughput; with
     a server or multi_stream point, a load column (target → achieved QPS, the certified percentile)."""
     loaded = has_load_column(results)
@@ -204,7 +204,7 @@ def measurement_table(results: list[dict[str, Any]], title: str | None = None) -
     return table
 
 
-def validity_notes(results: list[dict[str, Any]]) -> list[str]:
+def validity_notes(results: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line per measurement whose verdict has reasons."""
     notes = []
     for result in results:
@@ -216,7 +216,7 @@ def validity_notes(results: list[dict[str, Any]]) -> list[str]:
     return notes
 
 
-def print_validity_notes(results: list[dict[str, Any]]) -> None:
+def print_validity_notes(results: Sequence[Mapping[str, Any]]) -> None:
     """The validity notes under a results table on stdout (`run`, `results show`)."""
     for line in validity_notes(results):
         console.print(f"[yellow]note[/yellow] {line}")
@@ -284,7 +284,7 @@ def parity_text(parity: dict[str, Any]) -> str:
     )
 
 
-def section_lines(result: dict[str, Any]) -> list[tuple[str, str]]:
+def section_lines(result: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(label, text) of each result section the result has: accuracy, then parity."""
     lines = []
     if result.get("accuracy"):
@@ -294,7 +294,7 @@ def section_lines(result: dict[str, Any]) -> list[tuple[str, str]]:
     return lines
 
 
-def print_sections(result: dict[str, Any], indent: str = "") -> None:
+def print_sections(result: Mapping[str, Any], indent: str = "") -> None:
     """The result's accuracy and parity lines on stdout (`run`, `results show`), its memory, energy
     and cost lines, each latency search's curve and answer, and, when the result as a whole is not
     valid, a line saying why."""
@@ -312,7 +312,7 @@ def print_sections(result: dict[str, Any], indent: str = "") -> None:
         console.print(f"{indent}[bold red]NOT VALID[/bold red]: {escape('; '.join(validity['reasons']))}")
 
 
-def status_cell(result: dict[str, Any]) -> str:
+def status_cell(result: Mapping[str, Any]) -> str:
     """A result's status for a table: "succeeded", and when it should not be trusted as such, in red
     with the reasons ("succeeded, NOT VALID: parity different from pytorch"); some invalid
     measurements in yellow."""
@@ -326,6 +326,6 @@ def status_cell(result: dict[str, Any]) -> str:
     return f"{status} [yellow]({reasons})[/yellow]" if reasons else status
 
 
-def top1_cell(result: dict[str, Any]) -> str:
+def top1_cell(result: Mapping[str, Any]) -> str:
     """The result's top-1 accuracy in percent, "-" when it has none."""
     return _percent((result.get("accuracy") or {}).get("top1"))

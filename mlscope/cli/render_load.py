@@ -5,7 +5,7 @@ line. The section's keys are fixed by docs/design.md ("Result sections"); docs/l
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.markup import escape
@@ -54,7 +54,7 @@ def certified_text(certified: Mapping[str, Any]) -> str:
     return f"[red]{name} ✗[/red]"
 
 
-def has_load_column(results: list[dict[str, Any]]) -> bool:
+def has_load_column(results: Sequence[Mapping[str, Any]]) -> bool:
     """Whether a results table needs the load column: some server or multi_stream point has a
     load section."""
     return any(

@@ -5,7 +5,7 @@ verdict, and every pin (model manifest, framework version, image, runner, system
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import click
@@ -61,7 +61,7 @@ def rerun(
 
 def _rerun_here(
     evaluation_id: str, threshold: float, allow_changes: bool, as_json: bool
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
+) -> tuple[Mapping[str, Any], Mapping[str, Any], dict[str, Any] | None]:
     from mlscope.analysis.diff_report import diff_evaluations
     from mlscope.analysis.rerun import rerun_request
     from mlscope.cli.run import evaluate_with_bars
@@ -97,7 +97,7 @@ def _rerun_on(
     wait_timeout: float | None,
     allow_changes: bool,
     as_json: bool,
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
+) -> tuple[Mapping[str, Any], Mapping[str, Any], dict[str, Any] | None]:
     from mlscope.analysis.rerun import rerun_request
     from mlscope.cli.remote import api_client, follow
 
@@ -120,7 +120,7 @@ def _rerun_on(
     return recorded, result, diff
 
 
-def _check_manifest(recorded: dict[str, Any], sha256_now: str, allow_changes: bool) -> None:
+def _check_manifest(recorded: Mapping[str, Any], sha256_now: str, allow_changes: bool) -> None:
     """Refuse a rerun that would measure another model than the one recorded, unless allowed."""
     then = recorded["model"].get("manifest_sha256")
     if then and then != sha256_now and not allow_changes:
@@ -133,7 +133,7 @@ def _check_manifest(recorded: dict[str, Any], sha256_now: str, allow_changes: bo
 
 
 def _diff_if_both_succeeded(
-    recorded: dict[str, Any], result: dict[str, Any], compute: Callable[[], dict[str, Any]]
+    recorded: Mapping[str, Any], result: Mapping[str, Any], compute: Callable[[], dict[str, Any]]
 ) -> dict[str, Any] | None:
     """The diff of the rerun against the recorded result; None when either did not succeed. A diff
     with no point to compare (every point invalid on one side) is reported as such, not an error:
@@ -147,7 +147,7 @@ def _diff_if_both_succeeded(
 
 
 def _report(
-    recorded: dict[str, Any], result: dict[str, Any], diff: dict[str, Any] | None, as_json: bool
+    recorded: Mapping[str, Any], result: Mapping[str, Any], diff: dict[str, Any] | None, as_json: bool
 ) -> int:
     from mlscope.analysis.rerun import pin_changes
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +52,7 @@ def _resolve_dead_runs(store: Store) -> None:
         click.echo(f"mlscope: note: could not resolve dead runs: {exc}", err=True)
 
 
-def _headline(result: dict[str, Any]) -> str:
+def _headline(result: Mapping[str, Any]) -> str:
     if result["status"] != "succeeded" or not result.get("measurements"):
         error = result.get("error") or {}
         return f"{error.get('type', '')}: {error.get('message', '')}"[:80] if error else ""
@@ -59,7 +60,7 @@ def _headline(result: dict[str, Any]) -> str:
     return f"b{first['batch_size']} {first['latency_ms']['median']:.2f} ms {first['throughput']:,.1f}/s"
 
 
-def _settings_of(framework: dict[str, Any]) -> str:
+def _settings_of(framework: Mapping[str, Any]) -> str:
     """The framework's effective settings, e.g. `(threads 2, providers CPUExecutionProvider)`."""
     shown = {k: v for k, v in framework.items() if k not in ("name", "version", "libraries", "device")}
     parts = [f"{k} {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in shown.items()]
@@ -168,7 +169,8 @@ def results_show(evaluation_id: str, as_json: bool, raw: bool, prices: tuple[str
     model = result["model"]
     memory_gib = (system.get("memory_bytes") or 0) / 2**30
     facts = {
-        "model": f"{model['name']} {model['version']} (manifest {model['manifest_sha256'][:12]})",
+        # A worker's result always has its manifest's hash; the store allows one without.
+        "model": f"{model['name']} {model['version']} (manifest {model['manifest_sha256'][:12]})",  # type: ignore[index]
         "framework": f"{result['framework']['name']} {result['framework'].get('version')} "
         + _settings_of(result["framework"]),
         "runner / device": f"{result['runner']} / {result['device']}",
@@ -180,8 +182,8 @@ def results_show(evaluation_id: str, as_json: bool, raw: bool, prices: tuple[str
             str(result[key]) for key in ("created_at", "started_at", "finished_at")
         ),
     }
-    if result.get("error"):
-        e = result["error"]
+    e = result.get("error")
+    if e:
         facts["error"] = f"{e['type']} in {e['phase']}: {e['message']}"
     for key, value in facts.items():
         console.print(f"[bold]{key}[/bold]: {value}")

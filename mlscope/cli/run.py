@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -23,6 +24,8 @@ from mlscope.cli.render import (
     warn,
 )
 from mlscope.cli.render_load import probe_line
+from mlscope.contract.events import EvaluationEvent
+from mlscope.contract.result import ColdStart, EvaluationResult
 from mlscope.contract.settings import load_settings
 
 if TYPE_CHECKING:
@@ -72,9 +75,8 @@ class _ProgressView:
         self.search = SearchBracket()
         self.row = board.add(self.label, total=self.points)
 
-    def __call__(self, event: dict[str, Any]) -> None:
-        kind = event.get("event")
-        if kind == "phase":
+    def __call__(self, event: EvaluationEvent) -> None:
+        if event["event"] == "phase":
             phase = event["phase"]
             if phase == "measure":
                 phase = f"{event['scenario']} batch {event['batch_size']}"
@@ -83,16 +85,16 @@ class _ProgressView:
                     phase += f" @ {qps:g} qps"
             self.search = SearchBracket()
             self.row.update(now=escape(phase), eta="")
-        elif kind == "probe":
+        elif event["event"] == "probe":
             # A latency search's step: one line above the rows, so the search is seen moving.
             self.board.line(probe_line(self.label, event))
             probe = self.search.add(event)
             where = f"{escape(str(event.get('scenario', 'server')))} batch {event.get('batch_size')}"
             self.row.update(now=f"{where} search, {probe}", eta=self.search.bracket())
-        elif kind == "progress":
+        elif event["event"] == "progress":
             self.done = int(self.done) + min(event["fraction"], 0.99)
             self.row.update(done=self.done)
-        elif kind == "measurement":
+        elif event["event"] == "measurement":
             self.done = int(self.done) + 1
             self.search = SearchBracket()
             self.row.update(done=self.done, eta="")
@@ -115,13 +117,13 @@ class _ProgressBars:
         if len(admitted) > 1:
             self.all = board.add(f"{len(admitted)} evaluations", total=sum(_points(a) for a in admitted))
 
-    def __call__(self, admitted: Admission, event: dict[str, Any]) -> None:
-        kind = event.get("event")
-        if kind == "start":
+    def __call__(self, admitted: Admission, event: EvaluationEvent) -> None:
+        kind = event["event"]
+        if event["event"] == "start":
             if self.view is None:
                 self.board.start()
             self.view = _ProgressView(self.board, admitted)
-        elif self.view is not None and kind == "end":
+        elif self.view is not None and event["event"] == "end":
             self.view.finish(event["status"])
             self.ended_points += self.view.points
         elif self.view is not None:
@@ -169,7 +171,7 @@ def run_command(
     return exit_code(results)
 
 
-def _write_plot(results: list[dict[str, Any]], plot_file: str) -> None:
+def _write_plot(results: Sequence[EvaluationResult], plot_file: str) -> None:
     """The chart of the succeeded results (`plot.results_chart`), read back from the store with their raw
     latencies; a warning instead when none succeeded."""
     from mlscope.cli.plot import results_chart, write_plot
@@ -192,7 +194,7 @@ def evaluate_with_bars(
     *,
     as_json: bool,
     admitted: list[Admission] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[EvaluationResult]:
     """Evaluate here with a progress row per evaluation on stderr (none under --json or off a
     terminal, see cli/progress.py); SIGTERM cancels as Ctrl-C does. Returns the stored results."""
     # Imported here, not above: `mlscope --help` and the other verbs need none of this.
@@ -217,7 +219,7 @@ def evaluate_with_bars(
         board.stop()
 
 
-def _print_human(results: list[dict[str, Any]]) -> None:
+def _print_human(results: Sequence[EvaluationResult]) -> None:
     console.print(measurement_table(results))
     print_validity_notes(results)
     for result in results:
@@ -233,7 +235,7 @@ def _print_human(results: list[dict[str, Any]]) -> None:
             )
             print_sections(result, indent="  ")
         else:
-            error = result.get("error") or {}
+            error: Mapping[str, Any] = result.get("error") or {}
             console.print(
                 f"[red]{short_line(result)} failed[/red] in {error.get('phase')}: "
                 f"{error.get('type')}: {error.get('message')}"
@@ -253,7 +255,7 @@ def _ms(value: Any, digits: int) -> str:
     return f"{value:.{digits}f} ms" if isinstance(value, (int, float)) else "-"
 
 
-def warm_start_line(cold: dict[str, Any]) -> str:
+def warm_start_line(cold: ColdStart | Mapping[str, Any]) -> str:
     """The warm start's clause of the summary line ("; warm start (from the store): load 12.0 ms,
     first inference 3.1 ms, 97.5 MB shared") when one was measured, why not when it could not be,
     else nothing."""
@@ -268,5 +270,5 @@ def warm_start_line(cold: dict[str, Any]) -> str:
     return ""
 
 
-def short_line(result: dict[str, Any]) -> str:
+def short_line(result: Mapping[str, Any]) -> str:
     return f"{short_id(result['id'])} {result['model']['name']}"

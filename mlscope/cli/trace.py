@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,7 @@ def _share(value: float) -> str:
     return f"{100 * value:.1f}%"
 
 
-def _summary_tables(evaluation: dict[str, Any], summary: dict[str, Any]) -> list[str | Table]:
+def _summary_tables(evaluation: Mapping[str, Any], summary: dict[str, Any]) -> list[str | Table]:
     headline = (
         f"trace of {evaluation['id']}: {evaluation['model']['name']} on {evaluation['framework']['name']}, "
         f"trace level {evaluation['trace_level']}, {summary['count']:,} spans"

@@ -19,9 +19,12 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from mlscope.contract.errors import UserError
+
+# A result, typed or not: pricing it keeps its type.
+R = TypeVar("R", bound=Mapping[str, Any])
 
 __all__ = [
     "CLOSED_LOOP_SCENARIOS",
@@ -131,7 +134,7 @@ class ReadTimePrices:
                 return price
         return self.default
 
-    def price_result(self, result: dict[str, Any]) -> dict[str, Any]:
+    def price_result(self, result: R) -> R:
         """The result with a cost section on each measurement that has none and can be priced."""
         price = self.price_for(result.get("system") or {})
         if price is None:
@@ -139,7 +142,7 @@ class ReadTimePrices:
         measurements = [
             _priced(m, price) if not m.get("cost") else m for m in result.get("measurements") or []
         ]
-        return {**result, "measurements": measurements}
+        return cast(R, {**result, "measurements": measurements})
 
     def price_rows(self, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """Comparison rows, those without a cost priced from their throughput and latency interval."""

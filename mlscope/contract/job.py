@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlscope.contract.errors import MlscopeError
 from mlscope.contract.names import PHASES
+from mlscope.contract.result import ErrorInfo
 
 if TYPE_CHECKING:
     from mlscope.contract.request import EvaluationRequest
@@ -133,5 +134,5 @@ class JobFailed(MlscopeError):
         self.detail = detail
         self.spans: list[dict[str, Any]] = []
 
-    def to_error(self) -> dict[str, str]:
+    def to_error(self) -> ErrorInfo:
         return {"type": self.type, "message": self.message, "phase": self.phase}

@@ -21,9 +21,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from mlscope.contract.errors import MlscopeError
+from mlscope.contract.result import Energy
 
 __all__ = [
     "POWERCAP_ROOT",
@@ -176,7 +177,7 @@ def open_energy_meter(device: str, powercap_root: Path = POWERCAP_ROOT) -> Energ
     return RaplMeter(rapl_package_domains(powercap_root))
 
 
-def energy_section(joules: float, samples: int, source: str) -> dict[str, Any]:
+def energy_section(joules: float, samples: int, source: str) -> Energy:
     """The `energy` section of a measurement: {"joules_per_inference", "joules", "samples", "source"}
     (an inference is one sample)."""
     return {

@@ -15,14 +15,15 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.events import Emit, ErrorEvent, FinalEvent, PhaseEvent, PredictorEvent, ProbeEvent
 from mlscope.contract.job import Job, JobFailed
 from mlscope.contract.load import LoadSettings
 from mlscope.contract.manifest import Manifest, parse_manifest
+from mlscope.contract.result import Accuracy, ColdStart, Energy, Measurement, Memory, PredictorResult
 from mlscope.runtime.data import DatasetRef
 from mlscope.runtime.dataset_pass import collect_outputs, postprocess, run_dataset_pass
 from mlscope.runtime.energy import EnergyMeter, EnergyUnavailable, open_energy_meter
@@ -39,8 +40,6 @@ from mlscope.runtime.warm_start import warm_start
 
 __all__ = ["Emit", "execute", "main"]
 
-Emit = Callable[[dict[str, Any]], None]
-
 
 def _ms(start_ns: int) -> float:
     return round((time.perf_counter_ns() - start_ns) / 1e6, 3)
@@ -55,10 +54,10 @@ class _Phases:
 
     def enter(self, phase: str, **detail: Any) -> None:
         self.current = phase
-        self.emit({"event": "phase", "phase": phase, **detail})
+        self.emit(cast(PhaseEvent, {"event": "phase", "phase": phase, **detail}))
 
 
-def _energy_meter(device: str) -> tuple[EnergyMeter | None, dict[str, Any] | None]:
+def _energy_meter(device: str) -> tuple[EnergyMeter | None, Energy | None]:
     """The energy counter for the evaluation's device, or None and the `energy` section that says
     why none is readable (every measurement then carries it: unavailable, never estimated)."""
     try:
@@ -69,8 +68,8 @@ def _energy_meter(device: str) -> tuple[EnergyMeter | None, dict[str, Any] | Non
 
 def _measure_all(
     predictor: Predictor, job: Job, settings: MeasureSettings, phases: _Phases, tracer: Tracer
-) -> list[dict]:
-    measurements = []
+) -> list[Measurement]:
+    measurements: list[Measurement] = []
     meter, unavailable = _energy_meter(job.device)
     timer = predictor.timer()
     scenarios = [get_scenario(name) for name in job.scenarios]
@@ -101,7 +100,8 @@ def _measure_all(
             def probe(
                 point: dict[str, Any], scenario_name: str = scenario.NAME, size: int = batch_size
             ) -> None:
-                phases.emit({"event": "probe", "scenario": scenario_name, "batch_size": size, **point})
+                event = {"event": "probe", "scenario": scenario_name, "batch_size": size, **point}
+                phases.emit(cast(ProbeEvent, event))
 
             with tracer.span("predict", scenario=scenario.NAME, batch_size=batch_size) as attributes:
                 run = scenario.run(
@@ -147,6 +147,14 @@ def _measure_all(
     return measurements
 
 
+class _Answers(TypedDict, total=False):
+    """What a result holds beside its measurements when it was asked for or could be read."""
+
+    memory: Memory
+    accuracy: Accuracy
+    outputs: dict[str, Any]
+
+
 def _pass_batch_size(job: Job, manifest: Manifest) -> int:
     """The batch size of the accuracy pass: a fixed-batch graph's own, else the largest measured,
     at most 64 (a dataset's samples are preprocessed a batch at a time, in memory)."""
@@ -154,15 +162,16 @@ def _pass_batch_size(job: Job, manifest: Manifest) -> int:
     return fixed if isinstance(fixed, int) else min(max(job.batch_sizes), 64)
 
 
-def _answers(predictor: Predictor, job: Job, phases: _Phases, tracer: Tracer) -> dict[str, Any]:
+def _answers(predictor: Predictor, job: Job, phases: _Phases, tracer: Tracer) -> _Answers:
     """The accuracy on the job's dataset and the raw outputs a parity check asked for (each only
     when asked): the result's `accuracy` and `outputs` entries."""
-    answers: dict[str, Any] = {}
+    answers: _Answers = {}
     batch_size = _pass_batch_size(job, predictor.manifest)
     if job.dataset:
         ref = DatasetRef.from_dict(job.dataset)
         phases.enter("accuracy", dataset=ref.name, count=ref.used)
-        answers["accuracy"], outputs = run_dataset_pass(predictor, ref, batch_size, tracer, job.outputs_for)
+        accuracy, outputs = run_dataset_pass(predictor, ref, batch_size, tracer, job.outputs_for)
+        answers["accuracy"] = cast(Accuracy, accuracy)
     elif job.outputs_for:
         phases.enter("outputs", count=job.outputs_for)
         with tracer.span("outputs", count=job.outputs_for, batch_size=batch_size):
@@ -178,7 +187,7 @@ def _gpu_indices(device: str) -> tuple[int, ...]:
     return (int(device.partition(":")[2] or 0),) if device.startswith("cuda") else ()
 
 
-def execute(job: Job, emit: Emit) -> dict[str, Any]:
+def execute(job: Job, emit: Emit) -> PredictorResult:
     """Run a job and return its result: system, framework, cold start and measurements.
 
     Raises:
@@ -211,7 +220,7 @@ def execute(job: Job, emit: Emit) -> dict[str, Any]:
             # One-node graphs timed by the framework's brick method, not the scenario loop.
             if spec.bricks is None:
                 raise JobFailed("InvalidRequest", f"{spec.display} does not measure bricks", "import")
-            result: dict[str, Any] = load_object(spec.bricks)(job, phases.enter)
+            result: PredictorResult = load_object(spec.bricks)(job, phases.enter)
             # The job's own: the worker adds it to its first brick's cold start.
             result["cold_start"] = {"import_ms": import_ms, "warm_process": warm_process}
             result["trace"] = {"trace_id": tracer.trace_id, "spans": tracer.spans}
@@ -236,7 +245,11 @@ def execute(job: Job, emit: Emit) -> dict[str, Any]:
             from mlscope.runtime.generate.job import run_generate_job
 
             generated = run_generate_job(predictor, job, settings, phases.enter, phases.emit, tracer)
-            cold_start = {"import_ms": import_ms, "fetch_ms": fetch_ms, "warm_process": warm_process}
+            cold_start: ColdStart = {
+                "import_ms": import_ms,
+                "fetch_ms": fetch_ms,
+                "warm_process": warm_process,
+            }
             return _report(
                 phases,
                 predictor,
@@ -323,21 +336,22 @@ def _report(
     tracer: Tracer,
     root: Any,
     framework: dict[str, Any],
-    cold_start: dict[str, Any],
-    measurements: list[dict[str, Any]],
-    answers: dict[str, Any],
-) -> dict[str, Any]:
+    cold_start: ColdStart,
+    measurements: list[Measurement],
+    answers: _Answers,
+) -> PredictorResult:
     """The job's result, and the root span ended."""
     phases.enter("report")
     memory_section = memory.section(predictor.device_memory_peak_bytes())
-    result = {
+    present: _Answers = {"memory": memory_section} if memory_section is not None else {}
+    result: PredictorResult = {
         # The framework's build facts stay with the framework: the system is the machine and its
         # installed stack, the same for every framework evaluated on it.
         "system": capture_system(),
         "framework": framework,
         "cold_start": cold_start,
         "measurements": measurements,
-        **({"memory": memory_section} if memory_section is not None else {}),
+        **present,
         **answers,
         "trace": {"trace_id": tracer.trace_id, "spans": tracer.spans},
     }
@@ -377,7 +391,7 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def _write_atomically(path: Path, event: dict[str, Any]) -> None:
+def _write_atomically(path: Path, event: FinalEvent) -> None:
     """Write the final event so a reader sees all of it or no file: a predictor killed while
     writing leaves no half a result under the final name."""
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
@@ -411,11 +425,11 @@ def main(argv: list[str] | None = None) -> None:
     # Whatever a framework prints goes to stderr, so it cannot corrupt the event stream.
     os.dup2(2, 1)
 
-    def emit(event: dict[str, Any]) -> None:
+    def emit(event: PredictorEvent | FinalEvent) -> None:
         protocol.write(json.dumps(event, separators=(",", ":")) + "\n")
         protocol.flush()
 
-    def finish(event: dict[str, Any]) -> None:
+    def finish(event: FinalEvent) -> None:
         if arguments.result is None:
             emit(event)
         else:
@@ -426,7 +440,13 @@ def main(argv: list[str] | None = None) -> None:
     try:
         result = execute(job, emit)
     except JobFailed as failure:
-        finish({"event": "error", **failure.to_error(), "detail": failure.detail, "spans": failure.spans})
+        error: ErrorEvent = {
+            "event": "error",
+            **failure.to_error(),
+            "detail": failure.detail,
+            "spans": failure.spans,
+        }
+        finish(error)
         sys.exit(1)
     finish({"event": "result", "result": result})
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+
+from mlscope.contract.result import Memory
 
 __all__ = ["PeakMemory"]
 
@@ -64,7 +65,7 @@ class PeakMemory:
         """Mark the start of the evaluation (restart the high-water mark where the kernel allows)."""
         self._reset = _reset_high_water_mark(self._proc)
 
-    def section(self, device_peak_bytes: int | None) -> dict[str, Any] | None:
+    def section(self, device_peak_bytes: int | None) -> Memory | None:
         """The `memory` section: {"peak_rss_mb", "peak_device_mb", "rss_scope"}.
 
         Args:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mlscope.contract.job import Job
+from mlscope.contract.result import ColdStart
 from mlscope.runtime.predictors.base import Predictor, PredictorError
 from mlscope.runtime.predictors.capabilities import WarmStarts
 from mlscope.runtime.trace.spans import Tracer
@@ -57,7 +58,7 @@ def warm_start(
     first_batch: Callable[[Predictor], Any],
     enter: Callable[..., None],
     tracer: Tracer,
-) -> tuple[Predictor, dict[str, Any]]:
+) -> tuple[Predictor, ColdStart]:
     """Measure the warm start of the loaded predictor `cold`, when the job has a model store.
 
     Args:
@@ -99,7 +100,7 @@ def warm_start(
             except ModelStoreBusy as busy:
                 return cold, {"warm_unavailable": str(busy)}
     publish_ms = _ms(start)
-    figures: dict[str, Any] = {
+    figures: ColdStart = {
         "warm_source": "published" if held.published else "store",
         "warm_shared_mb": round(held.size_bytes / _MB, 3),
         "warm_publish_ms": publish_ms,

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.result import EvaluationResult
 
 from .paging import MAX_LIST_LIMIT, check_page, decode_cursor, encode_cursor
 from .primitives import StorePrimitives
@@ -49,7 +50,7 @@ class StoreAggregates(StorePrimitives):
         limit: int = 50,
         offset: int = 0,
         cursor: str | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[EvaluationResult]:
         """Evaluations matching every given condition, newest first (then by id), without raw latencies.
 
         Args:
@@ -81,7 +82,7 @@ class StoreAggregates(StorePrimitives):
         limit: int = 50,
         offset: int = 0,
         cursor: str | None = None,
-    ) -> tuple[list[dict[str, Any]], str | None]:
+    ) -> tuple[list[EvaluationResult], str | None]:
         """One page of `list_evaluations` (same arguments and errors), and the cursor of the next page.
 
         Returns:
@@ -115,7 +116,7 @@ class StoreAggregates(StorePrimitives):
         since: datetime | None = None,
         until: datetime | None = None,
         page_size: int = EXPORT_PAGE_SIZE,
-    ) -> Iterator[dict[str, Any]]:
+    ) -> Iterator[EvaluationResult]:
         """Every evaluation `list_evaluations` would find with no limit, in its order, read `page_size`
         at a time by keyset cursor: memory stays flat however many there are, and evaluations added
         during the walk never shift it (those created later than the walk's position are not in it).
@@ -136,7 +137,7 @@ class StoreAggregates(StorePrimitives):
         where = self._listing(model, framework, system_id, status, since, until, page_size, 0, None)
         return self._walk(where, page_size)
 
-    def _walk(self, where: EvaluationFilter, page_size: int) -> Iterator[dict[str, Any]]:
+    def _walk(self, where: EvaluationFilter, page_size: int) -> Iterator[EvaluationResult]:
         while page := self._query_evaluations(where, limit=page_size, offset=0):
             yield from (evaluation_to_dict(record) for record in page)
             if len(page) < page_size:

@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any, ClassVar
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.result import EvaluationResult
 
 from .aggregates import StoreAggregates
 from .errors import CANDIDATES_SHOWN, AmbiguousEvaluationId, EvaluationNotFound, SystemNotFound
@@ -302,7 +303,7 @@ class Store(StoreLeases, StoreAggregates, StoreMaintenance, StoreSchema, StorePr
             raise EvaluationNotFound(prefix)
         raise AmbiguousEvaluationId(prefix, candidates)
 
-    def get_evaluation(self, id: str, *, include_raw: bool = False) -> dict[str, Any]:
+    def get_evaluation(self, id: str, *, include_raw: bool = False) -> EvaluationResult:
         """One evaluation in the public result shape.
 
         Args:

@@ -399,7 +399,7 @@ class BrickRuns:
             "options": self._options(**options),
         }
 
-    def whole(self, ref: str, fields: Mapping[str, Any]) -> tuple[dict[str, Any], float]:
+    def whole(self, ref: str, fields: Mapping[str, Any]) -> tuple[Mapping[str, Any], float]:
         """Model `ref` measured the ordinary way (single_stream, batch 1) with the request `fields`
         (runner, measure, ...), and the seconds that took."""
         document = {

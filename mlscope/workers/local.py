@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.events import EvaluationEvent
+from mlscope.contract.result import EvaluationResult
 from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.frameworks import get_framework
@@ -25,7 +27,7 @@ __all__ = ["Watch", "admit_all", "default_frameworks", "evaluate_here"]
 # Told of every event of every evaluation, with the admission it belongs to: {"event": "start"} before
 # it runs, then the pipeline's and the predictor's events ("created", "phase", "progress",
 # "measurement"), then {"event": "end", "id", "status"}.
-Watch = Callable[[Admission, dict[str, Any]], None]
+Watch = Callable[[Admission, EvaluationEvent], None]
 
 
 def admit_all(
@@ -71,7 +73,7 @@ def evaluate_here(
     settings: Settings,
     watch: Watch | None = None,
     admitted: list[Admission] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[EvaluationResult]:
     """Evaluate `model` on each framework on this machine, one after another, into the settings' store.
 
     Every request is admitted before the first runs: a typo in the third framework must not cost the
@@ -94,7 +96,7 @@ def evaluate_here(
     """
     if admitted is None:
         admitted = admit_all(model, frameworks, document, settings=settings)
-    results = []
+    results: list[EvaluationResult] = []
     with open_store(settings.store_url) as store:
         # An earlier `mlscope run` killed mid-evaluation (SIGKILL, a power cut) left it running: its
         # lease has lapsed, and it is marked failed ("interrupted") before this run adds its own.
@@ -102,7 +104,7 @@ def evaluate_here(
         lease = Lease(run_owner())
         for item in admitted:
 
-            def emit(event: dict[str, Any], item: Admission = item) -> None:
+            def emit(event: EvaluationEvent, item: Admission = item) -> None:
                 if watch is not None:
                     watch(item, event)
 

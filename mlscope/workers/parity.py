@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.events import Emit, PredictorEvent
 from mlscope.contract.job import Job
+from mlscope.contract.result import Parity
 from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.measure.parity import compare_outputs, decode_outputs, score_outputs
@@ -26,8 +28,6 @@ from mlscope.workers.runners import get_runner
 from mlscope.workers.runners.base import Runner, RunOutcome
 
 __all__ = ["parity_across", "run_parity_check"]
-
-Emit = Callable[[dict[str, Any]], None]
 
 
 def run_parity_check(
@@ -39,7 +39,7 @@ def run_parity_check(
     *,
     timeout_s: float,
     cancel: threading.Event | None = None,
-) -> dict[str, Any]:
+) -> Parity:
     """Run the reference framework on the evaluated job's inputs and compare the outputs.
 
     Args:
@@ -57,12 +57,15 @@ def run_parity_check(
         error = outcome.error or {"message": "the reference run returned no outputs"}
         return {"against": against, "verdict": "unavailable", "error": error.get("message", "")}
     try:
-        return compare_outputs(
-            decode_outputs(outcome.result["outputs"]),
-            decode_outputs(outputs),
-            against=against,
-            rtol=admitted.request.tolerance,
-            scores=score_outputs(admitted.manifest),
+        return cast(
+            Parity,
+            compare_outputs(
+                decode_outputs(outcome.result["outputs"]),
+                decode_outputs(outputs),
+                against=against,
+                rtol=admitted.request.tolerance,
+                scores=score_outputs(admitted.manifest),
+            ),
         )
     except UserError as exc:
         return {"against": against, "verdict": "unavailable", "error": exc.message}
@@ -76,7 +79,7 @@ def parity_across(
     settings: Settings,
     samples: int,
     rtol: float | None = None,
-    emit: Callable[[str, dict[str, Any]], None] = lambda framework, event: None,
+    emit: Callable[[str, PredictorEvent], None] = lambda framework, event: None,
     against: str | None = None,
     against_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -130,14 +133,14 @@ def parity_across(
         )
         runner = get_runner(request.runner, settings)
 
-        def told(event: dict[str, Any], name: str = request.framework) -> None:
+        def told(event: PredictorEvent, name: str = request.framework) -> None:
             emit(name, event)
 
         outcome = runner.run(job, told, timeout_s=request.timeout_s, memory_limit_mb=request.memory_limit_mb)
         runs.append((request.framework, outcome))
     reference_name, reference = runs[0]
     if reference.result is None:
-        error = reference.error or {}
+        error: Mapping[str, Any] = reference.error or {}
         raise UserError(
             f"the reference framework {reference_name} could not run {model}: {error.get('type')}: "
             f"{error.get('message')}"
@@ -145,7 +148,9 @@ def parity_across(
     reference_outputs = decode_outputs(reference.result["outputs"])
     rows = []
     for name, outcome in runs[1:]:
-        named = {"framework": name} if against is None else {"framework": name, "model": against}
+        named: dict[str, Any] = (
+            {"framework": name} if against is None else {"framework": name, "model": against}
+        )
         if outcome.result is None:
             error = outcome.error or {}
             rows.append(

@@ -14,12 +14,21 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast, overload
 
 from mlscope.broker.tracing import export_spans
 from mlscope.contract.cost import cost_section
 from mlscope.contract.errors import StoreUnavailable
+from mlscope.contract.events import RunEvent
 from mlscope.contract.job import Job
+from mlscope.contract.result import (
+    Cost,
+    ErrorInfo,
+    EvaluationResult,
+    Measurement,
+    PredictorResult,
+    SpooledResult,
+)
 from mlscope.contract.settings import Settings
 from mlscope.runtime.system import system_id
 from mlscope.runtime.trace.spans import TraceContext, Tracer
@@ -29,10 +38,12 @@ from mlscope.workers.admission import Admission
 from mlscope.workers.leases import Lease, kept
 from mlscope.workers.parity import run_parity_check
 from mlscope.workers.runners import Runner, RunOutcome, get_runner
+from mlscope.workers.store_writes import StoreWrite, apply
 
 __all__ = ["RESULT_WRITE_PAUSES_S", "RetriedWrites", "Writes", "evaluate", "keep_spans", "write_result"]
 
-Emit = Callable[[dict[str, Any]], None]
+# Told of an evaluation's events: the predictor's, and "created" once it is recorded.
+Emit = Callable[[RunEvent], None]
 
 log = logging.getLogger("mlscope.workers")
 
@@ -62,8 +73,8 @@ def write_result(write: Callable[[], None], what: str) -> None:
 class Writes(Protocol):
     """Where the pipeline's writes of an evaluation's end go (its result, its failure, its spans)."""
 
-    def write(self, evaluation_id: str, op: str, **kwargs: Any) -> bool:
-        """Call the store's method `op` for `evaluation_id`; True when the store has taken it now,
+    def write(self, evaluation_id: str, op: StoreWrite, **kwargs: Any) -> bool:
+        """Make the store write `op` for `evaluation_id`; True when the store has taken it now,
         False when it was kept to be written later (workers.spool)."""
         ...
 
@@ -75,9 +86,43 @@ class RetriedWrites:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def write(self, evaluation_id: str, op: str, **kwargs: Any) -> bool:
-        write_result(lambda: getattr(self.store, op)(evaluation_id, **kwargs), f"{op} of {evaluation_id}")
+    def write(self, evaluation_id: str, op: StoreWrite, **kwargs: Any) -> bool:
+        write_result(lambda: apply(self.store, op, evaluation_id, kwargs), f"{op} of {evaluation_id}")
         return True
+
+
+@overload
+def evaluate(
+    admitted: Admission,
+    *,
+    store: Store,
+    settings: Settings,
+    emit: Emit = ...,
+    evaluation_id: str | None = ...,
+    system_extra: Mapping[str, Any] | None = ...,
+    cancel: threading.Event | None = ...,
+    tracer: Tracer | None = ...,
+    lease: Lease | None = ...,
+    writes: None = ...,
+    companions: Sequence[tuple[str, Admission]] = ...,
+) -> EvaluationResult: ...
+
+
+@overload
+def evaluate(
+    admitted: Admission,
+    *,
+    store: Store,
+    settings: Settings,
+    emit: Emit = ...,
+    evaluation_id: str | None = ...,
+    system_extra: Mapping[str, Any] | None = ...,
+    cancel: threading.Event | None = ...,
+    tracer: Tracer | None = ...,
+    lease: Lease | None = ...,
+    writes: Writes,
+    companions: Sequence[tuple[str, Admission]] = ...,
+) -> EvaluationResult | SpooledResult: ...
 
 
 def evaluate(
@@ -93,7 +138,7 @@ def evaluate(
     lease: Lease | None = None,
     writes: Writes | None = None,
     companions: Sequence[tuple[str, Admission]] = (),
-) -> dict[str, Any]:
+) -> EvaluationResult | SpooledResult:
     """Run an admitted evaluation to its end and return the stored result.
 
     A job that fails is stored as failed with its error; only an interrupt (Ctrl-C) propagates,
@@ -122,7 +167,7 @@ def evaluate(
     """
     ends = writes or RetriedWrites(store)
 
-    def run(tracer: Tracer) -> dict[str, Any]:
+    def run(tracer: Tracer) -> EvaluationResult | SpooledResult:
         return _evaluate(
             admitted,
             store,
@@ -151,7 +196,7 @@ def keep_spans(writes: Writes, settings: Settings, evaluation_id: str, spans: li
     when they were kept to be stored later."""
     if not spans:
         return True
-    stored = writes.write(evaluation_id, "save_spans", spans=spans)
+    stored = writes.write(evaluation_id, StoreWrite.SAVE_SPANS, spans=spans)
     export_spans(settings, spans)
     return stored
 
@@ -168,7 +213,7 @@ def _evaluate(
     lease: Lease | None,
     writes: Writes,
     companions: Sequence[tuple[str, Admission]] = (),
-) -> dict[str, Any]:
+) -> EvaluationResult | SpooledResult:
     request = admitted.request
     traced = tracer.enabled("APPLICATION")
     evaluation_id = store.create_evaluation(
@@ -257,13 +302,13 @@ def _start(store: Store, evaluation_id: str, lease: Lease | None, writes: Writes
     attempts = store.start_evaluation(evaluation_id, lease_owner=lease.owner, lease_s=lease.seconds)
     if attempts <= lease.max_attempts:
         return True
-    error = {
+    error: ErrorInfo = {
         "type": "TooManyAttempts",
         "message": f"started {attempts} times and never ended: each time the process running it "
         f"died; not trying again (the limit is {lease.max_attempts})",
         "phase": "run",
     }
-    writes.write(evaluation_id, "fail_evaluation", error=error)
+    writes.write(evaluation_id, StoreWrite.FAIL, error=error)
     return False
 
 
@@ -278,22 +323,23 @@ def _write_ends(
     whole) ends every member alike; a brick job's result holds each brick's own end under `bricks`,
     by evaluation id, and the job's import figures go to the first brick's cold start. False when an
     end was kept for later."""
-    result = outcome.result or {}
-    ends = result.get("bricks")
-    if ends is None:
+    result = outcome.result
+    ends = result.get("bricks") if result is not None else None
+    if result is None or ends is None:
         written = [_write_end(adm, outcome, id, settings, system_extra, writes) for id, adm in members]
         return all(written)
-    shared = {key: value for key, value in result.items() if key != "bricks"}
+    shared: dict[str, Any] = {key: value for key, value in result.items() if key != "bricks"}
     written = []
     for index, (id, adm) in enumerate(members):
         end = ends.get(id) or {"error": {"type": "BrickError", "message": "its job returned nothing for it"}}
         if "error" in end:
-            written.append(writes.write(id, "fail_evaluation", error={"phase": "report", **end["error"]}))
+            written.append(writes.write(id, StoreWrite.FAIL, error={"phase": "report", **end["error"]}))
             continue
         cold_start = (
             {**shared.get("cold_start", {}), **end["cold_start"]} if index == 0 else end["cold_start"]
         )
-        own = RunOutcome(result={**shared, "cold_start": cold_start, "measurements": end["measurements"]})
+        own_result = {**shared, "cold_start": cold_start, "measurements": end["measurements"]}
+        own = RunOutcome(result=cast(PredictorResult, own_result))
         written.append(_write_end(adm, own, id, settings, system_extra, writes))
     return all(written)
 
@@ -319,15 +365,17 @@ def _write_end(
     """Write how the evaluation ended (its result or its error); False when kept for later."""
     if outcome.result is None:
         assert outcome.error is not None
-        return writes.write(evaluation_id, "fail_evaluation", error=outcome.error)
+        return writes.write(evaluation_id, StoreWrite.FAIL, error=outcome.error)
     result = outcome.result
     measurements = [
-        _with_cost(subsample_latencies(m, settings.max_raw_latencies), settings.price_per_hour)
+        _with_cost(
+            cast(Measurement, subsample_latencies(m, settings.max_raw_latencies)), settings.price_per_hour
+        )
         for m in result["measurements"]
     ]
     return writes.write(
         evaluation_id,
-        "finish_evaluation",
+        StoreWrite.FINISH,
         system=_described_system(result["system"], settings, system_extra),
         framework={"name": admitted.request.framework, **result["framework"]},
         cold_start=result["cold_start"],
@@ -353,7 +401,7 @@ def _described_system(
     return system
 
 
-def _with_cost(measurement: dict[str, Any], price_per_hour: float | None) -> dict[str, Any]:
+def _with_cost(measurement: Measurement, price_per_hour: float | None) -> Measurement:
     """The measurement with its `cost` section when this machine has a price (MLSCOPE_PRICE_PER_HOUR).
 
     The price is read here, where the worker (or `mlscope run`) stands, not in the predictor
@@ -364,4 +412,4 @@ def _with_cost(measurement: dict[str, Any], price_per_hour: float | None) -> dic
     if price_per_hour is None:
         return measurement
     section = cost_section(measurement, price_per_hour)
-    return measurement if section is None else {**measurement, "cost": section}
+    return measurement if section is None else {**measurement, "cost": cast(Cost, section)}

@@ -28,6 +28,7 @@ from urllib.parse import quote, unquote
 
 from mlscope.contract.errors import StoreUnavailable, UserError
 from mlscope.store import EvaluationNotFound, InvalidTransition, Store
+from mlscope.workers.store_writes import StoreWrite, apply
 
 __all__ = [
     "BACKOFF_MAX_S",
@@ -36,15 +37,14 @@ __all__ = [
     "DurableWrites",
     "Spool",
     "SpooledWrite",
+    "StoreWrite",
     "spool_directory",
 ]
 
 logger = logging.getLogger("mlscope.worker.spool")
 
-# The Store methods a worker writes results with; each is idempotent once the evaluation has ended.
-OPS = frozenset(
-    {"start_evaluation", "finish_evaluation", "fail_evaluation", "save_spans", "cancel_evaluation"}
-)
+# The Store methods a worker writes results with, by name (workers.store_writes.StoreWrite's values).
+OPS = frozenset(op.value for op in StoreWrite)
 # The flusher's wait between attempts while the store is away: doubling from the first to the last.
 BACKOFF_MIN_S = 1.0
 BACKOFF_MAX_S = 10.0
@@ -96,7 +96,7 @@ def adopt_spools(own: Path, store: Store, is_live: Callable[[str], bool]) -> int
 class SpooledWrite:
     """One waiting write: `store.<op>(evaluation_id, **kwargs)` once read back."""
 
-    def __init__(self, path: Path, sequence: int, op: str, evaluation_id: str) -> None:
+    def __init__(self, path: Path, sequence: int, op: StoreWrite, evaluation_id: str) -> None:
         self.path = path
         self.sequence = sequence
         self.op = op
@@ -165,7 +165,7 @@ class Spool:
             if not sequence.isdigit() or op not in OPS or not quoted:
                 logger.warning("spool %s: %s is not a spooled write; left alone", self.directory, name)
                 continue
-            writes.append(SpooledWrite(path, int(sequence), op, unquote(quoted)))
+            writes.append(SpooledWrite(path, int(sequence), StoreWrite(op), unquote(quoted)))
         return sorted(writes, key=lambda write: write.sequence)
 
     def writes(self) -> list[SpooledWrite]:
@@ -173,22 +173,19 @@ class Spool:
         with self._lock:
             return self._writes()
 
-    def put(self, evaluation_id: str, op: str, kwargs: dict[str, Any]) -> None:
+    def put(self, evaluation_id: str, op: StoreWrite, kwargs: dict[str, Any]) -> None:
         """Keep one store write, durably: once this returns, the write survives a crash.
 
         Args:
             evaluation_id: the evaluation it writes.
-            op: the Store method: one of OPS.
+            op: the write (a StoreWrite, or its method name).
             kwargs: its keyword arguments besides the id; JSON-able, datetimes allowed.
 
         Raises:
-            UserError: `op` is not one of OPS, `evaluation_id` is empty or too long for a file name, or
+            UserError: `op` is no StoreWrite, `evaluation_id` is empty or too long for a file name, or
                 `kwargs` is not JSON-able (field "kwargs"); nothing is kept then.
         """
-        if op not in OPS:
-            raise UserError(
-                f"op {op!r} is not a spooled store write: one of {', '.join(sorted(OPS))}", field="op"
-            )
+        op = StoreWrite.parse(op)
         quoted = quote(evaluation_id, safe="") if isinstance(evaluation_id, str) else ""
         if not quoted or len(quoted) > _MAX_NAME - _SEQUENCE_DIGITS - len(op) - 8:
             raise UserError(
@@ -257,7 +254,7 @@ class Spool:
                 self._remove(write)
                 continue
             try:
-                getattr(store, write.op)(write.evaluation_id, **kwargs)
+                apply(store, write.op, write.evaluation_id, kwargs)
             except StoreUnavailable:
                 return written
             except EvaluationNotFound:
@@ -316,7 +313,7 @@ class DurableWrites:
         self._outage_since: float | None = None
         self._state_lock = threading.Lock()
 
-    def write(self, evaluation_id: str, op: str, **kwargs: Any) -> bool:
+    def write(self, evaluation_id: str, op: StoreWrite, **kwargs: Any) -> bool:
         """`store.<op>(evaluation_id, **kwargs)` now, or kept in the spool for later.
 
         A write for an evaluation that already has writes waiting joins them, so its writes reach the
@@ -329,13 +326,10 @@ class DurableWrites:
             UserError: from the store (unknown evaluation, invalid transition, invalid field), or
                 from `Spool.put`; what the store raises otherwise.
         """
-        if op not in OPS:
-            raise UserError(
-                f"op {op!r} is not a spooled store write: one of {', '.join(sorted(OPS))}", field="op"
-            )
+        op = StoreWrite.parse(op)
         if not self.spool.has_pending(evaluation_id):
             try:
-                getattr(self.store, op)(evaluation_id, **kwargs)
+                apply(self.store, op, evaluation_id, kwargs)
                 return True
             except StoreUnavailable as error:
                 self._kept(evaluation_id, op, kwargs, reason=error.message)
@@ -343,7 +337,9 @@ class DurableWrites:
         self._kept(evaluation_id, op, kwargs, reason=None)
         return False
 
-    def _kept(self, evaluation_id: str, op: str, kwargs: dict[str, Any], *, reason: str | None) -> None:
+    def _kept(
+        self, evaluation_id: str, op: StoreWrite, kwargs: dict[str, Any], *, reason: str | None
+    ) -> None:
         self.spool.put(evaluation_id, op, kwargs)
         with self._state_lock:
             first = self._outage_since is None

@@ -49,6 +49,7 @@ from mlscope.workers.model_fetch import ModelFetcher
 from mlscope.workers.pipeline import RetriedWrites, Writes, evaluate, keep_spans
 from mlscope.workers.runners import RUNNERS, frameworks_for, get_runner
 from mlscope.workers.spool import DurableWrites, Spool, adopt_spools, spool_directory
+from mlscope.workers.store_writes import StoreWrite
 from mlscope.workers.sweeper import Sweeper
 from mlscope.workers.upload_fetch import UploadFetchError
 
@@ -365,7 +366,7 @@ class Worker:
         log.warning("job %s failed: %s: %s", evaluation_id, kind, message)
         try:
             self.writes.write(
-                evaluation_id, "fail_evaluation", error={"type": kind, "message": message, "phase": phase}
+                evaluation_id, StoreWrite.FAIL, error={"type": kind, "message": message, "phase": phase}
             )
         except EvaluationNotFound:
             log.error(

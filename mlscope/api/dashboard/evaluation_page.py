@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from flask import current_app, render_template, url_for
 
 from mlscope.analysis.traces import hotspots
+from mlscope.contract.result import Measurement
 from mlscope.contract.workload import display_name
 from mlscope.store import iter_spans
 from mlscope.store.records import subsample_latencies
@@ -39,7 +40,7 @@ TRACE_VIEWS_CACHED = 16
 HOTSPOTS = 10
 
 
-def _points(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _points(measurements: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for measurement in measurements:
         latency = measurement.get("latency_ms") or {}
@@ -106,7 +107,7 @@ class _TraceViewCache:
                 self._views.popitem(last=False)
 
 
-def _trace_view(evaluation: dict[str, Any]) -> TraceView:
+def _trace_view(evaluation: Mapping[str, Any]) -> TraceView:
     """The stored trace's charts and hotspots, read once as it streams from the store."""
     store = context().store
     total = store.count_spans(evaluation["id"])
@@ -146,7 +147,9 @@ def evaluation(evaluation_id: str) -> str:
     store = context().store
     result = store.get_evaluation(evaluation_id, include_raw=True)
     full_id = result["id"]
-    measurements = [subsample_latencies(m, MAX_RAW_LATENCIES) for m in result.get("measurements") or []]
+    measurements = [
+        cast(Measurement, subsample_latencies(m, MAX_RAW_LATENCIES)) for m in result.get("measurements") or []
+    ]
     result["measurements"] = measurements
     return render_template(
         "dashboard/evaluation.html",

@@ -8,6 +8,7 @@ as the JSON API; filters are loaded by the API's own query schemas.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -31,7 +32,7 @@ MODELS_PER_PAGE = 100
 _LIST_FILTERS = ("model", "framework", "system", "status")
 
 
-def _rows(evaluations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _rows(evaluations: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Evaluations as the list tables show them (without their measurements, which can be many)."""
     rows = []
     for evaluation in evaluations:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+from mlscope.contract.events import Emit, ProbeEvent
 from mlscope.contract.generation import GenerationSettings
 from mlscope.contract.job import Job
 from mlscope.contract.load import LoadSettings
+from mlscope.contract.result import ColdStart, Measurement
 from mlscope.runtime.generate.driver import run_generate
 from mlscope.runtime.generate.records import GenerationRequest
 from mlscope.runtime.generate.served import add_served
@@ -35,8 +37,8 @@ class GeneratedJob:
     """What a generate job adds to the result."""
 
     framework: dict[str, Any]
-    cold_start: dict[str, Any]
-    measurements: list[dict[str, Any]]
+    cold_start: ColdStart
+    measurements: list[Measurement]
 
 
 def run_generate_job(
@@ -44,7 +46,7 @@ def run_generate_job(
     job: Job,
     measure: MeasureSettings,
     enter: Callable[..., None],
-    emit: Callable[[dict[str, Any]], None],
+    emit: Emit,
     tracer: Tracer,
 ) -> GeneratedJob:
     """Load the engine, time a first request, measure.
@@ -77,7 +79,7 @@ def run_generate_job(
             first = engine.generate(
                 GenerationRequest(0, _FIRST_PROMPT_TOKENS, _FIRST_OUTPUT_TOKENS, load.seed)
             )
-        cold_start: dict[str, Any] = {"load_ms": load_ms, "first_inference_ms": None}
+        cold_start: ColdStart = {"load_ms": load_ms, "first_inference_ms": None}
         if first.ok and first.token_ns:
             cold_start["first_inference_ms"] = round((first.end_ns - first.start_ns) / 1e6, 3)
             cold_start["first_token_ms"] = round((first.token_ns[0] - first.start_ns) / 1e6, 3)
@@ -92,7 +94,7 @@ def run_generate_job(
             )
 
         def probe(point: dict[str, Any]) -> None:
-            emit({"event": "probe", "scenario": "generate", "batch_size": 1, **point})
+            emit(cast(ProbeEvent, {"event": "probe", "scenario": "generate", "batch_size": 1, **point}))
 
         with tracer.span("predict", scenario="generate", batch_size=1):
             measurement = run_generate(
@@ -123,6 +125,6 @@ def run_generate_job(
                 "generation": measurement["generation"],
             }
         )
-        return GeneratedJob(engine.describe(), cold_start, [measurement])
+        return GeneratedJob(engine.describe(), cold_start, [cast(Measurement, measurement)])
     finally:
         engine.close()

@@ -18,6 +18,8 @@ import numpy.typing as npt
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.load import LoadSettings
+from mlscope.contract.result import Energy
+from mlscope.contract.result import Measurement as MeasurementShape
 from mlscope.runtime.energy import EnergyMeter, energy_section
 from mlscope.runtime.measure.certify import estimate_percentile, min_queries
 from mlscope.runtime.measure.load_report import certificate_reason
@@ -67,14 +69,14 @@ class Measurement:
     settings: MeasureSettings
     starts_ns: npt.NDArray[np.int64] | None = None
     load: dict[str, Any] | None = None
-    energy: dict[str, Any] | None = None
+    energy: Energy | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> MeasurementShape:
         """Returns:
         The measurement as JSON-serialisable data, keys as in the result shape plus the raw
         latencies, duration, stop reason, warm-up count, environment and settings.
         """
-        data = {
+        data: MeasurementShape = {
             "scenario": self.scenario,
             "batch_size": self.batch_size,
             "latency_ms": self.latency_ms.to_dict(),
@@ -279,7 +281,7 @@ class Scenario(ABC):
 
 def _energy(
     meter: EnergyMeter, before: tuple[int, ...], after: tuple[int, ...], outcome: Outcome, batch_size: int
-) -> dict[str, Any]:
+) -> Energy:
     """The measurement's energy section: the counters' difference over every sample issued in the
     window, warm-up included (an inference is one sample)."""
     if "search" in outcome.load:

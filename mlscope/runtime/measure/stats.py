@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from mlscope.contract.result import LatencyMs
 from mlscope.runtime.measure.settings import MeasureSettings
 
 __all__ = [
@@ -53,7 +54,7 @@ class LatencySummary:
     trimmed_mean: float
     median_ci: tuple[float, float]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> LatencyMs:
         """Returns:
         The `latency_ms` object of the result shape; `median_ci` as a two-element list.
         """

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import psutil
 
+from mlscope.contract.result import ValidityVerdict
 from mlscope.runtime.measure.loop import STOP_MAX_SECONDS, LoopResult
 from mlscope.runtime.measure.settings import MeasureSettings
 from mlscope.runtime.measure.stats import LatencySummary, median_ci_relative_halfwidth
@@ -51,7 +52,7 @@ class Validity:
     valid: bool
     reasons: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ValidityVerdict:
         """Returns:
         {"valid": bool, "reasons": [str, ...]}, the `validity` object of the result shape.
         """

@@ -5,7 +5,7 @@ backend without a query language of its own serves).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -202,7 +202,7 @@ def compare_row(
     }
 
 
-def compare_rows(evaluations: list[dict[str, Any]], where: CompareFilter) -> list[dict[str, Any]]:
+def compare_rows(evaluations: Sequence[Mapping[str, Any]], where: CompareFilter) -> list[dict[str, Any]]:
     """The comparison table from succeeded evaluations in the public shape.
 
     One row per (model, framework, system, device, scenario, batch size, workload key): the most

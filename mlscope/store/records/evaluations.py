@@ -11,12 +11,22 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.names import STATUSES
+from mlscope.contract.result import (
+    Accuracy,
+    ColdStart,
+    ErrorInfo,
+    EvaluationResult,
+    FrameworkInfo,
+    Measurement,
+    Memory,
+    Parity,
+)
 from mlscope.contract.workload import display_name
 
 from .sections import check_cost, check_energy
@@ -383,7 +393,9 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(timezone.utc).isoformat()
 
 
-def _measurement_to_dict(record: MeasurementRecord, *, include_raw: bool) -> dict[str, Any]:
+def _measurement_to_dict(record: MeasurementRecord, *, include_raw: bool) -> Measurement:
+    # The latency summary, validity and the other keys are kept as the worker wrote them (checked
+    # then by check_measurements): the JSON a backend reads back is taken to hold that shape.
     result = {
         "scenario": record.scenario,
         "batch_size": record.batch_size,
@@ -394,16 +406,27 @@ def _measurement_to_dict(record: MeasurementRecord, *, include_raw: bool) -> dic
     }
     if include_raw:
         result["latencies_ns"] = record.latencies_ns
-    return result
+    return cast(Measurement, result)
 
 
-def evaluation_to_dict(record: EvaluationRecord, *, include_raw: bool = False) -> dict[str, Any]:
+class _Sections(TypedDict, total=False):
+    accuracy: Accuracy
+    parity: Parity
+    memory: Memory
+
+
+def evaluation_to_dict(record: EvaluationRecord, *, include_raw: bool = False) -> EvaluationResult:
     """The public result shape (docs/design.md, "Result shape"), plus the request and manifest snapshots, the
     queue its job was sent to and how many times it was started; "accuracy", "parity" and "memory" only
     when the evaluation has them. The lease stays inside the store: it is the runners' business."""
     measurements = sorted(record.measurements, key=lambda m: (m.scenario, m.batch_size))
-    present = (("accuracy", record.accuracy), ("parity", record.parity), ("memory", record.memory))
-    sections = {name: value for name, value in present if value}
+    sections: _Sections = {}
+    if record.accuracy:
+        sections["accuracy"] = cast(Accuracy, record.accuracy)
+    if record.parity:
+        sections["parity"] = cast(Parity, record.parity)
+    if record.memory:
+        sections["memory"] = cast(Memory, record.memory)
     # The model as users read it, with its overrides (`hf:gpt2[n_layer=2]`): derived, so every
     # stored result has it, old ones included.
     shown = display_name(
@@ -418,11 +441,14 @@ def evaluation_to_dict(record: EvaluationRecord, *, include_raw: bool = False) -
             "manifest_sha256": record.manifest_sha256,
         },
         "display_name": shown,
-        "framework": {
-            "name": record.framework_name,
-            "version": record.framework_version,
-            **(record.framework_details or {}),
-        },
+        "framework": cast(
+            FrameworkInfo,
+            {
+                "name": record.framework_name,
+                "version": record.framework_version,
+                **(record.framework_details or {}),
+            },
+        ),
         "system": record.system,
         "runner": record.runner,
         "device": record.device,
@@ -430,11 +456,11 @@ def evaluation_to_dict(record: EvaluationRecord, *, include_raw: bool = False) -
         "trace_id": record.trace_id,
         "queue": record.queue,
         "attempts": record.attempts,
-        "cold_start": record.cold_start,
+        "cold_start": cast(ColdStart | None, record.cold_start),
         "measurements": [_measurement_to_dict(m, include_raw=include_raw) for m in measurements],
         **sections,
-        "error": record.error,
-        "created_at": _iso(record.created_at),
+        "error": cast(ErrorInfo | None, record.error),
+        "created_at": record.created_at.astimezone(timezone.utc).isoformat(),
         "started_at": _iso(record.started_at),
         "finished_at": _iso(record.finished_at),
         "request": record.request,

@@ -5,14 +5,15 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
+from mlscope.contract.events import Emit, ErrorEvent, FinalEvent, ResultEvent
 from mlscope.contract.job import Job
+from mlscope.contract.result import ErrorInfo, PredictorResult
 from mlscope.contract.settings import Settings
-from mlscope.runtime.execute import Emit
 from mlscope.runtime.frameworks import FrameworkSpec, installed_version
 
-__all__ = ["RunOutcome", "Runner"]
+__all__ = ["RunOutcome", "Runner", "ended_by", "final_outcome"]
 
 
 @dataclass(frozen=True)
@@ -23,10 +24,31 @@ class RunOutcome:
     `spans`, what a failed job traced before it failed (a result carries its own under "trace").
     """
 
-    result: dict[str, Any] | None = None
-    error: dict[str, str] | None = None
+    result: PredictorResult | None = None
+    error: ErrorInfo | None = None
     log: str = ""
     spans: list[dict[str, Any]] = field(default_factory=list)
+
+
+def final_outcome(final: FinalEvent | None, log: str) -> RunOutcome | None:
+    """The outcome the predictor's final event reports (its result, or its error with the traceback
+    as the log and the spans it traced); None when there is none: it died before it could say."""
+    kind = final.get("event") if final is not None else None
+    if kind == "result":
+        return RunOutcome(result=cast(ResultEvent, final)["result"], log=log)
+    if kind == "error":
+        error = cast(ErrorEvent, final)
+        return RunOutcome(
+            error={"type": error["type"], "message": error["message"], "phase": error["phase"]},
+            log=error.get("detail") or log,
+            spans=error.get("spans") or [],
+        )
+    return None
+
+
+def ended_by(ended: dict[str, str], phase: str, log: str) -> RunOutcome:
+    """The outcome of a job its runner ended (`ended`: the error's type and message) in `phase`."""
+    return RunOutcome(error={"type": ended["type"], "message": ended["message"], "phase": phase}, log=log)
 
 
 class Runner(ABC):

@@ -31,13 +31,13 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any, ClassVar
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.events import Emit, FinalEvent
 from mlscope.contract.job import Job
 from mlscope.contract.manifest import parse_manifest
 from mlscope.contract.settings import Settings
-from mlscope.runtime.execute import Emit
 from mlscope.runtime.frameworks import FrameworkSpec, get_framework
 from mlscope.runtime.predictors.base import PredictorError, PredictorOptions
-from mlscope.workers.runners.base import Runner, RunOutcome
+from mlscope.workers.runners.base import Runner, RunOutcome, ended_by, final_outcome
 from mlscope.workers.runners.container import (
     CONTAINER_CACHE,
     CONTAINER_IO,
@@ -286,7 +286,7 @@ class DockerRunner(Runner):
         """Start the container, relay its events, end it at the time limit or on cancel, and read
         how it ended."""
         log: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
-        events: list[dict[str, Any]] = []
+        events: list[FinalEvent] = []
         state = {"phase": "import"}
         exited = threading.Event()
         container.start()
@@ -327,16 +327,10 @@ class DockerRunner(Runner):
         tail = "".join(log)
         phase = state["phase"]
         if ended is not None:
-            return RunOutcome(error={**ended, "phase": phase}, log=tail)
-        final = _read_final(io_dir / "result.json")
-        if final is not None and final.get("event") == "result":
-            return RunOutcome(result=final["result"], log=tail)
-        if final is not None and final.get("event") == "error":
-            return RunOutcome(
-                error={k: final[k] for k in ("type", "message", "phase")},
-                log=final.get("detail") or tail,
-                spans=final.get("spans") or [],
-            )
+            return ended_by(ended, phase, tail)
+        reported = final_outcome(_read_final(io_dir / "result.json"), tail)
+        if reported is not None:
+            return reported
         container.reload()
         exit_state = container.attrs.get("State", {})
         if exit_state.get("OOMKilled"):
@@ -386,10 +380,10 @@ def _open_to_other_users(cache_dir: Path) -> None:
             cache_dir.chmod(mode | 0o005)
 
 
-def _read_final(path: Path) -> dict[str, Any] | None:
+def _read_final(path: Path) -> FinalEvent | None:
     """The final event the predictor wrote (result.json), or None: it died before writing it."""
     try:
-        final: dict[str, Any] = json.loads(path.read_text())
+        final: FinalEvent = json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
     return final

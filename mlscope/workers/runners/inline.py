@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from mlscope.contract.errors import MlscopeError
+from mlscope.contract.events import Emit, PredictorEvent
 from mlscope.contract.job import Job, JobFailed
-from mlscope.runtime.execute import Emit, execute
+from mlscope.runtime.execute import execute
 from mlscope.workers.runners.base import Runner, RunOutcome
 
 __all__ = ["InlineRunner"]
@@ -38,9 +39,10 @@ class InlineRunner(Runner):
         deadline = time.monotonic() + timeout_s
         phase = "import"
 
-        def guarded(event: dict[str, Any]) -> None:
+        def guarded(event: PredictorEvent) -> None:
             nonlocal phase
-            phase = event.get("phase", phase)
+            if event["event"] == "phase":
+                phase = event["phase"]
             if time.monotonic() > deadline or (cancel is not None and cancel.is_set()):
                 raise _Deadline()
             emit(event)

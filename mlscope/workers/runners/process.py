@@ -24,17 +24,17 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, ClassVar
+from typing import IO, ClassVar
 
 import psutil
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.events import Emit, FinalEvent
 from mlscope.contract.job import Job
 from mlscope.contract.settings import Settings
-from mlscope.runtime.execute import Emit
 from mlscope.runtime.frameworks import FrameworkSpec, get_framework, installed_version
 from mlscope.workers.envs import EnvInfo, env_for, find_pins
-from mlscope.workers.runners.base import Runner, RunOutcome
+from mlscope.workers.runners.base import Runner, RunOutcome, ended_by, final_outcome
 
 __all__ = ["ProcessRunner"]
 
@@ -154,7 +154,7 @@ class ProcessRunner(Runner):
         )
         assert child.stdin and child.stdout and child.stderr
         log: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
-        events: list[dict[str, Any]] = []
+        events: list[FinalEvent] = []
         state = {"phase": "import"}
         readers = [
             threading.Thread(target=self._read_events, args=(child.stdout, emit, events, state), daemon=True),
@@ -183,16 +183,10 @@ class ProcessRunner(Runner):
         tail = "".join(log)
         phase = state["phase"]
         if ended is not None:
-            return RunOutcome(error={**ended, "phase": phase}, log=tail)
-        final = events[-1] if events else None
-        if final and final["event"] == "result":
-            return RunOutcome(result=final["result"], log=tail)
-        if final and final["event"] == "error":
-            return RunOutcome(
-                error={k: final[k] for k in ("type", "message", "phase")},
-                log=final.get("detail") or tail,
-                spans=final.get("spans") or [],
-            )
+            return ended_by(ended, phase, tail)
+        reported = final_outcome(events[-1] if events else None, tail)
+        if reported is not None:
+            return reported
         message = _describe_exit(child.returncode)
         last = tail.strip().splitlines()[-1:] if tail.strip() else []
         if last:
@@ -205,7 +199,7 @@ class ProcessRunner(Runner):
         timeout_s: float,
         memory_limit: _Limit | None,
         cancel: threading.Event | None,
-    ) -> dict | None:
+    ) -> dict[str, str] | None:
         """Wait for the child; end it past the time or memory limit, or when cancelled, and say which."""
         deadline = time.monotonic() + timeout_s
         watched = psutil.Process(child.pid)
@@ -243,9 +237,7 @@ class ProcessRunner(Runner):
         child.wait()
 
     @staticmethod
-    def _read_events(
-        stream: IO[str], emit: Emit, events: list[dict[str, Any]], state: dict[str, str]
-    ) -> None:
+    def _read_events(stream: IO[str], emit: Emit, events: list[FinalEvent], state: dict[str, str]) -> None:
         for line in stream:
             try:
                 event = json.loads(line)
