@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, SupportsIndex, TypedDict, Type
 from mlscope.contract.errors import UserError
 from mlscope.contract.events import EvaluationEvent
 from mlscope.contract.request import ContractRequestSchema
-from mlscope.contract.result import EvaluationResult, Measurement, parity_failure
+from mlscope.contract.result import EvaluationResult, ResultMeasurement, parity_failure
 from mlscope.contract.settings import load_settings
 from mlscope.workers.local import evaluate_here
 
@@ -371,7 +371,7 @@ class ResultSet(list[EvaluationResult]):
         printer.text(repr(self))
 
 
-def _row(result: EvaluationResult, measurement: Measurement | None, *, valid: bool) -> ResultRow:
+def _row(result: EvaluationResult, measurement: ResultMeasurement | None, *, valid: bool) -> ResultRow:
     """The table row of `result` at `measurement` (None: its one row without figures)."""
     latency = measurement["latency_ms"] if measurement is not None else None
     validity: Mapping[str, Any] = (measurement.get("validity") or {}) if measurement is not None else {}

@@ -34,11 +34,11 @@ __all__ = [
     "EvaluationResult",
     "FrameworkInfo",
     "LatencyMs",
-    "Measurement",
     "Memory",
     "ModelInfo",
     "Parity",
     "PredictorResult",
+    "ResultMeasurement",
     "SpooledResult",
     "Trace",
     "ValidityVerdict",
@@ -93,7 +93,7 @@ class Cost(TypedDict, total=False):
     ci: list[float] | None
 
 
-class Measurement(TypedDict):
+class ResultMeasurement(TypedDict):
     """One scenario at one batch size. The predictor's has its raw latencies, run facts and settings
     too; the store keeps every key but `latencies_ns` (read back with include_raw), and sections
     appear only when measured: `load` (server, multi_stream, generate), `generation` (generate),
@@ -201,7 +201,7 @@ class PredictorResult(TypedDict):
     system: dict[str, Any]
     framework: dict[str, Any]
     cold_start: ColdStart
-    measurements: list[Measurement]
+    measurements: list[ResultMeasurement]
     trace: Trace
     memory: NotRequired[Memory]
     accuracy: NotRequired[Accuracy]
@@ -244,7 +244,7 @@ class EvaluationResult(TypedDict):
     queue: str | None
     attempts: int
     cold_start: ColdStart | None
-    measurements: list[Measurement]
+    measurements: list[ResultMeasurement]
     error: ErrorInfo | None
     created_at: str
     started_at: str | None

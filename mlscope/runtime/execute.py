@@ -23,7 +23,7 @@ from mlscope.contract.events import Emit, ErrorEvent, FinalEvent, PhaseEvent, Pr
 from mlscope.contract.job import Job, JobFailed
 from mlscope.contract.load import LoadSettings
 from mlscope.contract.manifest import Manifest, parse_manifest
-from mlscope.contract.result import Accuracy, ColdStart, Energy, Measurement, Memory, PredictorResult
+from mlscope.contract.result import Accuracy, ColdStart, Energy, Memory, PredictorResult, ResultMeasurement
 from mlscope.runtime.data import DatasetRef
 from mlscope.runtime.dataset_pass import collect_outputs, postprocess, run_dataset_pass
 from mlscope.runtime.energy import EnergyMeter, EnergyUnavailable, open_energy_meter
@@ -68,8 +68,8 @@ def _energy_meter(device: str) -> tuple[EnergyMeter | None, Energy | None]:
 
 def _measure_all(
     predictor: Predictor, job: Job, settings: MeasureSettings, phases: _Phases, tracer: Tracer
-) -> list[Measurement]:
-    measurements: list[Measurement] = []
+) -> list[ResultMeasurement]:
+    measurements: list[ResultMeasurement] = []
     meter, unavailable = _energy_meter(job.device)
     timer = predictor.timer()
     scenarios = [get_scenario(name) for name in job.scenarios]
@@ -337,7 +337,7 @@ def _report(
     root: Any,
     framework: dict[str, Any],
     cold_start: ColdStart,
-    measurements: list[Measurement],
+    measurements: list[ResultMeasurement],
     answers: _Answers,
 ) -> PredictorResult:
     """The job's result, and the root span ended."""

@@ -25,8 +25,8 @@ from mlscope.contract.result import (
     Cost,
     ErrorInfo,
     EvaluationResult,
-    Measurement,
     PredictorResult,
+    ResultMeasurement,
     SpooledResult,
 )
 from mlscope.contract.settings import Settings
@@ -369,7 +369,8 @@ def _write_end(
     result = outcome.result
     measurements = [
         _with_cost(
-            cast(Measurement, subsample_latencies(m, settings.max_raw_latencies)), settings.price_per_hour
+            cast(ResultMeasurement, subsample_latencies(m, settings.max_raw_latencies)),
+            settings.price_per_hour,
         )
         for m in result["measurements"]
     ]
@@ -401,7 +402,7 @@ def _described_system(
     return system
 
 
-def _with_cost(measurement: Measurement, price_per_hour: float | None) -> Measurement:
+def _with_cost(measurement: ResultMeasurement, price_per_hour: float | None) -> ResultMeasurement:
     """The measurement with its `cost` section when this machine has a price (MLSCOPE_PRICE_PER_HOUR).
 
     The price is read here, where the worker (or `mlscope run`) stands, not in the predictor

@@ -45,7 +45,7 @@ def _conforms(value: dict[str, Any], kind: Any, where: str) -> None:
 
 
 def _measurement_conforms(measurement: dict[str, Any], where: str) -> None:
-    _conforms(measurement, result.Measurement, where)
+    _conforms(measurement, result.ResultMeasurement, where)
     _conforms(measurement["latency_ms"], result.LatencyMs, f"{where}.latency_ms")
     _conforms(measurement["validity"], result.ValidityVerdict, f"{where}.validity")
 

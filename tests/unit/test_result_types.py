@@ -22,7 +22,7 @@ def test_the_stored_result_type_requires_exactly_the_result_shape() -> None:
 
 
 def test_a_measurement_type_requires_what_every_scenario_reports() -> None:
-    assert required_keys(result.Measurement) == {
+    assert required_keys(result.ResultMeasurement) == {
         "scenario",
         "batch_size",
         "latency_ms",
@@ -30,7 +30,7 @@ def test_a_measurement_type_requires_what_every_scenario_reports() -> None:
         "validity",
     }
     # The sections docs/design.md places on each measurement are all declared, none required
-    optional = declared_keys(result.Measurement) - required_keys(result.Measurement)
+    optional = declared_keys(result.ResultMeasurement) - required_keys(result.ResultMeasurement)
     assert {"load", "generation", "energy", "cost"} <= optional
     # ... and a section of which nothing is certain has every key optional
     assert required_keys(result.ColdStart) == required_keys(result.Energy) == set()

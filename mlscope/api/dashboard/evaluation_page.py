@@ -21,7 +21,7 @@ from typing import Any, cast
 from flask import current_app, render_template, url_for
 
 from mlscope.analysis.traces import hotspots
-from mlscope.contract.result import Measurement
+from mlscope.contract.result import ResultMeasurement
 from mlscope.contract.workload import display_name
 from mlscope.store import iter_spans
 from mlscope.store.records import subsample_latencies
@@ -148,7 +148,8 @@ def evaluation(evaluation_id: str) -> str:
     result = store.get_evaluation(evaluation_id, include_raw=True)
     full_id = result["id"]
     measurements = [
-        cast(Measurement, subsample_latencies(m, MAX_RAW_LATENCIES)) for m in result.get("measurements") or []
+        cast(ResultMeasurement, subsample_latencies(m, MAX_RAW_LATENCIES))
+        for m in result.get("measurements") or []
     ]
     result["measurements"] = measurements
     return render_template(

@@ -16,7 +16,7 @@ from mlscope.contract.events import Emit, ProbeEvent
 from mlscope.contract.generation import GenerationSettings
 from mlscope.contract.job import Job
 from mlscope.contract.load import LoadSettings
-from mlscope.contract.result import ColdStart, Measurement
+from mlscope.contract.result import ColdStart, ResultMeasurement
 from mlscope.runtime.generate.driver import run_generate
 from mlscope.runtime.generate.records import GenerationRequest
 from mlscope.runtime.generate.served import add_served
@@ -38,7 +38,7 @@ class GeneratedJob:
 
     framework: dict[str, Any]
     cold_start: ColdStart
-    measurements: list[Measurement]
+    measurements: list[ResultMeasurement]
 
 
 def run_generate_job(
@@ -125,6 +125,6 @@ def run_generate_job(
                 "generation": measurement["generation"],
             }
         )
-        return GeneratedJob(engine.describe(), cold_start, [cast(Measurement, measurement)])
+        return GeneratedJob(engine.describe(), cold_start, [cast(ResultMeasurement, measurement)])
     finally:
         engine.close()

@@ -19,7 +19,7 @@ import numpy.typing as npt
 from mlscope.contract.errors import UserError
 from mlscope.contract.load import LoadSettings
 from mlscope.contract.result import Energy
-from mlscope.contract.result import Measurement as MeasurementShape
+from mlscope.contract.result import ResultMeasurement as MeasurementShape
 from mlscope.runtime.energy import EnergyMeter, energy_section
 from mlscope.runtime.measure.certify import estimate_percentile, min_queries
 from mlscope.runtime.measure.load_report import certificate_reason

@@ -23,9 +23,9 @@ from mlscope.contract.result import (
     ErrorInfo,
     EvaluationResult,
     FrameworkInfo,
-    Measurement,
     Memory,
     Parity,
+    ResultMeasurement,
 )
 from mlscope.contract.workload import display_name
 
@@ -393,7 +393,7 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(timezone.utc).isoformat()
 
 
-def _measurement_to_dict(record: MeasurementRecord, *, include_raw: bool) -> Measurement:
+def _measurement_to_dict(record: MeasurementRecord, *, include_raw: bool) -> ResultMeasurement:
     # The latency summary, validity and the other keys are kept as the worker wrote them (checked
     # then by check_measurements): the JSON a backend reads back is taken to hold that shape.
     result = {
@@ -406,7 +406,7 @@ def _measurement_to_dict(record: MeasurementRecord, *, include_raw: bool) -> Mea
     }
     if include_raw:
         result["latencies_ns"] = record.latencies_ns
-    return cast(Measurement, result)
+    return cast(ResultMeasurement, result)
 
 
 class _Sections(TypedDict, total=False):
