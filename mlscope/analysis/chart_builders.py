@@ -17,12 +17,18 @@ from typing import Any
 
 import numpy as np
 
+from mlscope.analysis.chart_compare import compare_bars
+from mlscope.analysis.chart_labels import (
+    INVALID,
+    evaluation_id,
+    evaluation_label,
+    invalid_note,
+    is_valid,
+    point_name,
+)
+from mlscope.analysis.chart_traces import layer_bars, timeline
+from mlscope.analysis.charts import Chart, Series
 from mlscope.contract.errors import UserError
-
-from .chart_compare import compare_bars
-from .chart_labels import INVALID, evaluation_id, evaluation_label, invalid_note, is_valid, point_name
-from .chart_traces import layer_bars, timeline
-from .charts import Chart, Series
 
 __all__ = [
     "CDF_LOG_SPREAD",

@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mlscope.analysis.chart_labels import INVALID, invalid_note, point_name
+from mlscope.analysis.charts import Chart, Series
 from mlscope.contract.errors import UserError
-
-from .chart_labels import INVALID, invalid_note, point_name
-from .charts import Chart, Series
 
 __all__ = ["compare_bars", "diff_ratios"]
 

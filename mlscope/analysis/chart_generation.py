@@ -13,11 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from mlscope.analysis.chart_builders import CDF_LOG_SPREAD, cdf_steps
+from mlscope.analysis.chart_labels import INVALID, evaluation_label, invalid_note, is_valid, point_name
+from mlscope.analysis.charts import Chart, Series
 from mlscope.contract.errors import UserError
-
-from .chart_builders import CDF_LOG_SPREAD, cdf_steps
-from .chart_labels import INVALID, evaluation_label, invalid_note, is_valid, point_name
-from .charts import Chart, Series
 
 __all__ = ["request_cdf"]
 

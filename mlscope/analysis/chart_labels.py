@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mlscope.analysis.charts import INVALID
 from mlscope.contract.workload import display_name
-
-from .charts import INVALID
 
 __all__ = [
     "INVALID",

@@ -21,10 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlscope.analysis.chart_labels import INVALID
+from mlscope.analysis.charts import Chart, Series, to_plotly
 from mlscope.contract.errors import UserError
-
-from .chart_labels import INVALID
-from .charts import Chart, Series, to_plotly
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

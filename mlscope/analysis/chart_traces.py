@@ -9,13 +9,12 @@ from typing import Any
 
 import numpy as np
 
+from mlscope.analysis.chart_labels import evaluation_id, evaluation_label
+from mlscope.analysis.charts import Chart, Series
+from mlscope.analysis.timeline import span_lane
+from mlscope.analysis.traces import BETWEEN_LAYERS, layer_breakdown
 from mlscope.contract.errors import UserError
 from mlscope.store.records import SPAN_LEVELS, check_int
-
-from .chart_labels import evaluation_id, evaluation_label
-from .charts import Chart, Series
-from .timeline import span_lane
-from .traces import BETWEEN_LAYERS, layer_breakdown
 
 __all__ = ["layer_bars", "timeline"]
 

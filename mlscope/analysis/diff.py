@@ -47,9 +47,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from mlscope.runtime.measure.stats import resampled_quantiles
-
-from .verdicts import (
+from mlscope.analysis.verdicts import (
     DEFAULT_CONFIDENCE,
     DEFAULT_THRESHOLD,
     FASTER,
@@ -59,6 +57,7 @@ from .verdicts import (
     SLOWER,
     VERDICTS,
 )
+from mlscope.runtime.measure.stats import resampled_quantiles
 
 __all__ = [
     "DEFAULT_BETWEEN_RUNS",

@@ -20,9 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from mlscope.analysis.diff import MIN_OTHER_RUNS
 from mlscope.store import Store
-
-from .diff import MIN_OTHER_RUNS
 
 __all__ = ["MAX_POOLED_SERIES", "pooled_spread", "series_spread", "t_quantile"]
 

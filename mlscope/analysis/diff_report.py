@@ -17,20 +17,19 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlscope.contract.errors import UserError
-from mlscope.contract.result import EvaluationResult
-from mlscope.contract.workload import Difference, display_name, workload_differences
-from mlscope.store import Store
-from mlscope.store.paging import MAX_LIST_LIMIT
-
-from .diff import (
+from mlscope.analysis.diff import (
     DEFAULT_BETWEEN_RUNS,
     DEFAULT_CONFIDENCE,
     DEFAULT_THRESHOLD,
     MIN_OTHER_RUNS,
     compare_samples,
 )
-from .diff_prior import pooled_spread, series_spread
+from mlscope.analysis.diff_prior import pooled_spread, series_spread
+from mlscope.contract.errors import UserError
+from mlscope.contract.result import EvaluationResult
+from mlscope.contract.workload import Difference, display_name, workload_differences
+from mlscope.store import Store
+from mlscope.store.paging import MAX_LIST_LIMIT
 
 __all__ = [
     "FILTER_KEYS",

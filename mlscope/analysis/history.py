@@ -23,12 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from mlscope.analysis.changepoints import ChangePoint, DetectionSettings, detect_change_points, points_needed
 from mlscope.contract.errors import UserError
 from mlscope.contract.workload import display_name, workload_differences, workload_key
 from mlscope.store import Store
 from mlscope.store.records.history import DEFAULT_HISTORY_POINTS, SERIES_KEY_FIELDS
-
-from .changepoints import ChangePoint, DetectionSettings, detect_change_points, points_needed
 
 __all__ = [
     "DEFAULT_THRESHOLD",

@@ -10,9 +10,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from mlscope.analysis.spans import attributes_of, duration_of
 from mlscope.store.records import SPAN_LEVELS
-
-from .spans import attributes_of, duration_of
 
 __all__ = ["chrome_trace", "span_lane", "trace_summary"]
 

@@ -13,9 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mlscope.analysis.spans import attributes_of, duration_of
 from mlscope.store.records import check_choice, check_int
-
-from .spans import attributes_of, duration_of
 
 __all__ = [
     "BETWEEN_LAYERS",

@@ -18,6 +18,14 @@ from flask import Flask
 from flask_smorest import Api
 
 from mlscope import __version__
+from mlscope.api import catalog, compare, datasets, evaluations, history, ops, uploads
+from mlscope.api.auth import init_auth
+from mlscope.api.blueprint import EvaluationIdConverter
+from mlscope.api.context import ApiContext
+from mlscope.api.dashboard import SWAGGER_UI_CONFIG, SWAGGER_UI_URL, init_dashboard
+from mlscope.api.metrics import ApiMetrics
+from mlscope.api.openapi_fields import RulesPlugin, exclusive_bounds, stated_schema
+from mlscope.api.problems import PROBLEM_MIMETYPE, ProblemSchema, install_error_handlers
 from mlscope.broker.app import make_celery
 from mlscope.contract.settings import Settings, load_settings
 from mlscope.registry.agents import AgentRegistry
@@ -26,15 +34,6 @@ from mlscope.registry.models import ModelRegistry
 from mlscope.registry.uploads import ModelFiles
 from mlscope.store import Store, open_store
 from mlscope.workers.sweeper import Sweeper, sweeping
-
-from . import catalog, compare, datasets, evaluations, history, ops, uploads
-from .auth import init_auth
-from .blueprint import EvaluationIdConverter
-from .context import ApiContext
-from .dashboard import SWAGGER_UI_CONFIG, SWAGGER_UI_URL, init_dashboard
-from .metrics import ApiMetrics
-from .openapi_fields import RulesPlugin, exclusive_bounds, stated_schema
-from .problems import PROBLEM_MIMETYPE, ProblemSchema, install_error_handlers
 
 __all__ = ["MAX_BODY_BYTES", "create_app", "serve"]
 

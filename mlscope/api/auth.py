@@ -13,8 +13,8 @@ import hmac
 
 from flask import Flask, request
 
-from .context import context
-from .problems import ApiProblem
+from mlscope.api.context import context
+from mlscope.api.problems import ApiProblem
 
 __all__ = [
     "OPEN_BLUEPRINTS",

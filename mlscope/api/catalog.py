@@ -7,14 +7,10 @@ from typing import Any
 
 from flask.views import MethodView
 
-from mlscope.broker.app import queue_depths
-from mlscope.contract.errors import UserError
-from mlscope.runtime.frameworks import FRAMEWORKS, installed_version
-
-from .blueprint import ApiBlueprint
-from .context import bounded, context, redact_url
-from .problems import PROBLEM_MIMETYPE, ApiProblem, ProblemSchema
-from .schemas import (
+from mlscope.api.blueprint import ApiBlueprint
+from mlscope.api.context import bounded, context, redact_url
+from mlscope.api.problems import PROBLEM_MIMETYPE, ApiProblem, ProblemSchema
+from mlscope.api.schemas import (
     AgentSchema,
     FrameworkSchema,
     ModelDetailSchema,
@@ -22,6 +18,9 @@ from .schemas import (
     ModelSummarySchema,
     QueueSchema,
 )
+from mlscope.broker.app import queue_depths
+from mlscope.contract.errors import UserError
+from mlscope.runtime.frameworks import FRAMEWORKS, installed_version
 
 __all__ = ["BROKER_TIMEOUT_S", "blp", "model_listing", "queue_listing"]
 

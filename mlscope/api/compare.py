@@ -8,16 +8,15 @@ from typing import Any
 from flask import Response, request
 from flask.views import MethodView
 
+from mlscope.api import diff
+from mlscope.api.blueprint import ApiBlueprint
+from mlscope.api.context import context
+from mlscope.api.problems import ApiProblem
+from mlscope.api.schemas import CompareQuerySchema, CompareSchema
+from mlscope.api.streams import CSV_MIMETYPE, csv_lines
 from mlscope.contract.cost import parse_prices
 from mlscope.store.errors import AmbiguousEvaluationId, EvaluationNotFound
 from mlscope.store.records import COMPARE_COLUMNS
-
-from . import diff
-from .blueprint import ApiBlueprint
-from .context import context
-from .problems import ApiProblem
-from .schemas import CompareQuerySchema, CompareSchema
-from .streams import CSV_MIMETYPE, csv_lines
 
 __all__ = ["blp", "comparison_rows", "rows_to_csv"]
 

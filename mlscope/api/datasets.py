@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from marshmallow import fields
 
+from mlscope.api.blueprint import ApiBlueprint
+from mlscope.api.upload_routes import UploadDocs, UploadedFileSchema, UploadKind, add_upload_routes
 from mlscope.registry.datasets.uploads import DatasetFiles
-
-from .blueprint import ApiBlueprint
-from .upload_routes import UploadDocs, UploadedFileSchema, UploadKind, add_upload_routes
 
 __all__ = ["UploadedDatasetSchema", "blp"]
 

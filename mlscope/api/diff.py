@@ -17,10 +17,9 @@ from marshmallow import Schema, fields, validate
 
 from mlscope.analysis.diff import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, VERDICTS
 from mlscope.analysis.diff_report import FILTER_KEYS, DifferentWorkloads, diff_evaluations
-
-from .blueprint import ApiBlueprint
-from .context import context
-from .problems import ApiProblem
+from mlscope.api.blueprint import ApiBlueprint
+from mlscope.api.context import context
+from mlscope.api.problems import ApiProblem
 
 blp = ApiBlueprint("diff", __name__)
 

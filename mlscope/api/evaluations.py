@@ -9,14 +9,11 @@ from typing import Any, TypeVar
 from flask import url_for
 from flask.views import MethodView
 
-from mlscope.contract.request import EvaluationRequest
-from mlscope.contract.result import EvaluationResult
-
-from . import export, traces
-from .blueprint import ApiBlueprint
-from .context import bounded, context
-from .problems import PROBLEM_MIMETYPE, ApiProblem, ProblemSchema
-from .schemas import (
+from mlscope.api import export, traces
+from mlscope.api.blueprint import ApiBlueprint
+from mlscope.api.context import bounded, context
+from mlscope.api.problems import PROBLEM_MIMETYPE, ApiProblem, ProblemSchema
+from mlscope.api.schemas import (
     BatchAcceptedSchema,
     BatchRequestSchema,
     CancelledSchema,
@@ -27,7 +24,7 @@ from .schemas import (
     EvaluationSchema,
     ListQuerySchema,
 )
-from .submit import (
+from mlscope.api.submit import (
     BrokerUnavailable,
     LiveAgents,
     enqueue,
@@ -37,6 +34,8 @@ from .submit import (
     submit_span,
     together,
 )
+from mlscope.contract.request import EvaluationRequest
+from mlscope.contract.result import EvaluationResult
 
 __all__ = ["blp", "list_filters"]
 

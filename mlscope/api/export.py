@@ -15,10 +15,10 @@ from flask import Response
 from flask.views import MethodView
 from marshmallow import Schema, fields, validate
 
-from .blueprint import ApiBlueprint
-from .context import context
-from .schemas import ListQuerySchema
-from .streams import CSV_MIMETYPE, JSONL_MIMETYPE, csv_lines, jsonl_lines, started
+from mlscope.api.blueprint import ApiBlueprint
+from mlscope.api.context import context
+from mlscope.api.schemas import ListQuerySchema
+from mlscope.api.streams import CSV_MIMETYPE, JSONL_MIMETYPE, csv_lines, jsonl_lines, started
 
 blp = ApiBlueprint("export", __name__)
 

@@ -12,11 +12,10 @@ from marshmallow import Schema, fields, validate
 
 from mlscope.analysis.changepoints import DetectionSettings
 from mlscope.analysis.history import DEFAULT_THRESHOLD, read_series, regressions
+from mlscope.api.blueprint import ApiBlueprint
+from mlscope.api.context import context
+from mlscope.api.schemas import ListQuerySchema
 from mlscope.store.records.history import DEFAULT_HISTORY_POINTS, MAX_HISTORY_POINTS, SERIES_KEY_FIELDS
-
-from .blueprint import ApiBlueprint
-from .context import context
-from .schemas import ListQuerySchema
 
 __all__ = ["HistoryQuerySchema", "HistorySchema", "RegressionsQuerySchema", "blp"]
 

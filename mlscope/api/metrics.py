@@ -17,13 +17,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from mlscope.api.context import bounded
 from mlscope.broker.app import queue_depths
 from mlscope.store.records import STATUSES
 
-from .context import bounded
-
 if TYPE_CHECKING:
-    from .context import ApiContext
+    from mlscope.api.context import ApiContext
 
 __all__ = ["SCRAPE_TIMEOUT_S", "ApiMetrics"]
 

@@ -11,11 +11,10 @@ from typing import Any
 from flask import Response
 from flask.views import MethodView
 
+from mlscope.api.blueprint import ApiBlueprint
+from mlscope.api.context import ApiContext, context, redact_url
+from mlscope.api.schemas import HealthSchema
 from mlscope.broker.app import broker_ping
-
-from .blueprint import ApiBlueprint
-from .context import ApiContext, context, redact_url
-from .schemas import HealthSchema
 
 __all__ = ["CHECK_TIMEOUT_S", "blp", "check_health"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .schema_generation import GENERATION_SECTION
+from mlscope.api.schema_generation import GENERATION_SECTION
 
 __all__ = ["MEASUREMENT_PROPERTIES"]
 

@@ -14,18 +14,10 @@ from typing import Any, TypeVar, cast
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 from webargs.fields import DelimitedList
 
-from mlscope.contract.errors import UserError
-from mlscope.contract.queues import TARGET_PATTERN, parse_target
-from mlscope.contract.request import MAX_BATCH_SIZE, ContractRequestSchema
-from mlscope.contract.result import PARITY_VERDICTS
-from mlscope.runtime.frameworks import FRAMEWORKS
-from mlscope.store.base import MAX_LIST_LIMIT
-from mlscope.store.records import COMPARE_COLUMNS, STATUSES
-
-from .schema_accepted import BatchAcceptedSchema, EvaluationAcceptedSchema
-from .schema_cost import MEMORY, RESOURCE_MEASUREMENT_PROPERTIES
-from .schema_load import MEASUREMENT_PROPERTIES
-from .schema_request import (
+from mlscope.api.schema_accepted import BatchAcceptedSchema, EvaluationAcceptedSchema
+from mlscope.api.schema_cost import MEMORY, RESOURCE_MEASUREMENT_PROPERTIES
+from mlscope.api.schema_load import MEASUREMENT_PROPERTIES
+from mlscope.api.schema_request import (
     GENERATION_SCHEMA,
     LOAD_SCHEMA,
     MEASURE_SCHEMA,
@@ -33,6 +25,13 @@ from .schema_request import (
     batch_rules,
     request_rules,
 )
+from mlscope.contract.errors import UserError
+from mlscope.contract.queues import TARGET_PATTERN, parse_target
+from mlscope.contract.request import MAX_BATCH_SIZE, ContractRequestSchema
+from mlscope.contract.result import PARITY_VERDICTS
+from mlscope.runtime.frameworks import FRAMEWORKS
+from mlscope.store.base import MAX_LIST_LIMIT
+from mlscope.store.records import COMPARE_COLUMNS, STATUSES
 
 __all__ = [
     "FRAMEWORK_NAMES",

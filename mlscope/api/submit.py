@@ -16,6 +16,9 @@ from typing import Any
 
 import flask
 
+from mlscope.api.context import ApiContext, redact_url
+from mlscope.api.problems import ApiProblem
+from mlscope.api.schemas import MAX_BATCH_JOBS, SHARED_REQUEST_FIELDS
 from mlscope.broker.app import send_evaluation
 from mlscope.broker.tasks import EvaluationMessage
 from mlscope.broker.tracing import export_spans
@@ -29,10 +32,6 @@ from mlscope.registry.references import ModelOptions
 from mlscope.runtime.frameworks import check_runnable, get_framework
 from mlscope.runtime.trace.spans import TraceContext, Tracer
 from mlscope.workers.admission import Admission, admit, check_measure
-
-from .context import ApiContext, redact_url
-from .problems import ApiProblem
-from .schemas import MAX_BATCH_JOBS, SHARED_REQUEST_FIELDS
 
 __all__ = [
     "BatchPlan",

@@ -17,13 +17,12 @@ from marshmallow import Schema, fields, validate
 
 from mlscope.analysis.timeline import chrome_trace
 from mlscope.analysis.traces import GROUPINGS, HOTSPOT_LEVELS, layers_report
+from mlscope.api.blueprint import ApiBlueprint
+from mlscope.api.context import context
+from mlscope.api.problems import PROBLEM_MIMETYPE, ProblemSchema
 from mlscope.store import iter_spans
 from mlscope.store.base import SPAN_BATCH_SIZE
 from mlscope.store.records import SPAN_LEVELS
-
-from .blueprint import ApiBlueprint
-from .context import context
-from .problems import PROBLEM_MIMETYPE, ProblemSchema
 
 blp = ApiBlueprint("traces", __name__)
 

@@ -16,12 +16,11 @@ from flask import Response, request, send_file, url_for
 from flask.views import MethodView
 from marshmallow import Schema, fields, validate
 
+from mlscope.api.blueprint import ApiBlueprint
+from mlscope.api.context import context
+from mlscope.api.problems import PROBLEM_MIMETYPE, ApiProblem, ProblemSchema
 from mlscope.contract.settings import Settings
 from mlscope.registry.uploads import UploadedFile, UploadedFiles, UploadTooLarge
-
-from .blueprint import ApiBlueprint
-from .context import context
-from .problems import PROBLEM_MIMETYPE, ApiProblem, ProblemSchema
 
 __all__ = ["OCTETS", "UploadKind", "UploadQuerySchema", "UploadedFileSchema", "add_upload_routes"]
 

@@ -238,9 +238,9 @@ def _sections(scenarios: set[str]) -> list[tuple[str, Mapping[str, Any]]]:
     settings it compares and their defaults (what a request that left one out measured)."""
     # Imported here: the settings' schemas (marshmallow) are not needed to name a result
     # (display_name, which `mlscope results list` calls for every row).
-    from .generation import GenerationSettings
-    from .load import LoadSettings
-    from .options import REQUEST_OPTIONS, PredictorOptions
+    from mlscope.contract.generation import GenerationSettings
+    from mlscope.contract.load import LoadSettings
+    from mlscope.contract.options import REQUEST_OPTIONS, PredictorOptions
 
     sections: list[tuple[str, Mapping[str, Any], frozenset[str] | None]] = [
         ("options", {name: getattr(PredictorOptions(), name) for name in REQUEST_OPTIONS}, None),

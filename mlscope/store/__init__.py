@@ -19,17 +19,16 @@ from collections.abc import Callable
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.plugins import Registry
-
-from .base import Store
-from .errors import (
+from mlscope.store.base import Store
+from mlscope.store.errors import (
     AmbiguousEvaluationId,
     EvaluationNotFound,
     InvalidTransition,
     StoreUnavailable,
     SystemNotFound,
 )
-from .paging import iter_spans
-from .records import STATUSES, TRACE_LEVELS
+from mlscope.store.paging import iter_spans
+from mlscope.store.records import STATUSES, TRACE_LEVELS
 
 __all__ = [
     "BUILTIN_STORES",

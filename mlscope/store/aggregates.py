@@ -16,11 +16,10 @@ from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.result import EvaluationResult
-
-from .paging import MAX_LIST_LIMIT, check_page, decode_cursor, encode_cursor
-from .primitives import StorePrimitives
-from .records import EvaluationFilter, check_filter, evaluation_to_dict
-from .records.history import (
+from mlscope.store.paging import MAX_LIST_LIMIT, check_page, decode_cursor, encode_cursor
+from mlscope.store.primitives import StorePrimitives
+from mlscope.store.records import EvaluationFilter, check_filter, evaluation_to_dict
+from mlscope.store.records.history import (
     DEFAULT_HISTORY_POINTS,
     HistoryFilter,
     SeriesFilter,

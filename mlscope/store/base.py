@@ -18,14 +18,13 @@ from typing import Any, ClassVar
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.result import EvaluationResult
-
-from .aggregates import StoreAggregates
-from .errors import CANDIDATES_SHOWN, AmbiguousEvaluationId, EvaluationNotFound, SystemNotFound
-from .leases import StoreLeases
-from .maintenance import StoreMaintenance
-from .paging import MAX_LIST_LIMIT, SPAN_BATCH_SIZE
-from .primitives import StorePrimitives
-from .records import (
+from mlscope.store.aggregates import StoreAggregates
+from mlscope.store.errors import CANDIDATES_SHOWN, AmbiguousEvaluationId, EvaluationNotFound, SystemNotFound
+from mlscope.store.leases import StoreLeases
+from mlscope.store.maintenance import StoreMaintenance
+from mlscope.store.paging import MAX_LIST_LIMIT, SPAN_BATCH_SIZE
+from mlscope.store.primitives import StorePrimitives
+from mlscope.store.records import (
     ACTIVE_STATUSES,
     SPAN_GROUPINGS,
     SPAN_LEVELS,
@@ -55,7 +54,7 @@ from .records import (
     layer_rows,
     span_to_dict,
 )
-from .schema import StoreSchema
+from mlscope.store.schema import StoreSchema
 
 __all__ = ["MAX_LIST_LIMIT", "MIN_PREFIX_LENGTH", "SPAN_BATCH_SIZE", "Store"]
 

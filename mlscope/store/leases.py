@@ -18,10 +18,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from mlscope.contract.errors import UserError
-
-from .errors import InvalidTransition
-from .paging import MAX_LIST_LIMIT
-from .records import check_aware, check_int, check_optional_text, check_text
+from mlscope.store.errors import InvalidTransition
+from mlscope.store.paging import MAX_LIST_LIMIT
+from mlscope.store.records import check_aware, check_int, check_optional_text, check_text
 
 __all__ = ["LEASE_KEYS", "StoreLeases"]
 

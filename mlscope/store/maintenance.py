@@ -16,8 +16,7 @@ from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.names import STATUSES, TERMINAL_STATUSES, TRACE_LEVELS
-
-from .records import (
+from mlscope.store.records import (
     EvaluationRecord,
     check_accuracy,
     check_aware,

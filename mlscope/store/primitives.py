@@ -12,8 +12,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from .paging import MAX_LIST_LIMIT, SPAN_BATCH_SIZE, paged
-from .records import (
+from mlscope.store.paging import MAX_LIST_LIMIT, SPAN_BATCH_SIZE, paged
+from mlscope.store.records import (
     CompareFilter,
     EvaluationFilter,
     EvaluationRecord,

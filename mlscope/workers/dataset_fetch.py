@@ -6,8 +6,7 @@ fetched from the API's /api/v1/datasets the first time (how, and what is checked
 from __future__ import annotations
 
 from mlscope.registry.datasets.uploads import DatasetFiles, UploadedDataset
-
-from .upload_fetch import UploadFetcher, UploadFetchError
+from mlscope.workers.upload_fetch import UploadFetcher, UploadFetchError
 
 __all__ = ["DatasetFetchError", "DatasetFetcher"]
 

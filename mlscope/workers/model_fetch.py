@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from mlscope.registry.uploads import ModelFiles, UploadedModel
 from mlscope.runtime.predictors.files import UPLOADED_MODELS
-
-from .upload_fetch import ApiUnreachable, UploadFetcher, UploadFetchError
+from mlscope.workers.upload_fetch import ApiUnreachable, UploadFetcher, UploadFetchError
 
 __all__ = ["ApiUnreachable", "ModelFetchError", "ModelFetcher"]
 

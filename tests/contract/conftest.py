@@ -109,8 +109,7 @@ def _with_database(url: str, database: str) -> str:
 
 def _mongomock_url(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     from mlscope import store as store_package
-
-    from .mongomock_store import SharedMongomockClient
+    from tests.contract.mongomock_store import SharedMongomockClient
 
     monkeypatch.setitem(store_package._STORES, "mongodb", "tests.contract.mongomock_store:MongomockStore")
     database = f"mlscope_contract_{uuid.uuid4().hex[:12]}"

@@ -14,8 +14,7 @@ from mlscope.contract.errors import UserError
 from mlscope.contract.workload import workload_key
 from mlscope.store import Store
 from mlscope.store.records import COMPARE_COLUMNS, CompareFilter, compare_rows
-
-from .builders import COLD_START, ERROR, T0, make_measurement, make_system
+from tests.contract.builders import COLD_START, ERROR, T0, make_measurement, make_system
 
 MEASUREMENTS = [
     make_measurement("offline", 1),

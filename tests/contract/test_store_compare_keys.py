@@ -16,9 +16,8 @@ from mlscope.contract.errors import UserError
 from mlscope.store import Store, open_store
 from mlscope.store.sql import SQLStore
 from mlscope.store.sql.schema import head_revision
-
-from .builders import COLD_START, T0, make_measurement, make_system
-from .test_store_compare import evaluate, reference
+from tests.contract.builders import COLD_START, T0, make_measurement, make_system
+from tests.contract.test_store_compare import evaluate, reference
 
 # Long before anything in these tests: as a filter it selects everything, but by time.
 EVER = T0 - timedelta(days=3650)

@@ -11,9 +11,8 @@ from typing import Any
 
 from mlscope.contract.workload import workload_key
 from mlscope.store import Store
-
-from .builders import T0, make_measurement
-from .test_store_compare import evaluate, reference
+from tests.contract.builders import T0, make_measurement
+from tests.contract.test_store_compare import evaluate, reference
 
 # A time bound that selects everything, but makes the store count measurements rather than read keys.
 EVER = T0 - timedelta(days=3650)

@@ -17,8 +17,7 @@ from mlscope.contract.errors import UserError
 from mlscope.contract.workload import workload_key
 from mlscope.store import Store
 from mlscope.store.records.history import HISTORY_FIELDS, MAX_HISTORY_POINTS, SERIES_KEY_FIELDS
-
-from .builders import COLD_START, ERROR, T0, make_measurement, make_system
+from tests.contract.builders import COLD_START, ERROR, T0, make_measurement, make_system
 
 
 def evaluate(

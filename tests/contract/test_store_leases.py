@@ -16,8 +16,7 @@ import pytest
 from mlscope.contract.errors import UserError
 from mlscope.store import EvaluationNotFound, InvalidTransition, Store, open_store
 from mlscope.store.leases import LEASE_KEYS
-
-from .builders import ERROR, finish, run_to, submit
+from tests.contract.builders import ERROR, finish, run_to, submit
 
 QUEUE = "pytorch@cpu.x86_64"
 # A `now` this far ahead sees every lease of a test expired, without any test waiting for one.

@@ -12,8 +12,7 @@ import pytest
 
 from mlscope.contract.errors import UserError
 from mlscope.store import InvalidTransition, Store, open_store
-
-from .builders import (
+from tests.contract.builders import (
     COLD_START,
     ERROR,
     RESULT_KEYS,

@@ -9,8 +9,14 @@ import copy
 
 from mlscope.store import Store
 from mlscope.store.records import CompareFilter, compare_rows
-
-from .builders import SERVER_LOAD, finish, make_loaded_measurement, make_measurement, run_to, submit
+from tests.contract.builders import (
+    SERVER_LOAD,
+    finish,
+    make_loaded_measurement,
+    make_measurement,
+    run_to,
+    submit,
+)
 
 
 def test_a_load_section_reads_back_unchanged(store: Store) -> None:

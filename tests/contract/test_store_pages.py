@@ -14,8 +14,7 @@ import pytest
 from mlscope.contract.errors import UserError
 from mlscope.store import Store
 from mlscope.store.paging import encode_cursor
-
-from .builders import T0, finish, ids_of, make_system, submit
+from tests.contract.builders import T0, finish, ids_of, make_system, submit
 
 
 def walk(store: Store, limit: int, **filters: Any) -> tuple[list[str], int]:

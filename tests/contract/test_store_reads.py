@@ -12,8 +12,7 @@ import pytest
 
 from mlscope.contract.errors import UserError
 from mlscope.store import EvaluationNotFound, Store, open_store
-
-from .builders import ERROR, T0, finish, ids_of, make_measurement, make_system, run_to, submit
+from tests.contract.builders import ERROR, T0, finish, ids_of, make_measurement, make_system, run_to, submit
 
 # ----- stored values ---------------------------------------------------------------------------------
 

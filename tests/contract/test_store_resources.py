@@ -16,8 +16,7 @@ from mlscope.contract.cost import cost_section
 from mlscope.contract.errors import UserError
 from mlscope.store import Store
 from mlscope.store.records import CompareFilter, compare_rows
-
-from .builders import COLD_START, RESULT_KEYS, T0, make_measurement, make_system, run_to
+from tests.contract.builders import COLD_START, RESULT_KEYS, T0, make_measurement, make_system, run_to
 
 PRICE = 0.68
 MEMORY: dict[str, Any] = {"peak_rss_mb": 412.3, "peak_device_mb": None, "rss_scope": "evaluation"}

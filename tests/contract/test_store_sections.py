@@ -14,8 +14,16 @@ import pytest
 from mlscope.contract.errors import UserError
 from mlscope.store import Store
 from mlscope.store.records import CompareFilter, compare_rows
-
-from .builders import COLD_START, RESULT_KEYS, T0, finish, make_measurement, make_system, run_to, submit
+from tests.contract.builders import (
+    COLD_START,
+    RESULT_KEYS,
+    T0,
+    finish,
+    make_measurement,
+    make_system,
+    run_to,
+    submit,
+)
 
 ACCURACY: dict[str, Any] = {
     "dataset": "digits",

@@ -13,8 +13,7 @@ import pytest
 from mlscope.contract.errors import UserError
 from mlscope.store import EvaluationNotFound, Store
 from mlscope.store.records import LayerTotal, layer_rows
-
-from .builders import RESULT_KEYS, run_to
+from tests.contract.builders import RESULT_KEYS, run_to
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 

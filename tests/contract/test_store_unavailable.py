@@ -15,9 +15,8 @@ from sqlalchemy import event
 
 from mlscope.contract.errors import StoreUnavailable
 from mlscope.store import Store, open_store
-
-from .builders import submit
-from .conftest import _conninfo
+from tests.contract.builders import submit
+from tests.contract.conftest import _conninfo
 
 
 def _running(store: Store) -> str:
@@ -85,7 +84,7 @@ def test_a_full_disk_rolls_the_finish_back_and_says_so(sqlite_url: str) -> None:
 
 @pytest.fixture
 def postgres_store(postgres_url: str) -> Iterator[Store]:
-    from .conftest import _empty_postgres
+    from tests.contract.conftest import _empty_postgres
 
     with open_store(postgres_url) as store:
         yield store

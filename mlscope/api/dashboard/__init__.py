@@ -14,10 +14,10 @@ from typing import Any
 from flask import Flask, request
 from werkzeug.exceptions import NotFound
 
-from ..problems import problem_response
-from . import compare_page, diff_page, evaluation_page, pages  # noqa: F401  (importing them adds their routes)
-from .assets import ASSETS, SWAGGER_UI_URL, plotly_js_url
-from .blueprint import PAGES, error_page
+from mlscope.api.dashboard import compare_page, diff_page, evaluation_page, pages  # noqa: F401  (importing them adds their routes)
+from mlscope.api.dashboard.assets import ASSETS, SWAGGER_UI_URL, plotly_js_url
+from mlscope.api.dashboard.blueprint import PAGES, error_page
+from mlscope.api.problems import problem_response
 
 __all__ = ["SWAGGER_UI_CONFIG", "SWAGGER_UI_URL", "init_dashboard"]
 

@@ -19,12 +19,11 @@ from marshmallow import Schema, ValidationError
 from werkzeug.datastructures import MultiDict
 from werkzeug.exceptions import HTTPException
 
+from mlscope.api.problems import ApiProblem, flatten_messages
 from mlscope.contract.errors import MlscopeError, UserError
 from mlscope.contract.result import result_validity
 from mlscope.registry.agents import RegistryUnavailable
 from mlscope.store.errors import AmbiguousEvaluationId, EvaluationNotFound, StoreUnavailable
-
-from ..problems import ApiProblem, flatten_messages
 
 __all__ = ["PAGES", "PageError", "error_page", "parse_query", "status_view", "when"]
 

@@ -11,14 +11,13 @@ from urllib.parse import urlencode
 
 from flask import render_template, request, url_for
 
+from mlscope.api.compare import comparison_rows
+from mlscope.api.context import context
+from mlscope.api.dashboard.blueprint import PAGES, PageError, parse_query
+from mlscope.api.dashboard.figures import comparison_chart
+from mlscope.api.problems import ApiProblem
+from mlscope.api.schemas import CompareQuerySchema
 from mlscope.runtime.frameworks import FRAMEWORKS
-
-from ..compare import comparison_rows
-from ..context import context
-from ..problems import ApiProblem
-from ..schemas import CompareQuerySchema
-from .blueprint import PAGES, PageError, parse_query
-from .figures import comparison_chart
 
 __all__ = ["COMPARE_LISTS", "compare"]
 

@@ -19,11 +19,10 @@ from flask import render_template, request, url_for
 
 from mlscope.analysis.chart_compare import diff_ratios
 from mlscope.analysis.diff_report import DifferentWorkloads
+from mlscope.api.dashboard.blueprint import PAGES, PageError, parse_query
+from mlscope.api.dashboard.figures import embed
+from mlscope.api.diff import DiffQuerySchema, diff_for
 from mlscope.contract.errors import UserError
-
-from ..diff import DiffQuerySchema, diff_for
-from .blueprint import PAGES, PageError, parse_query
-from .figures import embed
 
 __all__ = ["diff"]
 

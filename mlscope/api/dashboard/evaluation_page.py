@@ -21,14 +21,13 @@ from typing import Any, cast
 from flask import current_app, render_template, url_for
 
 from mlscope.analysis.traces import hotspots
+from mlscope.api.context import context
+from mlscope.api.dashboard.blueprint import PAGES, status_view
+from mlscope.api.dashboard.figures import MAX_TIMELINE_SPANS, evaluation_charts, longest_spans, trace_charts
 from mlscope.contract.result import ResultMeasurement
 from mlscope.contract.workload import display_name
 from mlscope.store import iter_spans
 from mlscope.store.records import subsample_latencies
-
-from ..context import context
-from .blueprint import PAGES, status_view
-from .figures import MAX_TIMELINE_SPANS, evaluation_charts, longest_spans, trace_charts
 
 __all__ = ["TraceView", "evaluation"]
 

@@ -14,16 +14,15 @@ from urllib.parse import urlencode
 
 from flask import render_template, request
 
+from mlscope.api.catalog import model_listing, queue_listing
+from mlscope.api.context import context
+from mlscope.api.dashboard.blueprint import PAGES, PageError, parse_query, status_view
+from mlscope.api.evaluations import list_filters
+from mlscope.api.problems import ApiProblem
+from mlscope.api.schemas import ListQuerySchema, ModelQuerySchema
 from mlscope.contract.names import STATUSES, TRACE_LEVELS
 from mlscope.contract.workload import display_name
 from mlscope.runtime.frameworks import FRAMEWORKS
-
-from ..catalog import model_listing, queue_listing
-from ..context import context
-from ..evaluations import list_filters
-from ..problems import ApiProblem
-from ..schemas import ListQuerySchema, ModelQuerySchema
-from .blueprint import PAGES, PageError, parse_query, status_view
 
 __all__ = ["MODELS_PER_PAGE", "RECENT_EVALUATIONS"]
 

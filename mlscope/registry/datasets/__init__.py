@@ -21,11 +21,10 @@ from pathlib import Path
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
+from mlscope.registry.datasets.builtin import BUILTIN_DATASETS, BUILTINS, RECIPE
+from mlscope.registry.datasets.folders import FolderDataset, check_image, scan_folder
+from mlscope.registry.datasets.uploads import DATASET_REF, extract_dataset_zip
 from mlscope.runtime.data import DatasetRef, read_meta, write_dataset
-
-from .builtin import BUILTIN_DATASETS, BUILTINS, RECIPE
-from .folders import FolderDataset, check_image, scan_folder
-from .uploads import DATASET_REF, extract_dataset_zip
 
 __all__ = [
     "BUILTIN_DATASETS",

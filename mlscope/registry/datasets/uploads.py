@@ -19,9 +19,8 @@ from pathlib import Path, PurePosixPath
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import DEFAULT_MAX_DATASET_BYTES
+from mlscope.registry.datasets.folders import LABEL_FILES, check_image, scan_folder
 from mlscope.registry.uploads import UploadedFile, UploadedFiles, clean_filename
-
-from .folders import LABEL_FILES, check_image, scan_folder
 
 __all__ = ["DATASET_REF", "DatasetFiles", "UploadedDataset", "extract_dataset_zip"]
 

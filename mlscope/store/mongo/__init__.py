@@ -41,6 +41,6 @@ except ModuleNotFoundError as missing:
         field="store_url",
     ) from None
 
-from .store import DEFAULT_DATABASE, RAW_CHUNK_SAMPLES, MongoStore
+from mlscope.store.mongo.store import DEFAULT_DATABASE, RAW_CHUNK_SAMPLES, MongoStore
 
 __all__ = ["DEFAULT_DATABASE", "RAW_CHUNK_SAMPLES", "MongoStore"]

@@ -11,8 +11,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from mlscope.contract.workload import display_name, workload_key
-
-from ..records import (
+from mlscope.store.mongo.documents import MeasurementDocument
+from mlscope.store.records import (
     INT64_MAX,
     INT64_MIN,
     EvaluationRecord,
@@ -21,7 +21,6 @@ from ..records import (
     summary_columns,
     workload_view,
 )
-from .documents import MeasurementDocument
 
 __all__ = [
     "TIMESTAMPS",

@@ -12,9 +12,8 @@ from pymongo import ASCENDING, ReturnDocument
 from pymongo.collection import Collection
 
 from mlscope.contract.names import ACTIVE_STATUSES
-
-from ..errors import EvaluationNotFound
-from .codec import decode, micros, to_datetime
+from mlscope.store.errors import EvaluationNotFound
+from mlscope.store.mongo.codec import decode, micros, to_datetime
 
 __all__ = ["expired_leases", "leased_transition", "start"]
 

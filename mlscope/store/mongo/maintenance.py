@@ -13,11 +13,10 @@ from typing import Any
 from pymongo.collection import Collection
 
 from mlscope.contract.names import ACTIVE_STATUSES, TERMINAL_STATUSES
-
-from ..maintenance import PruneReport
-from ..primitives import StorePrimitives
-from ..records import EvaluationRecord
-from .codec import micros
+from mlscope.store.maintenance import PruneReport
+from mlscope.store.mongo.codec import micros
+from mlscope.store.primitives import StorePrimitives
+from mlscope.store.records import EvaluationRecord
 
 __all__ = ["bulk_insert", "prune"]
 

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ..records import COMPARE_COLUMNS, CompareFilter, compare_row
-from .codec import decode, micros, to_datetime
+from mlscope.store.mongo.codec import decode, micros, to_datetime
+from mlscope.store.records import COMPARE_COLUMNS, CompareFilter, compare_row
 
 __all__ = [
     "compare_pipeline",

@@ -24,9 +24,9 @@ from pymongo import ASCENDING
 from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError
 
-from ..schema import SchemaState
-from .codec import decode, measurement_summary, measurement_workload
-from .documents import DOCUMENTS
+from mlscope.store.mongo.codec import decode, measurement_summary, measurement_workload
+from mlscope.store.mongo.documents import DOCUMENTS
+from mlscope.store.schema import SchemaState
 
 __all__ = ["META", "SCHEMA_VERSION", "mark_current", "read_state", "upgrade"]
 

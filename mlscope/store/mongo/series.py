@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..records.history import HistoryFilter, SeriesFilter, history_point, series_summary
-from .codec import to_datetime
-from .pipelines import created_between, measurement_figures
+from mlscope.store.mongo.codec import to_datetime
+from mlscope.store.mongo.pipelines import created_between, measurement_figures
+from mlscope.store.records.history import HistoryFilter, SeriesFilter, history_point, series_summary
 
 __all__ = ["history_pipeline", "history_row", "series_keys_pipeline", "series_keys_row"]
 

@@ -22,11 +22,37 @@ from pymongo.collection import Collection
 from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError, ServerSelectionTimeoutError
 
 from mlscope.contract.errors import UserError
-
-from ..base import Store
-from ..errors import EvaluationNotFound
-from ..maintenance import PruneReport
-from ..records import (
+from mlscope.store.base import Store
+from mlscope.store.errors import EvaluationNotFound
+from mlscope.store.maintenance import PruneReport
+from mlscope.store.mongo import leases
+from mlscope.store.mongo.codec import (
+    TIMESTAMPS,
+    decode,
+    encode,
+    measurement_document,
+    micros,
+    span_record,
+    to_record,
+)
+from mlscope.store.mongo.documents import (
+    DOCUMENTS,
+    EvaluationDocument,
+    LatencyChunkDocument,
+    SpanDocument,
+    SystemDocument,
+)
+from mlscope.store.mongo.maintenance import bulk_insert, prune
+from mlscope.store.mongo.pipelines import (
+    compare_pipeline,
+    layer_totals_pipeline,
+    model_total_pipeline,
+    pipeline_row,
+)
+from mlscope.store.mongo.schema import mark_current, read_state, upgrade
+from mlscope.store.mongo.series import history_pipeline, history_row, series_keys_pipeline, series_keys_row
+from mlscope.store.mongo.unavailable import reports_unavailable
+from mlscope.store.records import (
     PLAIN_CODEC,
     RAW_CODEC,
     CompareFilter,
@@ -38,21 +64,8 @@ from ..records import (
     pack_latencies,
     unpack_latencies,
 )
-from ..records.history import HistoryFilter, SeriesFilter
-from ..schema import SchemaState, Upgraded
-from . import leases
-from .codec import TIMESTAMPS, decode, encode, measurement_document, micros, span_record, to_record
-from .documents import DOCUMENTS, EvaluationDocument, LatencyChunkDocument, SpanDocument, SystemDocument
-from .maintenance import bulk_insert, prune
-from .pipelines import (
-    compare_pipeline,
-    layer_totals_pipeline,
-    model_total_pipeline,
-    pipeline_row,
-)
-from .schema import mark_current, read_state, upgrade
-from .series import history_pipeline, history_row, series_keys_pipeline, series_keys_row
-from .unavailable import reports_unavailable
+from mlscope.store.records.history import HistoryFilter, SeriesFilter
+from mlscope.store.schema import SchemaState, Upgraded
 
 __all__ = ["DEFAULT_DATABASE", "RAW_CHUNK_SAMPLES", "MongoStore"]
 

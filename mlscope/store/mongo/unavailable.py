@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from pymongo.errors import ConnectionFailure
 
-from ..errors import StoreUnavailable
+from mlscope.store.errors import StoreUnavailable
 
 __all__ = ["NOT_WRAPPED", "reports_unavailable"]
 

@@ -11,8 +11,7 @@ spans and layer breakdowns), `compare` (the comparison table);
 from __future__ import annotations
 
 from mlscope.contract.names import ACTIVE_STATUSES, STATUSES, TERMINAL_STATUSES, TRACE_LEVELS
-
-from .compare import (
+from mlscope.store.records.compare import (
     COMPARE_COLUMNS,
     CompareFilter,
     check_batch_size,
@@ -20,7 +19,7 @@ from .compare import (
     compare_rows,
     workload_view,
 )
-from .evaluations import (
+from mlscope.store.records.evaluations import (
     PLAIN_CODEC,
     RAW_CODEC,
     EvaluationFilter,
@@ -39,8 +38,8 @@ from .evaluations import (
     summary_columns,
     unpack_latencies,
 )
-from .sections import check_accuracy, check_energy, check_memory, check_parity
-from .spans import (
+from mlscope.store.records.sections import check_accuracy, check_energy, check_memory, check_parity
+from mlscope.store.records.spans import (
     SPAN_GROUPINGS,
     SPAN_LEVELS,
     LayerTotal,
@@ -52,7 +51,7 @@ from .spans import (
     span_group_key,
     span_to_dict,
 )
-from .values import (
+from mlscope.store.records.values import (
     INT64_MAX,
     INT64_MIN,
     check_aware,

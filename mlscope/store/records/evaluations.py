@@ -28,9 +28,8 @@ from mlscope.contract.result import (
     ResultMeasurement,
 )
 from mlscope.contract.workload import display_name
-
-from .sections import check_cost, check_energy
-from .values import (
+from mlscope.store.records.sections import check_cost, check_energy
+from mlscope.store.records.values import (
     INT64_MAX,
     INT64_MIN,
     check_aware,

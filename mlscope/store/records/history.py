@@ -15,8 +15,7 @@ from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.series import DEFAULT_HISTORY_POINTS, MAX_HISTORY_POINTS, SERIES_KEY_FIELDS
-
-from .values import check_aware, check_int, check_optional_text, check_text
+from mlscope.store.records.values import check_aware, check_int, check_optional_text, check_text
 
 __all__ = [
     "DEFAULT_HISTORY_POINTS",

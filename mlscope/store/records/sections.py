@@ -17,8 +17,7 @@ from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.result import PARITY_VERDICTS
-
-from .values import check_object, check_optional_text, check_text
+from mlscope.store.records.values import check_object, check_optional_text, check_text
 
 __all__ = ["check_accuracy", "check_cost", "check_energy", "check_memory", "check_parity"]
 

@@ -13,8 +13,7 @@ from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.names import TRACE_LEVELS
-
-from .values import INT64_MAX, INT64_MIN, check_object, check_text
+from mlscope.store.records.values import INT64_MAX, INT64_MIN, check_object, check_text
 
 __all__ = [
     "SPAN_GROUPINGS",

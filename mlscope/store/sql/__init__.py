@@ -10,6 +10,6 @@ database; `series` those of history series; `maintenance` bulk import and retent
 
 from __future__ import annotations
 
-from .store import SQLStore
+from mlscope.store.sql.store import SQLStore
 
 __all__ = ["SQLStore"]

@@ -31,9 +31,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import aliased
 
 from mlscope.contract.workload import workload_key
-
-from ..records import CompareFilter, LayerTotal, MeasurementRecord, compare_row, workload_view
-from .tables import CompareKeyRow, EvaluationRow, MeasurementRow, SpanRow, SystemRow
+from mlscope.store.records import CompareFilter, LayerTotal, MeasurementRecord, compare_row, workload_view
+from mlscope.store.sql.tables import CompareKeyRow, EvaluationRow, MeasurementRow, SpanRow, SystemRow
 
 __all__ = [
     "JSONTexts",

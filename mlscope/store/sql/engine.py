@@ -16,8 +16,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import ConnectionPoolEntry, QueuePool, StaticPool
 
 from mlscope.contract.errors import UserError
-
-from ..errors import StoreUnavailable
+from mlscope.store.errors import StoreUnavailable
 
 __all__ = [
     "CONNECT_TIMEOUT_S",

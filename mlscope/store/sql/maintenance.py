@@ -13,9 +13,8 @@ from sqlalchemy import Engine, delete, func, select, update
 
 from mlscope.contract.names import TERMINAL_STATUSES
 from mlscope.contract.workload import display_name, workload_key
-
-from ..maintenance import PruneReport
-from ..records import (
+from mlscope.store.maintenance import PruneReport
+from mlscope.store.records import (
     RAW_CODEC,
     EvaluationRecord,
     MeasurementRecord,
@@ -23,8 +22,8 @@ from ..records import (
     summary_columns,
     workload_view,
 )
-from .aggregates import backfill_compare_keys, upsert_compare_key_rows
-from .tables import Base, CompareKeyRow, EvaluationRow, MeasurementRow, SpanRow, SystemRow
+from mlscope.store.sql.aggregates import backfill_compare_keys, upsert_compare_key_rows
+from mlscope.store.sql.tables import Base, CompareKeyRow, EvaluationRow, MeasurementRow, SpanRow, SystemRow
 
 __all__ = ["bulk_insert", "evaluation_display_name", "measurement_values", "prune", "record_workload"]
 

@@ -13,8 +13,14 @@ from sqlalchemy import Select, or_, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import selectinload
 
-from ..records import EvaluationFilter, EvaluationRecord, MeasurementRecord, SpanRecord, unpack_latencies
-from .tables import EvaluationRow, MeasurementRow
+from mlscope.store.records import (
+    EvaluationFilter,
+    EvaluationRecord,
+    MeasurementRecord,
+    SpanRecord,
+    unpack_latencies,
+)
+from mlscope.store.sql.tables import EvaluationRow, MeasurementRow
 
 __all__ = ["expired_leases_query", "filtered", "insert_spans_postgresql", "to_record", "with_children"]
 

@@ -21,8 +21,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.pool import NullPool
 
-from ..schema import SchemaState
-from .tables import Base
+from mlscope.store.schema import SchemaState
+from mlscope.store.sql.tables import Base
 
 if TYPE_CHECKING:
     from alembic.config import Config

@@ -9,8 +9,8 @@ from typing import Any, Unpack
 
 from sqlalchemy import ColumnElement, Row, Select, func, select
 
-from ..records.history import HistoryFilter, SeriesFilter, history_point, series_summary
-from .tables import EvaluationRow, MeasurementRow
+from mlscope.store.records.history import HistoryFilter, SeriesFilter, history_point, series_summary
+from mlscope.store.sql.tables import EvaluationRow, MeasurementRow
 
 __all__ = ["history_query", "history_result", "series_keys_query", "series_keys_result"]
 

@@ -22,11 +22,10 @@ from sqlalchemy.exc import DatabaseError, NoSuchModuleError
 from sqlalchemy.orm import Session
 
 from mlscope.contract.errors import UserError
-
-from ..base import Store
-from ..errors import EvaluationNotFound, StoreUnavailable
-from ..maintenance import PruneReport
-from ..records import (
+from mlscope.store.base import Store
+from mlscope.store.errors import EvaluationNotFound, StoreUnavailable
+from mlscope.store.maintenance import PruneReport
+from mlscope.store.records import (
     ACTIVE_STATUSES,
     CompareFilter,
     EvaluationFilter,
@@ -35,9 +34,9 @@ from ..records import (
     MeasurementRecord,
     SpanRecord,
 )
-from ..records.history import HistoryFilter, SeriesFilter
-from ..schema import SchemaState, Upgraded
-from .aggregates import (
+from mlscope.store.records.history import HistoryFilter, SeriesFilter
+from mlscope.store.schema import SchemaState, Upgraded
+from mlscope.store.sql.aggregates import (
     JSONTexts,
     compare_key_rows,
     compare_query,
@@ -45,12 +44,37 @@ from .aggregates import (
     layer_totals,
     upsert_compare_key_rows,
 )
-from .engine import create_server_engine, create_sqlite_engine, engine_url, report_unavailable, sqlite_path
-from .maintenance import bulk_insert, evaluation_display_name, measurement_values, prune, record_workload
-from .queries import expired_leases_query, filtered, insert_spans_postgresql, to_record, with_children
-from .schema import backup_sqlite, create_at_head, head_revision, migrate, read_sqlite_state, read_state
-from .series import history_query, history_result, series_keys_query, series_keys_result
-from .tables import Base, EvaluationRow, MeasurementRow, SpanRow, SystemRow
+from mlscope.store.sql.engine import (
+    create_server_engine,
+    create_sqlite_engine,
+    engine_url,
+    report_unavailable,
+    sqlite_path,
+)
+from mlscope.store.sql.maintenance import (
+    bulk_insert,
+    evaluation_display_name,
+    measurement_values,
+    prune,
+    record_workload,
+)
+from mlscope.store.sql.queries import (
+    expired_leases_query,
+    filtered,
+    insert_spans_postgresql,
+    to_record,
+    with_children,
+)
+from mlscope.store.sql.schema import (
+    backup_sqlite,
+    create_at_head,
+    head_revision,
+    migrate,
+    read_sqlite_state,
+    read_state,
+)
+from mlscope.store.sql.series import history_query, history_result, series_keys_query, series_keys_result
+from mlscope.store.sql.tables import Base, EvaluationRow, MeasurementRow, SpanRow, SystemRow
 
 __all__ = ["SQLStore"]
 
