@@ -9,17 +9,15 @@ percentile is held to. One run of the generator is `load_run`'s, the max-QPS sea
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.load import LoadSettings
 from mlscope.runtime.measure.generator import Schedule
 from mlscope.runtime.measure.load_run import check_rate, outcome_of, run_under_load
-from mlscope.runtime.measure.loop import NS_PER_S, LoopResult, Timer, _warm_up
-from mlscope.runtime.measure.scenario_base import OnProbe, Outcome, Scenario
+from mlscope.runtime.measure.loop import NS_PER_S, LoopResult, _warm_up
+from mlscope.runtime.measure.scenario_base import Outcome, RunContext, Scenario
 from mlscope.runtime.measure.search import search_max_qps
-from mlscope.runtime.measure.settings import MeasureSettings
 from mlscope.runtime.measure.stats import LatencySummary
 
 __all__ = ["LoadScenario", "MultiStream", "Server"]
@@ -29,36 +27,24 @@ class LoadScenario(Scenario):
     """A scenario whose queries a load generator issues on a schedule; throughput is the samples
     completed per second."""
 
-    def _outcome(
-        self,
-        predict: Callable[[Any], Any],
-        batches: Sequence[Any],
-        batch_size: int,
-        settings: MeasureSettings,
-        load: LoadSettings,
-        *,
-        timer: Timer | None,
-        on_progress: Callable[[float], None] | None,
-        record_starts: bool,
-        on_probe: OnProbe | None,
-    ) -> Outcome:
-        schedule = self._schedule(load, len(batches))
+    def _outcome(self, run: RunContext) -> Outcome:
+        schedule = self._schedule(run.load, len(run.batches))
         if schedule is not None:
             check_rate(schedule.rate, schedule.samples_per_query)
-        warmup_count = _warm_up(predict, batches, settings, timer)
+        warmup_count = _warm_up(run.predict, run.batches, run.settings, run.timer)
         record, result = run_under_load(
-            predict,
-            batches,
-            batch_size,
-            settings,
-            load,
+            run.predict,
+            run.batches,
+            run.batch_size,
+            run.settings,
+            run.load,
             self.NAME,
             schedule,
-            self._bound_ms(load),
-            timer=timer,
-            on_progress=on_progress,
+            self._bound_ms(run.load),
+            timer=run.timer,
+            on_progress=run.on_progress,
         )
-        return outcome_of(record, result, warmup_count, record_starts)
+        return outcome_of(record, result, warmup_count, run.record_starts)
 
     @abstractmethod
     def _schedule(self, load: LoadSettings, inputs: int) -> Schedule | None:
@@ -85,40 +71,18 @@ class Server(LoadScenario):
 
     NAME: ClassVar[str] = "server"
 
-    def _outcome(
-        self,
-        predict: Callable[[Any], Any],
-        batches: Sequence[Any],
-        batch_size: int,
-        settings: MeasureSettings,
-        load: LoadSettings,
-        *,
-        timer: Timer | None,
-        on_progress: Callable[[float], None] | None,
-        record_starts: bool,
-        on_probe: OnProbe | None,
-    ) -> Outcome:
-        if not load.find_max_qps:
-            return super()._outcome(
-                predict,
-                batches,
-                batch_size,
-                settings,
-                load,
-                timer=timer,
-                on_progress=on_progress,
-                record_starts=record_starts,
-                on_probe=on_probe,
-            )
+    def _outcome(self, run: RunContext) -> Outcome:
+        if not run.load.find_max_qps:
+            return super()._outcome(run)
         return search_max_qps(
-            predict,
-            batches,
-            batch_size,
-            settings,
-            load,
-            timer=timer,
-            on_probe=on_probe,
-            record_starts=record_starts,
+            run.predict,
+            run.batches,
+            run.batch_size,
+            run.settings,
+            run.load,
+            timer=run.timer,
+            on_probe=run.on_probe,
+            record_starts=run.record_starts,
         )
 
     def _schedule(self, load: LoadSettings, inputs: int) -> Schedule:

@@ -1,7 +1,9 @@
 """The scenario template every scenario follows, and the `Measurement` it returns.
 
 Owns `Scenario` (a template method: monitor the machine, issue the queries, summarise, certify the
-scenario's percentile, judge) and `Measurement` (one entry of a result's `measurements`). The
+scenario's percentile, judge), `RunContext` (what one run of a scenario is given: every scenario's
+hooks take it whole, not its parts one keyword each) and `Measurement` (one entry of a result's
+`measurements`). The
 scenarios themselves live in `scenarios` (back to back: single_stream, offline) and
 `load_scenarios` (under a load generator: server, multi_stream).
 """
@@ -28,7 +30,7 @@ from mlscope.runtime.measure.settings import MeasureSettings
 from mlscope.runtime.measure.stats import LatencySummary, summarize
 from mlscope.runtime.measure.validity import EnvironmentMonitor, Validity, judge
 
-__all__ = ["Measurement", "OnProbe", "Outcome", "Scenario"]
+__all__ = ["Measurement", "OnProbe", "Outcome", "RunContext", "Scenario"]
 
 OnProbe = Callable[[dict[str, Any]], None]
 
@@ -94,6 +96,33 @@ class Measurement:
         if self.energy is not None:
             data["energy"] = self.energy
         return data
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What one run of a scenario is given (the arguments of `Scenario.run`, which makes it).
+
+    Attributes:
+        predict: the inference function; its return value is ignored.
+        batches: inputs of `batch_size` samples each, used in rotation.
+        batch_size: samples per batch, for throughput.
+        settings: warm-up, stopping rule, statistics and validity limits.
+        load: how a load generator issues queries, and the percentile to certify.
+        timer: device timer replacing the host clock (e.g. CUDA events on a GPU).
+        on_progress: called with the fraction of the minimum measurement done, in [0, 1].
+        record_starts: also record when each inference started (for MODEL-level spans).
+        on_probe: called with each probe of a max-QPS search.
+    """
+
+    predict: Callable[[Any], Any]
+    batches: Sequence[Any]
+    batch_size: int
+    settings: MeasureSettings
+    load: LoadSettings
+    timer: Timer | None = None
+    on_progress: Callable[[float], None] | None = None
+    record_starts: bool = False
+    on_probe: OnProbe | None = None
 
 
 @dataclass
@@ -173,15 +202,9 @@ class Scenario(ABC):
         monitor.start()
         energy_before = energy.read() if energy is not None else ()
         outcome = self._outcome(
-            predict,
-            batches,
-            batch_size,
-            settings,
-            load,
-            timer=timer,
-            on_progress=on_progress,
-            record_starts=record_starts,
-            on_probe=on_probe,
+            RunContext(
+                predict, batches, batch_size, settings, load, timer, on_progress, record_starts, on_probe
+            )
         )
         energy_after = energy.read() if energy is not None else ()
         environment = monitor.stop()
@@ -216,49 +239,23 @@ class Scenario(ABC):
             else _energy(energy, energy_before, energy_after, outcome, batch_size),
         )
 
-    def _outcome(
-        self,
-        predict: Callable[[Any], Any],
-        batches: Sequence[Any],
-        batch_size: int,
-        settings: MeasureSettings,
-        load: LoadSettings,
-        *,
-        timer: Timer | None,
-        on_progress: Callable[[float], None] | None,
-        record_starts: bool,
-        on_probe: OnProbe | None,
-    ) -> Outcome:
+    def _outcome(self, run: RunContext) -> Outcome:
         """Back-to-back scenarios: the loop runs at least as many queries as LoadGen's early
         stopping needs to estimate the scenario's percentile, and the estimate is certified."""
-        percentile = load.percentile_for(self.NAME)
-        needed = min_queries(percentile / 100, load.confidence)
+        percentile = run.load.percentile_for(self.NAME)
+        needed = min_queries(percentile / 100, run.load.confidence)
         loop = self._loop(
-            predict,
-            batches,
-            replace(settings, min_count=max(settings.min_count, needed)),
-            timer=timer,
-            on_progress=on_progress,
-            record_starts=record_starts,
+            replace(run, settings=replace(run.settings, min_count=max(run.settings.min_count, needed)))
         )
-        certificate = estimate_percentile(loop.latencies_ns, percentile, load.confidence)
+        certificate = estimate_percentile(loop.latencies_ns, percentile, run.load.confidence)
         reason = certificate_reason(certificate)
         return Outcome(loop, {"certified": certificate.to_dict()}, invalid=[reason] if reason else [])
 
-    def _loop(
-        self,
-        predict: Callable[[Any], Any],
-        batches: Sequence[Any],
-        settings: MeasureSettings,
-        *,
-        timer: Timer | None,
-        on_progress: Callable[[float], None] | None,
-        record_starts: bool = False,
-    ) -> LoopResult:
+    def _loop(self, run: RunContext) -> LoopResult:
         """Issue the queries back to back and record their latencies (back-to-back scenarios).
 
         Args:
-            predict, batches, settings, timer, on_progress, record_starts: as for `run`.
+            run: the run's inputs; its settings' min_count already covers the certificate.
 
         Returns:
             The timed loop's record.

@@ -9,15 +9,13 @@ return, in `scenario_base`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.plugins import Registry, UnknownPlugin
 from mlscope.runtime.measure.load_scenarios import MultiStream, Server
-from mlscope.runtime.measure.loop import NS_PER_S, LoopResult, Timer, threaded_loop, timed_loop
-from mlscope.runtime.measure.scenario_base import Measurement, Scenario
-from mlscope.runtime.measure.settings import MeasureSettings
+from mlscope.runtime.measure.loop import NS_PER_S, LoopResult, threaded_loop, timed_loop
+from mlscope.runtime.measure.scenario_base import Measurement, RunContext, Scenario
 from mlscope.runtime.measure.stats import LatencySummary
 
 __all__ = [
@@ -42,18 +40,14 @@ class SingleStream(Scenario):
 
     NAME: ClassVar[str] = "single_stream"
 
-    def _loop(
-        self,
-        predict: Callable[[Any], Any],
-        batches: Sequence[Any],
-        settings: MeasureSettings,
-        *,
-        timer: Timer | None,
-        on_progress: Callable[[float], None] | None,
-        record_starts: bool = False,
-    ) -> LoopResult:
+    def _loop(self, run: RunContext) -> LoopResult:
         return timed_loop(
-            predict, batches, settings, timer=timer, on_progress=on_progress, record_starts=record_starts
+            run.predict,
+            run.batches,
+            run.settings,
+            timer=run.timer,
+            on_progress=run.on_progress,
+            record_starts=run.record_starts,
         )
 
     def _throughput(self, loop: LoopResult, summary: LatencySummary, batch_size: int) -> float:
@@ -69,24 +63,15 @@ class Offline(Scenario):
 
     NAME: ClassVar[str] = "offline"
 
-    def _loop(
-        self,
-        predict: Callable[[Any], Any],
-        batches: Sequence[Any],
-        settings: MeasureSettings,
-        *,
-        timer: Timer | None,
-        on_progress: Callable[[float], None] | None,
-        record_starts: bool = False,
-    ) -> LoopResult:
+    def _loop(self, run: RunContext) -> LoopResult:
         return threaded_loop(
-            predict,
-            batches,
-            settings,
-            settings.concurrency,
-            timer=timer,
-            on_progress=on_progress,
-            record_starts=record_starts,
+            run.predict,
+            run.batches,
+            run.settings,
+            run.settings.concurrency,
+            timer=run.timer,
+            on_progress=run.on_progress,
+            record_starts=run.record_starts,
         )
 
     def _throughput(self, loop: LoopResult, summary: LatencySummary, batch_size: int) -> float:
