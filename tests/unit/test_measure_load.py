@@ -219,9 +219,7 @@ def test_multi_stream_query_latency_is_its_slowest_sample() -> None:
 
 def test_a_multi_stream_query_ends_with_its_slowest_sample_not_its_last_or_mean() -> None:
     """Scripted: four samples due together, ending 1, 7, 2 and 3 ms later (the slowest neither last
-    sent nor last in the list's order): the query's latency is exactly 7 ms. Live: four model
-    threads, samples that sleep 1, 2, 3 and 4 ms by their input: each query takes about the slowest
-    sample's 4 ms, not the 10 ms of their sum nor the 2.5 ms of their mean."""
+    sent nor last in the list's order): the query's latency is exactly 7 ms."""
     due = np.repeat(np.arange(300, dtype=np.int64) * 20_000_000, 4)
     taken = np.tile(np.array([1, 7, 2, 3], dtype=np.int64) * 1_000_000, 300)
     record = served_record(
@@ -230,6 +228,15 @@ def test_a_multi_stream_query_ends_with_its_slowest_sample_not_its_last_or_mean(
     load = LoadSettings(samples_per_query=4, interval_ms=20, percentile=90, max_in_flight=4)
     scripted = report(record, "multi_stream", load, 1, 50.0, 20.0)
     assert np.all(scripted.latencies_ns == 7_000_000)
+
+
+@pytest.mark.quiet
+def test_a_live_multi_stream_query_takes_its_slowest_samples_time() -> None:
+    """Live: four model threads, samples that sleep 1, 2, 3 and 4 ms by their input: each query takes
+    about the slowest sample's 4 ms, not the 10 ms of their sum nor the 2.5 ms of their mean. Run
+    alone (`quiet`): beside another test loading both cores, the threads' wake-ups from their sleeps
+    came late enough to put a run's median at 7.4 ms, which says nothing of how a query ends."""
+    load = LoadSettings(samples_per_query=4, interval_ms=20, percentile=90, max_in_flight=4)
 
     def by_input(batch: int) -> None:
         time.sleep((1 + batch % 4) / 1000)
