@@ -168,9 +168,10 @@ def results_show(evaluation_id: str, as_json: bool, raw: bool, prices: tuple[str
     cpu = system.get("cpu") or {}
     model = result["model"]
     memory_gib = (system.get("memory_bytes") or 0) / 2**30
+    # A worker's result always has its manifest's hash; the store allows one without.
+    sha = model.get("manifest_sha256")
     facts = {
-        # A worker's result always has its manifest's hash; the store allows one without.
-        "model": f"{model['name']} {model['version']} (manifest {model['manifest_sha256'][:12]})",  # type: ignore[index]
+        "model": f"{model['name']} {model['version']}" + (f" (manifest {sha[:12]})" if sha else ""),
         "framework": f"{result['framework']['name']} {result['framework'].get('version')} "
         + _settings_of(result["framework"]),
         "runner / device": f"{result['runner']} / {result['device']}",

@@ -23,9 +23,6 @@ from typing import TYPE_CHECKING
 from mlscope.contract.errors import UserError
 from mlscope.contract.plugins import Registry, UnknownPlugin, load_object
 
-# The group reader, under the name the Python 3.9 check of tests/unit/test_caffe2_spec.py calls.
-from mlscope.contract.plugins import entry_points as _entry_points  # noqa: F401
-
 if TYPE_CHECKING:
     from mlscope.contract.manifest import Manifest
     from mlscope.contract.options import PredictorOptions

@@ -11,8 +11,8 @@ import pytest
 
 from mlscope.cli import main
 from mlscope.contract.errors import UserError
+from mlscope.contract.plugins import entry_points
 from mlscope.registry.models import ModelRegistry
-from mlscope.runtime import frameworks
 from mlscope.runtime.frameworks import check_available, check_runnable, get_framework
 from tests.conftest import REPO
 
@@ -96,11 +96,11 @@ def test_plugins_are_read_from_both_entry_point_apis(monkeypatch: pytest.MonkeyP
     """Python 3.9's `entry_points()` (a dict of groups) cannot run in this 3.11 interpreter, so it is
     replaced by one of that shape; the real 3.9 call runs in tests/integration/test_caffe2.py."""
     # Given the 3.10+ API, Then the group's entry points are those `entry_points(group=)` gives
-    assert list(frameworks._entry_points("mlscope.frameworks")) == list(
+    assert list(entry_points("mlscope.frameworks")) == list(
         importlib.metadata.entry_points(group="mlscope.frameworks")
     )
     # Given a 3.9-style dict of groups, Then the group is looked up in it, and a missing one is empty
     marker = object()
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda: {"mlscope.frameworks": [marker]})
-    assert list(frameworks._entry_points("mlscope.frameworks")) == [marker]
-    assert list(frameworks._entry_points("absent")) == []
+    assert list(entry_points("mlscope.frameworks")) == [marker]
+    assert list(entry_points("absent")) == []
