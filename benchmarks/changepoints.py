@@ -34,7 +34,8 @@ from collections.abc import Callable
 import numpy as np
 
 from mlscope.analysis.changepoints import DetectionSettings, detect_change_points
-from mlscope.runtime.measure import MeasureSettings, get_scenario
+from mlscope.runtime.measure import MeasureSettings
+from mlscope.runtime.scenarios import get_scenario
 
 Noise = Callable[[np.random.Generator, int], np.ndarray]
 

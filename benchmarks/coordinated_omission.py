@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from mlscope.contract.load import LoadSettings
-from mlscope.runtime.measure import MeasureSettings, get_scenario
+from mlscope.runtime.measure import MeasureSettings
+from mlscope.runtime.scenarios import get_scenario
 
 __all__ = ["StallingModel", "closed_loop_ms"]
 

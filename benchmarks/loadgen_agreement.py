@@ -125,10 +125,11 @@ import numpy as np
 import numpy.typing as npt
 
 from mlscope.contract.load import LoadSettings
-from mlscope.runtime.measure import MeasureSettings, get_scenario
-from mlscope.runtime.measure.load_scenarios import Server
+from mlscope.runtime.measure import MeasureSettings
 from mlscope.runtime.measure.schedule import Schedule
 from mlscope.runtime.measure.synthetic import FixedService
+from mlscope.runtime.scenarios import get_scenario
+from mlscope.runtime.scenarios.server import Server
 
 __all__ = ["TARGET_RATIO", "Plan", "ensure_loadgen", "parse_summary"]
 

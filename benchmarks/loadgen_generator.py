@@ -40,9 +40,10 @@ from typing import Any
 import numpy as np
 
 from mlscope.contract.load import LoadSettings
-from mlscope.runtime.measure import MeasureSettings, get_scenario
+from mlscope.runtime.measure import MeasureSettings
 from mlscope.runtime.measure.generator import Schedule
 from mlscope.runtime.measure.load_run import generator_capacity, run_under_load
+from mlscope.runtime.scenarios import get_scenario
 
 __all__ = ["TARGET_LATENESS_MS", "TARGET_RATIO", "measure_generator"]
 

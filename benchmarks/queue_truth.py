@@ -59,8 +59,9 @@ from mlscope.analysis.queueing import (
     md_c_wait_cdf,
 )
 from mlscope.contract.load import LoadSettings
-from mlscope.runtime.measure import MeasureSettings, get_scenario
+from mlscope.runtime.measure import MeasureSettings
 from mlscope.runtime.measure.synthetic import FixedService
+from mlscope.runtime.scenarios import get_scenario
 
 __all__ = ["PERCENTILES", "TARGET_ABS_MS", "TARGET_RATIO", "Point", "measure_point", "within_target"]
 

@@ -68,7 +68,6 @@ class _ProgressView:
     def __init__(self, board: ProgressBoard, admitted: Admission) -> None:
         request = admitted.request
         self.board = board
-        self.qps = request.load.get("qps")
         self.label = f"{request.model} on {request.framework}"
         self.points = _points(admitted)
         self.done = 0.0
@@ -80,8 +79,9 @@ class _ProgressView:
             phase = event["phase"]
             if phase == "measure":
                 phase = f"{event['scenario']} batch {event['batch_size']}"
-                qps = event.get("target_qps", self.qps)
-                if event["scenario"] == "server" and qps is not None:
+                # A scenario whose queries arrive at a rate announces it with its measure phase.
+                qps = event.get("qps")
+                if qps is not None:
                     phase += f" @ {qps:g} qps"
             self.search = SearchBracket()
             self.row.update(now=escape(phase), eta="")

@@ -40,7 +40,8 @@ __all__ = [
 class PhaseEvent(TypedDict):
     """The job entered a phase (contract.names' phases: import, fetch, load, first_inference, measure,
     accuracy, outputs, trace, report, ...); a failure names the phase it happened in. A `measure`
-    phase names its point (`scenario`, `batch_size`, a server's `qps`), others what they work on."""
+    phase names its point (`scenario`, `batch_size`, and `qps` where the scenario has a target rate),
+    others what they work on."""
 
     event: Literal["phase"]
     phase: str

@@ -15,6 +15,8 @@ __all__ = [
     "TERMINAL_STATUSES",
     "TRACE_LEVELS",
     "level_enabled",
+    "runner_names",
+    "scenario_names",
 ]
 
 # queued → running → succeeded | failed | cancelled; a redelivered job goes back to running.
@@ -35,11 +37,32 @@ TRACE_LEVELS: tuple[str, ...] = (
 # NO_TRACE 0 < APPLICATION 1 < MODEL 2 < FRAMEWORK 3 < LIBRARY 4 < HARDWARE 5 < FULL 6.
 LEVEL_RANK: dict[str, int] = {name: rank for rank, name in enumerate(TRACE_LEVELS)}
 
-# The measurement scenarios a request may name (the predictor runtime implements each).
+# mlscope's own measurement scenarios (the predictor runtime implements each).
 SCENARIOS: tuple[str, ...] = ("single_stream", "offline", "server", "multi_stream", "generate")
+
+
+def _with_plugged(own: tuple[str, ...], group: str) -> tuple[str, ...]:
+    """`own`, then the names installed distributions declare in the entry-point group `group`
+    (their names read, nothing imported)."""
+    from mlscope.contract.plugins import entry_points
+
+    plugged = {entry.name for entry in entry_points(group)} - set(own)
+    return own + tuple(sorted(plugged))
+
+
+def scenario_names() -> tuple[str, ...]:
+    """The scenarios a request may name: mlscope's own, then installed plugins' (`mlscope.scenarios`)."""
+    return _with_plugged(SCENARIOS, "mlscope.scenarios")
+
 
 # Where a predictor runs: in the caller's process, a child process, or its framework's container.
 RUNNERS: tuple[str, ...] = ("inline", "process", "docker")
+
+
+def runner_names() -> tuple[str, ...]:
+    """The runners a request may name: mlscope's own, then installed plugins' (`mlscope.runners`)."""
+    return _with_plugged(RUNNERS, "mlscope.runners")
+
 
 # The phases of a job, in the order they run; an error names the phase it happened in.
 PHASES: tuple[str, ...] = (

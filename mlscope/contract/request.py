@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from dataclasses import fields as dataclass_fields
 from typing import Any
@@ -17,7 +18,7 @@ from marshmallow import RAISE, Schema, ValidationError, fields, post_load, valid
 from mlscope.contract.errors import UserError
 from mlscope.contract.generation import ENDPOINT_FRAMEWORK, GenerationSettings
 from mlscope.contract.load import LoadSettings
-from mlscope.contract.names import RUNNERS, SCENARIOS, TRACE_LEVELS
+from mlscope.contract.names import RUNNERS, TRACE_LEVELS, runner_names, scenario_names
 from mlscope.contract.options import PredictorOptionsSchema
 from mlscope.contract.queues import TARGET_PATTERN, parse_target
 from mlscope.contract.steps import DTYPES
@@ -116,6 +117,23 @@ def _check_measure_value(value: object) -> None:
         raise ValidationError("must be a finite number")
 
 
+class _Installed(validate.Validator):
+    """One of a set of names read each time it is used (marshmallow's `OneOf` reads them once):
+    mlscope's own and those installed plugins declare, so a plugin installed after import is known
+    to the next request. Its message is `OneOf`'s, and the OpenAPI document lists `choices` as the
+    enum, the names installed when the document is made."""
+
+    def __init__(self, names: Callable[[], tuple[str, ...]]) -> None:
+        self._names = names
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return self._names()
+
+    def __call__(self, value: Any) -> Any:
+        return validate.OneOf(self._names())(value)
+
+
 def _check_target(value: str) -> None:
     try:
         parse_target(value)
@@ -183,7 +201,7 @@ class ContractRequestSchema(Schema):
         load_default=lambda: [1],
     )
     scenarios = fields.List(
-        fields.String(validate=validate.OneOf(SCENARIOS)),
+        fields.String(validate=_Installed(scenario_names)),
         validate=validate.Length(min=1),
         load_default=lambda: ["single_stream"],
     )
@@ -191,7 +209,7 @@ class ContractRequestSchema(Schema):
         load_default="cpu",
         validate=validate.Regexp(DEVICE_PATTERN, error="must be cpu, cuda or cuda:N"),
     )
-    runner = fields.String(load_default="process", validate=validate.OneOf(RUNNERS))
+    runner = fields.String(load_default="process", validate=_Installed(runner_names))
     trace_level = fields.String(
         load_default="NO_TRACE",
         validate=validate.OneOf(TRACE_LEVELS, error="must be one of: {choices}"),

@@ -28,11 +28,12 @@ from mlscope.runtime.data import DatasetRef
 from mlscope.runtime.dataset_pass import collect_outputs, postprocess, run_dataset_pass
 from mlscope.runtime.energy import EnergyMeter, EnergyUnavailable, open_energy_meter
 from mlscope.runtime.frameworks import get_framework, load_object, load_predictor_class
-from mlscope.runtime.measure import MeasureSettings, get_scenario
+from mlscope.runtime.measure import MeasureSettings
 from mlscope.runtime.measure.parity import encode_outputs
 from mlscope.runtime.memory import PeakMemory
 from mlscope.runtime.predictors import Predictor, PredictorError, PredictorOptions
 from mlscope.runtime.predictors.inputs import synthetic_batches
+from mlscope.runtime.scenarios import get_scenario
 from mlscope.runtime.system import capture_system
 from mlscope.runtime.trace.passes import add_model_spans, run_traced_passes
 from mlscope.runtime.trace.spans import TraceContext, Tracer
@@ -75,17 +76,17 @@ def _measure_all(
     scenarios = [get_scenario(name) for name in job.scenarios]
     load = LoadSettings.from_dict(job.load)
     pool = predictor.options.input_pool
-    if "multi_stream" in job.scenarios and "input_pool" not in job.options:
-        # A multi_stream query's samples are distinct inputs (admission refused a smaller pool set
-        # on purpose).
-        pool = max(pool, load.samples_per_query)
+    if "input_pool" not in job.options:
+        # A query's samples are distinct inputs (multi_stream's; admission refused a smaller pool
+        # set on purpose).
+        pool = max(pool, *(scenario.inputs_needed(load) for scenario in scenarios))
     for batch_size in job.batch_sizes:
         with tracer.span("preprocess", batch_size=batch_size):
             arrays = synthetic_batches(predictor.manifest, batch_size, pool, seed=predictor.options.seed)
             batches = [predictor.prepare(a) for a in arrays]
         for scenario in scenarios:
-            rate = {"qps": load.qps} if scenario.NAME == "server" and load.qps is not None else {}
-            phases.enter("measure", scenario=scenario.NAME, batch_size=batch_size, **rate)
+            detail = scenario.phase_detail(load)
+            phases.enter("measure", scenario=scenario.NAME, batch_size=batch_size, **detail)
 
             def progress(fraction: float, scenario_name: str = scenario.NAME, size: int = batch_size) -> None:
                 phases.emit(
@@ -240,11 +241,10 @@ def execute(job: Job, emit: Emit) -> PredictorResult:
             predictor.fetch()
         fetch_ms = _ms(start)
 
-        if "generate" in job.scenarios:
-            # Imported here: a job of the other scenarios (a Caffe2 environment's, too) never needs it.
-            from mlscope.runtime.generate.job import run_generate_job
-
-            generated = run_generate_job(predictor, job, settings, phases.enter, phases.emit, tracer)
+        # A scenario that runs the whole job itself (the generate scenario's engine) takes over here.
+        whole = next((s for s in (get_scenario(name) for name in job.scenarios) if s.RUNS_JOB), None)
+        if whole is not None:
+            generated = whole.run_job(predictor, job, settings, phases.enter, phases.emit, tracer)
             cold_start: ColdStart = {
                 "import_ms": import_ms,
                 "fetch_ms": fetch_ms,

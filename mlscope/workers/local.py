@@ -16,6 +16,8 @@ from mlscope.contract.result import EvaluationResult
 from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.frameworks import get_framework
+from mlscope.runtime.measure.scenario_base import Scenario
+from mlscope.runtime.scenarios import SCENARIOS
 from mlscope.store import open_store
 from mlscope.workers.admission import Admission, admit, default_frameworks
 from mlscope.workers.leases import Lease, run_owner
@@ -47,15 +49,15 @@ def admit_all(
     registry = registry or ModelRegistry.load(settings.manifests)
     if frameworks is None:
         names = default_frameworks(registry, model)
-        if "generate" in (document.get("scenarios") or ()):
-            generating = [name for name in names if get_framework(name).generates]
-            if not generating:
+        for scenario in _scenarios(document):
+            serving = [name for name in names if scenario.runs_on(get_framework(name))]
+            if not serving:
                 raise UserError(
-                    f"none of {model!r}'s installed frameworks ({', '.join(names)}) runs the generate "
-                    "scenario: it needs one that generates tokens in process, or --endpoint URL",
+                    f"none of {model!r}'s installed frameworks ({', '.join(names)}) runs the "
+                    f"{scenario.NAME} scenario: it needs {scenario.NEEDS or 'another framework'}",
                     field="framework",
                 )
-            names = generating
+            names = serving
     else:
         names = list(frameworks)
     if not names:
@@ -63,6 +65,12 @@ def admit_all(
             "no framework named: name one or more, or none for every installed one", field="framework"
         )
     return [admit({**document, "model": model, "framework": name}, registry, here=settings) for name in names]
+
+
+def _scenarios(document: Mapping[str, Any]) -> list[Scenario]:
+    """The request's scenarios that a known scenario owns (admission names the unknown ones)."""
+    names = document.get("scenarios") or ()
+    return [SCENARIOS[name]() for name in names if isinstance(name, str) and name in SCENARIOS]
 
 
 def evaluate_here(

@@ -1,5 +1,5 @@
-"""Plugging in from outside: a toy framework and a toy store, each an installed distribution that
-declares itself in mlscope's entry-point groups (tests/data/plugins), run end to end.
+"""Plugging in from outside: a toy framework, a toy scenario and a toy store, each declared by an
+installed distribution in mlscope's entry-point groups (tests/data/plugins), run end to end.
 
 They are installed into a virtual environment of the test's own (which sees this interpreter's
 packages), so this interpreter's environment is left as it was.
@@ -80,8 +80,8 @@ def plugged(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return python
 
 
-def test_an_installed_framework_runs_into_an_installed_store(plugged: Path, tmp_path: Path) -> None:
-    # Given the toy plugins installed, a manifest for the toy framework, and the toy store's URL
+def _toy_env(tmp_path: Path) -> tuple[dict[str, str], str]:
+    """A manifest for the toy framework and the toy store's URL, as the environment of a run."""
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "toy.yaml").write_text(MANIFEST)
     url = f"toystore:///{tmp_path / 'toy.db'}"
@@ -93,6 +93,12 @@ def test_an_installed_framework_runs_into_an_installed_store(plugged: Path, tmp_
         "MLSCOPE_SETTINGS": str(tmp_path / "no-settings.toml"),
         "PYTHONPATH": str(REPO),
     }
+    return env, url
+
+
+def test_an_installed_framework_runs_into_an_installed_store(plugged: Path, tmp_path: Path) -> None:
+    # Given the toy plugins installed, a manifest for the toy framework, and the toy store's URL
+    env, url = _toy_env(tmp_path)
     # When `mlscope run` runs the toy model on the toy framework
     done = subprocess.run(
         [plugged, "-m", "mlscope", "run", "toy_model", "-f", "toyfw", "--runner", "inline", "--json", *FAST],
@@ -117,3 +123,29 @@ def test_an_installed_framework_runs_into_an_installed_store(plugged: Path, tmp_
     assert seen["source"] == "distribution mlscope-toy-framework"
     assert seen["doubled"] == [0.0, 2.0, 4.0, 6.0]
     assert seen["stored"]["name"] == "toyfw"
+
+
+def test_an_installed_scenario_is_requested_by_name_and_measures(plugged: Path, tmp_path: Path) -> None:
+    # Given the toy plugins installed (the toy scenario issues two batches per query)
+    env, _ = _toy_env(tmp_path)
+    # When `mlscope run` names the toy scenario beside a built-in one
+    done = subprocess.run(
+        [plugged, "-m", "mlscope", "run", "toy_model", "-f", "toyfw", "--runner", "inline", "--json",
+         "--scenario", "single_stream,toy_pairs", *FAST],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    # Then both ran, valid, and the toy scenario's query is the pair: slower than one batch
+    (result,) = ran_valid(done)
+    by_scenario = {m["scenario"]: m for m in result["measurements"]}
+    assert set(by_scenario) == {"single_stream", "toy_pairs"}
+    assert (
+        by_scenario["toy_pairs"]["latency_ms"]["median"]
+        > by_scenario["single_stream"]["latency_ms"]["median"]
+    )
+    # And outside that environment the name is refused as any unknown scenario is (exit 2, one line)
+    refused = subprocess.run(
+        [sys.executable, "-m", "mlscope", "run", "toy_model", "-f", "toyfw", "--scenario", "toy_pairs"],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "scenarios.0: Must be one of" in refused.stderr
+    assert "Traceback" not in refused.stderr

@@ -15,8 +15,9 @@ from mlscope.analysis.queueing import (
     md_c_wait_cdf,
 )
 from mlscope.contract.load import LoadSettings
-from mlscope.runtime.measure import MeasureSettings, get_scenario
+from mlscope.runtime.measure import MeasureSettings
 from mlscope.runtime.measure.synthetic import FixedService
+from mlscope.runtime.scenarios import get_scenario
 
 # `quiet`: `make test` runs it after the parallel tests, alone, so that what it holds to the truth is
 # the tool's own timing and not another test's load on the two cores.

@@ -23,10 +23,11 @@ from mlscope.runtime.energy import (
     open_energy_meter,
     rapl_package_domains,
 )
-from mlscope.runtime.measure import MeasureSettings, get_scenario
+from mlscope.runtime.measure import MeasureSettings
 from mlscope.runtime.measure.loop import LoopResult
 from mlscope.runtime.measure.scenario_base import Outcome, _energy
 from mlscope.runtime.memory import PeakMemory
+from mlscope.runtime.scenarios import get_scenario
 
 QUICK = MeasureSettings(
     warmup_count=3, warmup_seconds=0.0, min_count=20, min_seconds=0.0, max_seconds=2.0, stability=0.99

@@ -12,12 +12,13 @@ import pytest
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.load import LoadSettings
-from mlscope.runtime.measure import MeasureSettings, get_scenario
+from mlscope.runtime.measure import MeasureSettings
 from mlscope.runtime.measure.closed_loop import issue_back_to_back
 from mlscope.runtime.measure.generator import IssueRecord, Schedule
 from mlscope.runtime.measure.load_report import report
 from mlscope.runtime.measure.load_run import check_rate, generator_capacity, run_under_load
 from mlscope.runtime.measure.search import Probe, find_max_qps, probe_passes
+from mlscope.runtime.scenarios import get_scenario
 
 QUICK = MeasureSettings(warmup_count=3, warmup_seconds=0.0, min_count=10, min_seconds=1.0, max_seconds=8.0)
 

@@ -11,15 +11,14 @@ import pytest
 
 from mlscope.contract.errors import UserError
 from mlscope.runtime.measure import (
-    SCENARIOS,
     LatencySummary,
     LoopResult,
     MeasureSettings,
-    Offline,
     Scenario,
-    SingleStream,
-    get_scenario,
 )
+from mlscope.runtime.scenarios import SCENARIOS, get_scenario
+from mlscope.runtime.scenarios.offline import Offline
+from mlscope.runtime.scenarios.single_stream import SingleStream
 
 MEASUREMENT_KEYS = {
     "load",
@@ -74,7 +73,7 @@ def fast(**overrides: Any) -> MeasureSettings:
 
 
 def test_registry_names_match_the_scenarios() -> None:
-    assert set(SCENARIOS) == {"single_stream", "offline", "server", "multi_stream"}
+    assert set(SCENARIOS) == {"single_stream", "offline", "server", "multi_stream", "generate"}
     assert all(name == cls.NAME for name, cls in SCENARIOS.items())
 
 

@@ -17,7 +17,7 @@ import tomllib
 
 from mlscope.contract.plugins import DuplicatePlugin, Registry, UnknownPlugin
 from mlscope.runtime.frameworks import BUILTIN_FRAMEWORKS, FRAMEWORKS, FrameworkSpec
-from mlscope.runtime.measure.scenarios import BUILTIN_SCENARIOS
+from mlscope.runtime.scenarios import BUILTIN_SCENARIOS
 from mlscope.store import BUILTIN_STORES
 from mlscope.workers.bricks import BUILTIN_BRICKS
 from mlscope.workers.runners import BUILTIN_RUNNERS
@@ -67,7 +67,7 @@ def test_pyproject_declares_exactly_the_builtin_tables() -> None:
 def test_every_builtin_entry_loads_and_is_what_its_group_holds() -> None:
     assert all(isinstance(FRAMEWORKS[name], FrameworkSpec) for name in BUILTIN_FRAMEWORKS)
     assert [FRAMEWORKS[name].name for name in BUILTIN_FRAMEWORKS] == list(BUILTIN_FRAMEWORKS)
-    from mlscope.runtime.measure.scenarios import SCENARIOS
+    from mlscope.runtime.scenarios import SCENARIOS
     from mlscope.workers.runners import RUNNERS
 
     assert all(name == RUNNERS[name].NAME for name in BUILTIN_RUNNERS)

@@ -265,10 +265,15 @@ def test_the_progress_shows_the_rate_and_prints_each_probe() -> None:
     out = io.StringIO()
     view = _progress_view(Console(file=out, width=250, force_terminal=True), {"qps": 20.0})
     view.board.start()
-    # When the measure phase starts, Then its row names the rate
-    view({"event": "phase", "phase": "measure", "scenario": "server", "batch_size": 1})
+    # When the measure phase starts (announcing its rate, as the predictor's server scenario does),
+    # Then its row names the rate; a scenario without one announces none
+    view({"event": "phase", "phase": "measure", "scenario": "server", "batch_size": 1, "qps": 20.0})
     view.board.stop()
     assert "server batch 1 @ 20 qps" in _drawn(out)[1]
+    view.board.start()
+    view({"event": "phase", "phase": "measure", "scenario": "single_stream", "batch_size": 1})
+    view.board.stop()
+    assert "single_stream batch 1" in _drawn(out)[1] and "single_stream batch 1 @" not in _drawn(out)[1]
     # When a search probe ends, Then one line says so and the row follows the search
     view.board.start()
     view({"event": "probe", "scenario": "server", "batch_size": 1, "target_qps": 40.0, "achieved_qps": 39.8,

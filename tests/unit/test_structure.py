@@ -18,7 +18,7 @@ import pytest
 from mlscope.contract import names
 from mlscope.runtime.frameworks import FRAMEWORKS
 from mlscope.runtime.generate import SCENARIO as GENERATE
-from mlscope.runtime.measure.scenarios import SCENARIOS
+from mlscope.runtime.scenarios import SCENARIOS
 from mlscope.workers.runners import RUNNERS
 from tests.conftest import REPO
 

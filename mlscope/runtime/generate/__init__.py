@@ -8,5 +8,5 @@ local server for a model directory. The in-process engines live with their frame
 (`mlscope.runtime.predictors.<framework>`).
 """
 
-# The scenario this package implements (the others are `mlscope.runtime.measure.SCENARIOS`).
+# The scenario this package serves (`mlscope.runtime.scenarios.generate` is its `Scenario`).
 SCENARIO = "generate"

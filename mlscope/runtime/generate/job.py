@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, cast
 
 from mlscope.contract.events import Emit, ProbeEvent
@@ -20,25 +19,17 @@ from mlscope.contract.result import ColdStart, ResultMeasurement
 from mlscope.runtime.generate.driver import run_generate
 from mlscope.runtime.generate.records import GenerationRequest
 from mlscope.runtime.generate.served import add_served
+from mlscope.runtime.measure.scenario_base import JobRun
 from mlscope.runtime.measure.settings import MeasureSettings
 from mlscope.runtime.predictors.base import Predictor, PredictorError
 from mlscope.runtime.predictors.capabilities import Generates
 from mlscope.runtime.trace.spans import Tracer
 
-__all__ = ["GeneratedJob", "run_generate_job"]
+__all__ = ["run_generate_job"]
 
 # The first request: a short prompt and a few tokens, enough to run every code path once.
 _FIRST_PROMPT_TOKENS = 8
 _FIRST_OUTPUT_TOKENS = 4
-
-
-@dataclass
-class GeneratedJob:
-    """What a generate job adds to the result."""
-
-    framework: dict[str, Any]
-    cold_start: ColdStart
-    measurements: list[ResultMeasurement]
 
 
 def run_generate_job(
@@ -48,7 +39,7 @@ def run_generate_job(
     enter: Callable[..., None],
     emit: Emit,
     tracer: Tracer,
-) -> GeneratedJob:
+) -> JobRun:
     """Load the engine, time a first request, measure.
 
     Args:
@@ -125,6 +116,6 @@ def run_generate_job(
                 "generation": measurement["generation"],
             }
         )
-        return GeneratedJob(engine.describe(), cold_start, [cast(ResultMeasurement, measurement)])
+        return JobRun(engine.describe(), cold_start, [cast(ResultMeasurement, measurement)])
     finally:
         engine.close()

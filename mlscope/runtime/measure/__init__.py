@@ -1,5 +1,6 @@
 """Measurement: warm-up, the timed loop and its stopping rule, latency statistics, the validity
-verdict, and the scenarios (single_stream, offline) that combine them.
+verdict, and the scenario template that combines them (the scenarios are
+`mlscope.runtime.scenarios`).
 
 Part of the predictor runtime: imports only the standard library, numpy and psutil, so it runs
 inside slim predictor containers.
@@ -13,14 +14,7 @@ from mlscope.runtime.measure.loop import (
     threaded_loop,
     timed_loop,
 )
-from mlscope.runtime.measure.scenarios import (
-    SCENARIOS,
-    Measurement,
-    Offline,
-    Scenario,
-    SingleStream,
-    get_scenario,
-)
+from mlscope.runtime.measure.scenario_base import Measurement, Scenario
 from mlscope.runtime.measure.settings import MeasureSettings
 from mlscope.runtime.measure.stats import (
     LatencySummary,
@@ -31,7 +25,6 @@ from mlscope.runtime.measure.stats import (
 from mlscope.runtime.measure.validity import EnvironmentMonitor, Validity, judge
 
 __all__ = [
-    "SCENARIOS",
     "STOP_MAX_SECONDS",
     "STOP_STABLE",
     "EnvironmentMonitor",
@@ -39,12 +32,9 @@ __all__ = [
     "LoopResult",
     "MeasureSettings",
     "Measurement",
-    "Offline",
     "Scenario",
-    "SingleStream",
     "Timer",
     "Validity",
-    "get_scenario",
     "judge",
     "median_ci_relative_halfwidth",
     "order_statistic_median_ci",

@@ -1,11 +1,11 @@
 """The scenario template every scenario follows, and the `Measurement` it returns.
 
 Owns `Scenario` (a template method: monitor the machine, issue the queries, summarise, certify the
-scenario's percentile, judge), `RunContext` (what one run of a scenario is given: every scenario's
-hooks take it whole, not its parts one keyword each) and `Measurement` (one entry of a result's
-`measurements`). The
-scenarios themselves live in `scenarios` (back to back: single_stream, offline) and
-`load_scenarios` (under a load generator: server, multi_stream).
+scenario's percentile, judge; and the hooks by which a scenario says what else it needs of a job),
+`RunContext` (what one run of a scenario is given: every scenario's hooks take it whole, not its
+parts one keyword each), `Measurement` (one entry of a result's `measurements`) and `JobRun` (what a
+scenario that runs a whole job itself returns). The scenarios themselves live in
+`mlscope.runtime.scenarios`, one module each.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.load import LoadSettings
-from mlscope.contract.result import Energy
+from mlscope.contract.result import ColdStart, Energy, ResultMeasurement
 from mlscope.contract.result import ResultMeasurement as MeasurementShape
 from mlscope.runtime.energy import EnergyMeter, energy_section
 from mlscope.runtime.measure.certify import estimate_percentile, min_queries
@@ -30,7 +30,14 @@ from mlscope.runtime.measure.settings import MeasureSettings
 from mlscope.runtime.measure.stats import LatencySummary, summarize
 from mlscope.runtime.measure.validity import EnvironmentMonitor, Validity, judge
 
-__all__ = ["Measurement", "OnProbe", "Outcome", "RunContext", "Scenario"]
+if TYPE_CHECKING:
+    from mlscope.contract.events import Emit
+    from mlscope.contract.job import Job
+    from mlscope.runtime.frameworks import FrameworkSpec
+    from mlscope.runtime.predictors.base import Predictor
+    from mlscope.runtime.trace.spans import Tracer
+
+__all__ = ["JobRun", "Measurement", "OnProbe", "Outcome", "RunContext", "Scenario"]
 
 OnProbe = Callable[[dict[str, Any]], None]
 
@@ -146,15 +153,78 @@ class Outcome:
     judge_stability: bool = True
 
 
+@dataclass
+class JobRun:
+    """What a scenario that runs the whole job itself (`Scenario.RUNS_JOB`) adds to the result.
+
+    Attributes:
+        framework: the result's `framework` section (what ran: the engine's description).
+        cold_start: the job's cold-start phases after import and fetch (load, first inference).
+        measurements: the result's measurements, each announced already as a `measurement` event.
+    """
+
+    framework: dict[str, Any]
+    cold_start: ColdStart
+    measurements: list[ResultMeasurement]
+
+
 class Scenario(ABC):
     """How queries are issued to a predictor; `run` is the same for every scenario.
 
     Subclasses supply `_outcome` (issue the queries) and, unless the outcome carries one, the
     definition of throughput. The template certifies the scenario's percentile by LoadGen's early
     stopping rule for back-to-back scenarios, and runs their loop until it can.
+
+    A scenario also says what else it asks of a job, so that nothing above it names a scenario:
+    `runs_on` (which frameworks can serve it), `inputs_needed` (distinct inputs per query),
+    `phase_detail` (what its measure phase announces). One whose queries are not `predict` on
+    prepared batches (the generate scenario's requests to a generation engine) sets `RUNS_JOB` and
+    implements `run_job`, which replaces the predictor's load, first inference and measure phases.
     """
 
     NAME: ClassVar[str]
+    # True: `run_job` runs the whole job after the fetch phase; `run` does not apply.
+    RUNS_JOB: ClassVar[bool] = False
+    # What a framework needs to serve this scenario, for the refusal when none installed does.
+    NEEDS: ClassVar[str] = ""
+
+    def runs_on(self, framework: FrameworkSpec) -> bool:
+        """Whether a framework's predictor can serve this scenario, read from its registration
+        without importing it (a run that names no framework uses those that can).
+
+        Args:
+            framework: the framework's registration.
+        """
+        return True
+
+    def inputs_needed(self, load: LoadSettings) -> int:
+        """How many distinct inputs one query needs (the job prepares at least that many)."""
+        return 1
+
+    def phase_detail(self, load: LoadSettings) -> dict[str, Any]:
+        """What the measure phase announces besides the scenario and batch size (e.g. a target rate)."""
+        return {}
+
+    def run_job(
+        self,
+        predictor: Predictor,
+        job: Job,
+        settings: MeasureSettings,
+        enter: Callable[..., None],
+        emit: Emit,
+        tracer: Tracer,
+    ) -> JobRun:
+        """Run the whole job after the fetch phase (a scenario with `RUNS_JOB` only).
+
+        Args:
+            predictor: the job's predictor, its model fetched, not loaded.
+            job: the predictor job (its `load`, `generation` and other sections).
+            settings: the job's measurement settings.
+            enter: announces a phase (a failure names the phase).
+            emit: sends an event to whoever runs the job (progress, probes, measurements).
+            tracer: the job's tracer.
+        """
+        raise NotImplementedError(f"the {self.NAME} scenario issues queries to predict; it runs no job")
 
     def run(
         self,

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mlscope.runtime.measure import MeasureSettings
-from mlscope.runtime.measure.scenarios import Measurement
+from mlscope.runtime.measure.scenario_base import Measurement
 from mlscope.runtime.predictors.base import Predictor
 from mlscope.runtime.predictors.capabilities import TracesPasses
 from mlscope.runtime.trace.hardware import HardwareSampler, summarize_samples
