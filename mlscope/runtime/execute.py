@@ -30,6 +30,7 @@ from mlscope.runtime.energy import EnergyMeter, EnergyUnavailable, open_energy_m
 from mlscope.runtime.frameworks import get_framework, load_object, load_predictor_class
 from mlscope.runtime.measure import MeasureSettings
 from mlscope.runtime.measure.parity import encode_outputs
+from mlscope.runtime.measure.scenario_base import WholeJob
 from mlscope.runtime.memory import PeakMemory
 from mlscope.runtime.predictors import Predictor, PredictorError, PredictorOptions
 from mlscope.runtime.predictors.inputs import synthetic_batches
@@ -242,9 +243,9 @@ def execute(job: Job, emit: Emit) -> PredictorResult:
         fetch_ms = _ms(start)
 
         # A scenario that runs the whole job itself (the generate scenario's engine) takes over here.
-        whole = next((s for s in (get_scenario(name) for name in job.scenarios) if s.RUNS_JOB), None)
-        if whole is not None:
-            generated = whole.run_job(predictor, job, settings, phases.enter, phases.emit, tracer)
+        owner = next((s for s in (get_scenario(name) for name in job.scenarios) if s.RUNS_JOB), None)
+        if owner is not None:
+            generated = owner.run_job(WholeJob(predictor, job, settings, phases.enter, phases.emit, tracer))
             cold_start: ColdStart = {
                 "import_ms": import_ms,
                 "fetch_ms": fetch_ms,

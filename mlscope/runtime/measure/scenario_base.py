@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from mlscope.runtime.predictors.base import Predictor
     from mlscope.runtime.trace.spans import Tracer
 
-__all__ = ["JobRun", "Measurement", "OnProbe", "Outcome", "RunContext", "Scenario"]
+__all__ = ["JobRun", "Measurement", "OnProbe", "Outcome", "RunContext", "Scenario", "WholeJob"]
 
 OnProbe = Callable[[dict[str, Any]], None]
 
@@ -153,6 +153,27 @@ class Outcome:
     judge_stability: bool = True
 
 
+@dataclass(frozen=True)
+class WholeJob:
+    """What a scenario that runs the whole job itself is given (`Scenario.run_job`).
+
+    Attributes:
+        predictor: the job's predictor, its model fetched, not loaded.
+        job: the predictor job (its `load`, `generation` and other sections).
+        settings: the job's measurement settings.
+        enter: announces a phase (a failure names the phase).
+        emit: sends an event to whoever runs the job (progress, probes, measurements).
+        tracer: the job's tracer.
+    """
+
+    predictor: Predictor
+    job: Job
+    settings: MeasureSettings
+    enter: Callable[..., None]
+    emit: Emit
+    tracer: Tracer
+
+
 @dataclass
 class JobRun:
     """What a scenario that runs the whole job itself (`Scenario.RUNS_JOB`) adds to the result.
@@ -205,25 +226,8 @@ class Scenario(ABC):
         """What the measure phase announces besides the scenario and batch size (e.g. a target rate)."""
         return {}
 
-    def run_job(
-        self,
-        predictor: Predictor,
-        job: Job,
-        settings: MeasureSettings,
-        enter: Callable[..., None],
-        emit: Emit,
-        tracer: Tracer,
-    ) -> JobRun:
-        """Run the whole job after the fetch phase (a scenario with `RUNS_JOB` only).
-
-        Args:
-            predictor: the job's predictor, its model fetched, not loaded.
-            job: the predictor job (its `load`, `generation` and other sections).
-            settings: the job's measurement settings.
-            enter: announces a phase (a failure names the phase).
-            emit: sends an event to whoever runs the job (progress, probes, measurements).
-            tracer: the job's tracer.
-        """
+    def run_job(self, whole: WholeJob) -> JobRun:
+        """Run the whole job after the fetch phase (a scenario with `RUNS_JOB` only)."""
         raise NotImplementedError(f"the {self.NAME} scenario issues queries to predict; it runs no job")
 
     def run(

@@ -8,21 +8,15 @@ when a generate job runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from mlscope.contract.load import LoadSettings
 from mlscope.runtime.measure.loop import LoopResult
-from mlscope.runtime.measure.scenario_base import JobRun, Outcome, RunContext, Scenario
-from mlscope.runtime.measure.settings import MeasureSettings
+from mlscope.runtime.measure.scenario_base import JobRun, Outcome, RunContext, Scenario, WholeJob
 from mlscope.runtime.measure.stats import LatencySummary
 
 if TYPE_CHECKING:
-    from mlscope.contract.events import Emit
-    from mlscope.contract.job import Job
     from mlscope.runtime.frameworks import FrameworkSpec
-    from mlscope.runtime.predictors.base import Predictor
-    from mlscope.runtime.trace.spans import Tracer
 
 __all__ = ["Generate"]
 
@@ -41,19 +35,13 @@ class Generate(Scenario):
     def phase_detail(self, load: LoadSettings) -> dict[str, Any]:
         return {"qps": load.qps} if load.qps is not None else {}
 
-    def run_job(
-        self,
-        predictor: Predictor,
-        job: Job,
-        settings: MeasureSettings,
-        enter: Callable[..., None],
-        emit: Emit,
-        tracer: Tracer,
-    ) -> JobRun:
+    def run_job(self, whole: WholeJob) -> JobRun:
         # Imported here: a job of the other scenarios (a Caffe2 environment's, too) never needs it.
         from mlscope.runtime.generate.job import run_generate_job
 
-        return run_generate_job(predictor, job, settings, enter, emit, tracer)
+        return run_generate_job(
+            whole.predictor, whole.job, whole.settings, whole.enter, whole.emit, whole.tracer
+        )
 
     def _outcome(self, run: RunContext) -> Outcome:
         raise NotImplementedError(

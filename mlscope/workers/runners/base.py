@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, NamedTuple, cast
 
 from mlscope.contract.events import Emit, ErrorEvent, FinalEvent, ResultEvent
 from mlscope.contract.job import Job
@@ -13,7 +13,16 @@ from mlscope.contract.result import ErrorInfo, PredictorResult
 from mlscope.contract.settings import Settings
 from mlscope.runtime.frameworks import FrameworkSpec, installed_version
 
-__all__ = ["RunOutcome", "Runner", "ended_by", "final_outcome"]
+__all__ = ["RunLimits", "RunOutcome", "Runner", "ended_by", "final_outcome"]
+
+
+class RunLimits(NamedTuple):
+    """What bounds one job: its time limit, the predictor's memory, and the event that cancels it
+    (`Runner.run`'s arguments, as each runner's `_run` receives them)."""
+
+    timeout_s: float
+    memory_limit_mb: int | None = None
+    cancel: threading.Event | None = None
 
 
 @dataclass(frozen=True)
@@ -70,7 +79,6 @@ class Runner(ABC):
         """Where this runner looks for the framework, for messages ("here", "in image X")."""
         return "here"
 
-    @abstractmethod
     def run(
         self,
         job: Job,
@@ -93,3 +101,8 @@ class Runner(ABC):
         Returns:
             The outcome: a result, or an error naming its type, message and phase.
         """
+        return self._run(job, emit, RunLimits(timeout_s, memory_limit_mb, cancel))
+
+    @abstractmethod
+    def _run(self, job: Job, emit: Emit, limits: RunLimits) -> RunOutcome:
+        """This runner's way of running a job to its end within `limits` (see `run`)."""

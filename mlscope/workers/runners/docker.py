@@ -37,7 +37,7 @@ from mlscope.contract.manifest import parse_manifest
 from mlscope.contract.settings import Settings
 from mlscope.runtime.frameworks import FrameworkSpec, get_framework
 from mlscope.runtime.predictors.base import PredictorError, PredictorOptions
-from mlscope.workers.runners.base import Runner, RunOutcome, ended_by, final_outcome
+from mlscope.workers.runners.base import RunLimits, Runner, RunOutcome, ended_by, final_outcome
 from mlscope.workers.runners.container import (
     CONTAINER_CACHE,
     CONTAINER_IO,
@@ -193,15 +193,8 @@ class DockerRunner(Runner):
         _, missing = self._image(spec.name)
         return f"in image {name}" if missing is None else f"in image {name} ({missing})"
 
-    def run(
-        self,
-        job: Job,
-        emit: Emit,
-        *,
-        timeout_s: float,
-        memory_limit_mb: int | None = None,
-        cancel: threading.Event | None = None,
-    ) -> RunOutcome:
+    def _run(self, job: Job, emit: Emit, limits: RunLimits) -> RunOutcome:
+        timeout_s, memory_limit_mb, cancel = limits
         deadline = time.monotonic() + timeout_s
         try:
             client = _images().docker_client()

@@ -7,7 +7,6 @@ second evaluation's import_ms is not a cold import: the result says `warm_proces
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import ClassVar
 
@@ -15,7 +14,7 @@ from mlscope.contract.errors import MlscopeError
 from mlscope.contract.events import Emit, PredictorEvent
 from mlscope.contract.job import Job, JobFailed
 from mlscope.runtime.execute import execute
-from mlscope.workers.runners.base import Runner, RunOutcome
+from mlscope.workers.runners.base import RunLimits, Runner, RunOutcome
 
 __all__ = ["InlineRunner"]
 
@@ -27,15 +26,8 @@ class _Deadline(MlscopeError):
 class InlineRunner(Runner):
     NAME: ClassVar[str] = "inline"
 
-    def run(
-        self,
-        job: Job,
-        emit: Emit,
-        *,
-        timeout_s: float,
-        memory_limit_mb: int | None = None,
-        cancel: threading.Event | None = None,
-    ) -> RunOutcome:
+    def _run(self, job: Job, emit: Emit, limits: RunLimits) -> RunOutcome:
+        timeout_s, _, cancel = limits
         deadline = time.monotonic() + timeout_s
         phase = "import"
 

@@ -34,7 +34,7 @@ from mlscope.contract.job import Job
 from mlscope.contract.settings import Settings
 from mlscope.runtime.frameworks import FrameworkSpec, get_framework, installed_version
 from mlscope.workers.envs import EnvInfo, env_for, find_pins
-from mlscope.workers.runners.base import Runner, RunOutcome, ended_by, final_outcome
+from mlscope.workers.runners.base import RunLimits, Runner, RunOutcome, ended_by, final_outcome
 
 __all__ = ["ProcessRunner"]
 
@@ -134,15 +134,8 @@ class ProcessRunner(Runner):
             environ["OMP_NUM_THREADS"] = str(int(threads))
         return environ
 
-    def run(
-        self,
-        job: Job,
-        emit: Emit,
-        *,
-        timeout_s: float,
-        memory_limit_mb: int | None = None,
-        cancel: threading.Event | None = None,
-    ) -> RunOutcome:
+    def _run(self, job: Job, emit: Emit, limits: RunLimits) -> RunOutcome:
+        timeout_s, memory_limit_mb, cancel = limits
         child = subprocess.Popen(
             [self.python_for(job.framework), "-m", "mlscope.runtime.execute"],
             env=self._child_environment(job),
