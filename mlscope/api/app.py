@@ -18,7 +18,6 @@ from flask import Flask
 from flask_smorest import Api
 
 from mlscope import __version__
-from mlscope.api import catalog, compare, datasets, evaluations, history, ops, uploads
 from mlscope.api.auth import init_auth
 from mlscope.api.blueprint import EvaluationIdConverter
 from mlscope.api.context import ApiContext
@@ -26,6 +25,7 @@ from mlscope.api.dashboard import SWAGGER_UI_CONFIG, SWAGGER_UI_URL, init_dashbo
 from mlscope.api.metrics import ApiMetrics
 from mlscope.api.openapi_fields import RulesPlugin, exclusive_bounds, stated_schema
 from mlscope.api.problems import PROBLEM_MIMETYPE, ProblemSchema, install_error_handlers
+from mlscope.api.resources import register_resources
 from mlscope.broker.app import make_celery
 from mlscope.contract.settings import Settings, load_settings
 from mlscope.registry.agents import AgentRegistry
@@ -140,9 +140,7 @@ def create_app(
     api.register_converter(EvaluationIdConverter, EvaluationIdConverter.openapi_schema)
     api.ma_plugin.converter.add_attribute_function(exclusive_bounds)
     api.ma_plugin.converter.add_attribute_function(stated_schema)
-    blueprints = (evaluations.blp, catalog.blp, uploads.blp, datasets.blp, compare.blp, history.blp, ops.blp)
-    for blueprint in blueprints:
-        api.register_blueprint(blueprint)
+    register_resources(api)
     # After flask-smorest's own handler, so these win.
     install_error_handlers(app)
     init_dashboard(app)

@@ -1,5 +1,6 @@
-"""Plugging in from outside: a toy framework, a toy scenario and a toy store, each declared by an
-installed distribution in mlscope's entry-point groups (tests/data/plugins), run end to end.
+"""Plugging in from outside: a toy framework, a toy scenario, a toy store and a toy HTTP resource,
+each declared by an installed distribution in mlscope's entry-point groups (tests/data/plugins), run
+end to end.
 
 They are installed into a virtual environment of the test's own (which sees this interpreter's
 packages), so this interpreter's environment is left as it was.
@@ -149,3 +150,39 @@ def test_an_installed_scenario_is_requested_by_name_and_measures(plugged: Path, 
     )  # fmt: skip
     assert refused.returncode == 2 and "scenarios.0: Must be one of" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+# Run inside the environment: the API app, its store the toy store, asked for the toy resource.
+ASK_API = """
+import json, sys
+from mlscope.api import create_app
+from mlscope.contract.settings import load_settings
+from mlscope.store import open_store
+
+with open_store(sys.argv[1]) as store:
+    app = create_app(load_settings(), store=store)
+    client = app.test_client()
+    count = client.get("/api/v1/toy/count")
+    document = client.get("/api/openapi.json").get_json()
+    app.extensions["mlscope"].agents.close()
+print(json.dumps({"status": count.status_code, "body": count.get_json(), "paths": sorted(document["paths"])}))
+"""
+
+
+def test_an_installed_http_resource_is_served_beside_the_builtin_ones(plugged: Path, tmp_path: Path) -> None:
+    # Given the toy plugins installed and one evaluation run into the toy store
+    env, url = _toy_env(tmp_path)
+    done = subprocess.run(
+        [plugged, "-m", "mlscope", "run", "toy_model", "-f", "toyfw", "--runner", "inline", "--json", *FAST],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    ran_valid(done)
+    # When the API made in that environment is asked for the toy resource
+    asked = subprocess.run(
+        [plugged, "-c", ASK_API, url], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert asked.returncode == 0, asked.stderr[-3000:]
+    seen = json.loads(asked.stdout)
+    # Then it answers from the API's store, and the OpenAPI document lists it beside the built-ins
+    assert seen["status"] == 200 and seen["body"] == {"evaluations": 1}
+    assert "/api/v1/toy/count" in seen["paths"] and "/api/v1/evaluations" in seen["paths"]

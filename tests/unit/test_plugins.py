@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import tomllib
 
+from mlscope.api.resources import BUILTIN_RESOURCES
 from mlscope.contract.plugins import DuplicatePlugin, Registry, UnknownPlugin
 from mlscope.runtime.frameworks import BUILTIN_FRAMEWORKS, FRAMEWORKS, FrameworkSpec
 from mlscope.runtime.scenarios import BUILTIN_SCENARIOS
@@ -29,6 +30,7 @@ BUILTINS = {
     "mlscope.runners": BUILTIN_RUNNERS,
     "mlscope.scenarios": BUILTIN_SCENARIOS,
     "mlscope.bricks": BUILTIN_BRICKS,
+    "mlscope.resources": BUILTIN_RESOURCES,
 }
 
 
