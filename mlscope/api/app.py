@@ -18,7 +18,7 @@ from flask import Flask
 from flask_smorest import Api
 
 from mlscope import __version__
-from mlscope.api import catalog, compare, datasets, evaluations, history, ops, uploads
+from mlscope.api import bricks, catalog, compare, datasets, evaluations, history, ops, uploads
 from mlscope.api.auth import init_auth
 from mlscope.api.blueprint import EvaluationIdConverter
 from mlscope.api.context import ApiContext
@@ -140,7 +140,16 @@ def create_app(
     api.register_converter(EvaluationIdConverter, EvaluationIdConverter.openapi_schema)
     api.ma_plugin.converter.add_attribute_function(exclusive_bounds)
     api.ma_plugin.converter.add_attribute_function(stated_schema)
-    blueprints = (evaluations.blp, catalog.blp, uploads.blp, datasets.blp, compare.blp, history.blp, ops.blp)
+    blueprints = (
+        evaluations.blp,
+        catalog.blp,
+        uploads.blp,
+        datasets.blp,
+        compare.blp,
+        history.blp,
+        bricks.blp,
+        ops.blp,
+    )
     for blueprint in blueprints:
         api.register_blueprint(blueprint)
     # After flask-smorest's own handler, so these win.

@@ -13,12 +13,12 @@ prediction interval's pairs `calibration`.
 from __future__ import annotations
 
 from mlscope.services.bricks.registry import BRICKS, check_brick_framework
-from mlscope.services.bricks.run import BrickEstimates, run_bricks
+from mlscope.services.bricks.run import BrickRunReports, run_bricks
 from mlscope.services.bricks.stored import StoredBrickRuns, estimate_stored
 
 __all__ = [
     "BRICKS",
-    "BrickEstimates",
+    "BrickRunReports",
     "StoredBrickRuns",
     "check_brick_framework",
     "estimate_stored",

@@ -17,10 +17,10 @@ from mlscope.services.bricks.pipeline import BrickBench, summary
 from mlscope.services.bricks.registry import check_brick_framework
 from mlscope.workers.bricks import BrickRuns
 
-__all__ = ["BrickEstimates", "run_bricks"]
+__all__ = ["BrickRunReports", "run_bricks"]
 
 
-class BrickEstimates(NamedTuple):
+class BrickRunReports(NamedTuple):
     """What `run_bricks` returns: one report per model and place, in the order measured (each as one
     object of `mlscope bricks --json`), and the run's summary (with one per system under `agents`
     when more than one place was asked for)."""
@@ -42,7 +42,7 @@ def run_bricks(
     max_seconds: float | None = None,
     min_count: int | None = None,
     note: Callable[[str], None] | None = None,
-) -> BrickEstimates:
+) -> BrickRunReports:
     """Estimate each of `refs` from its layers (bricks) and measure it whole, on each place of `runs`.
 
     Every unique brick is measured once per system and framework version, and stored: a later model
@@ -101,4 +101,4 @@ def run_bricks(
             agent: summary([report for report in reports if report.get("agent") == agent])
             for agent in dict.fromkeys(str(report.get("agent")) for report in reports)
         }
-    return BrickEstimates(reports, total)
+    return BrickRunReports(reports, total)
