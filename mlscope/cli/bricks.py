@@ -14,6 +14,7 @@ from mlscope.cli.options import json_flag, split_csv
 from mlscope.cli.render import EXIT_NOT_VALID, console, err_console, new_table, print_json_lines
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
+from mlscope.services.bricks import BRICKS
 
 if TYPE_CHECKING:
     from mlscope.workers.bricks import BrickRuns
@@ -28,7 +29,8 @@ __all__ = ["bricks"]
     "--framework",
     default="onnxruntime",
     show_default=True,
-    help="The framework whose model is decomposed: onnxruntime (its optimised graph) or pytorch (torch.fx).",
+    help=f"The framework whose model is decomposed: {' or '.join(BRICKS)} (the mlscope.bricks registry; "
+    "ONNX Runtime's optimised graph, PyTorch's module as torch.fx traces it).",
 )
 @click.option("--threads", type=int, help="Intra-op threads of every measurement [default: the framework's].")
 @click.option(
