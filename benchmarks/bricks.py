@@ -50,9 +50,9 @@ from pathlib import Path
 from typing import Any
 
 from mlscope.analysis.bricks.interval import NOMINAL, Pair, calibration_set, leave_one_out
-from mlscope.cli.bricks_pipeline import BrickBench, summary
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
+from mlscope.services.bricks.pipeline import BrickBench, summary
 
 # Small models of many families; some share layers (resnet18 of torchvision and timm, the MobileNets).
 MODELS = [

@@ -3,9 +3,10 @@
     import mlscope
     results = mlscope.evaluate("resnet18", frameworks=["pytorch", "onnxruntime"], batch_sizes=[1, 8])
 
-`import mlscope` stays cheap (no framework, store or console code): `evaluate` and `ResultSet` are
-loaded from mlscope.library when first used, and `MlscopeError` (the root of every exception mlscope
-defines) from mlscope.contract.errors.
+`import mlscope` stays cheap (no framework, store or console code): `evaluate`, `bricks` (a model's
+latency estimated from its layers, docs/bricks.md) and `ResultSet` are loaded from mlscope.library
+when first used, and `MlscopeError` (the root of every exception mlscope defines) from
+mlscope.contract.errors.
 """
 
 from __future__ import annotations
@@ -14,15 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mlscope.contract.errors import MlscopeError
-    from mlscope.library import ResultSet, evaluate
+    from mlscope.library import ResultSet, bricks, evaluate
 
 __version__ = "0.1.0"
-__all__ = ["MlscopeError", "ResultSet", "__version__", "evaluate"]
+__all__ = ["MlscopeError", "ResultSet", "__version__", "bricks", "evaluate"]
 
 # Each lazily loaded name and the module it comes from.
 _LAZY = {
     "MlscopeError": "mlscope.contract.errors",
     "ResultSet": "mlscope.library",
+    "bricks": "mlscope.library",
     "evaluate": "mlscope.library",
 }
 

@@ -10,6 +10,9 @@
 `evaluate` runs what `mlscope run` runs (`mlscope.workers.local.evaluate_here`: every request admitted
 before the first runs, then each evaluated into the store) and returns the same result dicts
 `mlscope run --json` prints. A mistake raises `UserError` naming the field, with nothing stored.
+
+`bricks` runs what `mlscope bricks` runs (`mlscope.services.bricks.run_bricks`): each model's latency
+estimated from its layers measured one by one, beside the model measured whole (docs/bricks.md).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from mlscope.workers.local import evaluate_here
 if TYPE_CHECKING:
     import pandas
 
+    from mlscope.services.bricks import BrickRunReports
     from mlscope.workers.admission import Admission
 
 __all__ = [
@@ -40,6 +44,7 @@ __all__ = [
     "Progress",
     "ResultRow",
     "ResultSet",
+    "bricks",
     "evaluate",
 ]
 
@@ -209,6 +214,76 @@ def evaluate(
         settings = dataclasses.replace(settings, store_url=store_url)
     watch = _watch(progress)
     return ResultSet(evaluate_here(model, frameworks, document, settings=settings, watch=watch))
+
+
+@_short_user_errors
+def bricks(
+    models: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    framework: str = "onnxruntime",
+    *,
+    threads: int | None = None,
+    device: str = "cpu",
+    runner: str = "process",
+    min_seconds: float | None = None,
+    max_seconds: float | None = None,
+    min_count: int | None = None,
+    store_url: str | None = None,
+    progress: bool = False,
+) -> BrickRunReports:
+    """Estimate each model's latency from its layers (bricks) and measure it whole, on this machine:
+    what `mlscope bricks` runs (`mlscope.services.bricks.run_bricks`, docs/bricks.md).
+
+        reports, summary = mlscope.bricks("resnet18")
+        reports[0]["estimate_ms"], reports[0]["measured_ms"], reports[0]["error_pct"]
+
+    Every unique brick is measured once per system and framework version and stored: a later model
+    that shares it reuses the stored result.
+
+    Args:
+        models: a model reference, or several (as `mlscope run` takes them: a manifest name, a
+            catalogue name, an .onnx file).
+        framework: whose decomposition: onnxruntime (its optimised graph) or pytorch (torch.fx); the
+            `mlscope.bricks` registry's names.
+        threads: intra-op threads of every measurement (None: the framework's default).
+        device: where the bricks and the whole model run: cpu, or cuda[:N] for PyTorch's.
+        runner: how each model is measured whole: process, inline or docker (bricks run inline).
+        min_seconds, max_seconds, min_count: the whole-model measurement's stopping rule (None:
+            2 s, 60 s and 30 runs).
+        store_url: where the bricks are looked up and stored; None: the settings' store.
+        progress: print a line on stderr per step.
+
+    Returns:
+        (reports, summary): one report per model as `mlscope bricks --json` prints it (estimate_ms,
+            interval_ms, measured_ms, error_pct, bounds, bricks, validity, ...), and the run's summary.
+
+    Raises:
+        UserError: a framework whose models cannot be cut into bricks (naming the supported ones), a
+            device its bricks cannot run on, or a model no manifest resolves; nothing was measured.
+    """
+    from mlscope.services.bricks import run_bricks
+
+    given = [models] if isinstance(models, str | os.PathLike) else list(models)
+    refs = [os.fspath(model) if isinstance(model, os.PathLike) else model for model in given]
+    for index, ref in enumerate(refs):
+        if not isinstance(ref, str):
+            raise UserError(
+                f"models.{index}: expected a model reference (a string), got {ref!r}", field="models"
+            )
+    settings = load_settings()
+    if store_url is not None:
+        settings = dataclasses.replace(settings, store_url=store_url)
+    return run_bricks(
+        refs,
+        framework=framework,
+        settings=settings,
+        threads=threads,
+        device=device,
+        runner=runner,
+        min_seconds=min_seconds,
+        max_seconds=max_seconds,
+        min_count=min_count,
+        note=(lambda line: print(f"mlscope: {line}", file=sys.stderr, flush=True)) if progress else None,
+    )
 
 
 def _check_fields(fields: Mapping[str, Any]) -> None:

@@ -23,6 +23,7 @@ BUILTIN_RESOURCES: dict[str, str] = {
     "datasets": "mlscope.api.datasets:blp",
     "compare": "mlscope.api.compare:blp",
     "history": "mlscope.api.history:blp",
+    "bricks": "mlscope.api.bricks:blp",
     "ops": "mlscope.api.ops:blp",
 }
 

@@ -4,7 +4,8 @@ against the model measured whole; Benanza's lower bounds, and the framework over
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.markup import escape
@@ -13,6 +14,10 @@ from mlscope.cli.options import json_flag, split_csv
 from mlscope.cli.render import EXIT_NOT_VALID, console, err_console, new_table, print_json_lines
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
+from mlscope.services.bricks import BRICKS
+
+if TYPE_CHECKING:
+    from mlscope.workers.bricks import BrickRuns
 
 __all__ = ["bricks"]
 
@@ -24,7 +29,8 @@ __all__ = ["bricks"]
     "--framework",
     default="onnxruntime",
     show_default=True,
-    help="The framework whose model is decomposed: onnxruntime (its optimised graph) or pytorch (torch.fx).",
+    help=f"The framework whose model is decomposed: {' or '.join(BRICKS)} (the mlscope.bricks registry; "
+    "ONNX Runtime's optimised graph, PyTorch's module as torch.fx traces it).",
 )
 @click.option("--threads", type=int, help="Intra-op threads of every measurement [default: the framework's].")
 @click.option(
@@ -71,43 +77,32 @@ def bricks(
     that shares it reuses the stored result. A model's layers not stored yet are measured together,
     in one job in this process, or with --on in one job on each farm agent.
     """
-    from mlscope.cli.bricks_pipeline import BrickBench, summary
+    from mlscope.services.bricks import check_brick_framework, run_bricks
 
-    measure = {
-        name: value
-        for name, value in (
-            ("min_seconds", min_seconds),
-            ("max_seconds", max_seconds),
-            ("min_count", min_count),
-        )
-        if value is not None
-    }
     quiet = as_json or not sys.stderr.isatty()
 
     def note(line: str) -> None:
         if not quiet:
             err_console.print(f"[dim]{escape(line)}[/dim]")
 
-    whole = {"runner": runner, "measure": measure, "device": device}
+    check_brick_framework(framework)
     settings = load_settings()
-    places: list[dict[str, Any]] = [{}]  # this machine
+    runs = None  # this machine
     if targets is not None:
-        places = _farm_places(split_csv(targets), framework)
-    reports = []
-    for place in places:
-        bench = BrickBench(
-            settings, whole=whole, threads=threads, framework=framework, note=note, device=device, **place
-        )
-        with bench:
-            for ref in refs:  # every REF resolved before the first is measured: a typo costs no run
-                bench.runs.admit(ref)
-            reports += [bench.report(ref) for ref in refs]
-    total = summary(reports)
-    if len(places) > 1:  # one summary per system, since bricks are reused per system
-        total["agents"] = {
-            agent: summary([report for report in reports if report.get("agent") == agent])
-            for agent in dict.fromkeys(str(report.get("agent")) for report in reports)
-        }
+        runs = _farm_runs(split_csv(targets), framework)
+    reports, total = run_bricks(
+        refs,
+        framework=framework,
+        settings=settings,
+        runs=runs,
+        threads=threads,
+        device=device,
+        runner=runner,
+        min_seconds=min_seconds,
+        max_seconds=max_seconds,
+        min_count=min_count,
+        note=note,
+    )
     if as_json:
         print_json_lines([*reports, total])
     else:
@@ -115,8 +110,8 @@ def bricks(
     sys.exit(_exit_code(reports))
 
 
-def _farm_places(targets: list[str], framework: str) -> list[dict[str, Any]]:
-    """A BrickBench's arguments per live agent `targets` name: its bricks and models measured there.
+def _farm_runs(targets: list[str], framework: str) -> list[Callable[..., BrickRuns]]:
+    """A `BrickRuns` maker per live agent `targets` name: its bricks and models measured there.
 
     Raises:
         UserError: a framework the farm measures no bricks of, or a target no live agent matches.
@@ -136,7 +131,7 @@ def _farm_places(targets: list[str], framework: str) -> list[dict[str, Any]]:
         )
     client = api_client()
     return [
-        {"make_runs": partial(FarmBrickRuns, client=client, agent=agent)}
+        partial(FarmBrickRuns, client=client, agent=agent)
         for agent in farm_agents(client, targets, framework)
     ]
 

@@ -10,7 +10,8 @@ in one predictor job by the brick method), and the model is measured whole on it
         agent:<id> as one job ─▶ the model whole on agent:<id> ─▶ compose, as `mlscope bricks` does
 
 `FarmBrickRuns` is `BrickRuns` with the farm behind it: `BrickBench` composes and reports the same
-way whichever measured the bricks.
+way whichever measured the bricks. It needs the HTTP client, which the bricks service may not
+import, so it lives here and the verb passes one maker of it per agent to `run_bricks(runs=...)`.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ stored as an evaluation's result like any other, so a later model (or a later ru
     model REF ─▶ evaluated the ordinary way (single_stream, batch 1), timed
 
 What a brick is and how a model is cut into them is `mlscope.analysis.bricks`'s; the pipeline that
-joins the two is the verb's (`mlscope.cli.bricks_pipeline`): this layer and analysis may not import
-each other.
+joins the two, and the registry of the frameworks whose models can be cut into bricks, are the
+bricks service's (`mlscope.services.bricks`): this layer and analysis may not import each other.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest
-from mlscope.contract.plugins import Registry
 from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.bricks import BrickJob, BrickSpec, measure_bricks
@@ -37,9 +36,7 @@ from mlscope.store.records import subsample_latencies
 from mlscope.workers.local import admit_all, evaluate_here
 
 __all__ = [
-    "BRICKS",
     "BRICK_MEASURE",
-    "BUILTIN_BRICKS",
     "BrickJobReport",
     "BrickResult",
     "BrickRuns",
@@ -48,15 +45,6 @@ __all__ = [
     "single_stream",
 ]
 
-# The frameworks whose models can be cut into bricks, each with its `FrameworkBricks` ("module:class"):
-# ONNX Runtime's (the ONNX graph it optimises) and PyTorch's (the module as torch.fx traces it).
-# mlscope's own are pyproject.toml's `mlscope.bricks` entry points; the classes belong to `mlscope
-# bricks`'s pipeline (mlscope.cli), which alone looks them up: here only the names are read.
-BUILTIN_BRICKS: dict[str, str] = {
-    "onnxruntime": "mlscope.cli.bricks_pipeline:OrtBricks",
-    "pytorch": "mlscope.cli.bricks_pytorch:TorchBricks",
-}
-BRICKS: Registry[Any] = Registry("mlscope.bricks", BUILTIN_BRICKS)
 # The stopping rule of each brick in its job (runtime.bricks): 3 warm-up runs, then at least 15 timed
 # ones, until its median is known to ±5% (95%: the precision the bricks had as evaluations of their
 # own), or 0.25 s of the job's time spent on it (not settled by then: judged unstable, not valid).
@@ -131,8 +119,9 @@ class BrickRuns:
         brick_measure: the bricks' measure settings.
 
     Raises (on construction):
-        UserError: a framework bricks cannot be made for (naming it and what is supported), or one
-            not installed here.
+        UserError: a framework not installed here, or a device its bricks cannot run on. (Which
+            frameworks can be cut into bricks at all is the bricks service's registry, checked first
+            by `mlscope.services.bricks`.)
     """
 
     settings: Settings
@@ -143,17 +132,7 @@ class BrickRuns:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        if self.framework not in BRICKS:
-            raise UserError(
-                f"framework {self.framework!r} cannot be decomposed into bricks; only "
-                f"{' and '.join(BRICKS)} are supported for now",
-                field="framework",
-            )
-        version = installed_version(get_framework(self.framework))
-        if version is None:
-            raise UserError(f"{self.framework} is not installed here", field="framework")
-        self._check_device()
-        self.version: str = version
+        self._check_setup()
         self.registry = ModelRegistry.load(self.settings.manifests)
         system = capture_system()
         if self.settings.instance_type:
@@ -161,6 +140,18 @@ class BrickRuns:
         self.system_id = system_id(system)
         self.system = {**system, "id": self.system_id}
         self._store: Store | None = None
+
+    def _check_setup(self) -> None:
+        """Set `version` to the framework's installed here.
+
+        Raises:
+            UserError: the framework is not installed here, or its bricks cannot run on `device`.
+        """
+        version = installed_version(get_framework(self.framework))
+        if version is None:
+            raise UserError(f"{self.framework} is not installed here", field="framework")
+        self._check_device()
+        self.version: str = version
 
     def place(self) -> dict[str, Any]:
         """Where the measurements run, for a report: nothing to say for this machine."""

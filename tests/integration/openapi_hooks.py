@@ -47,6 +47,8 @@ REFUSABLE: dict[str, tuple[str, ...]] = {
     "GET /api/v1/compare/diff": ("a", "b"),  # stored evaluations
     "POST /api/v1/models": ("file",),  # an ONNX model's bytes
     "POST /api/v1/datasets": ("file",),  # a zip of images
+    # A model the registry knows, with a manifest for the framework, which is installed on the API host.
+    "POST /api/v1/bricks/estimates": ("model", "framework"),
 }
 
 

@@ -565,6 +565,7 @@ def test_the_openapi_document_lists_every_path_and_the_docs_page_loads_it(http: 
         "/api/v1/history",
         "/api/v1/history/series",
         "/api/v1/history/regressions",
+        "/api/v1/bricks/estimates",
         "/api/v1/health",
         "/api/v1/metrics",
     }

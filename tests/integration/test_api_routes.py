@@ -83,3 +83,4 @@ def test_the_app_registers_every_routing_modules_blueprint(app: Flask) -> None:
         rules["/api/v1/evaluations/<evaluation_id:evaluation_id>/trace"]
         == "evaluations.traces.EvaluationTrace"
     )
+    assert rules["/api/v1/bricks/estimates"] == "bricks.BrickEstimates"

@@ -14,8 +14,8 @@ import onnxruntime  # noqa: F401 - the project installs it: a missing install fa
 import pytest
 
 from mlscope.cli import main
-from mlscope.cli.bricks_pipeline import BrickBench
 from mlscope.contract.settings import load_settings
+from mlscope.services.bricks.pipeline import BrickBench
 from mlscope.store import open_store
 from mlscope.workers.bricks import brick_files
 from tests.fixtures.brick_graphs import mlp, two_towers, with_control_flow

@@ -15,8 +15,8 @@ import pytest
 import torch  # noqa: F401 - installed by the project: a missing install fails, never skips
 
 from mlscope.cli import main
-from mlscope.cli.bricks_pipeline import BrickBench
 from mlscope.contract.settings import load_settings
+from mlscope.services.bricks.pipeline import BrickBench
 from mlscope.store import open_store
 from tests.conftest import RUNTIME_MANIFESTS
 from tests.fixtures.torch_bricks import write_manifests

@@ -21,9 +21,9 @@ from mlscope.analysis.bricks import (
     plan_bricks,
 )
 from mlscope.cli import main
-from mlscope.cli.bricks_pipeline import summary
 from mlscope.runtime.bricks import BrickSpec, measure_bricks
 from mlscope.runtime.measure.settings import MeasureSettings
+from mlscope.services.bricks.pipeline import summary
 from tests.fixtures.brick_graphs import branchy, flattening, mlp, reshaping, slicing, with_control_flow
 
 EXECUTION = {"threads": 1, "level": "all", "framework": "onnxruntime"}

@@ -21,9 +21,9 @@ from mlscope.analysis.bricks.fx import (
     plan_module_bricks,
 )
 from mlscope.cli import main
-from mlscope.cli.bricks_pytorch import TorchBricks
 from mlscope.runtime.measure.settings import MeasureSettings
 from mlscope.runtime.predictors.pytorch import bricks as runtime_bricks
+from mlscope.services.bricks.pytorch import TorchBricks
 from mlscope.workers.bricks import BrickJobReport
 from tests.fixtures import torch_bricks
 

@@ -20,7 +20,7 @@ from mlscope.analysis.bricks.interval import (
     prediction_interval,
     t_quantile,
 )
-from mlscope.cli.bricks_calibration import PairLog, interval_section, setup_of
+from mlscope.services.bricks.calibration import PairLog, interval_section, setup_of
 
 # Student's t, 95th percentile, from a printed table: 4 and 9 degrees of freedom.
 T95 = {4: 2.131847, 9: 1.833113}

@@ -19,8 +19,8 @@ from mlscope.api.resources import BUILTIN_RESOURCES
 from mlscope.contract.plugins import DuplicatePlugin, Registry, UnknownPlugin
 from mlscope.runtime.frameworks import BUILTIN_FRAMEWORKS, FRAMEWORKS, FrameworkSpec
 from mlscope.runtime.scenarios import BUILTIN_SCENARIOS
+from mlscope.services.bricks.registry import BUILTIN_BRICKS
 from mlscope.store import BUILTIN_STORES
-from mlscope.workers.bricks import BUILTIN_BRICKS
 from mlscope.workers.runners import BUILTIN_RUNNERS
 from tests.conftest import REPO
 

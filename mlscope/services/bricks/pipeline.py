@@ -1,20 +1,22 @@
-"""`mlscope bricks`'s pipeline: a model cut into bricks (`mlscope.analysis.bricks`), the bricks the store
+"""The bricks pipeline: a model cut into bricks (`mlscope.analysis.bricks`), the bricks the store
 does not hold yet measured (`mlscope.workers.bricks`), the model measured whole, and the two set side
-by side. It lives here, above both, because workers and analysis may not import each other.
+by side. It lives in the bricks service, above both, because workers and analysis may not import
+each other.
 
     REF ─▶ its ONNX graph ─▶ decompose: the graph ORT runs, its layers, their bricks
         ─▶ each unique brick: its stored result reused; the others (and, the first time, the
            calibrations) measured now, all in one job (mlscope.runtime.bricks) ─▶ the model whole
         ─▶ compose: estimate, interval, sequential and critical-path bounds, overhead
-        ─▶ the prediction interval, calibrated on this system's earlier pairs (cli.bricks_calibration)
+        ─▶ the prediction interval, calibrated on this system's earlier pairs (bricks.calibration)
 
 What is framework-specific (the layers, a brick's model, the calibrations, the job) is a
-`FrameworkBricks`: ONNX Runtime's here (`OrtBricks`), PyTorch's in `mlscope.cli.bricks_pytorch`
-(the module torch.fx traces, each layer an eager module), chosen by name in `workers.bricks.BRICKS`.
+`FrameworkBricks`: ONNX Runtime's here (`OrtBricks`), PyTorch's in `mlscope.services.bricks.pytorch`
+(the module torch.fx traces, each layer an eager module), chosen by name in the `mlscope.bricks`
+registry (`mlscope.services.bricks.registry.BRICKS`).
 
 A model whose graph cannot be decomposed (control flow, a model torch.fx cannot trace, a brick that
 fails to build or run) is still measured whole; its report names the layers and why, and has no
-estimate.
+estimate. `BrickBench.estimate_stored` composes from stored bricks only, measuring nothing.
 """
 
 from __future__ import annotations
@@ -42,12 +44,13 @@ from mlscope.analysis.bricks import (
     plan_bricks,
 )
 from mlscope.analysis.bricks import brick_name as name_of
-from mlscope.cli.bricks_calibration import PAIRS_FILE, PairLog, interval_section, setup_of
 from mlscope.contract.errors import UserError
 from mlscope.contract.result import result_validity
 from mlscope.contract.settings import Settings
 from mlscope.runtime.predictors.inputs import synthetic_batch
-from mlscope.workers.bricks import BRICKS, BrickJobReport, BrickResult, BrickRuns, single_stream
+from mlscope.services.bricks.calibration import PAIRS_FILE, PairLog, interval_section, setup_of
+from mlscope.services.bricks.registry import BRICKS, check_brick_framework
+from mlscope.workers.bricks import BrickJobReport, BrickResult, BrickRuns, single_stream
 
 __all__ = [
     "DISPATCH_CHAIN",
@@ -85,7 +88,7 @@ class _Bricks:
 
 class FrameworkBricks:
     """How one framework's models become bricks and its bricks are measured: what BrickBench asks of
-    a framework (the ONNX Runtime one below, PyTorch's in `mlscope.cli.bricks_pytorch`)."""
+    a framework (the ONNX Runtime one below, PyTorch's in `mlscope.services.bricks.pytorch`)."""
 
     def execution(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -185,7 +188,8 @@ class BrickBench:
     note: Callable[[str], None] = field(default=lambda line: None)
     brick_measure: Mapping[str, Any] | None = None
     fix_shapes: bool = False
-    # What measures the bricks and models: this machine (BrickRuns), or a farm agent (cli.bricks_farm).
+    # What measures the bricks and models: this machine (BrickRuns), a farm agent (the command line's
+    # FarmBrickRuns), or nothing (StoredBrickRuns: the stored bricks only).
     make_runs: Callable[..., BrickRuns] = BrickRuns
     # Where the bricks run (PyTorch's may run on a CUDA device; BrickRuns refuses what cannot).
     device: str = "cpu"
@@ -193,6 +197,7 @@ class BrickBench:
     pairs: Path | None = None
 
     def __post_init__(self) -> None:
+        check_brick_framework(self.framework)
         runs = self.make_runs(
             self.settings, framework=self.framework, threads=self.threads, device=self.device
         )
@@ -391,7 +396,7 @@ class BrickBench:
             "estimate_ci": None,
             "estimate_se_ms": None,
             # The nominal-90% prediction interval of the latency measured whole, and how often such
-            # intervals held for this system's other models (bricks_calibration).
+            # intervals held for this system's other models (bricks.calibration).
             "interval_ms": None,
             "coverage": None,
             "error_pct": None,
@@ -430,6 +435,97 @@ class BrickBench:
             report["cudnn"] = self.kind.cudnn_section(ref, plans, graph, done, report)
         return report
 
+    def estimate_stored(self, ref: str) -> dict[str, Any]:
+        """Model `ref`'s estimate composed only from the bricks `runs` finds stored, measuring nothing
+        (neither a brick nor the model whole): POST /api/v1/bricks/estimates's answer.
+
+        The bricks the estimate needs are the model's unique bricks and the two calibrations;
+        `coverage` is the share of them found, `missing` names the others (their evaluations'
+        model names). The estimate is made only when every one is found.
+
+        Raises:
+            UserError: `ref` names no model this framework can run.
+        """
+        report: dict[str, Any] = {
+            "model": ref,
+            "system_id": getattr(self.runs, "system_id", None),
+            "framework": {"name": self.framework, "version": self.version},
+            "device": self.device,
+            "threads": self.threads,
+            "layers": 0,
+            "bricks": {"total": 0, "unique": 0, "needed": 0, "found": 0},
+            "coverage": 0.0,
+            "missing": [],
+            "estimate_ms": None,
+            "estimate_ci": None,
+            "estimate_se_ms": None,
+            "bounds": None,
+            "validity": {"valid": True, "reasons": []},
+            "fallback": None,
+        }
+        try:
+            graph, plans = self._decompose(ref)
+        except UserError:
+            raise
+        except Exception as exc:  # an exporter's or ORT's failure: no estimate, saying why
+            report["fallback"] = {
+                "reason": f"the graph cannot be decomposed: {type(exc).__name__}: {exc}"[:300],
+                "layers": [],
+            }
+            return report
+        unique = {plan.key: plan for plan in plans if isinstance(plan, BrickPlan)}
+        needed = [(key, plan.name, plan.batch_size) for key, plan in unique.items()]
+        needed += [(key, name, batch) for key, name, _, batch in self._calibration_bricks()]
+        found: dict[str, BrickResult | str] = {}
+        missing = []
+        for key, name, batch_size in needed:
+            stored = self.runs.stored(name, batch_size)
+            if stored is None:
+                missing.append(name)
+            else:
+                found[key] = stored
+        report.update(
+            layers=len(plans),
+            bricks={
+                "total": sum(isinstance(plan, BrickPlan) for plan in plans),
+                "unique": len(unique),
+                "needed": len(needed),
+                "found": len(found),
+            },
+            coverage=len(found) / len(needed) if needed else 0.0,
+            missing=missing,
+        )
+        invalid = sum(not result.valid for result in found.values() if isinstance(result, BrickResult))
+        if invalid:
+            report["validity"] = {
+                "valid": False,
+                "reasons": [f"{invalid} of its stored bricks' measurements are not valid"],
+            }
+        blocking = [plan for plan in plans if isinstance(plan, NotABrick) and not plan.zero_cost]
+        if blocking:
+            report["fallback"] = _fallback(blocking, "so no estimate is made")
+            return report
+        if missing:
+            return report
+        self._calibrate(found)
+        dispatch = self.dispatch_ms()
+        layers: list[str | float | None] = [
+            plan.key if isinstance(plan, BrickPlan) else dispatch if plan.dispatch_only else None
+            for plan in plans
+        ]
+        times = {key: _time(result) for key, result in found.items() if isinstance(result, BrickResult)}
+        composition = compose(layers, times, graph.edges(), _time(self.call_cost()), dispatch_ms=dispatch)
+        report.update(
+            estimate_ms=composition.estimate_ms,
+            estimate_ci=list(composition.estimate_ci),
+            estimate_se_ms=composition.estimate_se_ms,
+            bounds={
+                "sequential_ms": composition.sequential_ms,
+                "critical_path_ms": composition.critical_path_ms,
+            },
+        )
+        return report
+
 
 def _validity(whole: Mapping[str, Any], done: _Bricks) -> dict[str, Any]:
     """Whether the report may be taken as valid: its whole-model measurement valid (contract's
@@ -443,12 +539,11 @@ def _validity(whole: Mapping[str, Any], done: _Bricks) -> dict[str, Any]:
     return {"valid": bool(verdict["valid"]) and not done.invalid, "reasons": reasons}
 
 
-def _fallback(layers: list[NotABrick]) -> dict[str, Any]:
+def _fallback(layers: list[NotABrick], then: str = "so the model is measured whole only") -> dict[str, Any]:
     reasons = sorted({layer.reason for layer in layers})
     more = f" (and {len(reasons) - 1} other reason(s))" if len(reasons) > 1 else ""
     return {
-        "reason": f"{len(layers)} layer(s) cannot be bricks, so the model is measured whole only: "
-        f"{reasons[0]}{more}",
+        "reason": f"{len(layers)} layer(s) cannot be bricks, {then}: {reasons[0]}{more}",
         "layers": [
             {"layer": layer.layer, "op_type": layer.op_type, "reason": layer.reason} for layer in layers
         ],

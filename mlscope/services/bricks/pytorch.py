@@ -26,8 +26,8 @@ from mlscope.analysis.bricks.fx import (
     module_brick,
     plan_module_bricks,
 )
-from mlscope.cli.bricks_pipeline import BrickBench, FrameworkBricks
 from mlscope.runtime.predictors.inputs import synthetic_batch
+from mlscope.services.bricks.pipeline import BrickBench, FrameworkBricks
 from mlscope.workers.bricks import BrickJobReport
 
 __all__ = ["TorchBricks"]
