@@ -34,7 +34,7 @@ from mlscope.workers.local import evaluate_here
 if TYPE_CHECKING:
     import pandas
 
-    from mlscope.services.bricks import BrickRunReports
+    from mlscope.services.bricks.run import BrickRunReports
     from mlscope.workers.admission import Admission
 
 __all__ = [
@@ -260,7 +260,7 @@ def bricks(
         UserError: a framework whose models cannot be cut into bricks (naming the supported ones), a
             device its bricks cannot run on, or a model no manifest resolves; nothing was measured.
     """
-    from mlscope.services.bricks import run_bricks
+    from mlscope.services.bricks.run import run_bricks
 
     given = [models] if isinstance(models, str | os.PathLike) else list(models)
     refs = [os.fspath(model) if isinstance(model, os.PathLike) else model for model in given]

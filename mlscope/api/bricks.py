@@ -21,7 +21,8 @@ from mlscope.api.context import context
 from mlscope.api.problems import PROBLEM_MIMETYPE, ApiProblem, ProblemSchema
 from mlscope.contract.errors import UserError
 from mlscope.registry.uploads import ModelFiles
-from mlscope.services.bricks import BRICKS, estimate_stored
+from mlscope.services.bricks.registry import BRICKS
+from mlscope.services.bricks.stored import estimate_stored
 from mlscope.store.errors import SystemNotFound
 
 __all__ = ["BrickEstimateQuerySchema", "BrickEstimateSchema", "blp"]

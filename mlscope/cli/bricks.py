@@ -14,7 +14,7 @@ from mlscope.cli.options import json_flag, split_csv
 from mlscope.cli.render import EXIT_NOT_VALID, console, err_console, new_table, print_json_lines
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
-from mlscope.services.bricks import BRICKS
+from mlscope.services.bricks.registry import BRICKS
 
 if TYPE_CHECKING:
     from mlscope.workers.bricks import BrickRuns
@@ -77,7 +77,8 @@ def bricks(
     that shares it reuses the stored result. A model's layers not stored yet are measured together,
     in one job in this process, or with --on in one job on each farm agent.
     """
-    from mlscope.services.bricks import check_brick_framework, run_bricks
+    from mlscope.services.bricks.registry import check_brick_framework
+    from mlscope.services.bricks.run import run_bricks
 
     quiet = as_json or not sys.stderr.isatty()
 
