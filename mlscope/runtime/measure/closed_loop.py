@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from mlscope.runtime.measure.generator import MAX_SAMPLES, IssueRecord
-from mlscope.runtime.measure.loop import NS_PER_S, Timer
+from mlscope.runtime.measure.loop import NS_PER_S, Timer, start_threads
 
 __all__ = ["issue_back_to_back"]
 
@@ -44,12 +44,7 @@ class _Samples:
         self.completed = threading.Semaphore(0)
         self.cancel = threading.Event()
         self.errors: list[BaseException] = []
-        self.threads = [
-            threading.Thread(target=self._serve, name=f"mlscope-stream-{index}", daemon=True)
-            for index in range(count)
-        ]
-        for thread in self.threads:
-            thread.start()
+        self.threads = start_threads(self._serve, "mlscope-stream", count)
 
     def _serve(self) -> None:
         clock, get, release = time.perf_counter_ns, self.queue.get, self.completed.release

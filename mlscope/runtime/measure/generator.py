@@ -39,7 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mlscope.runtime.measure import issuer_process as proto
-from mlscope.runtime.measure.loop import NS_PER_S, Timer
+from mlscope.runtime.measure.loop import NS_PER_S, Timer, start_threads
 from mlscope.runtime.measure.schedule import Schedule
 
 __all__ = ["MAX_SAMPLES", "IssueRecord", "Schedule", "issue"]
@@ -159,12 +159,7 @@ class _ModelThreads:
         self.done: list[None] = []
         self.cancel = threading.Event()
         self.errors: list[BaseException] = []
-        self.threads = [
-            threading.Thread(target=self._serve, name=f"mlscope-model-{index}", daemon=True)
-            for index in range(count)
-        ]
-        for thread in self.threads:
-            thread.start()
+        self.threads = start_threads(self._serve, "mlscope-model", count)
 
     def _serve(self) -> None:
         proto.precise_timers()

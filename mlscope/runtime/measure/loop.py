@@ -26,6 +26,7 @@ __all__ = [
     "STOP_STABLE",
     "LoopResult",
     "Timer",
+    "start_threads",
     "threaded_loop",
     "timed_loop",
 ]
@@ -471,3 +472,11 @@ def _join_and_raise(workers: list[_Worker], stop: threading.Event) -> None:
     # the failure itself is the error worth reporting.
     if errors:
         raise min(errors, key=lambda error: isinstance(error, threading.BrokenBarrierError))
+
+
+def start_threads(target: Callable[[], None], name: str, count: int) -> list[threading.Thread]:
+    """`count` daemon threads running `target`, named `name-0`, `name-1`, ..., started."""
+    threads = [threading.Thread(target=target, name=f"{name}-{index}", daemon=True) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    return threads

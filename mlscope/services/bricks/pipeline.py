@@ -35,6 +35,7 @@ from mlscope.analysis.bricks import (
     DISPATCH_CHAIN,
     BrickPlan,
     BrickTime,
+    Composition,
     LayerGraph,
     NotABrick,
     brick_model,
@@ -411,14 +412,7 @@ class BrickBench:
             return report
         composition = compose(layers, done.times, graph.edges(), _time(call), dispatch_ms=dispatch)
         report.update(
-            estimate_ms=composition.estimate_ms,
-            estimate_ci=list(composition.estimate_ci),
-            estimate_se_ms=composition.estimate_se_ms,
-            # Benanza's lower bounds, from the bricks' fastest runs (compose's docstring: why).
-            bounds={
-                "sequential_ms": composition.sequential_ms,
-                "critical_path_ms": composition.critical_path_ms,
-            },
+            **_estimate(composition),
             shape_layers=sum(isinstance(plan, NotABrick) and plan.dispatch_only for plan in plans),
             dispatch_ms=dispatch,
             zero_cost_layers=sum(isinstance(plan, NotABrick) and not plan.dispatch_only for plan in plans),
@@ -515,16 +509,22 @@ class BrickBench:
         ]
         times = {key: _time(result) for key, result in found.items() if isinstance(result, BrickResult)}
         composition = compose(layers, times, graph.edges(), _time(self.call_cost()), dispatch_ms=dispatch)
-        report.update(
-            estimate_ms=composition.estimate_ms,
-            estimate_ci=list(composition.estimate_ci),
-            estimate_se_ms=composition.estimate_se_ms,
-            bounds={
-                "sequential_ms": composition.sequential_ms,
-                "critical_path_ms": composition.critical_path_ms,
-            },
-        )
+        report.update(_estimate(composition))
         return report
+
+
+def _estimate(composition: Composition) -> dict[str, Any]:
+    """A report's estimate: the composed latency, its interval and standard error, and Benanza's
+    lower bounds from the bricks' fastest runs (compose's docstring: why)."""
+    return {
+        "estimate_ms": composition.estimate_ms,
+        "estimate_ci": list(composition.estimate_ci),
+        "estimate_se_ms": composition.estimate_se_ms,
+        "bounds": {
+            "sequential_ms": composition.sequential_ms,
+            "critical_path_ms": composition.critical_path_ms,
+        },
+    }
 
 
 def _validity(whole: Mapping[str, Any], done: _Bricks) -> dict[str, Any]:
