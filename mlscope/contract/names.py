@@ -5,6 +5,8 @@ API and the CLI all read them from here.
 
 from __future__ import annotations
 
+import functools
+
 __all__ = [
     "ACTIVE_STATUSES",
     "LEVEL_RANK",
@@ -41,9 +43,10 @@ LEVEL_RANK: dict[str, int] = {name: rank for rank, name in enumerate(TRACE_LEVEL
 SCENARIOS: tuple[str, ...] = ("single_stream", "offline", "server", "multi_stream", "generate")
 
 
+@functools.cache
 def _with_plugged(own: tuple[str, ...], group: str) -> tuple[str, ...]:
     """`own`, then the names installed distributions declare in the entry-point group `group`
-    (their names read, nothing imported)."""
+    (their names read once per process, as the registries read them; nothing imported)."""
     from mlscope.contract.plugins import entry_points
 
     plugged = {entry.name for entry in entry_points(group)} - set(own)

@@ -118,10 +118,10 @@ def _check_measure_value(value: object) -> None:
 
 
 class _Installed(validate.Validator):
-    """One of a set of names read each time it is used (marshmallow's `OneOf` reads them once):
-    mlscope's own and those installed plugins declare, so a plugin installed after import is known
-    to the next request. Its message is `OneOf`'s, and the OpenAPI document lists `choices` as the
-    enum, the names installed when the document is made."""
+    """One of a set of names read when first used rather than at import (marshmallow's `OneOf`
+    takes them at import): mlscope's own and those installed plugins declare, so importing the
+    contract reads no package metadata. Its message is `OneOf`'s, and the OpenAPI document lists
+    `choices` as the enum."""
 
     def __init__(self, names: Callable[[], tuple[str, ...]]) -> None:
         self._names = names
