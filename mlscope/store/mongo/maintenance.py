@@ -13,9 +13,9 @@ from typing import Any
 from pymongo.collection import Collection
 
 from mlscope.contract.names import ACTIVE_STATUSES, TERMINAL_STATUSES
+from mlscope.store.backend import StoreBackend
 from mlscope.store.maintenance import PruneReport
 from mlscope.store.mongo.codec import micros
-from mlscope.store.backend import StoreBackend
 from mlscope.store.records import EvaluationRecord
 
 __all__ = ["bulk_insert", "prune"]
