@@ -5,12 +5,12 @@ group (mlscope's own schemes are `BUILTIN_STORES`; a third party's store is an e
 is its URL scheme and whose object is a Store class taking `(url, *, check_schema)`), and imports the
 implementation only then, so a process that never opens PostgreSQL never needs its driver.
 
-The parts: `base` (the Store interface), `aggregates` (its reads over many evaluations: cursor pages,
-walks, history series), `leases` (starts, attempts and runners' leases), `maintenance` (bulk import
-and retention), `schema` (schema versions: the check on open, status and upgrade), `primitives` (what
-each backend implements), `records` (the records, checks and public shapes every backend shares),
-`paging` (page sizes, cursors, and `iter_spans`), `errors`, and the backends `sql` (SQLite,
-PostgreSQL) and `mongo` (MongoDB).
+The parts: `base` (the Store interface, every public method in one class), `backend` (`StoreBackend`:
+the primitives each backend implements, the one list of them), `leases` (what starts, attempts and
+runners' leases share), `maintenance` (what bulk import and retention share), `schema` (schema
+versions: the check on open, status and upgrade), `records` (the records, checks and public shapes
+every backend shares), `paging` (page sizes, cursors, and `iter_spans`), `errors`, and the backends
+`sql` (SQLite, PostgreSQL) and `mongo` (MongoDB).
 """
 
 from __future__ import annotations

@@ -1,35 +1,49 @@
 """The Store interface: where evaluations, their measurements, the systems they ran on and their traced
 spans are kept.
 
-`Store`'s public methods own everything backends must agree on (validation, the lifecycle
-`queued → running → succeeded | failed | cancelled`, idempotency, id prefixes, the result shape);
-each backend implements only the small private primitives of `StorePrimitives` (primitives.py).
-Starting an evaluation, its attempts and its runner's lease are in leases.py.
+`Store` is the whole public interface in one class: its methods own everything backends must agree on
+(validation, the lifecycle `queued → running → succeeded | failed | cancelled`, leases, idempotency,
+id prefixes, the result shape, bulk import, retention and schema versions). A backend subclasses it
+and implements the private primitives of `StoreBackend` (backend.py), the one list of what a backend
+must do; `Store` adds no abstract method of its own.
 """
 
 from __future__ import annotations
 
 import uuid
-from abc import abstractmethod
-from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.result import EvaluationResult
-from mlscope.store.aggregates import StoreAggregates
-from mlscope.store.errors import CANDIDATES_SHOWN, AmbiguousEvaluationId, EvaluationNotFound, SystemNotFound
-from mlscope.store.leases import StoreLeases
-from mlscope.store.maintenance import StoreMaintenance
-from mlscope.store.paging import MAX_LIST_LIMIT, SPAN_BATCH_SIZE
-from mlscope.store.primitives import StorePrimitives
+from mlscope.store.backend import StoreBackend
+from mlscope.store.errors import (
+    CANDIDATES_SHOWN,
+    AmbiguousEvaluationId,
+    EvaluationNotFound,
+    InvalidTransition,
+    SystemNotFound,
+)
+from mlscope.store.leases import check_lease_s
+from mlscope.store.maintenance import IMPORT_BATCH_SIZE, PruneReport, batches, record_of
+from mlscope.store.paging import (
+    EXPORT_PAGE_SIZE,
+    MAX_LIST_LIMIT,
+    SPAN_BATCH_SIZE,
+    check_page,
+    decode_cursor,
+    encode_cursor,
+)
 from mlscope.store.records import (
     ACTIVE_STATUSES,
     SPAN_GROUPINGS,
     SPAN_LEVELS,
     TRACE_LEVELS,
     CompareFilter,
+    EvaluationFilter,
     EvaluationRecord,
     check_accuracy,
     check_aware,
@@ -54,7 +68,13 @@ from mlscope.store.records import (
     layer_rows,
     span_to_dict,
 )
-from mlscope.store.schema import StoreSchema
+from mlscope.store.records.history import (
+    DEFAULT_HISTORY_POINTS,
+    check_history,
+    check_series_filter,
+    series_order,
+)
+from mlscope.store.schema import Upgraded
 
 __all__ = ["MAX_LIST_LIMIT", "MIN_PREFIX_LENGTH", "SPAN_BATCH_SIZE", "Store"]
 
@@ -68,14 +88,15 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class Store(StoreLeases, StoreAggregates, StoreMaintenance, StoreSchema, StorePrimitives):
+class Store(StoreBackend):
     """Results of evaluations, and the systems they ran on.
 
     Every method is safe to call from several processes on the same store; writes that repeat
-    (a redelivered job, a retried submit) are idempotent as documented per method.
+    (a redelivered job, a retried submit) are idempotent as documented per method. The parts, in
+    order: systems, the lifecycle (create, start, finish, fail, cancel), reading (one evaluation,
+    listings, comparisons), history, spans, leases, bulk import and retention, schema versions, and
+    the lifetime (`close`, a backend's, and `with`).
     """
-
-    NAME: ClassVar[str]
 
     # ----- systems ---------------------------------------------------------------------------------
 
@@ -176,6 +197,53 @@ class Store(StoreLeases, StoreAggregates, StoreMaintenance, StoreSchema, StorePr
         )
         self._insert_evaluation(record)
         return record.id
+
+    def start_evaluation(
+        self,
+        id: str,
+        *,
+        started_at: datetime | None = None,
+        lease_owner: str | None = None,
+        lease_s: float | None = None,
+    ) -> int:
+        """Marks the evaluation running and counts the attempt. A redelivered job may start again:
+        running → running, one more attempt, the lease taken over by the new runner.
+
+        Args:
+            id: the full evaluation id.
+            started_at: aware datetime; now when None.
+            lease_owner: who runs it (a worker's agent id, a process); with `lease_s`, or neither.
+            lease_s: seconds the lease lasts from now unless renewed (`renew_lease`); greater than 0.
+                Without a lease, any lease an earlier start took is dropped.
+
+        Returns:
+            How many times the evaluation has been started, this start included.
+
+        Raises:
+            EvaluationNotFound: when no evaluation has this id.
+            InvalidTransition: when the evaluation has already ended.
+            UserError: naming `lease_owner` or `lease_s` when one is given without the other or is
+                invalid.
+        """
+        checked_id = check_text(id, "id")
+        changes: dict[str, Any] = {
+            "status": "running",
+            "started_at": check_aware(started_at, "started_at") or _now(),
+            "lease_owner": None,
+            "lease_expires_at": None,
+        }
+        if (lease_owner is None) != (lease_s is None):
+            missing = "lease_s" if lease_s is None else "lease_owner"
+            raise UserError(
+                f"a lease needs both lease_owner and lease_s; {missing} is missing", field=missing
+            )
+        if lease_owner is not None:
+            changes["lease_owner"] = check_text(lease_owner, "lease_owner")
+            changes["lease_expires_at"] = _now() + timedelta(seconds=check_lease_s(lease_s))
+        status, attempts = self._start(checked_id, changes=changes)
+        if status != "running":
+            raise InvalidTransition(id, status, "running")
+        return attempts
 
     def finish_evaluation(
         self,
@@ -318,6 +386,105 @@ class Store(StoreLeases, StoreAggregates, StoreMaintenance, StoreSchema, StorePr
             raise EvaluationNotFound(id)
         return evaluation_to_dict(record, include_raw=include_raw)
 
+    def list_evaluations(
+        self,
+        *,
+        model: str | None = None,
+        framework: str | None = None,
+        system_id: str | None = None,
+        status: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        cursor: str | None = None,
+    ) -> list[EvaluationResult]:
+        """Evaluations matching every given condition, newest first (then by id), without raw latencies.
+
+        Args:
+            model, framework: model and framework names.
+            system_id: the id of the system they ran on.
+            status: one of STATUSES.
+            since, until: aware datetimes bounding created_at; since inclusive, until exclusive.
+            limit: at most this many, 1 to MAX_LIST_LIMIT.
+            offset: skip this many first.
+            cursor: continue after the evaluation this cursor names (the `next_cursor` of
+                `page_evaluations`, or `encode_cursor` of an evaluation's created_at and id), so that
+                pages stay put while evaluations are added; `offset` then skips from there.
+
+        Raises:
+            UserError: naming the invalid filter, or "cursor".
+        """
+        where = self._listing(model, framework, system_id, status, since, until, limit, offset, cursor)
+        return [evaluation_to_dict(r) for r in self._query_evaluations(where, limit=limit, offset=offset)]
+
+    def page_evaluations(
+        self,
+        *,
+        model: str | None = None,
+        framework: str | None = None,
+        system_id: str | None = None,
+        status: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        cursor: str | None = None,
+    ) -> tuple[list[EvaluationResult], str | None]:
+        """One page of `list_evaluations` (same arguments and errors), and the cursor of the next page.
+
+        Returns:
+            (the evaluations, the cursor that continues after the last of them), the cursor None when
+            no evaluation follows.
+        """
+        items = self.list_evaluations(
+            model=model,
+            framework=framework,
+            system_id=system_id,
+            status=status,
+            since=since,
+            until=until,
+            limit=limit,
+            offset=offset,
+            cursor=cursor,
+        )
+        if len(items) < limit:
+            return items, None
+        next_cursor = encode_cursor(items[-1]["created_at"], items[-1]["id"])
+        where = self._listing(model, framework, system_id, status, since, until, 1, 0, next_cursor)
+        return items, next_cursor if self._query_evaluations(where, limit=1, offset=0) else None
+
+    def iter_evaluations(
+        self,
+        *,
+        model: str | None = None,
+        framework: str | None = None,
+        system_id: str | None = None,
+        status: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        page_size: int = EXPORT_PAGE_SIZE,
+    ) -> Iterator[EvaluationResult]:
+        """Every evaluation `list_evaluations` would find with no limit, in its order, read `page_size`
+        at a time by keyset cursor: memory stays flat however many there are, and evaluations added
+        during the walk never shift it (those created later than the walk's position are not in it).
+
+        The arguments are checked before this returns, so a bad filter raises here, not mid-walk.
+
+        Raises:
+            UserError: naming the invalid filter, or "page_size".
+        """
+        if (
+            isinstance(page_size, bool)
+            or not isinstance(page_size, int)
+            or not 1 <= page_size <= MAX_LIST_LIMIT
+        ):
+            raise UserError(
+                f"page_size={page_size!r} must be an integer from 1 to {MAX_LIST_LIMIT}", field="page_size"
+            )
+        where = self._listing(model, framework, system_id, status, since, until, page_size, 0, None)
+        return self._walk(where, page_size)
+
     def count_evaluations(
         self,
         *,
@@ -368,6 +535,107 @@ class Store(StoreLeases, StoreAggregates, StoreMaintenance, StoreSchema, StorePr
             until=check_aware(until, "until"),
         )
         return self._compare_rows(where)
+
+    # ----- history ---------------------------------------------------------------------------------
+
+    def history(
+        self,
+        *,
+        model: str,
+        framework: str,
+        system_id: str | None = None,
+        device: str | None = None,
+        scenario: str = "single_stream",
+        batch_size: int = 1,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = DEFAULT_HISTORY_POINTS,
+        manifest_sha256: str | None = None,
+        framework_version: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """How one model on one framework performed over time: a point per succeeded evaluation that
+        measured `scenario` at `batch_size`, oldest first (created_at, then id).
+
+        One series in the strict sense (records.history: one manifest, framework version, system and
+        device) when every argument is given; otherwise the points of every series that matches, each
+        point saying which it belongs to.
+
+        Args:
+            model, framework: the model and framework names.
+            system_id, device: only evaluations on this system, on this device; any when None.
+            manifest_sha256, framework_version: only evaluations of this manifest, on this version of
+                the framework; any when None.
+            scenario, batch_size: the measurement each point is read from.
+            since, until: aware datetimes bounding created_at; since inclusive, until exclusive.
+            limit: at most this many points, the latest ones; 1 to records.history.MAX_HISTORY_POINTS.
+
+        Returns:
+            Points {"evaluation_id", "created_at" (ISO 8601), "system_id", "device", "manifest_sha256",
+            "framework_version", "median_ms", "ci_low_ms", "ci_high_ms", "p99_ms", "throughput",
+            "valid"}.
+
+        Raises:
+            UserError: naming the invalid argument.
+        """
+        where = check_history(
+            model=model,
+            framework=framework,
+            system_id=system_id,
+            device=device,
+            scenario=scenario,
+            batch_size=batch_size,
+            since=since,
+            until=until,
+            limit=limit,
+            manifest_sha256=manifest_sha256,
+            framework_version=framework_version,
+        )
+        return self._history_points(where, limit=limit)
+
+    def history_series(
+        self,
+        *,
+        model: str | None = None,
+        framework: str | None = None,
+        manifest_sha256: str | None = None,
+        framework_version: str | None = None,
+        system_id: str | None = None,
+        device: str | None = None,
+        scenario: str | None = None,
+        batch_size: int | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[dict[str, Any]]:
+        """The history series that have points matching every given condition: what `history` can be
+        asked for, one entry per series key (records.history.SERIES_KEY_FIELDS), counted in the
+        database.
+
+        Args:
+            model ... batch_size: only series with this key value; any when None.
+            since, until: aware datetimes bounding created_at; since inclusive, until exclusive. Only
+                the points in between are counted, and series with none are left out.
+
+        Returns:
+            {"model", "manifest_sha256", "framework", "framework_version", "system_id", "device",
+            "scenario", "batch_size", "points", "first_at", "last_at"} per series, ordered by key (None
+            first, strings by code point).
+
+        Raises:
+            UserError: naming the invalid argument.
+        """
+        where = check_series_filter(
+            model=model,
+            framework=framework,
+            manifest_sha256=manifest_sha256,
+            framework_version=framework_version,
+            system_id=system_id,
+            device=device,
+            scenario=scenario,
+            batch_size=batch_size,
+            since=since,
+            until=until,
+        )
+        return sorted(self._series_keys(where), key=series_order)
 
     # ----- spans -----------------------------------------------------------------------------------
 
@@ -456,11 +724,194 @@ class Store(StoreLeases, StoreAggregates, StoreMaintenance, StoreSchema, StorePr
         totals, model_total_ns = self._layer_totals(full_id, level=checked_level, group_by=checked_group_by)
         return layer_rows(totals, model_total_ns)
 
-    # ----- lifetime --------------------------------------------------------------------------------
+    # ----- leases ----------------------------------------------------------------------------------
 
-    @abstractmethod
-    def close(self) -> None:
-        """Releases connections; the store is unusable afterwards. Calling it twice is harmless."""
+    def renew_lease(self, id: str, *, owner: str, lease_s: float) -> bool:
+        """Extends the lease of a running evaluation to `lease_s` seconds from now, if `owner` holds it.
+
+        Returns:
+            True when renewed; False, changing nothing, when the evaluation is not running or another
+            runner (or none) holds its lease: its runner should stop, its work is someone else's now.
+
+        Raises:
+            EvaluationNotFound: when no evaluation has this id.
+            UserError: naming `owner` or `lease_s` when invalid.
+        """
+        checked_owner = check_text(owner, "owner")
+        expires_at = _now() + timedelta(seconds=check_lease_s(lease_s))
+        return self._leased_transition(
+            check_text(id, "id"),
+            owner=checked_owner,
+            expired_before=None,
+            changes={"lease_expires_at": expires_at},
+        )
+
+    def expired_leases(self, *, now: datetime | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Running evaluations whose lease expired before `now`: their runners stopped renewing.
+        Evaluations running without a lease are never listed.
+
+        Args:
+            now: aware datetime; the current time when None.
+            limit: at most this many, 1 to MAX_LIST_LIMIT.
+
+        Returns:
+            The oldest expiry first (then by id), each {"id", "lease_owner", "lease_expires_at" (aware
+            datetime), "attempts", "queue" (None: it came from no queue), "request", "trace_id",
+            "created_at" (aware datetime)}.
+
+        Raises:
+            UserError: naming `now` or `limit` when invalid.
+        """
+        checked_now = check_aware(now, "now") or _now()
+        check_int("limit", limit, 1)
+        if limit > MAX_LIST_LIMIT:
+            raise UserError(f"limit={limit} is too large: at most {MAX_LIST_LIMIT}", field="limit")
+        return self._expired_leases(checked_now, limit=limit)
+
+    def requeue_evaluation(
+        self, id: str, *, owner: str | None, expired_before: datetime | None = None
+    ) -> bool:
+        """Sends a running evaluation back to queued, as it was before it started: lease and
+        started_at cleared, its attempts kept (the next start counts one more).
+
+        Args:
+            id: the full evaluation id.
+            owner: only if this runner holds its lease; None: whoever holds it (a sweeper).
+            expired_before: aware datetime; when given, only if its lease expired before then, so that
+                a sweeper never takes an evaluation whose runner renewed it after it was listed.
+
+        Returns:
+            True when it went back to queued; False, changing nothing, when it is not running or the
+            condition does not hold.
+
+        Raises:
+            EvaluationNotFound: when no evaluation has this id.
+            UserError: naming the invalid argument.
+        """
+        changes = {"status": "queued", "started_at": None, "lease_owner": None, "lease_expires_at": None}
+        return self._leased_transition(
+            check_text(id, "id"),
+            owner=check_optional_text(owner, "owner"),
+            expired_before=check_aware(expired_before, "expired_before"),
+            changes=changes,
+        )
+
+    # ----- bulk import and retention ---------------------------------------------------------------
+
+    def import_evaluations(
+        self, results: Iterable[Mapping[str, Any]], *, batch_size: int = IMPORT_BATCH_SIZE
+    ) -> int:
+        """Store whole evaluations in bulk, `batch_size` per transaction.
+
+        Each result has the shape `get_evaluation(id, include_raw=True)` returns (timestamps as
+        aware datetimes or ISO 8601 text); its system is saved with it. An id the store already
+        holds is skipped, so an import that stopped half-way can simply be run again.
+
+        Args:
+            results: the evaluations, any number (read lazily, one batch at a time).
+            batch_size: evaluations per transaction, 1 to 100000.
+
+        Returns:
+            How many evaluations were stored (the skipped ones not counted).
+
+        Raises:
+            UserError: naming the first invalid field as `results.<index>.<field>`; the batches
+                before it are stored, nothing of the batch holding it.
+        """
+        check_int("batch_size", batch_size, 1)
+        if batch_size > 100_000:
+            raise UserError(f"batch_size={batch_size} is too large: at most 100000", field="batch_size")
+        stored = 0
+        for first, batch in batches(results, batch_size):
+            records: list[EvaluationRecord] = []
+            systems: dict[str, dict[str, Any]] = {}
+            for offset, result in enumerate(batch):
+                try:
+                    record, system = record_of(result)
+                except UserError as exc:
+                    where = f"results.{first + offset}"
+                    field = f"{where}.{exc.field}" if exc.field else where
+                    raise UserError(f"{where}: {exc.message}", field=field) from None
+                records.append(record)
+                if system is not None:
+                    systems[system["id"]] = system
+            stored += self._bulk_insert(records, systems)
+        return stored
+
+    def prune(self, *, before: datetime, keep_summaries: bool = True) -> PruneReport:
+        """Bound what the store keeps: drop the raw data of evaluations that ended before `before`.
+
+        Args:
+            before: aware datetime; evaluations that ended (succeeded, failed, cancelled) earlier.
+                A queued or running evaluation is never touched.
+            keep_summaries: True drops raw latencies and spans only: every summary, every
+                comparison and history figure stays. False deletes those evaluations whole.
+
+        Returns:
+            What was removed.
+
+        Raises:
+            UserError: `before` is not an aware datetime.
+        """
+        cutoff = check_aware(before, "before")
+        assert cutoff is not None
+        return self._prune(cutoff, keep_summaries=keep_summaries)
+
+    # ----- schema versions -------------------------------------------------------------------------
+
+    def schema_status(self) -> dict[str, Any]:
+        """The store's schema version against the one this mlscope needs. Works on a store opened
+        with `open_store(url, check_schema=False)`, whatever it holds.
+
+        Returns:
+            {"backend", "store_url" (password masked), "state" (one of SCHEMA_STATES), "current"
+            (None when empty or foreign), "required", "upgrade_needed", "note", "message" (why the
+            store cannot be used as it is, or None)}.
+        """
+        state = self._schema_state()
+        refusal = state.refusal()
+        return {
+            "backend": state.backend,
+            "store_url": state.location,
+            "state": state.state,
+            "current": state.current,
+            "required": state.required,
+            "upgrade_needed": state.state == "older",
+            "note": state.note,
+            "message": None if refusal is None else str(refusal),
+        }
+
+    def upgrade(self) -> dict[str, Any]:
+        """Brings the store to the schema this mlscope needs: an older one is migrated (its stored
+        rows backfilled with the new fields), an empty one created; a current one is left as it is.
+        A failed upgrade changes nothing.
+
+        Returns:
+            {"backend", "store_url", "from" (None: it was empty), "to", "upgraded" (False when there
+            was nothing to do), "steps" (the versions applied), "backfilled" (rows given the new
+            fields), "backup" (the path of a copy of the database from before, or None)}.
+
+        Raises:
+            UserError: when the store was written by a newer mlscope or holds another application's
+                data; nothing is changed then.
+            RuntimeError: when the migration itself failed; it was rolled back.
+        """
+        state = self._schema_state()
+        if state.state in ("newer", "foreign"):
+            state.check()
+        upgraded = Upgraded(previous=state.current) if state.state == "current" else self._upgrade_schema()
+        return {
+            "backend": state.backend,
+            "store_url": state.location,
+            "from": upgraded.previous,
+            "to": state.required,
+            "upgraded": bool(upgraded.steps),
+            "steps": list(upgraded.steps),
+            "backfilled": upgraded.backfilled,
+            "backup": upgraded.backup,
+        }
+
+    # ----- lifetime --------------------------------------------------------------------------------
 
     def __enter__(self) -> Store:
         return self
@@ -472,3 +923,28 @@ class Store(StoreLeases, StoreAggregates, StoreMaintenance, StoreSchema, StorePr
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+    # ----- helpers ---------------------------------------------------------------------------------
+
+    def _walk(self, where: EvaluationFilter, page_size: int) -> Iterator[EvaluationResult]:
+        while page := self._query_evaluations(where, limit=page_size, offset=0):
+            yield from (evaluation_to_dict(record) for record in page)
+            if len(page) < page_size:
+                return
+            where = replace(where, after=(page[-1].created_at, page[-1].id))
+
+    def _listing(
+        self,
+        model: str | None,
+        framework: str | None,
+        system_id: str | None,
+        status: str | None,
+        since: datetime | None,
+        until: datetime | None,
+        limit: int,
+        offset: int,
+        cursor: str | None,
+    ) -> EvaluationFilter:
+        where = check_filter(model, framework, system_id, status, since, until)
+        check_page(limit, offset)
+        return where if cursor is None else replace(where, after=decode_cursor(cursor))

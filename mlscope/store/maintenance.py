@@ -2,13 +2,15 @@
 exports them or a benchmark makes them) and bounding what it keeps (`prune`: raw latencies and spans
 of old evaluations, never a summary unless asked).
 
-The public methods own validation, as everywhere in the Store; each backend writes two primitives.
+The public methods are `Store`'s (base.py: `import_evaluations`, `prune`), which own validation, as
+everywhere in the Store; each backend writes two primitives (`StoreBackend._bulk_insert`, `_prune`).
+This module holds what they share: the report of a prune, and the check that turns an exported result
+into the record a backend inserts.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import islice
@@ -36,7 +38,7 @@ from mlscope.store.records import (
     check_trace_id,
 )
 
-__all__ = ["IMPORT_BATCH_SIZE", "PruneReport", "StoreMaintenance"]
+__all__ = ["IMPORT_BATCH_SIZE", "PruneReport", "batches", "record_of"]
 
 IMPORT_BATCH_SIZE = 1000
 
@@ -66,85 +68,8 @@ class PruneReport:
         }
 
 
-class StoreMaintenance(ABC):
-    """Bulk import and retention, on top of a backend's primitives."""
-
-    def import_evaluations(
-        self, results: Iterable[Mapping[str, Any]], *, batch_size: int = IMPORT_BATCH_SIZE
-    ) -> int:
-        """Store whole evaluations in bulk, `batch_size` per transaction.
-
-        Each result has the shape `get_evaluation(id, include_raw=True)` returns (timestamps as
-        aware datetimes or ISO 8601 text); its system is saved with it. An id the store already
-        holds is skipped, so an import that stopped half-way can simply be run again.
-
-        Args:
-            results: the evaluations, any number (read lazily, one batch at a time).
-            batch_size: evaluations per transaction, 1 to 100000.
-
-        Returns:
-            How many evaluations were stored (the skipped ones not counted).
-
-        Raises:
-            UserError: naming the first invalid field as `results.<index>.<field>`; the batches
-                before it are stored, nothing of the batch holding it.
-        """
-        check_int("batch_size", batch_size, 1)
-        if batch_size > 100_000:
-            raise UserError(f"batch_size={batch_size} is too large: at most 100000", field="batch_size")
-        stored = 0
-        for first, batch in _batches(results, batch_size):
-            records: list[EvaluationRecord] = []
-            systems: dict[str, dict[str, Any]] = {}
-            for offset, result in enumerate(batch):
-                try:
-                    record, system = _record_of(result)
-                except UserError as exc:
-                    where = f"results.{first + offset}"
-                    field = f"{where}.{exc.field}" if exc.field else where
-                    raise UserError(f"{where}: {exc.message}", field=field) from None
-                records.append(record)
-                if system is not None:
-                    systems[system["id"]] = system
-            stored += self._bulk_insert(records, systems)
-        return stored
-
-    def prune(self, *, before: datetime, keep_summaries: bool = True) -> PruneReport:
-        """Bound what the store keeps: drop the raw data of evaluations that ended before `before`.
-
-        Args:
-            before: aware datetime; evaluations that ended (succeeded, failed, cancelled) earlier.
-                A queued or running evaluation is never touched.
-            keep_summaries: True drops raw latencies and spans only: every summary, every
-                comparison and history figure stays. False deletes those evaluations whole.
-
-        Returns:
-            What was removed.
-
-        Raises:
-            UserError: `before` is not an aware datetime.
-        """
-        cutoff = check_aware(before, "before")
-        assert cutoff is not None
-        return self._prune(cutoff, keep_summaries=keep_summaries)
-
-    @abstractmethod
-    def _bulk_insert(self, records: Sequence[EvaluationRecord], systems: Mapping[str, dict[str, Any]]) -> int:
-        """Insert the systems (an existing id: skipped) and the evaluations with their measurements
-        (an existing evaluation id: skipped, measurements included) in one transaction.
-
-        Returns:
-            How many evaluations were inserted.
-        """
-
-    @abstractmethod
-    def _prune(self, before: datetime, *, keep_summaries: bool) -> PruneReport:
-        """Drop raw latencies and spans (or, without summaries, whole evaluations) of the evaluations
-        in a terminal status whose `finished_at` (or `created_at` when none) is before `before`, in
-        one transaction."""
-
-
-def _batches(items: Iterable[Mapping[str, Any]], size: int) -> Iterator[tuple[int, list[Mapping[str, Any]]]]:
+def batches(items: Iterable[Mapping[str, Any]], size: int) -> Iterator[tuple[int, list[Mapping[str, Any]]]]:
+    """`items` read `size` at a time, each batch with the index of its first item."""
     iterator = iter(items)
     first = 0
     while batch := list(islice(iterator, size)):
@@ -164,7 +89,7 @@ def _timestamp(value: Any, field: str) -> datetime | None:
     raise UserError(f"{field} must be an ISO 8601 timestamp, not {type(value).__name__}", field=field)
 
 
-def _record_of(result: Mapping[str, Any]) -> tuple[EvaluationRecord, dict[str, Any] | None]:
+def record_of(result: Mapping[str, Any]) -> tuple[EvaluationRecord, dict[str, Any] | None]:
     """An exported result as the record a backend inserts, and its system."""
     # Not check_object over the whole result: that would walk every raw latency; each part is checked.
     if not isinstance(result, Mapping):

@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 from mlscope.contract.errors import UserError
 
 __all__ = [
+    "EXPORT_PAGE_SIZE",
     "MAX_LIST_LIMIT",
     "SPAN_BATCH_SIZE",
     "check_page",
@@ -29,6 +30,8 @@ MAX_LIST_LIMIT = 1000
 # Spans are written and read this many at a time: big enough to amortise a round trip, small enough
 # that a trace of millions never sits in memory as one request.
 SPAN_BATCH_SIZE = 5000
+# A walk through a listing (`Store.iter_evaluations`) reads this many evaluations at a time.
+EXPORT_PAGE_SIZE = 200
 
 _Item = TypeVar("_Item")
 

@@ -31,7 +31,7 @@ from mlscope.api.export import EXPORT_COLUMNS
 from mlscope.client import ApiError, Client
 from mlscope.contract.settings import load_settings
 from mlscope.store import Store, open_store
-from mlscope.store.aggregates import EXPORT_PAGE_SIZE
+from mlscope.store.paging import EXPORT_PAGE_SIZE
 from tests.contract.builders import COLD_START, ERROR, T0, make_measurement, make_system
 from tests.contract.test_store_sections import ACCURACY, DIFFERENT
 from tests.integration.farm import free_port, wait_until

@@ -14,12 +14,17 @@ from typing import Any
 from flask import Flask, request
 from werkzeug.exceptions import NotFound
 
-from mlscope.api.dashboard import compare_page, diff_page, evaluation_page, pages  # noqa: F401  (importing them adds their routes)
+from mlscope.api.dashboard import compare_page, diff_page, evaluation_page, pages
 from mlscope.api.dashboard.assets import ASSETS, SWAGGER_UI_URL, plotly_js_url
 from mlscope.api.dashboard.blueprint import PAGES, error_page
 from mlscope.api.problems import problem_response
 
 __all__ = ["SWAGGER_UI_CONFIG", "SWAGGER_UI_URL", "init_dashboard"]
+
+# Every page module's routes, added here once to the one blueprint the pages share, so their URL rules
+# and endpoint names ("dashboard.<view>", what the templates' url_for names) stay the blueprint's own.
+for _module in (compare_page, diff_page, evaluation_page, pages):
+    _module.register(PAGES)
 
 # Swagger UI's default validator badge is an image from validator.swagger.io: switched off.
 SWAGGER_UI_CONFIG: dict[str, Any] = {"validatorUrl": None}

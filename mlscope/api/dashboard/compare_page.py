@@ -9,17 +9,17 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
-from flask import render_template, request, url_for
+from flask import Blueprint, render_template, request, url_for
 
 from mlscope.api.compare import comparison_rows
 from mlscope.api.context import context
-from mlscope.api.dashboard.blueprint import PAGES, PageError, parse_query
+from mlscope.api.dashboard.blueprint import PageError, parse_query
 from mlscope.api.dashboard.figures import comparison_chart
 from mlscope.api.problems import ApiProblem
 from mlscope.api.schemas import CompareQuerySchema
 from mlscope.runtime.frameworks import FRAMEWORKS
 
-__all__ = ["COMPARE_LISTS", "compare"]
+__all__ = ["COMPARE_LISTS", "compare", "register"]
 
 # The query fields that hold lists: a multi-select repeats them, a text field separates them by commas.
 COMPARE_LISTS = ("ids", "models", "frameworks", "systems", "batch_sizes", "scenarios", "price_per_hour")
@@ -36,7 +36,6 @@ def _api_query() -> dict[str, str]:
     return kept
 
 
-@PAGES.route("/compare")
 def compare() -> str:
     """The comparison page: the form, the grouped bars, the table and the CSV link."""
     query = parse_query(CompareQuerySchema(), lists=COMPARE_LISTS)
@@ -72,3 +71,8 @@ def _systems() -> list[dict[str, Any]]:
             {"id": system["id"], "label": f"{label} ({system['id'][:8]})" if label else system["id"]}
         )
     return systems
+
+
+def register(pages: Blueprint) -> None:
+    """Adds this module's pages to the dashboard's blueprint (mlscope.api.dashboard registers them)."""
+    pages.add_url_rule("/compare", view_func=compare)

@@ -15,19 +15,18 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
-from flask import render_template, request, url_for
+from flask import Blueprint, render_template, request, url_for
 
 from mlscope.analysis.chart_compare import diff_ratios
 from mlscope.analysis.diff_report import DifferentWorkloads
-from mlscope.api.dashboard.blueprint import PAGES, PageError, parse_query
+from mlscope.api.dashboard.blueprint import PageError, parse_query
 from mlscope.api.dashboard.figures import embed
 from mlscope.api.diff import DiffQuerySchema, diff_for
 from mlscope.contract.errors import UserError
 
-__all__ = ["diff"]
+__all__ = ["diff", "register"]
 
 
-@PAGES.route("/diff")
 def diff() -> str | tuple[str, int]:
     """The form alone without A and B; with them, the verdict per point. A side that names nothing, or a
     pair with no point in common, is a 400 page naming the field."""
@@ -111,3 +110,8 @@ def _rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def register(pages: Blueprint) -> None:
+    """Adds this module's pages to the dashboard's blueprint (mlscope.api.dashboard registers them)."""
+    pages.add_url_rule("/diff", view_func=diff)

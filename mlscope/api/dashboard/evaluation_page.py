@@ -18,18 +18,18 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from flask import current_app, render_template, url_for
+from flask import Blueprint, current_app, render_template, url_for
 
 from mlscope.analysis.traces import hotspots
 from mlscope.api.context import context
-from mlscope.api.dashboard.blueprint import PAGES, status_view
+from mlscope.api.dashboard.blueprint import status_view
 from mlscope.api.dashboard.figures import MAX_TIMELINE_SPANS, evaluation_charts, longest_spans, trace_charts
 from mlscope.contract.result import ResultMeasurement
 from mlscope.contract.workload import display_name
 from mlscope.store import iter_spans
 from mlscope.store.records import subsample_latencies
 
-__all__ = ["TraceView", "evaluation"]
+__all__ = ["TraceView", "evaluation", "register"]
 
 _LAYER_LEVELS = frozenset({"MODEL", "FRAMEWORK", "LIBRARY"})
 # A point may keep millions of raw latencies; its histogram and CDF are drawn from at most this many
@@ -138,7 +138,6 @@ def _trace_view(evaluation: Mapping[str, Any]) -> TraceView:
     return view
 
 
-@PAGES.route("/evaluations/<string:evaluation_id>")
 def evaluation(evaluation_id: str) -> str:
     """One evaluation (by its id or a unique prefix): an unknown id is a 404 page. Its trace section is
     a placeholder the page's script fills from `trace_view` (reading a large trace must not hold up
@@ -165,9 +164,14 @@ def evaluation(evaluation_id: str) -> str:
     )
 
 
-@PAGES.route("/evaluations/<string:evaluation_id>/trace-view")
 def trace_view(evaluation_id: str) -> str:
     """The evaluation page's trace section, an HTML fragment: the layer breakdown and timeline charts
     and the hotspots table of its stored trace (empty when it has none)."""
     result = context().store.get_evaluation(evaluation_id)
     return render_template("dashboard/trace_section.html", trace=_trace_view(result))
+
+
+def register(pages: Blueprint) -> None:
+    """Adds this module's pages to the dashboard's blueprint (mlscope.api.dashboard registers them)."""
+    pages.add_url_rule("/evaluations/<string:evaluation_id>", view_func=evaluation)
+    pages.add_url_rule("/evaluations/<string:evaluation_id>/trace-view", view_func=trace_view)

@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
-from flask import render_template, request
+from flask import Blueprint, render_template, request
 
 from mlscope.api.catalog import model_listing, queue_listing
 from mlscope.api.context import context
-from mlscope.api.dashboard.blueprint import PAGES, PageError, parse_query, status_view
+from mlscope.api.dashboard.blueprint import PageError, parse_query, status_view
 from mlscope.api.evaluations import list_filters
 from mlscope.api.problems import ApiProblem
 from mlscope.api.schemas import ListQuerySchema, ModelQuerySchema
@@ -24,7 +24,7 @@ from mlscope.contract.names import STATUSES, TRACE_LEVELS
 from mlscope.contract.workload import display_name
 from mlscope.runtime.frameworks import FRAMEWORKS
 
-__all__ = ["MODELS_PER_PAGE", "RECENT_EVALUATIONS"]
+__all__ = ["MODELS_PER_PAGE", "RECENT_EVALUATIONS", "register"]
 
 RECENT_EVALUATIONS = 10
 MODELS_PER_PAGE = 100
@@ -68,7 +68,6 @@ def _agents() -> list[dict[str, Any]]:
     ]
 
 
-@PAGES.route("/")
 def overview() -> str:
     """The farm at a glance: live agents with capabilities and current job, queue depths, and the
     latest evaluations."""
@@ -90,7 +89,6 @@ def overview() -> str:
     )
 
 
-@PAGES.route("/evaluations")
 def evaluations() -> str:
     """Evaluations, newest first, filtered by model, framework, system and status; queued and running
     rows follow their status live (dashboard.js polls the JSON API)."""
@@ -120,7 +118,6 @@ def evaluations() -> str:
     )
 
 
-@PAGES.route("/models")
 def models() -> str:
     """The model catalogue, with GET /api/v1/models's filters (task, framework, family, search)."""
     query = parse_query(ModelQuerySchema(), own=("page",))
@@ -147,7 +144,6 @@ def models() -> str:
     )
 
 
-@PAGES.route("/submit")
 def submit() -> str:
     """The submit form: dashboard.js posts it, with the bearer token the user typed, to
     POST /api/v1/evaluations, which validates it; field errors come back from its problem document."""
@@ -160,3 +156,11 @@ def submit() -> str:
         model=request.args.get("model", ""),
         framework=request.args.get("framework", ""),
     )
+
+
+def register(pages: Blueprint) -> None:
+    """Adds this module's pages to the dashboard's blueprint (mlscope.api.dashboard registers them)."""
+    pages.add_url_rule("/", view_func=overview)
+    pages.add_url_rule("/evaluations", view_func=evaluations)
+    pages.add_url_rule("/models", view_func=models)
+    pages.add_url_rule("/submit", view_func=submit)

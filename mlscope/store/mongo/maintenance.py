@@ -13,16 +13,16 @@ from typing import Any
 from pymongo.collection import Collection
 
 from mlscope.contract.names import ACTIVE_STATUSES, TERMINAL_STATUSES
+from mlscope.store.backend import StoreBackend
 from mlscope.store.maintenance import PruneReport
 from mlscope.store.mongo.codec import micros
-from mlscope.store.primitives import StorePrimitives
 from mlscope.store.records import EvaluationRecord
 
 __all__ = ["bulk_insert", "prune"]
 
 
 def bulk_insert(
-    store: StorePrimitives,
+    store: StoreBackend,
     evaluations: Collection[Any],
     records: Sequence[EvaluationRecord],
     systems: Mapping[str, dict[str, Any]],

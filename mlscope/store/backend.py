@@ -1,17 +1,22 @@
-"""What each Store backend implements: the small private primitives `Store`'s public methods (base.py)
-are built on, each with the contract it must keep, and the defaults a backend may override where its
-database computes the same result itself (the layer totals, the comparison rows).
+"""What a Store backend implements: `StoreBackend`, the one list of the private primitives `Store`'s
+public methods (base.py) are built on, each with the contract it must keep, and the defaults a backend
+may override where its database computes the same result itself (the layer totals, the comparison
+rows).
 
 A backend subclasses `Store`, never this class directly: the public methods own validation,
-idempotency and the result shape, and call these primitives only with checked input.
+idempotency and the result shape, and call these primitives only with checked input. `Store` declares
+no abstract method of its own, so its abstract surface is exactly this class's (tests/unit/
+test_store_backend.py checks both that and that every backend implements every primitive).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, ClassVar
 
+from mlscope.store.maintenance import PruneReport
 from mlscope.store.paging import MAX_LIST_LIMIT, SPAN_BATCH_SIZE, paged
 from mlscope.store.records import (
     CompareFilter,
@@ -24,12 +29,24 @@ from mlscope.store.records import (
     evaluation_to_dict,
     span_group_key,
 )
+from mlscope.store.records.history import HistoryFilter, SeriesFilter
+from mlscope.store.schema import SchemaState, Upgraded
 
-__all__ = ["StorePrimitives"]
+__all__ = ["StoreBackend"]
 
 
-class StorePrimitives(ABC):
-    """The primitives under `Store`'s public methods: storage only, on checked input."""
+class StoreBackend(ABC):
+    """The primitives under `Store`'s public methods: storage only, on checked input.
+
+    Every abstract method here is a backend's obligation, grouped as `Store` uses them: systems,
+    the lifecycle, reading, spans, starts and leases, aggregates, bulk import and retention, schema
+    versions, and `close`. Each must be safe to call from several processes on the same store.
+    """
+
+    # The backend's short name ("sql", "mongodb"), for messages and logs.
+    NAME: ClassVar[str]
+
+    # ----- systems ---------------------------------------------------------------------------------
 
     @abstractmethod
     def _insert_system(self, id: str, system: dict[str, Any]) -> None:
@@ -51,6 +68,8 @@ class StorePrimitives(ABC):
     @abstractmethod
     def _read_systems(self) -> list[dict[str, Any]]:
         """Every stored description, ordered by id."""
+
+    # ----- the lifecycle ---------------------------------------------------------------------------
 
     @abstractmethod
     def _insert_evaluation(self, record: EvaluationRecord) -> None:
@@ -84,6 +103,8 @@ class StorePrimitives(ABC):
         Raises:
             EvaluationNotFound: when no evaluation has this id.
         """
+
+    # ----- reading ---------------------------------------------------------------------------------
 
     @abstractmethod
     def _ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:
@@ -123,6 +144,8 @@ class StorePrimitives(ABC):
     def _count_evaluations(self, where: EvaluationFilter) -> int:
         """How many evaluations match `where`."""
 
+    # ----- spans -----------------------------------------------------------------------------------
+
     @abstractmethod
     def _insert_spans(self, evaluation_id: str, spans: Sequence[SpanRecord]) -> int:
         """Stores the spans (at most SPAN_BATCH_SIZE, distinct span ids) of an existing evaluation,
@@ -148,6 +171,97 @@ class StorePrimitives(ABC):
     @abstractmethod
     def _count_spans(self, evaluation_id: str) -> int:
         """How many spans the evaluation has."""
+
+    # ----- starts and leases -----------------------------------------------------------------------
+
+    @abstractmethod
+    def _start(self, id: str, *, changes: Mapping[str, Any]) -> tuple[str, int]:
+        """In one transaction, and with the evaluation locked against concurrent transitions: if it is
+        queued or running, set `changes` and add one to its attempts; otherwise change nothing. Two
+        concurrent starts count two attempts.
+
+        Returns:
+            Its status after the call ("running" when it started, else the status it ended in) and
+            its attempts after the call.
+
+        Raises:
+            EvaluationNotFound: when no evaluation has this id.
+        """
+
+    @abstractmethod
+    def _leased_transition(
+        self, id: str, *, owner: str | None, expired_before: datetime | None, changes: Mapping[str, Any]
+    ) -> bool:
+        """Atomically: if the evaluation is running, its lease_owner is `owner` (any, None included,
+        when `owner` is None) and its lease expired before `expired_before` (when given), set `changes`.
+
+        Returns:
+            Whether it changed.
+
+        Raises:
+            EvaluationNotFound: when no evaluation has this id.
+        """
+
+    @abstractmethod
+    def _expired_leases(self, now: datetime, *, limit: int) -> list[dict[str, Any]]:
+        """Running evaluations with lease_expires_at < `now`, read through an index on (status,
+        lease_expires_at), oldest expiry first, then by id; each with the LEASE_KEYS, timestamps aware
+        UTC datetimes."""
+
+    # ----- aggregates ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def _history_points(self, where: HistoryFilter, *, limit: int) -> list[dict[str, Any]]:
+        """The points of a history series (records.history.history_point), oldest first (created_at,
+        then id), at most `limit` of them: the latest ones.
+
+        Args:
+            where: checked conditions.
+            limit: at most this many.
+        """
+
+    @abstractmethod
+    def _series_keys(self, where: SeriesFilter) -> list[dict[str, Any]]:
+        """The series `where` selects points of (records.history.series_summary), in any order.
+
+        Args:
+            where: checked conditions.
+        """
+
+    # ----- bulk import and retention ---------------------------------------------------------------
+
+    @abstractmethod
+    def _bulk_insert(self, records: Sequence[EvaluationRecord], systems: Mapping[str, dict[str, Any]]) -> int:
+        """Insert the systems (an existing id: skipped) and the evaluations with their measurements
+        (an existing evaluation id: skipped, measurements included) in one transaction.
+
+        Returns:
+            How many evaluations were inserted.
+        """
+
+    @abstractmethod
+    def _prune(self, before: datetime, *, keep_summaries: bool) -> PruneReport:
+        """Drop raw latencies and spans (or, without summaries, whole evaluations) of the evaluations
+        in a terminal status whose `finished_at` (or `created_at` when none) is before `before`, in
+        one transaction."""
+
+    # ----- schema versions -------------------------------------------------------------------------
+
+    @abstractmethod
+    def _schema_state(self) -> SchemaState:
+        """What the store's database holds now, read without changing anything."""
+
+    @abstractmethod
+    def _upgrade_schema(self) -> Upgraded:
+        """Looks again under the backend's lock (another process may have upgraded meanwhile) and
+        brings an empty or older store to the current schema, all or nothing.
+
+        Raises:
+            UserError: the refusal of a newer or foreign store (SchemaState.check).
+            RuntimeError: the migration failed; nothing was changed.
+        """
+
+    # ----- defaults a backend may override ---------------------------------------------------------
 
     def _layer_totals(
         self, evaluation_id: str, *, level: str, group_by: str
@@ -207,3 +321,9 @@ class StorePrimitives(ABC):
             and (where.until is None or r.created_at < where.until)
         ]
         return compare_rows(evaluations, where)
+
+    # ----- lifetime --------------------------------------------------------------------------------
+
+    @abstractmethod
+    def close(self) -> None:
+        """Releases connections; the store is unusable afterwards. Calling it twice is harmless."""
