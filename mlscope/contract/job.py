@@ -110,7 +110,12 @@ class Job:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The job as plain JSON; `group` only where it has members (a brick group's job), so any
+        other job's document is the same to a predictor that does not know the field."""
+        data = asdict(self)
+        if not self.group:
+            del data["group"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Job:

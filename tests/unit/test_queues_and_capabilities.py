@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mlscope.broker.app import TIME_LIMIT_MARGIN_S, make_celery, visibility_timeout_s
-from mlscope.broker.tasks import BrickGroupMessage, EvaluationMessage, read_message
+from mlscope.broker.tasks import EvaluationMessage
 from mlscope.contract.errors import UserError
 from mlscope.contract.queues import Target, capability_prefixes, parse_target, queues_for
 from mlscope.contract.request import MAX_TIMEOUT_S, parse_request
@@ -81,63 +81,6 @@ def test_the_task_message_round_trips_and_refuses_what_it_cannot_read() -> None:
     with pytest.raises(UserError, match="batch_sizes"):
         EvaluationMessage.from_dict(
             {**message.to_dict(), "request": {**request.to_dict(), "batch_sizes": [0]}}
-        )
-
-
-def test_a_brick_groups_message_round_trips_as_a_kind_of_its_own() -> None:
-    brick = {"model": "sha256:" + "a" * 64, "framework": "onnxruntime", "options": {"brick": True}}
-    lead, other = parse_request(brick), parse_request({**brick, "model": "sha256:" + "b" * 64})
-    group = BrickGroupMessage((("lead", lead), ("other", other)), "onnxruntime@cpu", traceparent="tp")
-
-    wire = group.to_dict()
-    assert wire["kind"] == "bricks" and [m["evaluation_id"] for m in wire["members"]] == ["lead", "other"]
-    assert BrickGroupMessage.from_dict(wire) == group == read_message(wire)
-    assert (group.evaluation_id, group.request, group.evaluation_ids) == ("lead", lead, ["lead", "other"])
-    # an evaluation's message is read as one, and neither kind is read as the other
-    plain = EvaluationMessage("one", lead, "onnxruntime@cpu")
-    assert read_message(plain.to_dict()) == plain and "kind" not in plain.to_dict()
-    with pytest.raises(UserError, match="brick group"):
-        EvaluationMessage.from_dict(wire)
-    with pytest.raises(UserError, match="not a brick group"):
-        BrickGroupMessage.from_dict(plain.to_dict())
-    with pytest.raises(UserError, match="kind"):
-        read_message({**wire, "kind": "other"})
-    with pytest.raises(UserError, match="no members"):
-        read_message({**wire, "members": []})
-    with pytest.raises(UserError, match="batch_sizes"):  # every member's request is validated
-        read_message(
-            {
-                **wire,
-                "members": [
-                    *wire["members"][:1],
-                    {**wire["members"][1], "request": {**other.to_dict(), "batch_sizes": [0]}},
-                ],
-            }
-        )
-
-
-def test_an_older_apis_message_with_companions_is_read_as_a_brick_group_its_evaluation_first() -> None:
-    # Given an evaluation's message carrying companions, as an older api queued a brick group
-    brick = {"model": "sha256:" + "a" * 64, "framework": "onnxruntime", "options": {"brick": True}}
-    lead, other = parse_request(brick), parse_request({**brick, "model": "sha256:" + "b" * 64})
-    older = {
-        **EvaluationMessage("lead", lead, "onnxruntime@cpu", submitted_at=3.0, traceparent="tp").to_dict(),
-        "companions": [{"evaluation_id": "other", "request": other.to_dict()}],
-    }
-    # When it is read, then it is that brick group (the worker hands it to the brick group's job)
-    assert read_message(older) == BrickGroupMessage(
-        (("lead", lead), ("other", other)), "onnxruntime@cpu", submitted_at=3.0, traceparent="tp"
-    )
-    # and without companions (or with none) it is one evaluation's
-    assert isinstance(read_message({**older, "companions": []}), EvaluationMessage)
-    with pytest.raises(UserError, match="batch_sizes"):  # a companion's request is validated too
-        read_message(
-            {
-                **older,
-                "companions": [
-                    {"evaluation_id": "other", "request": {**other.to_dict(), "batch_sizes": [0]}}
-                ],
-            }
         )
 
 
