@@ -20,7 +20,7 @@ from mlscope.api.context import ApiContext, redact_url
 from mlscope.api.problems import ApiProblem
 from mlscope.api.schemas import MAX_BATCH_JOBS, SHARED_REQUEST_FIELDS
 from mlscope.broker.app import send_evaluation
-from mlscope.broker.tasks import EvaluationMessage
+from mlscope.broker.tasks import BrickGroupMessage, EvaluationMessage, TaskMessage
 from mlscope.broker.tracing import export_spans
 from mlscope.contract.errors import MlscopeError, UserError
 from mlscope.contract.manifest import Manifest
@@ -307,8 +307,9 @@ def enqueue(ctx: ApiContext, job: PlannedJob, traced: TracedSubmit | None = None
 def enqueue_together(
     ctx: ApiContext, jobs: list[PlannedJob], traced: TracedSubmit | None = None
 ) -> list[str]:
-    """Record every job as a queued evaluation and send them to their (one) queue as one message: the
-    first job's, the others its companions (a system's bricks, measured in one predictor job).
+    """Record every job as a queued evaluation and send them to their (one) queue as one message: one
+    job's `EvaluationMessage`, or several jobs' `BrickGroupMessage` (a system's bricks, measured in
+    one predictor job).
 
     Returns:
         The evaluation ids, in the order of `jobs` (the first is the Celery task id).
@@ -330,12 +331,14 @@ def enqueue_together(
     if tracer is not None and traced is not None:
         traced.evaluation_ids.extend(ids)
         traceparent = TraceContext(tracer.trace_id, tracer.current_id).traceparent()
-    message = EvaluationMessage(
-        ids[0],
-        lead.request,
-        lead.queue,
-        traceparent=traceparent,
-        companions=tuple((id, job.request) for id, job in zip(ids[1:], jobs[1:], strict=True)),
+    message: TaskMessage = (
+        EvaluationMessage(ids[0], lead.request, lead.queue, traceparent=traceparent)
+        if len(jobs) == 1
+        else BrickGroupMessage(
+            tuple((id, job.request) for id, job in zip(ids, jobs, strict=True)),
+            lead.queue,
+            traceparent=traceparent,
+        )
     )
     try:
         send_evaluation(ctx.celery, message)

@@ -17,7 +17,7 @@ from typing import Any
 
 from celery import Celery
 
-from mlscope.broker.tasks import EVALUATE_TASK, EvaluationMessage
+from mlscope.broker.tasks import EVALUATE_TASK, TaskMessage
 from mlscope.contract.request import MAX_TIMEOUT_S
 from mlscope.contract.settings import Settings
 
@@ -85,8 +85,9 @@ def make_celery(settings: Settings, *, name: str = "mlscope") -> Celery:
     return app
 
 
-def send_evaluation(app: Celery, message: EvaluationMessage) -> None:
-    """Put one evaluation on its queue; the task id is the evaluation id."""
+def send_evaluation(app: Celery, message: TaskMessage) -> None:
+    """Put one job on its queue: an evaluation, or a brick group (the task id is its first member's
+    evaluation id, the time limit its first member's)."""
     limit = message.request.timeout_s + TIME_LIMIT_MARGIN_S
     app.send_task(
         EVALUATE_TASK,

@@ -48,9 +48,12 @@ class Job:
             empty for the defaults.
         model_store: the machine's model store for a warm start, {"directory", "budget_mb"}
             (settings model_store_dir, model_store_mb); empty for none (no warm start measured).
-        companions: the other bricks measured in this brick job (options.brick), after this one and
-            by the same settings, each {"evaluation_id", "manifest", "origin", "batch_size"}. A brick
-            job's result has `bricks`: each brick's end (its own too) by evaluation id. Empty for none.
+        group: a brick group's other members (options.brick), measured in this job after its own
+            brick and by the same settings, each {"evaluation_id", "manifest", "origin",
+            "batch_size"}; set only by a brick group's job (mlscope.workers.brick_jobs), empty for
+            any other. A brick job's result has `bricks`: each brick's end (its own too) by
+            evaluation id. A job dict's "companions" (an older worker's name for it) is read as
+            `group`.
     """
 
     evaluation_id: str
@@ -70,7 +73,7 @@ class Job:
     load: dict[str, Any] = field(default_factory=dict)
     generation: dict[str, Any] = field(default_factory=dict)
     model_store: dict[str, Any] = field(default_factory=dict)
-    companions: list[dict[str, Any]] = field(default_factory=list)
+    group: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_request(
@@ -85,7 +88,6 @@ class Job:
         dataset: dict[str, Any] | None = None,
         outputs_for: int = 0,
         model_store: dict[str, Any] | None = None,
-        companions: list[dict[str, Any]] | None = None,
     ) -> Job:
         """The job of an admitted request: every field the two share (framework, device, batch
         sizes, scenarios, measure, options, trace level, load) is the request's, taken by name."""
@@ -104,16 +106,22 @@ class Job:
             dataset=dict(dataset or {}),
             outputs_for=outputs_for,
             model_store=dict(model_store or {}),
-            companions=list(companions or []),
             **shared,
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The job as plain JSON; `group` only where it has members (a brick group's job), so any
+        other job's document is the same to a predictor that does not know the field."""
+        data = asdict(self)
+        if not self.group:
+            del data["group"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Job:
         values = dict(data)
+        if "companions" in values:  # a brick group's members, as an older worker names them
+            values["group"] = values.pop("companions")
         values["batch_sizes"] = tuple(values["batch_sizes"])
         values["scenarios"] = tuple(values["scenarios"])
         return cls(**values)

@@ -375,8 +375,9 @@ def _measurement(
 
 def brick_job(job: Any, enter: Callable[..., None]) -> dict[str, Any]:
     """A farm's brick job (`options.brick`, ONNX Runtime's `FrameworkSpec.bricks`): the job's own brick
-    and its `companions`, each a one-node ONNX graph named by its manifest, measured together by
-    `measure_bricks` with the job's measure settings and threads, each brick under its evaluation id.
+    and its brick group's other members (`job.group`), each a one-node ONNX graph named by its
+    manifest, measured together by `measure_bricks` with the job's measure settings and threads, each
+    brick under its evaluation id.
 
     Returns:
         The job's result: system, framework, and `bricks`: each brick's end by evaluation id,
@@ -388,7 +389,7 @@ def brick_job(job: Any, enter: Callable[..., None]) -> dict[str, Any]:
     from mlscope.runtime.system import capture_system
 
     own = {"evaluation_id": job.evaluation_id, "manifest": job.manifest, "origin": job.origin}
-    members = [{**own, "batch_size": job.batch_sizes[0]}, *job.companions]
+    members = [{**own, "batch_size": job.batch_sizes[0]}, *job.group]
     enter("fetch", bricks=len(members))
     specs: list[BrickSpec] = []
     ends: dict[str, dict[str, Any]] = {}

@@ -92,11 +92,9 @@ class Admission:
         cache_dir: str,
         traceparent: str = "",
         model_store: dict[str, Any] | None = None,
-        companions: list[dict[str, Any]] | None = None,
     ) -> Job:
         """What the predictor process is told to do for the stored evaluation `evaluation_id`
-        (`model_store`: the settings' `model_store`, for a warm start; None: none; `companions`: a
-        brick job's other bricks, `Job.companions`)."""
+        (`model_store`: the settings' `model_store`, for a warm start; None: none)."""
         return Job.from_request(
             self.request,
             evaluation_id=evaluation_id,
@@ -107,7 +105,6 @@ class Admission:
             dataset=None if self.dataset is None else self.dataset.to_dict(),
             outputs_for=PARITY_SAMPLES if self.parity_manifest is not None else 0,
             model_store=model_store,
-            companions=companions,
         )
 
     def parity_job(self, job: Job) -> Job:

@@ -32,7 +32,7 @@ from mlscope.contract.result import (
 from mlscope.contract.settings import Settings
 from mlscope.runtime.system import system_id
 from mlscope.runtime.trace.spans import TraceContext, Tracer
-from mlscope.store import EvaluationNotFound, InvalidTransition, Store
+from mlscope.store import Store
 from mlscope.store.records import subsample_latencies
 from mlscope.workers.admission import Admission
 from mlscope.workers.leases import Lease, kept
@@ -40,7 +40,18 @@ from mlscope.workers.parity import run_parity_check
 from mlscope.workers.runners import Runner, RunOutcome, get_runner
 from mlscope.workers.store_writes import StoreWrite, apply
 
-__all__ = ["RESULT_WRITE_PAUSES_S", "RetriedWrites", "Writes", "evaluate", "keep_spans", "write_result"]
+__all__ = [
+    "RESULT_WRITE_PAUSES_S",
+    "RetriedWrites",
+    "Writes",
+    "evaluate",
+    "keep_spans",
+    "outcome_status",
+    "predictor_spans",
+    "start_evaluation",
+    "write_ends",
+    "write_result",
+]
 
 # Told of an evaluation's events: the predictor's, and "created" once it is recorded.
 Emit = Callable[[RunEvent], None]
@@ -104,7 +115,6 @@ def evaluate(
     tracer: Tracer | None = ...,
     lease: Lease | None = ...,
     writes: None = ...,
-    companions: Sequence[tuple[str, Admission]] = ...,
 ) -> EvaluationResult: ...
 
 
@@ -121,7 +131,6 @@ def evaluate(
     tracer: Tracer | None = ...,
     lease: Lease | None = ...,
     writes: Writes,
-    companions: Sequence[tuple[str, Admission]] = ...,
 ) -> EvaluationResult | SpooledResult: ...
 
 
@@ -137,7 +146,6 @@ def evaluate(
     tracer: Tracer | None = None,
     lease: Lease | None = None,
     writes: Writes | None = None,
-    companions: Sequence[tuple[str, Admission]] = (),
 ) -> EvaluationResult | SpooledResult:
     """Run an admitted evaluation to its end and return the stored result.
 
@@ -156,10 +164,6 @@ def evaluate(
         lease: held on the evaluation while it runs, renewed until it ends (workers.leases); an
             evaluation started more than `lease.max_attempts` times fails without running.
         writes: where its end is written (a farm worker's spool); None: straight to `store`.
-        companions: a brick job's other bricks (options.brick), each (evaluation id, admission),
-            recorded by the api: started, measured in the same predictor job after this one, and
-            each ended on its own (one whose start the store refuses, cancelled or ended, is left
-            out).
 
     Returns:
         The stored result; when `writes` kept the end for later (the store was unreachable), only
@@ -179,7 +183,6 @@ def evaluate(
             tracer,
             lease,
             ends,
-            companions,
         )
 
     if tracer is not None:
@@ -212,7 +215,6 @@ def _evaluate(
     tracer: Tracer,
     lease: Lease | None,
     writes: Writes,
-    companions: Sequence[tuple[str, Admission]] = (),
 ) -> EvaluationResult | SpooledResult:
     request = admitted.request
     traced = tracer.enabled("APPLICATION")
@@ -220,39 +222,27 @@ def _evaluate(
         id=evaluation_id, **admitted.record(), trace_id=tracer.trace_id if traced else None
     )
     emit({"event": "created", "id": evaluation_id})
-    if not _start(store, evaluation_id, lease, writes):
+    if not start_evaluation(store, evaluation_id, lease, writes):
         return store.get_evaluation(evaluation_id)
-    started = _start_companions(store, companions, lease, writes)
     job = admitted.job(
         evaluation_id,
         cache_dir=str(settings.cache_dir),
         model_store=settings.model_store,
         traceparent=TraceContext(tracer.trace_id, tracer.current_id).traceparent() if traced else "",
-        companions=[
-            {
-                "evaluation_id": id,
-                "manifest": companion.manifest.to_dict(),
-                "origin": companion.manifest.origin,
-                "batch_size": companion.request.batch_sizes[0],
-            }
-            for id, companion in started
-        ],
     )
     runner = get_runner(request.runner, settings)
-    members = [(evaluation_id, admitted), *started]
     try:
-        with kept(store, [id for id, _ in members], lease):
+        with kept(store, evaluation_id, lease):
             outcome = _run(admitted, job, runner, emit, tracer, cancel)
     except KeyboardInterrupt:
-        for id, _ in members:
-            store.cancel_evaluation(id)
+        store.cancel_evaluation(evaluation_id)
         raise
-    with tracer.span("store", status=_status(outcome)):
-        stored = _write_ends(members, outcome, settings, system_extra, writes)
-    spans = [*_predictor_spans(outcome), *tracer.drain()]
+    with tracer.span("store", status=outcome_status(outcome)):
+        stored = write_ends([(evaluation_id, admitted)], outcome, settings, system_extra, writes)
+    spans = [*predictor_spans(outcome), *tracer.drain()]
     stored = keep_spans(writes, settings, evaluation_id, spans) and stored
     if not stored:
-        return {"id": evaluation_id, "status": _status(outcome), "spooled": True}
+        return {"id": evaluation_id, "status": outcome_status(outcome), "spooled": True}
     return store.get_evaluation(evaluation_id)
 
 
@@ -278,22 +268,7 @@ def _run(
     return outcome
 
 
-def _start_companions(
-    store: Store, companions: Sequence[tuple[str, Admission]], lease: Lease | None, writes: Writes
-) -> list[tuple[str, Admission]]:
-    """Start each companion of a brick job (recorded by the api as queued); those the store will not
-    start (cancelled, or ended by an earlier delivery) are left out, as is one started too often."""
-    started = []
-    for id, companion in companions:
-        try:
-            if _start(store, id, lease, writes):
-                started.append((id, companion))
-        except (InvalidTransition, EvaluationNotFound) as exc:
-            log.info("brick %s is not started: %s", id, exc)
-    return started
-
-
-def _start(store: Store, evaluation_id: str, lease: Lease | None, writes: Writes) -> bool:
+def start_evaluation(store: Store, evaluation_id: str, lease: Lease | None, writes: Writes) -> bool:
     """Mark the evaluation running (under `lease`); False when it has been started more than the
     lease allows, and is failed instead (each time, the process running it died)."""
     if lease is None:
@@ -312,17 +287,18 @@ def _start(store: Store, evaluation_id: str, lease: Lease | None, writes: Writes
     return False
 
 
-def _write_ends(
+def write_ends(
     members: Sequence[tuple[str, Admission]],
     outcome: RunOutcome,
     settings: Settings,
     system_extra: Mapping[str, Any] | None,
     writes: Writes,
 ) -> bool:
-    """Write how each evaluation of the job ended. An ordinary job (or a brick job that failed as a
-    whole) ends every member alike; a brick job's result holds each brick's own end under `bricks`,
-    by evaluation id, and the job's import figures go to the first brick's cold start. False when an
-    end was kept for later."""
+    """Write how each evaluation of the job ended (`members`: each (evaluation id, admission), the
+    job's own first; one, but for a brick group's job, workers.brick_jobs). An ordinary job (or a
+    brick job that failed as a whole) ends every member alike; a brick job's result holds each
+    brick's own end under `bricks`, by evaluation id, and the job's import figures go to the first
+    brick's cold start. False when an end was kept for later."""
     result = outcome.result
     ends = result.get("bricks") if result is not None else None
     if result is None or ends is None:
@@ -344,11 +320,13 @@ def _write_ends(
     return all(written)
 
 
-def _status(outcome: RunOutcome) -> str:
+def outcome_status(outcome: RunOutcome) -> str:
+    """How the job's run ended: "succeeded" when it returned a result, else "failed"."""
     return "succeeded" if outcome.result is not None else "failed"
 
 
-def _predictor_spans(outcome: RunOutcome) -> list[dict[str, Any]]:
+def predictor_spans(outcome: RunOutcome) -> list[dict[str, Any]]:
+    """The spans the predictor process traced, from its result or from its failure."""
     if outcome.result is not None:
         return list(outcome.result.get("trace", {}).get("spans", []))
     return outcome.spans

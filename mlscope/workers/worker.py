@@ -2,7 +2,8 @@
 
 It detects the machine's capabilities and installed frameworks, consumes exactly the queues it can
 serve (broker.queues), registers itself in the agent registry with a heartbeat, and runs each job
-through the same pipeline as `mlscope run`, under the id the api recorded it with.
+through the same pipeline as `mlscope run`, under the id the api recorded it with; a brick group (a
+farm's bricks measured in one predictor job) is a job of its own (workers.brick_jobs).
 
 Delivery: one job at a time (prefetch of one, Celery's solo pool: the job runs in this process's
 main thread, its predictor in a child process or container). A job is acknowledged when it has ended;
@@ -21,7 +22,7 @@ import platform
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -31,7 +32,7 @@ from celery.exceptions import Reject
 
 from mlscope import __version__
 from mlscope.broker.app import make_celery
-from mlscope.broker.tasks import BARE_TASK, EVALUATE_TASK, EvaluationMessage
+from mlscope.broker.tasks import BARE_TASK, EVALUATE_TASK, BrickGroupMessage, TaskMessage, read_message
 from mlscope.contract.errors import StoreUnavailable, UserError
 from mlscope.contract.queues import check_agent_id, check_capability, queues_for
 from mlscope.contract.settings import Settings
@@ -41,6 +42,7 @@ from mlscope.runtime.system import cpu_facts, gpu_facts
 from mlscope.runtime.trace.spans import TraceContext, Tracer
 from mlscope.store import EvaluationNotFound, InvalidTransition, Store, open_store
 from mlscope.workers.admission import Admission, admit
+from mlscope.workers.brick_jobs import admit_group, evaluate_bricks
 from mlscope.workers.capabilities import detect_capabilities
 from mlscope.workers.dataset_fetch import DatasetFetcher
 from mlscope.workers.host_turn import HOST_LOCK, ConsumerGate, HostTurn
@@ -191,7 +193,7 @@ class Worker:
     def handle(self, raw: dict[str, Any], *, redelivered: bool = False, task: Task | None = None) -> None:
         """Run one job to its end; it is acknowledged when this returns."""
         try:
-            message = EvaluationMessage.from_dict(raw)
+            message = read_message(raw)
         except UserError as exc:
             log.error("dropping a malformed task message: %s", exc.message)
             return
@@ -206,7 +208,7 @@ class Worker:
         finally:
             self.turn.release()
 
-    def _handle(self, message: EvaluationMessage, redelivered: bool, task: Task | None) -> None:
+    def _handle(self, message: TaskMessage, redelivered: bool, task: Task | None) -> None:
         evaluation_id = message.evaluation_id
         waited_s = time.time() - message.submitted_at
         log.info(
@@ -235,7 +237,7 @@ class Worker:
         finally:
             self._set_job(None)
 
-    def _run_when_store_answers(self, message: EvaluationMessage) -> None:
+    def _run_when_store_answers(self, message: TaskMessage) -> None:
         """Run the job; while the store cannot record its start, hold it and ask again (the job has not
         run: its result can only be lost if it is dropped now, as it once was after five tries)."""
         pause = 1.0
@@ -256,7 +258,9 @@ class Worker:
                 time.sleep(pause)
                 pause = min(pause * 2, _STORE_WAIT_MAX_S)
 
-    def _run(self, message: EvaluationMessage) -> None:
+    def _run(self, message: TaskMessage) -> None:
+        """Run one job: an evaluation through the pipeline (workers.pipeline), a brick group as a job
+        of its own (workers.brick_jobs)."""
         evaluation_id, request = message.evaluation_id, message.request
         running_on = self._running_elsewhere(evaluation_id)
         if running_on is not None:
@@ -273,6 +277,11 @@ class Worker:
                 "validate",
             )
             return
+        if isinstance(message, BrickGroupMessage):
+            group = admit_group(message, self.models, self.settings, self._fail)
+            if group:
+                self._traced(message, lambda tracer, lease: self._run_bricks(group, tracer, lease))
+            return
         try:
             admitted = admit(request, self.models, here=self.settings)
         except UploadFetchError as exc:  # an uploaded model or dataset the API could not give
@@ -281,9 +290,45 @@ class Worker:
         except UserError as exc:
             self._fail(evaluation_id, "InvalidRequest", exc.message, "validate")
             return
-        companions = self._admit_companions(message)
-        agent = {"id": self.agent_id, "capabilities": list(self.capabilities)}
-        tracer = Tracer(request.trace_level, TraceContext.parse(message.traceparent))
+        self._traced(message, lambda tracer, lease: self._evaluate(admitted, evaluation_id, tracer, lease))
+
+    def _evaluate(self, admitted: Admission, evaluation_id: str, tracer: Tracer, lease: Lease) -> str:
+        result = evaluate(
+            admitted,
+            store=self.store,
+            settings=self.settings,
+            evaluation_id=evaluation_id,
+            system_extra={"agent": self._agent()},
+            cancel=self._cancel,
+            tracer=tracer,
+            lease=lease,
+            writes=self.writes,
+        )
+        kept = " (kept in the spool until the store is back)" if result.get("spooled") else ""
+        return f"{result['status']}{kept}"
+
+    def _run_bricks(self, group: list[tuple[str, Admission]], tracer: Tracer, lease: Lease) -> str:
+        end = evaluate_bricks(
+            group,
+            store=self.store,
+            settings=self.settings,
+            system_extra={"agent": self._agent()},
+            cancel=self._cancel,
+            tracer=tracer,
+            lease=lease,
+            writes=self.writes,
+        )
+        kept = " (kept in the spool until the store is back)" if end.spooled else ""
+        return f"{end.status}: a brick group, {len(end.started)} brick(s) measured{kept}"
+
+    def _agent(self) -> dict[str, Any]:
+        return {"id": self.agent_id, "capabilities": list(self.capabilities)}
+
+    def _traced(self, message: TaskMessage, work: Callable[[Tracer, Lease], str]) -> None:
+        """Run `work` under the job's task span (continuing the api's trace), with the job's lease, and
+        keep the spans; `work` says how the job ended, for the log."""
+        evaluation_id = message.evaluation_id
+        tracer = Tracer(message.request.trace_level, TraceContext.parse(message.traceparent))
         task_span = tracer.span(
             EVALUATE_TASK,
             **{
@@ -306,52 +351,15 @@ class Worker:
                     received,
                     attributes={"mlscope.process": "worker", "queue": message.queue},
                 )
-                result = evaluate(
-                    admitted,
-                    store=self.store,
-                    settings=self.settings,
-                    evaluation_id=evaluation_id,
-                    system_extra={"agent": agent},
-                    cancel=self._cancel,
-                    tracer=tracer,
-                    # Two heartbeat lifetimes: a worker whose registry entry lapsed is dead, or
-                    # frozen for longer than any pause of a live one.
-                    lease=Lease(self.agent_id, seconds=2 * self.registry.ttl_s),
-                    writes=self.writes,
-                    companions=companions,
-                )
-        except InvalidTransition as ended:
+                # Two heartbeat lifetimes: a worker whose registry entry lapsed is dead, or frozen
+                # for longer than any pause of a live one.
+                ended = work(tracer, Lease(self.agent_id, seconds=2 * self.registry.ttl_s))
+        except InvalidTransition as done:
             # Cancelled before it started, or a duplicate delivery of a job that has ended.
-            log.info("job %s has already ended (%s): nothing to do", evaluation_id, ended.current)
+            log.info("job %s has already ended (%s): nothing to do", evaluation_id, done.current)
             return
         keep_spans(self.writes, self.settings, evaluation_id, tracer.drain())
-        kept = " (kept in the spool until the store is back)" if result.get("spooled") else ""
-        log.info("job %s %s%s", evaluation_id, result["status"], kept)
-
-    def _admit_companions(self, message: EvaluationMessage) -> list[tuple[str, Admission]]:
-        """The message's companions (a brick job's other bricks) admitted here; one that cannot be
-        (its upload not to be had, a request this machine cannot run) fails on its own."""
-        admitted = []
-        shared = ("framework", "runner", "device", "measure", "options")
-        lead = message.request
-        for companion_id, request in message.companions:
-            differ = [name for name in shared if getattr(request, name) != getattr(lead, name)]
-            if differ:
-                self._fail(
-                    companion_id,
-                    "InvalidRequest",
-                    f"the bricks of one job are measured alike, but this one's {', '.join(differ)} "
-                    f"differ from its job's ({message.evaluation_id})",
-                    "validate",
-                )
-                continue
-            try:
-                admitted.append((companion_id, admit(request, self.models, here=self.settings)))
-            except UploadFetchError as exc:
-                self._fail(companion_id, type(exc).__name__, exc.message, "fetch")
-            except UserError as exc:
-                self._fail(companion_id, "InvalidRequest", exc.message, "validate")
-        return admitted
+        log.info("job %s %s", evaluation_id, ended)
 
     def _running_elsewhere(self, evaluation_id: str) -> str | None:
         """The live agent, other than this one, running `evaluation_id`, if any."""

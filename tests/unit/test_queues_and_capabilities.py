@@ -84,26 +84,6 @@ def test_the_task_message_round_trips_and_refuses_what_it_cannot_read() -> None:
         )
 
 
-def test_a_brick_jobs_message_carries_its_companions_and_an_older_message_has_none() -> None:
-    brick = {"model": "sha256:" + "a" * 64, "framework": "onnxruntime", "options": {"brick": True}}
-    lead, other = parse_request(brick), parse_request({**brick, "model": "sha256:" + "b" * 64})
-    message = EvaluationMessage("lead", lead, "onnxruntime@cpu", companions=(("other", other),))
-
-    assert EvaluationMessage.from_dict(message.to_dict()) == message
-    plain = message.to_dict()
-    del plain["companions"]  # what an api without bricks on the farm sends
-    assert EvaluationMessage.from_dict(plain).companions == ()
-    with pytest.raises(UserError, match="batch_sizes"):  # a companion's request is validated too
-        EvaluationMessage.from_dict(
-            {
-                **message.to_dict(),
-                "companions": [
-                    {"evaluation_id": "other", "request": {**other.to_dict(), "batch_sizes": [0]}}
-                ],
-            }
-        )
-
-
 def test_farm_settings_are_checked_and_the_registry_follows_a_redis_broker(tmp_path: Path) -> None:
     base = {"MLSCOPE_SETTINGS": str(tmp_path / "none.toml")}
     redis_broker = load_settings({**base, "MLSCOPE_BROKER_URL": "redis://10.0.0.5:6379/3"})
