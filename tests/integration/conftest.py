@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,3 +52,21 @@ def farm(
             yield made
         finally:
             made.stop()
+
+
+@pytest.fixture
+def app(store: Any) -> Iterator[Any]:
+    """The API app on the module's `store` fixture, its agent registry closed afterwards. A module
+    whose app is made otherwise (its own settings, a token) defines its own `app`, which wins."""
+    from mlscope.api import create_app
+    from mlscope.contract.settings import load_settings
+
+    made = create_app(load_settings(), store=store)
+    yield made
+    made.extensions["mlscope"].agents.close()
+
+
+@pytest.fixture
+def http(app: Any) -> Any:
+    """A test client of the module's `app` (this suite's, or the module's own)."""
+    return app.test_client()

@@ -82,11 +82,6 @@ def app(settings: Settings) -> Iterator[Flask]:
 
 
 @pytest.fixture
-def http(app: Flask) -> FlaskClient:
-    return app.test_client()
-
-
-@pytest.fixture
 def store(app: Flask) -> Store:
     found: Store = app.extensions["mlscope"].store
     return found

@@ -25,11 +25,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
-from mlscope.api import create_app
 from mlscope.api.compare import rows_to_csv
 from mlscope.api.export import EXPORT_COLUMNS
 from mlscope.client import ApiError, Client
-from mlscope.contract.settings import load_settings
 from mlscope.store import Store, open_store
 from mlscope.store.paging import EXPORT_PAGE_SIZE
 from tests.contract.builders import COLD_START, ERROR, T0, make_measurement, make_system
@@ -54,18 +52,6 @@ def store(request: pytest.FixtureRequest, mlscope_env: dict[str, str]) -> Iterat
             yield opened
     finally:
         _empty_postgres(url)
-
-
-@pytest.fixture
-def app(store: Store) -> Iterator[Flask]:
-    made = create_app(load_settings(), store=store)
-    yield made
-    made.extensions["mlscope"].agents.close()
-
-
-@pytest.fixture
-def http(app: Flask) -> FlaskClient:
-    return app.test_client()
 
 
 def evaluate(

@@ -39,11 +39,6 @@ def app(mlscope_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterato
         made.extensions["mlscope"].agents.close()
 
 
-@pytest.fixture
-def http(app: Flask) -> FlaskClient:
-    return app.test_client()
-
-
 def _this_system(app: Flask) -> str:
     """This machine's system, stored (as a run here stores it), and its id."""
     system = capture_system()

@@ -6,26 +6,14 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterator
 
-import pytest
-from flask import Flask
 from flask.testing import FlaskClient
 
-from mlscope.api import create_app
-from mlscope.contract.settings import load_settings
 from mlscope.contract.workload import workload_key
 from mlscope.store import Store
 from mlscope.store.records import COMPARE_COLUMNS
 from tests.contract.builders import finish, make_measurement, run_to
 from tests.integration.test_api_reads import store  # noqa: F401  (the fixture: SQLite and PostgreSQL)
-
-
-@pytest.fixture
-def http(store: Store) -> Iterator[FlaskClient]:  # noqa: F811
-    app: Flask = create_app(load_settings(), store=store)
-    yield app.test_client()
-    app.extensions["mlscope"].agents.close()
 
 
 def test_the_comparison_has_a_row_per_workload_with_its_display_name(

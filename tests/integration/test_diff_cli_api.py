@@ -13,13 +13,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from flask import Flask
 from flask.testing import FlaskClient
 
 from mlscope.analysis.diff import DEFAULT_BETWEEN_RUNS, MIN_OTHER_RUNS
-from mlscope.api import create_app
 from mlscope.cli import main
-from mlscope.contract.settings import load_settings
 from mlscope.store import Store, open_store
 from tests.contract.builders import COLD_START, make_measurement, make_system, submit
 
@@ -247,13 +244,6 @@ def test_bad_input_is_one_line_and_exit_code_2(
 ) -> None:
     a = _stored(store, [_point(_latencies(18))])
     assert message in _diff_fails(capsys, *(arg.format(a=a) for arg in args))
-
-
-@pytest.fixture
-def http(store: Store) -> Iterator[FlaskClient]:
-    app: Flask = create_app(load_settings(), store=store)
-    yield app.test_client()
-    app.extensions["mlscope"].agents.close()
 
 
 def test_the_api_answers_the_same_report(store: Store, http: FlaskClient) -> None:

@@ -13,12 +13,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from flask import Flask
 from flask.testing import FlaskClient
 
-from mlscope.api import create_app
 from mlscope.cli import render
-from mlscope.contract.settings import load_settings
 from mlscope.store import Store, open_store
 from tests.contract.builders import COLD_START, T0, make_measurement, make_system
 from tests.integration.test_history import noisy
@@ -39,13 +36,6 @@ def wide(monkeypatch: pytest.MonkeyPatch) -> None:
 def store(mlscope_env: dict[str, str]) -> Iterator[Store]:
     with open_store(mlscope_env["MLSCOPE_STORE_URL"]) as opened:
         yield opened
-
-
-@pytest.fixture
-def http(store: Store) -> Iterator[FlaskClient]:
-    app: Flask = create_app(load_settings(), store=store)
-    yield app.test_client()
-    app.extensions["mlscope"].agents.close()
 
 
 def stored_gpt2(

@@ -15,10 +15,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
-from mlscope.api import create_app
 from mlscope.cli import main, render
 from mlscope.client import ApiError, Client
-from mlscope.contract.settings import load_settings
 from mlscope.store import Store, open_store
 from tests.contract.builders import T0
 from tests.integration.test_history import MANIFEST, noisy, store_series
@@ -173,18 +171,6 @@ def test_regression_mistakes_are_one_line_and_exit_2(
 
 
 # ----- the API ----------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def app(store: Store) -> Iterator[Flask]:
-    made = create_app(load_settings(), store=store)
-    yield made
-    made.extensions["mlscope"].agents.close()
-
-
-@pytest.fixture
-def http(app: Flask) -> FlaskClient:
-    return app.test_client()
 
 
 def test_the_api_history_gives_the_change_points(http: FlaskClient, stepped: list[str]) -> None:

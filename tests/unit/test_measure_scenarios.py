@@ -19,6 +19,8 @@ from mlscope.runtime.measure import (
 from mlscope.runtime.scenarios import SCENARIOS, get_scenario
 from mlscope.runtime.scenarios.offline import Offline
 from mlscope.runtime.scenarios.single_stream import SingleStream
+from tests.unit.test_measure_loop import CountingPredictor
+from tests.unit.test_measure_loop import fast as loop_fast
 
 MEASUREMENT_KEYS = {
     "load",
@@ -47,29 +49,9 @@ class ConstantTimer:
         return self.nanoseconds
 
 
-class CountingPredictor:
-    def __init__(self) -> None:
-        self.calls = 0
-        self.threads: set[int] = set()
-        self._lock = threading.Lock()
-
-    def __call__(self, batch: Any) -> None:
-        with self._lock:
-            self.calls += 1
-            self.threads.add(threading.get_ident())
-
-
 def fast(**overrides: Any) -> MeasureSettings:
-    base: dict[str, Any] = {
-        "warmup_count": 2,
-        "warmup_seconds": 0.0,
-        "min_count": 50,
-        "min_seconds": 0.0,
-        "max_seconds": 1.0,
-        "check_every_seconds": 0.001,
-        "bootstrap_resamples": 200,
-    }
-    return MeasureSettings(**{**base, **overrides})
+    """The loop tests' quick settings, with a short warm-up, 50 samples and a 1 s cap."""
+    return loop_fast(**{"warmup_count": 2, "min_count": 50, "max_seconds": 1.0, **overrides})
 
 
 def test_registry_names_match_the_scenarios() -> None:
