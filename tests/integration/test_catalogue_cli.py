@@ -10,10 +10,9 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from tests.integration.test_api import (  # noqa: F401 - app, http, redis_db, settings: fixtures
+from tests.integration.test_api import (  # noqa: F401 - app, redis_db, settings: fixtures (http is the suite's)
     app,
     assert_problem,
-    http,
     redis_db,
     settings,
     submit,
@@ -103,7 +102,7 @@ def test_a_misspelt_name_exits_2_with_the_close_names(
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
-def test_the_api_lists_and_accepts_catalogue_names(http: FlaskClient) -> None:  # noqa: F811 - the fixture
+def test_the_api_lists_and_accepts_catalogue_names(http: FlaskClient) -> None:
     listed: list[dict[str, Any]] = http.get("/api/v1/models?family=resnet").get_json()
     assert "torchvision:resnet18" in {item["name"] for item in listed}
     assert all(item["family"] == "resnet" and item["origin"] == "catalogue" for item in listed)

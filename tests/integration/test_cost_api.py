@@ -14,9 +14,9 @@ from flask.testing import FlaskClient
 from mlscope.store import Store
 from tests.contract.builders import COLD_START, make_measurement, make_system
 from tests.contract.test_store_resources import ENERGY, MEMORY, PRICE, priced
-from tests.integration.test_api_reads import app, assert_problem, evaluate, http, store
+from tests.integration.test_api_reads import assert_problem, evaluate, store
 
-__all__ = ["app", "http", "store"]  # the fixtures this module borrows
+__all__ = ["store"]  # the fixture this module borrows (app and http are the suite's)
 
 
 def test_the_sections_and_the_cost_columns_are_served(http: FlaskClient, store: Store) -> None:

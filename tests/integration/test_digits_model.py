@@ -26,9 +26,8 @@ from mlscope.runtime.data.digits import digits_split
 from mlscope.runtime.models import digits_cnn
 from mlscope.runtime.predictors.onnxruntime.export import exported_graph
 from mlscope.runtime.predictors.pytorch.models import build_module
-from tests.integration.test_api import (  # noqa: F401 - app, http, redis_db, settings: fixtures
+from tests.integration.test_api import (  # noqa: F401 - app, redis_db, settings: fixtures (http is the suite's)
     app,
-    http,
     redis_db,
     settings,
     submit,
@@ -238,7 +237,7 @@ def test_models_show_and_the_listing_name_the_entry(mlscope_env: dict[str, str])
     assert all(line["origin"] == "catalogue" and line["task"] == "image_classification" for line in lines)
 
 
-def test_the_api_shows_and_accepts_the_entry_by_name(http: FlaskClient) -> None:  # noqa: F811 - the fixture
+def test_the_api_shows_and_accepts_the_entry_by_name(http: FlaskClient) -> None:
     # Given a farm's API, where no code travels over the wire
     # When the entry is asked for, then both manifests name mlscope's own factory and the dataset
     detail = http.get(f"/api/v1/models/{REF}").get_json()

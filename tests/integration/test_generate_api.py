@@ -18,7 +18,6 @@ from tests.integration.test_api import (  # noqa: F401 (fixtures)
     AUTH,
     app,
     assert_problem,
-    http,
     queued_messages,
     redis_db,
     settings,
@@ -26,13 +25,13 @@ from tests.integration.test_api import (  # noqa: F401 (fixtures)
 )
 
 
-def _submit(http: FlaskClient, **fields: Any) -> Any:  # noqa: F811
+def _submit(http: FlaskClient, **fields: Any) -> Any:
     body = {"model": "hf:gpt2", "framework": "pytorch", "scenarios": ["generate"], **fields}
     return http.post("/api/v1/evaluations", json=body, headers=AUTH)
 
 
 def test_a_generate_request_is_accepted_and_queued_with_its_settings(
-    http: FlaskClient,  # noqa: F811
+    http: FlaskClient,
     store: Store,  # noqa: F811
     redis_db: redis.Redis,  # noqa: F811
 ) -> None:
@@ -47,7 +46,7 @@ def test_a_generate_request_is_accepted_and_queued_with_its_settings(
 
 
 def test_an_endpoint_evaluation_runs_on_the_endpoint_framework(
-    http: FlaskClient,  # noqa: F811
+    http: FlaskClient,
     store: Store,  # noqa: F811
 ) -> None:
     generation = {"endpoint": "http://127.0.0.1:8001/v1", "endpoint_model": "Qwen/Qwen3-0.6B"}
@@ -72,7 +71,7 @@ BAD: list[tuple[dict[str, Any], str]] = [
 
 @pytest.mark.parametrize(("fields", "field"), BAD, ids=[field for _, field in BAD])
 def test_a_bad_generate_request_is_a_422_naming_the_field_with_nothing_stored_or_queued(
-    http: FlaskClient,  # noqa: F811
+    http: FlaskClient,
     store: Store,  # noqa: F811
     redis_db: redis.Redis,  # noqa: F811
     fields: dict[str, Any],
@@ -84,7 +83,7 @@ def test_a_bad_generate_request_is_a_422_naming_the_field_with_nothing_stored_or
     assert queued_messages(redis_db, "pytorch@cpu") == []
 
 
-def test_the_openapi_document_describes_generation(http: FlaskClient) -> None:  # noqa: F811
+def test_the_openapi_document_describes_generation(http: FlaskClient) -> None:
     document = http.get("/api/openapi.json").get_json()
     schemas = document["components"]["schemas"]
     request = next(schema for name, schema in schemas.items() if "generation" in schema.get("properties", {}))

@@ -21,7 +21,6 @@ from tests.integration.test_api import (  # noqa: F401 (fixtures)
     COLD_START,
     app,
     assert_problem,
-    http,
     queued_messages,
     redis_db,
     settings,
@@ -31,7 +30,7 @@ from tests.integration.test_api import (  # noqa: F401 (fixtures)
 
 
 def test_a_server_request_is_accepted_and_queued_with_its_load(
-    http: FlaskClient,  # noqa: F811
+    http: FlaskClient,
     store: Store,  # noqa: F811
     redis_db: redis.Redis,  # noqa: F811
 ) -> None:
@@ -46,7 +45,7 @@ def test_a_server_request_is_accepted_and_queued_with_its_load(
 
 
 def test_a_batch_applies_its_load_to_every_evaluation(
-    http: FlaskClient,  # noqa: F811
+    http: FlaskClient,
     store: Store,  # noqa: F811
 ) -> None:
     body = {
@@ -102,7 +101,7 @@ BAD_LOADS: list[tuple[str, dict[str, Any], str, str]] = [
 
 @pytest.mark.parametrize(("case", "fields", "field", "words"), BAD_LOADS, ids=[c[0] for c in BAD_LOADS])
 def test_a_bad_load_is_a_422_naming_the_setting_and_nothing_is_stored(
-    http: FlaskClient,  # noqa: F811
+    http: FlaskClient,
     store: Store,  # noqa: F811
     redis_db: redis.Redis,  # noqa: F811
     case: str,
@@ -118,7 +117,7 @@ def test_a_bad_load_is_a_422_naming_the_setting_and_nothing_is_stored(
 
 
 def test_a_measurements_load_section_is_served_intact(
-    http: FlaskClient,  # noqa: F811
+    http: FlaskClient,
     store: Store,  # noqa: F811
 ) -> None:
     # Given a finished evaluation whose server point has a load section with a search
@@ -141,7 +140,7 @@ def test_a_measurements_load_section_is_served_intact(
     assert listed["measurements"] == one["measurements"]
 
 
-def test_the_openapi_document_describes_load(http: FlaskClient) -> None:  # noqa: F811
+def test_the_openapi_document_describes_load(http: FlaskClient) -> None:
     spec = http.get("/api/openapi.json").get_json()
     schemas = spec["components"]["schemas"]
     measurement = schemas["Evaluation"]["properties"]["measurements"]["items"]["properties"]
