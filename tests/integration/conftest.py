@@ -70,3 +70,18 @@ def app(store: Any) -> Iterator[Any]:
 def http(app: Any) -> Any:
     """A test client of the module's `app` (this suite's, or the module's own)."""
     return app.test_client()
+
+
+@pytest.fixture
+def served(app: Any) -> Iterator[str]:
+    """The module's `app` on a free local port, served by werkzeug's threaded server in a thread."""
+    import threading
+
+    from werkzeug.serving import make_server
+
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    thread.join()

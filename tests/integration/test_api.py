@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import socket
-import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -21,7 +20,6 @@ import redis
 from flask import Flask
 from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
-from werkzeug.serving import make_server
 
 from mlscope import __version__
 from mlscope.api import create_app
@@ -745,17 +743,6 @@ def test_an_unexpected_error_is_a_500_problem_without_details(settings: Settings
 
 
 # ----- the Python client, against the app served over real HTTP -------------------------------------
-
-
-@pytest.fixture
-def served(app: Flask) -> Iterator[str]:
-    """The app on a free local port, served by werkzeug's threaded server in a thread."""
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    thread.join()
 
 
 def test_the_client_submits_and_waits_until_the_evaluation_ends(served: str, store: Store) -> None:

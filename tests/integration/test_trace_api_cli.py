@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,6 @@ from typing import Any
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from werkzeug.serving import make_server
 
 from mlscope.analysis.traces import BETWEEN_LAYERS, layer_breakdown
 from mlscope.api import create_app
@@ -210,17 +208,6 @@ def test_the_openapi_document_lists_both_resources(http: FlaskClient) -> None:
 
 
 # ----- the Python client -----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def served(app: Flask) -> Iterator[str]:
-    """The app on a free local port, served by werkzeug's threaded server in a thread."""
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    thread.join()
 
 
 def test_the_client_reads_the_trace_and_the_layers(
