@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -102,6 +103,17 @@ def _empty_postgres(url: str) -> None:
         connection.execute("TRUNCATE compare_keys, spans, measurements, evaluations, systems")
 
 
+@contextmanager
+def emptied_postgres(url: str) -> Iterator[str]:
+    """The session's database, empty when a test starts and emptied after it. Emptied first too,
+    because not every writer to it empties it afterwards (a farm's workers write to it as well)."""
+    _empty_postgres(url)
+    try:
+        yield url
+    finally:
+        _empty_postgres(url)
+
+
 def _with_database(url: str, database: str) -> str:
     parts = urlsplit(url)
     return urlunsplit(parts._replace(path=f"/{database}"))
@@ -152,9 +164,8 @@ def store_url(
         # A directory that does not exist yet: opening the store must create it.
         yield f"sqlite:///{tmp_path / 'data' / 'mlscope.db'}"
     elif request.param == "postgresql":
-        url = request.getfixturevalue("postgres_url")
-        yield url
-        _empty_postgres(url)
+        with emptied_postgres(request.getfixturevalue("postgres_url")) as url:
+            yield url
     elif request.param == "mongomock":
         yield from _mongomock_url(monkeypatch)
     else:
@@ -167,9 +178,8 @@ def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'shared.db'}"
         return
-    url = request.getfixturevalue("postgres_url")
-    yield url
-    _empty_postgres(url)
+    with emptied_postgres(request.getfixturevalue("postgres_url")) as url:
+        yield url
 
 
 @pytest.fixture

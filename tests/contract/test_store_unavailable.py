@@ -84,11 +84,10 @@ def test_a_full_disk_rolls_the_finish_back_and_says_so(sqlite_url: str) -> None:
 
 @pytest.fixture
 def postgres_store(postgres_url: str) -> Iterator[Store]:
-    from tests.contract.conftest import _empty_postgres
+    from tests.contract.conftest import emptied_postgres
 
-    with open_store(postgres_url) as store:
+    with emptied_postgres(postgres_url), open_store(postgres_url) as store:
         yield store
-    _empty_postgres(postgres_url)
 
 
 def test_a_connection_lost_mid_transaction_rolls_back_and_the_retry_succeeds(

@@ -15,7 +15,10 @@ from typing import Any
 
 import pytest
 
-from tests.contract.conftest import postgres_url  # noqa: F401 - a fixture, used by name
+from tests.contract.conftest import (
+    emptied_postgres,
+    postgres_url,  # noqa: F401 - a fixture, used by name
+)
 from tests.fixtures.docker_engine import unavailable as _unavailable
 from tests.fixtures.private_postgres import private_postgres  # noqa: F401 - a fixture, used by name
 from tests.integration.farm import Farm, RabbitVhost, empty_redis_db
@@ -27,15 +30,20 @@ def farm(
     tmp_path: Path,
     shared_cache: Path,
 ) -> Iterator[Farm]:
-    """A farm on the real broker named by the parameter; its processes are stopped afterwards."""
+    """A farm on the real broker named by the parameter, on the session's PostgreSQL database (empty
+    at the start and emptied afterwards); its processes are stopped afterwards."""
+    with emptied_postgres(request.getfixturevalue("postgres_url")) as store_url:
+        yield from _farm_on(request.param, store_url, tmp_path, shared_cache)
+
+
+def _farm_on(broker: str, store_url: str, tmp_path: Path, shared_cache: Path) -> Iterator[Farm]:
     import redis
 
-    store_url = request.getfixturevalue("postgres_url")
     try:
         empty_redis_db()
     except redis.RedisError as exc:
         _unavailable(f"Redis at 127.0.0.1:6379 is unreachable: {exc}")
-    if request.param == "redis":
+    if broker == "redis":
         from tests.integration.farm import REDIS_URL
 
         made = Farm(broker_url=REDIS_URL, store_url=store_url, tmp=tmp_path, cache_dir=shared_cache)

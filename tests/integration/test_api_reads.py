@@ -44,14 +44,10 @@ def store(request: pytest.FixtureRequest, mlscope_env: dict[str, str]) -> Iterat
         with open_store(mlscope_env["MLSCOPE_STORE_URL"]) as opened:
             yield opened
         return
-    from tests.contract.conftest import _empty_postgres
+    from tests.contract.conftest import emptied_postgres
 
-    url = request.getfixturevalue("postgres_url")
-    try:
-        with open_store(url) as opened:
-            yield opened
-    finally:
-        _empty_postgres(url)
+    with emptied_postgres(request.getfixturevalue("postgres_url")) as url, open_store(url) as opened:
+        yield opened
 
 
 def evaluate(
