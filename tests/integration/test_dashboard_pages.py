@@ -158,6 +158,35 @@ def test_an_evaluation_whose_points_are_all_invalid_is_not_shown_as_plainly_succ
     assert "NOT VALID" not in page(http, f"/evaluations/{good}")
 
 
+def _cell(row: str, css: str) -> str:
+    """The text of a list row's cell of class `css`, its tags removed."""
+    found = re.search(rf'<td class="{css}">(.*?)</td>', row, re.S)
+    assert found, row
+    return " ".join(re.sub(r"<[^>]+>", "", found.group(1)).split())
+
+
+def test_the_evaluations_list_gives_each_points_median_and_whether_the_result_is_valid(
+    http: FlaskClient, store: Store
+) -> None:
+    # Given a valid evaluation, one whose every point is invalid, and one still queued
+    good = finished(store, valid=True, mean=2.0)
+    bad = finished(store, valid=False, mean=3.0)
+    queued = store_submit(store, model="resnet18")
+
+    # When the list is read
+    listing = page(http, "/evaluations")
+    rows = {row_id: body for row_id, body in re.findall(r'<tr data-id="([^"]+)">(.*?)</tr>', listing, re.S)}
+
+    # Then each shows its points' medians (batch 1 and 8: mean × batch size) and its validity
+    assert "<th>median (ms)</th><th>validity</th>" in listing
+    assert _cell(rows[good], "medians") == "batch 1: 2.000 · batch 8: 16.000"
+    assert _cell(rows[good], "validity") == "valid"
+    # And the all-invalid result says so in both columns: it never reads better than it is
+    assert _cell(rows[bad], "medians") == "batch 1: 3.000 (invalid) · batch 8: 24.000 (invalid)"
+    assert _cell(rows[bad], "validity") == "NOT VALID every measurement invalid"
+    assert (_cell(rows[queued], "medians"), _cell(rows[queued], "validity")) == ("–", "–")
+
+
 def test_the_evaluations_list_filters_and_pages(http: FlaskClient, store: Store) -> None:
     ids = [finished(store, model="resnet18") for _ in range(3)]
     other = finished(store, model="mobilenet")

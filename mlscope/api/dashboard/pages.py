@@ -21,14 +21,46 @@ from mlscope.api.evaluations import list_filters
 from mlscope.api.problems import ApiProblem
 from mlscope.api.schemas import ListQuerySchema, ModelQuerySchema
 from mlscope.contract.names import STATUSES, TRACE_LEVELS
+from mlscope.contract.result import result_validity
 from mlscope.contract.workload import display_name
 from mlscope.runtime.frameworks import FRAMEWORKS
 
-__all__ = ["MODELS_PER_PAGE", "RECENT_EVALUATIONS", "register"]
+__all__ = ["MEDIANS_SHOWN", "MODELS_PER_PAGE", "RECENT_EVALUATIONS", "register"]
 
 RECENT_EVALUATIONS = 10
 MODELS_PER_PAGE = 100
 _LIST_FILTERS = ("model", "framework", "system", "status")
+# The list's median column names at most this many points of an evaluation, then how many more it has.
+MEDIANS_SHOWN = 4
+
+
+def _medians(measurements: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """An evaluation's median latency per point, as the list's median column shows it: each point's
+    batch size (and scenario, when it has several) and median in ms, an invalid point marked so."""
+    scenarios = {m.get("scenario") for m in measurements}
+    shown = []
+    for measurement in measurements[:MEDIANS_SHOWN]:
+        batch = f"batch {measurement.get('batch_size')}"
+        shown.append(
+            {
+                "label": batch if len(scenarios) == 1 else f"{measurement.get('scenario')} {batch}",
+                "median": (measurement.get("latency_ms") or {}).get("median"),
+                "valid": (measurement.get("validity") or {}).get("valid") is True,
+            }
+        )
+    return {"points": shown, "more": max(0, len(measurements) - MEDIANS_SHOWN)}
+
+
+def _validity_view(evaluation: Mapping[str, Any]) -> dict[str, Any]:
+    """The list's validity column: "valid", "valid" with the reasons it is doubtful, or "NOT VALID"
+    with why (every point invalid, parity different); "–" for an evaluation that has not succeeded
+    (its status says why)."""
+    if evaluation.get("status") != "succeeded":
+        return {"label": "–", "css": "plain", "reasons": []}
+    validity = result_validity(evaluation)
+    if not validity["valid"]:
+        return {"label": "NOT VALID", "css": "bad", "reasons": validity["reasons"]}
+    return {"label": "valid", "css": "warn" if validity["reasons"] else "ok", "reasons": validity["reasons"]}
 
 
 def _rows(evaluations: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -45,6 +77,8 @@ def _rows(evaluations: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "system": agent or system.get("hostname") or system.get("id") or "",
                 "device": evaluation.get("device"),
                 "points": len(evaluation.get("measurements") or []),
+                "medians": _medians(evaluation.get("measurements") or []),
+                "validity": _validity_view(evaluation),
                 "created_at": evaluation.get("created_at"),
                 "status": status_view(evaluation),
             }
