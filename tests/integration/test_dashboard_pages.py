@@ -222,6 +222,38 @@ def test_an_evaluation_page_draws_its_points_with_a_chart_per_view(http: FlaskCl
     assert f'href="/api/v1/evaluations/{evaluation_id}"' in text
 
 
+def test_an_evaluation_pages_charts_bin_each_point_label_log_axes_and_say_each_note_once(
+    http: FlaskClient, store: Store
+) -> None:
+    # Given an evaluation whose every point is invalid, batch 1 at about 2 ms and batch 8 at about 16 ms
+    evaluation_id = finished(store, valid=False, mean=2.0)
+
+    # When its page is read
+    text = page(http, f"/evaluations/{evaluation_id}")
+    drawn = {kind: found[0]["figure"] for kind, found in charts(text).items()}
+
+    # Then each point's histogram has bins of its own, inside its own latencies
+    first, second = drawn["latency"]["data"]
+    assert max(first["x"]) < 2.1 < 15.9 < min(second["x"]), (first["x"], second["x"])
+    # And a log axis is labelled with values and units, not plotly's bare mantissas
+    batch_axis = drawn["batch"]["layout"]["xaxis"]
+    assert (batch_axis["type"], batch_axis["ticktext"]) == ("log", ["batch 1", "batch 8"])
+    latency_axis = drawn["throughput-latency"]["layout"]["yaxis"]
+    assert latency_axis["type"] == "log" and latency_axis["ticktext"]
+    assert all(label.endswith(" ms") for label in latency_axis["ticktext"]), latency_axis["ticktext"]
+    # And the right-hand throughput axis starts at zero
+    assert drawn["batch"]["layout"]["yaxis2"]["rangemode"] == "tozero"
+    # And no chart draws its title, notes or legend where an axis title is: the page says them
+    for kind, figure in drawn.items():
+        layout = figure["layout"]
+        assert "annotations" not in layout and "title" not in layout, kind
+        assert layout["legend"]["y"] >= 1 and layout["legend"]["yanchor"] == "bottom", kind
+    assert '<h3 class="chart-title">latency distribution: ' in text
+    # And the note that both points are invalid is given once on the page, under the first chart
+    captions = re.findall(r"<figcaption>(.*?)</figcaption>", text, re.S)
+    assert sum("2 of 2 points invalid" in caption for caption in captions) == 1, captions
+
+
 def test_a_long_trace_is_shown_as_its_longest_spans_with_a_link_to_the_whole(
     http: FlaskClient, store: Store
 ) -> None:
