@@ -371,9 +371,65 @@ def test_the_catalogue_and_the_submit_form(http: FlaskClient) -> None:
 
     assert 'href="/submit?model=test_tiny_mlp&amp;framework=onnxruntime"' in catalogue
     form = page(http, "/submit?model=test_tiny_mlp&framework=onnxruntime")
-    assert "<option selected>onnxruntime</option>" in form
+    assert re.search(r'<option value="onnxruntime"[^>]* selected>onnxruntime', form)
     assert 'id="submit-form"' in form and 'data-endpoint="/api/v1/evaluations"' in form
     assert 'value="test_tiny_mlp"' in form and 'type="password"' in form
+
+
+def _options(form: str) -> dict[str, str]:
+    """The submit form's framework options: value → text, the chosen one's value suffixed with "*"."""
+    found = re.findall(r'<option value="([^"]+)" data-served-by="[^"]*"( selected)?>([^<]+)</option>', form)
+    return {value + ("*" if chosen else ""): text for value, chosen, text in found}
+
+
+def _notice_shown(form: str) -> bool:
+    found = re.search(r'<p id="framework-unserved"[^>]*>', form)
+    assert found, form
+    return "hidden" not in found.group(0)
+
+
+def test_the_submit_form_defaults_to_what_live_agents_serve_and_a_job_none_can_run_says_so(
+    http: FlaskClient,
+) -> None:
+    # Given no live agent, the form says that none serves the framework it shows
+    alone = page(http, "/submit")
+    assert all(text.endswith("(no live agent)") for text in _options(alone).values())
+    assert _notice_shown(alone)
+
+    # When an agent serving onnxruntime on cpu is live
+    registry = AgentRegistry(REDIS_URL, ttl_s=60)
+    try:
+        registry.register(
+            AgentInfo(
+                id="onnx-1",
+                hostname="host-1",
+                capabilities=("cpu",),
+                frameworks={"onnxruntime": "1.18.0"},
+                runners=("process",),
+                queues=("onnxruntime@cpu",),
+            )
+        )
+        form = page(http, "/submit")
+        asked = page(http, "/submit?framework=pytorch")
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        served, unserved = (
+            http.post("/api/v1/evaluations", json={"model": "test_tiny_mlp", "framework": f}, headers=headers)
+            for f in ("onnxruntime", "pytorch")
+        )
+    finally:
+        registry.close()
+
+    # Then the form lists and chooses onnxruntime first, and marks every other framework
+    options = _options(form)
+    assert next(iter(options)) == "onnxruntime*" and options["onnxruntime*"] == "onnxruntime (1 live agent)"
+    assert options["caffe2"] == "caffe2 (no live agent)" and options["pytorch"] == "pytorch (no live agent)"
+    assert not _notice_shown(form)
+    # And a framework the query names is chosen, with the notice that no live agent serves it
+    assert "pytorch*" in _options(asked) and _notice_shown(asked)
+    # And the API's answer names the agents that can run the job: none for pytorch, with a warning
+    assert (served.status_code, served.json["served_by"]) == (202, ["onnx-1"])
+    assert (unserved.status_code, unserved.json["served_by"]) == (202, [])
+    assert "no live worker serves pytorch@cpu" in unserved.json["warnings"][0]
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from mlscope.api.dashboard.blueprint import PageError, parse_query, status_view
 from mlscope.api.evaluations import list_filters
 from mlscope.api.problems import ApiProblem
 from mlscope.api.schemas import ListQuerySchema, ModelQuerySchema
+from mlscope.api.submit import LiveAgents
 from mlscope.contract.names import STATUSES, TRACE_LEVELS
 from mlscope.contract.result import result_validity
 from mlscope.contract.workload import display_name
@@ -178,17 +179,38 @@ def models() -> str:
     )
 
 
+def _framework_choices(live: LiveAgents) -> list[dict[str, Any]]:
+    """The frameworks the form offers: those live agents serve first (most agents first), then the
+    others, each with the live agents that have it."""
+    choices = [
+        {"name": name, "served_by": sorted(agent.id for agent in live.agents if name in agent.frameworks)}
+        for name in FRAMEWORKS
+    ]
+    return sorted(choices, key=lambda c: (not c["served_by"], -len(c["served_by"]), c["name"]))
+
+
 def submit() -> str:
     """The submit form: dashboard.js posts it, with the bearer token the user typed, to
-    POST /api/v1/evaluations, which validates it; field errors come back from its problem document."""
-    manifests = sorted(name for name, origin, _ in context().models.listing() if origin == "manifest")
+    POST /api/v1/evaluations, which validates it; field errors come back from its problem document.
+
+    The frameworks live agents serve come first and the first of them is chosen, unless the query
+    names one; the others are marked as served by no live agent, and the page says so while one is
+    chosen (dashboard.js asks again before sending a job no live agent can run)."""
+    ctx = context()
+    manifests = sorted(name for name, origin, _ in ctx.models.listing() if origin == "manifest")
+    live = LiveAgents.read(ctx.agents)
+    choices = _framework_choices(live)
+    asked = request.args.get("framework", "")
+    chosen = asked if asked in FRAMEWORKS else choices[0]["name"]
     return render_template(
         "dashboard/submit.html",
         models=manifests,
-        frameworks=sorted(FRAMEWORKS),
+        frameworks=choices,
+        registry_error=live.error,
         trace_levels=TRACE_LEVELS,
         model=request.args.get("model", ""),
-        framework=request.args.get("framework", ""),
+        framework=chosen,
+        chosen_served=next(c["served_by"] for c in choices if c["name"] == chosen),
     )
 
 
