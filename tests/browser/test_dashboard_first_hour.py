@@ -6,17 +6,20 @@ submit page reads is the registry), and one evaluation is written through the St
 about forty times faster than batch 8. The submit form must choose the framework the live agent serves
 and, for one no live agent serves, say so before it sends anything; the evaluation's charts must bin
 each point over its own range, label log axes with values and units, keep legends off the axis titles
-and start the throughput axis at zero.
+and start the throughput axis at zero. With MLSCOPE_SCREENSHOTS set, the submit page and the
+evaluation are saved there as PNG files.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import playwright.sync_api as playwright_api
 import pytest
+import redis
 
 from mlscope.registry.agents import AgentInfo, AgentRegistry
 from mlscope.store import open_store
@@ -24,25 +27,36 @@ from tests.contract.builders import COLD_START, make_measurement, make_system
 from tests.contract.builders import submit as store_submit
 from tests.contract.conftest import postgres_url  # noqa: F401 - a fixture, used by name
 from tests.fixtures.browser import CHROMIUM_ARGS, require_chromium
-from tests.fixtures.services import unavailable
-from tests.integration.farm import REDIS_URL, TOKEN, Farm, empty_redis_db
+from tests.fixtures.services import emptied_redis
+from tests.integration.farm import TOKEN, Farm
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+# A Redis database of this module's own (broker and agent registry): the live agents it reads are only
+# the one it registers, whatever other suites' workers run meanwhile.
+FIRST_HOUR_REDIS_DB = 11
+REDIS_URL = f"redis://127.0.0.1:6379/{FIRST_HOUR_REDIS_DB}"
 
 AGENT = "onnx-only"
 
 
 @pytest.fixture(scope="module")
-def farm(postgres_url: str, shared_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:  # noqa: F811
-    """The api, and a live agent that serves onnxruntime on cpu (registered for the module)."""
-    import redis
+def redis_db() -> Iterator[redis.Redis]:
+    """Redis database FIRST_HOUR_REDIS_DB, emptied before and after the module."""
+    yield from emptied_redis(REDIS_URL)
 
-    try:
-        empty_redis_db()
-    except redis.RedisError as exc:
-        unavailable(f"Redis at {REDIS_URL} is unreachable: {exc}")
+
+@pytest.fixture(scope="module")
+def farm(
+    redis_db: redis.Redis,
+    postgres_url: str,  # noqa: F811
+    shared_cache: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Farm]:
+    """The api, and a live agent that serves onnxruntime on cpu (registered for the module)."""
     made = Farm(
         broker_url=REDIS_URL,
+        registry_url=REDIS_URL,
         store_url=postgres_url,
         tmp=tmp_path_factory.mktemp("first-hour-farm"),
         cache_dir=shared_cache,
@@ -115,6 +129,13 @@ def page(browser: Any) -> Iterator[Any]:
         context.close()
 
 
+def screenshot(page: Any, name: str) -> None:
+    folder = os.environ.get("MLSCOPE_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+
+
 def test_the_submit_form_chooses_what_a_live_agent_serves_and_says_so_before_sending_what_none_does(
     page: Any, farm: Farm
 ) -> None:
@@ -141,6 +162,7 @@ def test_the_submit_form_chooses_what_a_live_agent_serves_and_says_so_before_sen
     page.wait_for_function("document.querySelector('#submit-form button').textContent === 'Submit anyway'")
     assert notice.is_visible()
     assert posts == []
+    screenshot(page, "first-hour-submit")
 
 
 def _charts(page: Any) -> dict[str, Any]:
@@ -162,6 +184,7 @@ def _charts(page: Any) -> dict[str, Any]:
               legend: box('.legend'),
               titles: ['.g-xtitle', '.g-ytitle', '.g-y2title'].map(box).filter(b => b),
               y2range: div._fullLayout.yaxis2 ? div._fullLayout.yaxis2.range : null,
+              y2ticks: texts('.y2tick text'),
             };
         })"""
     )
@@ -179,6 +202,7 @@ def test_an_evaluations_charts_bin_each_point_label_log_axes_and_keep_legends_of
     page.goto(f"{farm.api_url}/evaluations/{evaluation_id}", wait_until="networkidle")
     page.wait_for_function("performance.getEntriesByName('charts-drawn').length > 0")
     charts = _charts(page)
+    screenshot(page, "first-hour-evaluation")
 
     # Then the two points' histograms have bin edges of their own, each point many bars
     batch_1, batch_8 = charts["latency"]["edges"]
@@ -187,8 +211,10 @@ def test_an_evaluations_charts_bin_each_point_label_log_axes_and_keep_legends_of
     # And log axes are labelled with values and units, never bare digits
     assert charts["cdf"]["xticks"] and all(tick.endswith(" ms") for tick in charts["cdf"]["xticks"])
     assert charts["batch"]["xticks"] == ["batch 1", "batch 8"]
-    # And the throughput axis starts at zero
-    assert charts["batch"]["y2range"][0] == 0
+    # And the throughput axis starts at zero, and says so
+    assert charts["batch"]["y2range"][0] == 0 and charts["batch"]["y2ticks"][0] == "0"
+    # And the histogram, its points forty times apart, is read on a log axis labelled in ms
+    assert charts["latency"]["xticks"] and all(tick.endswith(" ms") for tick in charts["latency"]["xticks"])
     # And no legend lies over an axis title
     for kind, chart in charts.items():
         assert chart["legend"] and chart["titles"], kind
