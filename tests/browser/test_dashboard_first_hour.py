@@ -164,6 +164,14 @@ def test_the_submit_form_chooses_what_a_live_agent_serves_and_says_so_before_sen
     assert posts == []
     screenshot(page, "first-hour-submit")
 
+    # And submitted again, it is queued: the answer names no agent that can run it, and says why
+    with page.expect_response(lambda response: response.request.method == "POST") as answer:
+        form.locator("button[type=submit]").click()
+    assert answer.value.status == 202, answer.value.text()
+    assert answer.value.json()["served_by"] == []
+    page.wait_for_selector("#submit-warnings li")
+    assert "no live worker serves pytorch@cpu" in page.inner_text("#submit-warnings")
+
 
 def _charts(page: Any) -> dict[str, Any]:
     """Each chart plotly drew, by kind: its traces' bins, its axes' tick labels, and where its legend
