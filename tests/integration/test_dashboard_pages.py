@@ -416,6 +416,11 @@ def test_the_submit_form_defaults_to_what_live_agents_serve_and_a_job_none_can_r
             http.post("/api/v1/evaluations", json={"model": "test_tiny_mlp", "framework": f}, headers=headers)
             for f in ("onnxruntime", "pytorch")
         )
+        batch = http.post(
+            "/api/v1/evaluations/batch",
+            json={"models": ["test_tiny_mlp"], "frameworks": ["onnxruntime", "pytorch"]},
+            headers=headers,
+        )
     finally:
         registry.close()
 
@@ -430,6 +435,11 @@ def test_the_submit_form_defaults_to_what_live_agents_serve_and_a_job_none_can_r
     assert (served.status_code, served.json["served_by"]) == (202, ["onnx-1"])
     assert (unserved.status_code, unserved.json["served_by"]) == (202, [])
     assert "no live worker serves pytorch@cpu" in unserved.json["warnings"][0]
+    assert batch.status_code == 202, batch.json
+    assert {e["framework"]: e["served_by"] for e in batch.json["evaluations"]} == {
+        "onnxruntime": ["onnx-1"],
+        "pytorch": [],
+    }
 
 
 @pytest.mark.parametrize(
