@@ -22,8 +22,9 @@ QUIET_LOGGERS = ("alembic",)
 @click.option("--threads", type=click.IntRange(min=1), default=8, show_default=True, help="Request threads.")
 @click.option("-v", "--verbose", is_flag=True, help="Also log libraries' INFO lines (Alembic's).")
 def api(host: str, port: int, threads: int, verbose: bool) -> None:
-    """Serve the HTTP API (/api/v1, OpenAPI at /api/openapi.json, docs at /api/docs) and the
-    dashboard (at /)."""
+    """Serve the HTTP API (/api/v1, OpenAPI at /api/openapi.json, docs at /api/docs).
+
+    The dashboard is served at /, and the start's log line names its URL."""
     from mlscope.api import serve
 
     log_to_stderr("INFO")
