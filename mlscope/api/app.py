@@ -35,7 +35,7 @@ from mlscope.registry.uploads import ModelFiles
 from mlscope.store import Store, open_store
 from mlscope.workers.sweeper import Sweeper, sweeping
 
-__all__ = ["MAX_BODY_BYTES", "create_app", "serve"]
+__all__ = ["MAX_BODY_BYTES", "create_app", "dashboard_url", "serve"]
 
 MAX_BODY_BYTES = 1024 * 1024
 # waitress buffers a whole request body before the app sees it, and refuses (its own plain 413) one
@@ -147,6 +147,18 @@ def create_app(
     return app
 
 
+def dashboard_url(host: str, port: int) -> str:
+    """The URL a browser on this machine opens the dashboard at: a wildcard address (0.0.0.0, ::)
+    listens on every interface, so the loopback one is named."""
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}/"
+
+
 def serve(
     settings: Settings | None = None, host: str = "127.0.0.1", port: int = 8000, threads: int = 8
 ) -> None:
@@ -166,7 +178,7 @@ def serve(
     """
     app = create_app(settings)
     ctx: ApiContext = app.extensions["mlscope"]
-    logger.info("mlscope API on http://%s:%d (docs at /api/docs)", host, port)
+    logger.info("mlscope dashboard at %s (API at /api/v1, docs at /api/docs)", dashboard_url(host, port))
     # The api sweeps too: evaluations of workers that died are resolved even when no worker is left.
     sweeper = Sweeper(ctx.store, ctx.agents, ctx.celery, holder=f"api:{socket.gethostname()}:{os.getpid()}")
     try:

@@ -27,6 +27,7 @@ from mlscope.api.schemas import (
 from mlscope.api.submit import (
     BrokerUnavailable,
     LiveAgents,
+    PlannedJob,
     enqueue,
     enqueue_together,
     plan_batch,
@@ -92,6 +93,10 @@ def _url(evaluation_id: str) -> str:
     return url_for("evaluations.EvaluationById", evaluation_id=evaluation_id)
 
 
+def _served_by(job: PlannedJob) -> list[str] | None:
+    return None if job.served_by is None else list(job.served_by)
+
+
 def _unavailable(exc: BrokerUnavailable, **extra: Any) -> ApiProblem:
     return ApiProblem(
         503,
@@ -137,7 +142,8 @@ class Evaluations(MethodView):
         """Submit an evaluation
 
         The job is recorded as queued and sent to the queue of its framework and target
-        (`pytorch@cpu`, `agent@<id>`). A warning says when no live worker serves that queue yet.
+        (`pytorch@cpu`, `agent@<id>`). `served_by` lists the live agents consuming that queue; when
+        it is empty no live agent can run the job yet, and a warning says what would serve it.
         """
         ctx = context()
         job = plan_one(request, ctx.models, LiveAgents.read(ctx.agents))
@@ -153,6 +159,7 @@ class Evaluations(MethodView):
             "queue": job.queue,
             "target": job.target,
             "warnings": list(job.warnings),
+            "served_by": _served_by(job),
             "links": {"self": url},
         }
         return body, 202, {"Location": url}
@@ -195,6 +202,7 @@ class EvaluationBatch(MethodView):
                         "target": job.target,
                         "queue": job.queue,
                         "warnings": list(job.warnings),
+                        "served_by": _served_by(job),
                     }
                     for evaluation_id, job in zip(evaluation_ids, jobs, strict=True)
                 )

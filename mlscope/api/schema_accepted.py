@@ -12,12 +12,25 @@ class LinksSchema(Schema):
     self = fields.String(metadata={"description": "the evaluation's URL"})
 
 
+def _served_by() -> fields.List:
+    return fields.List(
+        fields.String(),
+        allow_none=True,
+        metadata={
+            "description": "the live agents consuming its queue when it was queued: empty when none "
+            "does, so the job waits until a worker serving it starts (a warning says which); null "
+            "when the agent registry could not be read"
+        },
+    )
+
+
 class EvaluationAcceptedSchema(Schema):
     id = fields.String()
     status = fields.String(metadata={"description": "queued"})
     queue = fields.String(metadata={"description": "the broker queue the job waits in"})
     target = fields.String(metadata={"description": "the capability or agent:<id> it runs on"})
     warnings = fields.List(fields.String())
+    served_by = _served_by()
     links = fields.Nested(LinksSchema)
 
 
@@ -28,6 +41,7 @@ class BatchEvaluationSchema(Schema):
     target = fields.String()
     queue = fields.String()
     warnings = fields.List(fields.String())
+    served_by = _served_by()
 
 
 class SkippedSchema(Schema):

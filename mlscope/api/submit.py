@@ -122,6 +122,8 @@ class PlannedJob:
     admission: Admission
     queue: str
     warnings: tuple[str, ...] = ()
+    # The live agents consuming `queue` when it was planned; None when the registry could not be read.
+    served_by: tuple[str, ...] | None = None
 
     @property
     def request(self) -> EvaluationRequest:
@@ -148,7 +150,8 @@ def _job(admission: Admission, live: LiveAgents) -> PlannedJob:
     target = parse_target(request.effective_target)
     queue = target.queue(request.framework)
     warning = live.queue_warning(queue, request.framework, target)
-    return PlannedJob(admission, queue, (warning,) if warning else ())
+    served_by = None if live.error is not None else tuple(live.serving(queue))
+    return PlannedJob(admission, queue, (warning,) if warning else (), served_by)
 
 
 def plan_one(request: EvaluationRequest, models: ModelRegistry, live: LiveAgents) -> PlannedJob:

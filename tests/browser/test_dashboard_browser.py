@@ -24,7 +24,8 @@ from urllib.parse import urlsplit
 import playwright.sync_api as playwright_api
 import pytest
 
-from mlscope.analysis.chart_builders import batch_curve, compare_bars, latency_cdf, latency_histogram
+from mlscope.analysis.chart_builders import batch_curve, compare_bars, latency_cdf
+from mlscope.api.dashboard.figures import point_histograms
 from mlscope.api.streams import csv_cell
 from tests.contract.conftest import postgres_url  # noqa: F401 - a fixture, used by name
 from tests.fixtures.browser import CHROMIUM_ARGS, require_chromium
@@ -213,7 +214,7 @@ def test_an_evaluation_page_draws_every_chart_its_result_calls_for(
     for kind, chart in charts.items():
         assert (chart["traces"], chart["points"]) == (chart["series"], chart["embeddedPoints"]), kind
     # ... which is what the shared builders make of the stored result
-    for kind, build in (("latency", latency_histogram), ("cdf", latency_cdf), ("batch", batch_curve)):
+    for kind, build in (("latency", point_histograms), ("cdf", latency_cdf), ("batch", batch_curve)):
         expected = build(result)
         assert charts[kind]["traces"] == len(expected.series), kind
         assert charts[kind]["points"] == sum(s.points for s in expected.series), kind

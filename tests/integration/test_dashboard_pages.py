@@ -158,6 +158,35 @@ def test_an_evaluation_whose_points_are_all_invalid_is_not_shown_as_plainly_succ
     assert "NOT VALID" not in page(http, f"/evaluations/{good}")
 
 
+def _cell(row: str, css: str) -> str:
+    """The text of a list row's cell of class `css`, its tags removed."""
+    found = re.search(rf'<td class="{css}">(.*?)</td>', row, re.S)
+    assert found, row
+    return " ".join(re.sub(r"<[^>]+>", "", found.group(1)).split())
+
+
+def test_the_evaluations_list_gives_each_points_median_and_whether_the_result_is_valid(
+    http: FlaskClient, store: Store
+) -> None:
+    # Given a valid evaluation, one whose every point is invalid, and one still queued
+    good = finished(store, valid=True, mean=2.0)
+    bad = finished(store, valid=False, mean=3.0)
+    queued = store_submit(store, model="resnet18")
+
+    # When the list is read
+    listing = page(http, "/evaluations")
+    rows = {row_id: body for row_id, body in re.findall(r'<tr data-id="([^"]+)">(.*?)</tr>', listing, re.S)}
+
+    # Then each shows its points' medians (batch 1 and 8: mean × batch size) and its validity
+    assert "<th>median (ms)</th><th>validity</th>" in listing
+    assert _cell(rows[good], "medians") == "batch 1: 2.000 · batch 8: 16.000"
+    assert _cell(rows[good], "validity") == "valid"
+    # And the all-invalid result says so in both columns: it never reads better than it is
+    assert _cell(rows[bad], "medians") == "batch 1: 3.000 (invalid) · batch 8: 24.000 (invalid)"
+    assert _cell(rows[bad], "validity") == "NOT VALID every measurement invalid"
+    assert (_cell(rows[queued], "medians"), _cell(rows[queued], "validity")) == ("–", "–")
+
+
 def test_the_evaluations_list_filters_and_pages(http: FlaskClient, store: Store) -> None:
     ids = [finished(store, model="resnet18") for _ in range(3)]
     other = finished(store, model="mobilenet")
@@ -191,6 +220,38 @@ def test_an_evaluation_page_draws_its_points_with_a_chart_per_view(http: FlaskCl
     assert "timeline" not in drawn and "layers" not in drawn  # no spans stored
     assert '<script src="/static/vendor/plotly.min.js?v=' in text
     assert f'href="/api/v1/evaluations/{evaluation_id}"' in text
+
+
+def test_an_evaluation_pages_charts_bin_each_point_label_log_axes_and_say_each_note_once(
+    http: FlaskClient, store: Store
+) -> None:
+    # Given an evaluation whose every point is invalid, batch 1 at about 2 ms and batch 8 at about 16 ms
+    evaluation_id = finished(store, valid=False, mean=2.0)
+
+    # When its page is read
+    text = page(http, f"/evaluations/{evaluation_id}")
+    drawn = {kind: found[0]["figure"] for kind, found in charts(text).items()}
+
+    # Then each point's histogram has bins of its own, inside its own latencies
+    first, second = drawn["latency"]["data"]
+    assert max(first["x"]) < 2.1 < 15.9 < min(second["x"]), (first["x"], second["x"])
+    # And a log axis is labelled with values and units, not plotly's bare mantissas
+    batch_axis = drawn["batch"]["layout"]["xaxis"]
+    assert (batch_axis["type"], batch_axis["ticktext"]) == ("log", ["batch 1", "batch 8"])
+    latency_axis = drawn["throughput-latency"]["layout"]["yaxis"]
+    assert latency_axis["type"] == "log" and latency_axis["ticktext"]
+    assert all(label.endswith(" ms") for label in latency_axis["ticktext"]), latency_axis["ticktext"]
+    # And the right-hand throughput axis starts at zero
+    assert drawn["batch"]["layout"]["yaxis2"]["rangemode"] == "tozero"
+    # And no chart draws its title, notes or legend where an axis title is: the page says them
+    for kind, figure in drawn.items():
+        layout = figure["layout"]
+        assert "annotations" not in layout and "title" not in layout, kind
+        assert layout["legend"]["y"] >= 1 and layout["legend"]["yanchor"] == "bottom", kind
+    assert '<h3 class="chart-title">latency distribution: ' in text
+    # And the note that both points are invalid is given once on the page, under the first chart
+    captions = re.findall(r"<figcaption>(.*?)</figcaption>", text, re.S)
+    assert sum("2 of 2 points invalid" in caption for caption in captions) == 1, captions
 
 
 def test_a_long_trace_is_shown_as_its_longest_spans_with_a_link_to_the_whole(
@@ -310,9 +371,75 @@ def test_the_catalogue_and_the_submit_form(http: FlaskClient) -> None:
 
     assert 'href="/submit?model=test_tiny_mlp&amp;framework=onnxruntime"' in catalogue
     form = page(http, "/submit?model=test_tiny_mlp&framework=onnxruntime")
-    assert "<option selected>onnxruntime</option>" in form
+    assert re.search(r'<option value="onnxruntime"[^>]* selected>onnxruntime', form)
     assert 'id="submit-form"' in form and 'data-endpoint="/api/v1/evaluations"' in form
     assert 'value="test_tiny_mlp"' in form and 'type="password"' in form
+
+
+def _options(form: str) -> dict[str, str]:
+    """The submit form's framework options: value → text, the chosen one's value suffixed with "*"."""
+    found = re.findall(r'<option value="([^"]+)" data-served-by="[^"]*"( selected)?>([^<]+)</option>', form)
+    return {value + ("*" if chosen else ""): text for value, chosen, text in found}
+
+
+def _notice_shown(form: str) -> bool:
+    found = re.search(r'<p id="framework-unserved"[^>]*>', form)
+    assert found, form
+    return "hidden" not in found.group(0)
+
+
+def test_the_submit_form_defaults_to_what_live_agents_serve_and_a_job_none_can_run_says_so(
+    http: FlaskClient,
+) -> None:
+    # Given no live agent, the form says that none serves the framework it shows
+    alone = page(http, "/submit")
+    assert all(text.endswith("(no live agent)") for text in _options(alone).values())
+    assert _notice_shown(alone)
+
+    # When an agent serving onnxruntime on cpu is live
+    registry = AgentRegistry(REDIS_URL, ttl_s=60)
+    try:
+        registry.register(
+            AgentInfo(
+                id="onnx-1",
+                hostname="host-1",
+                capabilities=("cpu",),
+                frameworks={"onnxruntime": "1.18.0"},
+                runners=("process",),
+                queues=("onnxruntime@cpu",),
+            )
+        )
+        form = page(http, "/submit")
+        asked = page(http, "/submit?framework=pytorch")
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        served, unserved = (
+            http.post("/api/v1/evaluations", json={"model": "test_tiny_mlp", "framework": f}, headers=headers)
+            for f in ("onnxruntime", "pytorch")
+        )
+        batch = http.post(
+            "/api/v1/evaluations/batch",
+            json={"models": ["test_tiny_mlp"], "frameworks": ["onnxruntime", "pytorch"]},
+            headers=headers,
+        )
+    finally:
+        registry.close()
+
+    # Then the form lists and chooses onnxruntime first, and marks every other framework
+    options = _options(form)
+    assert next(iter(options)) == "onnxruntime*" and options["onnxruntime*"] == "onnxruntime (1 live agent)"
+    assert options["caffe2"] == "caffe2 (no live agent)" and options["pytorch"] == "pytorch (no live agent)"
+    assert not _notice_shown(form)
+    # And a framework the query names is chosen, with the notice that no live agent serves it
+    assert "pytorch*" in _options(asked) and _notice_shown(asked)
+    # And the API's answer names the agents that can run the job: none for pytorch, with a warning
+    assert (served.status_code, served.json["served_by"]) == (202, ["onnx-1"])
+    assert (unserved.status_code, unserved.json["served_by"]) == (202, [])
+    assert "no live worker serves pytorch@cpu" in unserved.json["warnings"][0]
+    assert batch.status_code == 202, batch.json
+    assert {e["framework"]: e["served_by"] for e in batch.json["evaluations"]} == {
+        "onnxruntime": ["onnx-1"],
+        "pytorch": [],
+    }
 
 
 @pytest.mark.parametrize(

@@ -20,15 +20,48 @@ from mlscope.api.dashboard.blueprint import PageError, parse_query, status_view
 from mlscope.api.evaluations import list_filters
 from mlscope.api.problems import ApiProblem
 from mlscope.api.schemas import ListQuerySchema, ModelQuerySchema
+from mlscope.api.submit import LiveAgents
 from mlscope.contract.names import STATUSES, TRACE_LEVELS
+from mlscope.contract.result import result_validity
 from mlscope.contract.workload import display_name
 from mlscope.runtime.frameworks import FRAMEWORKS
 
-__all__ = ["MODELS_PER_PAGE", "RECENT_EVALUATIONS", "register"]
+__all__ = ["MEDIANS_SHOWN", "MODELS_PER_PAGE", "RECENT_EVALUATIONS", "register"]
 
 RECENT_EVALUATIONS = 10
 MODELS_PER_PAGE = 100
 _LIST_FILTERS = ("model", "framework", "system", "status")
+# The list's median column names at most this many points of an evaluation, then how many more it has.
+MEDIANS_SHOWN = 4
+
+
+def _medians(measurements: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """An evaluation's median latency per point, as the list's median column shows it: each point's
+    batch size (and scenario, when it has several) and median in ms, an invalid point marked so."""
+    scenarios = {m.get("scenario") for m in measurements}
+    shown = []
+    for measurement in measurements[:MEDIANS_SHOWN]:
+        batch = f"batch {measurement.get('batch_size')}"
+        shown.append(
+            {
+                "label": batch if len(scenarios) == 1 else f"{measurement.get('scenario')} {batch}",
+                "median": (measurement.get("latency_ms") or {}).get("median"),
+                "valid": (measurement.get("validity") or {}).get("valid") is True,
+            }
+        )
+    return {"points": shown, "more": max(0, len(measurements) - MEDIANS_SHOWN)}
+
+
+def _validity_view(evaluation: Mapping[str, Any]) -> dict[str, Any]:
+    """The list's validity column: "valid", "valid" with the reasons it is doubtful, or "NOT VALID"
+    with why (every point invalid, parity different); "–" for an evaluation that has not succeeded
+    (its status says why)."""
+    if evaluation.get("status") != "succeeded":
+        return {"label": "–", "css": "plain", "reasons": []}
+    validity = result_validity(evaluation)
+    if not validity["valid"]:
+        return {"label": "NOT VALID", "css": "bad", "reasons": validity["reasons"]}
+    return {"label": "valid", "css": "warn" if validity["reasons"] else "ok", "reasons": validity["reasons"]}
 
 
 def _rows(evaluations: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -45,6 +78,8 @@ def _rows(evaluations: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "system": agent or system.get("hostname") or system.get("id") or "",
                 "device": evaluation.get("device"),
                 "points": len(evaluation.get("measurements") or []),
+                "medians": _medians(evaluation.get("measurements") or []),
+                "validity": _validity_view(evaluation),
                 "created_at": evaluation.get("created_at"),
                 "status": status_view(evaluation),
             }
@@ -144,17 +179,38 @@ def models() -> str:
     )
 
 
+def _framework_choices(live: LiveAgents) -> list[dict[str, Any]]:
+    """The frameworks the form offers: those live agents serve first (most agents first), then the
+    others, each with the live agents that have it."""
+    choices = [
+        {"name": name, "served_by": sorted(agent.id for agent in live.agents if name in agent.frameworks)}
+        for name in FRAMEWORKS
+    ]
+    return sorted(choices, key=lambda c: (not c["served_by"], -len(c["served_by"]), c["name"]))
+
+
 def submit() -> str:
     """The submit form: dashboard.js posts it, with the bearer token the user typed, to
-    POST /api/v1/evaluations, which validates it; field errors come back from its problem document."""
-    manifests = sorted(name for name, origin, _ in context().models.listing() if origin == "manifest")
+    POST /api/v1/evaluations, which validates it; field errors come back from its problem document.
+
+    The frameworks live agents serve come first and the first of them is chosen, unless the query
+    names one; the others are marked as served by no live agent, and the page says so while one is
+    chosen (dashboard.js asks again before sending a job no live agent can run)."""
+    ctx = context()
+    manifests = sorted(name for name, origin, _ in ctx.models.listing() if origin == "manifest")
+    live = LiveAgents.read(ctx.agents)
+    choices = _framework_choices(live)
+    asked = request.args.get("framework", "")
+    chosen = asked if asked in FRAMEWORKS else choices[0]["name"]
     return render_template(
         "dashboard/submit.html",
         models=manifests,
-        frameworks=sorted(FRAMEWORKS),
+        frameworks=choices,
+        registry_error=live.error,
         trace_levels=TRACE_LEVELS,
         model=request.args.get("model", ""),
-        framework=request.args.get("framework", ""),
+        framework=chosen,
+        chosen_served=next(c["served_by"] for c in choices if c["name"] == chosen),
     )
 
 

@@ -150,10 +150,43 @@ function followSubmitted(form, accepted) {
   }, POLL_MS);
 }
 
+// The live agents that serve `framework` now, from GET /frameworks; what the page was rendered with when
+// that cannot be read.
+async function servedBy(form, framework, token) {
+  try {
+    const answer = await fetch(form.dataset.frameworks, {
+      headers: { Accept: "application/json", ...(token ? { Authorization: "Bearer " + token } : {}) },
+    });
+    if (answer.ok) {
+      const found = (await answer.json()).find((entry) => entry.name === framework);
+      if (found) return found.served_by;
+    }
+  } catch (error) {
+    // the page's own list below
+  }
+  const option = [...form.elements.framework.options].find((item) => item.value === framework);
+  return option && option.dataset.servedBy ? option.dataset.servedBy.split(",") : [];
+}
+
+// The notice that no live agent serves the chosen framework; the form then sends only when submitted
+// again for the same framework ("Submit anyway").
+function showUnserved(form, framework, unserved) {
+  const notice = document.getElementById("framework-unserved");
+  notice.querySelector("[data-framework]").textContent = framework;
+  notice.hidden = !unserved;
+  const button = form.querySelector("button[type=submit]");
+  button.textContent = unserved && form.dataset.confirmed === framework ? "Submit anyway" : "Submit";
+}
+
 function setUpSubmitForm() {
   const form = document.getElementById("submit-form");
   if (!form) return;
   form.elements.token.value = sessionStorage.getItem(TOKEN_KEY) || "";
+  form.elements.framework.addEventListener("change", () => {
+    const option = form.elements.framework.selectedOptions[0];
+    delete form.dataset.confirmed;
+    showUnserved(form, option.value, !option.dataset.servedBy);
+  });
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     document.getElementById("submit-problem").hidden = true;
@@ -161,6 +194,13 @@ function setUpSubmitForm() {
     const fields = form.elements;
     const token = fields.token.value.trim();
     sessionStorage.setItem(TOKEN_KEY, token);
+    const framework = fields.framework.value;
+    const served = await servedBy(form, framework, token);
+    if (!served.length && form.dataset.confirmed !== framework) {
+      form.dataset.confirmed = framework;
+      showUnserved(form, framework, true);
+      return;
+    }
     // The API validates everything: the form only shapes what was typed into its JSON body.
     const body = {
       model: fields.model.value.trim(),
