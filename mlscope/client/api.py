@@ -171,7 +171,8 @@ class Client(UploadMethods, HistoryReads):
 
     def submit(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Submit one evaluation (the EvaluationRequest fields, e.g. scenarios ["server"], load {"qps":
-        20}); returns {id, status, queue, target, warnings, links}.
+        20}); returns {id, status, queue, target, warnings, served_by, links}: served_by names the live
+        agents consuming the job's queue (empty: none can run it yet; None: the registry was unreadable).
 
         Raises:
             ApiError: the request is invalid (422, naming the field), no or a wrong token (401),
