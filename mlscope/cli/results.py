@@ -84,7 +84,9 @@ _LIST_COLUMNS: tuple[Column, ...] = (
 @click.option("-m", "--model", help="Only this model.")
 @click.option("-f", "--framework", help="Only this framework.")
 @click.option("--status", help="Only this status: queued, running, succeeded, failed, cancelled.")
-@click.option("--system", "system_id", help="Only results from this system id.")
+@click.option(
+    "--system", "system_id", metavar="ID", help="Only results from this system (its id or a unique prefix)."
+)
 @click.option("-n", "--limit", type=int, default=20, show_default=True, help="How many.")
 @click.option("--offset", type=int, default=0, show_default=True, help="Skip this many (newest first).")
 @json_flag("Print JSON lines.")
@@ -107,7 +109,7 @@ def results_list(
             "model": model,
             "framework": framework,
             "status": status,
-            "system_id": system_id,
+            "system_id": store.resolve_system_id(system_id) if system_id else None,
         }
         found = store.list_evaluations(**filters, limit=limit, offset=offset)
         total = store.count_evaluations(**filters)
