@@ -31,12 +31,15 @@ __all__ = [
     "interval_text",
     "log_to_stderr",
     "measurement_table",
+    "moment_text",
     "new_table",
     "note",
     "print_json_line",
     "print_json_lines",
     "print_sections",
     "print_validity_notes",
+    "ran_line",
+    "ran_on",
     "section_lines",
     "short_id",
     "status_cell",
@@ -387,6 +390,35 @@ def status_cell(result: Mapping[str, Any]) -> str:
     if not validity["valid"]:
         return f"[red]{status}, NOT VALID: {reasons}[/red]"
     return f"{status} [yellow]({reasons})[/yellow]" if reasons else status
+
+
+def ran_on(result: Mapping[str, Any]) -> str:
+    """Who ran the evaluation: the farm agent (worker) that did, else the host a local run was on;
+    "-" before it ran."""
+    system = result.get("system") or {}
+    agent = (system.get("agent") or {}).get("id")
+    return str(agent or system.get("hostname") or "-")
+
+
+def moment_text(iso: str | None) -> str:
+    """An ISO 8601 moment as a table shows it, "2026-11-29 03:20:41" (the store's are UTC); "-" for none."""
+    return iso[:19].replace("T", " ") if iso else "-"
+
+
+def ran_line(result: Mapping[str, Any]) -> str:
+    """e.g. "ran on agent gpu-box-1 (host gpu-box-1.lan), 2026-11-29 03:20:41 → 03:21:10 UTC": who ran
+    an evaluation and when it ran (not when it was submitted)."""
+    system = result.get("system") or {}
+    agent = (system.get("agent") or {}).get("id")
+    host = system.get("hostname")
+    if agent:
+        who = f"agent {agent}" + (f" (host {host})" if host and host != agent else "")
+    else:
+        who = f"host {host}" if host else "an unknown machine"
+    started, finished = moment_text(result.get("started_at")), moment_text(result.get("finished_at"))
+    if finished[:10] == started[:10]:
+        finished = finished[11:]
+    return f"ran on {escape(who)}, {started} → {finished} UTC"
 
 
 def top1_cell(result: Mapping[str, Any]) -> str:
