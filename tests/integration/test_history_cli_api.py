@@ -133,7 +133,7 @@ def test_a_system_is_named_by_a_unique_prefix_of_its_id(
 ) -> None:
     # Given a series on a system whose id is 16 hex characters, as a run records it, and another
     # system whose id starts with the same 8 characters
-    ids = store_series(store, noisy(10.0, 4, 1), system="5b289c88413dc387")
+    ids = store_series(store, noisy(10.0, 4, 1), system="5b289c88413dc387", valid=True)
     store_series(store, noisy(10.0, 2, 2), system="5b289c88ffff0000", framework="pytorch")
     # When history, results list and regressions are given a unique prefix of it, Then they read it
     code, out, err = run(capsys, "history", "resnet18", "-f", "onnxruntime", "--system", "5b289c884")
@@ -151,6 +151,12 @@ def test_a_system_is_named_by_a_unique_prefix_of_its_id(
         assert "'5b289c88' is ambiguous: it matches 5b289c88413dc387, 5b289c88ffff0000" in err
         code, out, err = run(capsys, *argv, "--system", "0000ffff")
         assert (code, out, err) == (2, "", "mlscope: error: no system with id '0000ffff'\n")
+    # ... and so does a filter's system, where diff takes one
+    code, out, err = run(capsys, "diff", "model=resnet18,system=5b289c88", ids[0][:8])
+    assert (code, out, len(err.splitlines())) == (2, "", 1) and "'5b289c88' is ambiguous" in err
+    code, out, err = run(capsys, "diff", "model=resnet18,system=5b289c884", ids[0][:8], "--json")
+    assert code != 2, err
+    assert json.loads(out)["a"]["id"] == ids[-1]
 
 
 # ----- mlscope regressions --------------------------------------------------------------------------
