@@ -196,12 +196,19 @@ def measures_filter(measurement: Mapping[str, Any], wanted: Mapping[str, str]) -
 def newest_succeeded(
     store: Store, wanted: Mapping[str, str], *, scanned: int = MAX_SCANNED, page_size: int = MAX_LIST_LIMIT
 ) -> Iterator[EvaluationResult]:
-    """The succeeded evaluations of the filter's model and framework, newest first, at most `scanned`
-    of them, read `page_size` at a time (the filter's other keys are the caller's to match)."""
+    """The succeeded evaluations of the filter's model and framework, on its system, newest first, at
+    most `scanned` of them, read `page_size` at a time (the filter's other keys are the caller's to
+    match).
+
+    Raises:
+        SystemNotFound, AmbiguousSystemId: as `Store.resolve_system_id`, for the filter's system.
+    """
+    system_id = store.resolve_system_id(wanted["system"]) if "system" in wanted else None
     for offset in range(0, scanned, page_size):
         page = store.list_evaluations(
             model=wanted.get("model"),
             framework=wanted.get("framework"),
+            system_id=system_id,
             status="succeeded",
             limit=page_size,
             offset=offset,

@@ -99,7 +99,7 @@ def change_text(change_point: dict[str, Any]) -> str:
 @click.option("-f", "--framework", help="The framework's name.")
 @click.option("--framework-version", help="Only this framework version.")
 @click.option("--manifest", metavar="SHA256", help="Only this manifest (its hash, or a prefix of it).")
-@click.option("--system", "system_id", help="Only this system id.")
+@click.option("--system", "system_id", metavar="ID", help="Only this system (its id or a unique prefix).")
 @click.option("--device", help="Only this device (cpu, cuda:0, ...).")
 @click.option("--scenario", help="Only this scenario (single_stream, offline, ...).")
 @click.option("-b", "--batch-size", type=int, help="Only this batch size.")
@@ -153,6 +153,8 @@ def history(
         "batch_size": batch_size,
     }
     with open_store(load_settings().store_url) as store:
+        if system_id:
+            filters["system_id"] = store.resolve_system_id(system_id)
         matches = [
             series
             for series in store.history_series(**filters, **bounds)

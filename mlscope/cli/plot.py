@@ -1,4 +1,4 @@
-"""`mlscope plot ID|FILTER --kind KIND -o FILE`: a stored result as a chart, the same chart the dashboard
+"""`mlscope plot ID|FILTER [--kind KIND] -o FILE`: a stored result as a chart, the same chart the dashboard
 draws (mlscope.analysis.chart_builders), written as PNG or SVG (matplotlib) or as a self-contained
 HTML page (plotly); and `write_plot`, with which `mlscope run --plot` and `mlscope compare --plot`
 write theirs beside the table."""
@@ -34,9 +34,10 @@ MAX_EVALUATIONS = 8
 @click.option(
     "-k",
     "--kind",
-    required=True,
     type=click.Choice(CHART_KINDS),
-    help="latency (histogram per point), cdf, batch (percentiles and throughput by batch size), "
+    help="[default: what `mlscope run --plot` draws: one evaluation's latency histogram, or its batch "
+    "curve when it measured several batch sizes; throughput-latency for several ids] "
+    "latency (histogram per point), cdf, batch (percentiles and throughput by batch size), "
     "throughput-latency (several evaluations), layers (time per layer type, from a trace), compare "
     "(median per model @ batch, one bar per framework × system), cold-start, timeline (a trace's spans), "
     "generation (TTFT and TPOT per request of a generate evaluation).",
@@ -63,7 +64,7 @@ MAX_EVALUATIONS = 8
 @json_flag("Print the chart's description (series, points, notes) as JSON.")
 def plot(
     selector: str,
-    kind: str,
+    kind: str | None,
     output: str | None,
     top: int,
     max_spans: int,
@@ -102,9 +103,10 @@ def plot(
 
 
 def build_chart(
-    source: PlotSource, kind: str, selector: str, *, top: int = 20, max_spans: int = 2000
+    source: PlotSource, kind: str | None, selector: str, *, top: int = 20, max_spans: int = 2000
 ) -> Chart:
-    """The chart of `kind` of what `selector` names, read from `source`.
+    """The chart of `kind` of what `selector` names, read from `source`; with no kind, the chart
+    `mlscope run --plot` would draw of it (`results_chart`), so a first plot needs no choice.
 
     Raises:
         UserError: an unknown kind, a selector naming nothing (or several evaluations for a kind that
@@ -114,6 +116,11 @@ def build_chart(
     from mlscope.cli.plot_sources import SELECTOR, is_filter, split_ids
 
     selector = selector.strip()
+    if kind is None:
+        if not is_filter(selector) and len(split_ids(selector)) > 1:
+            kind = "throughput-latency"
+        else:
+            return results_chart([source.evaluation(selector)])
     if kind not in CHART_KINDS:
         raise UserError(f"--kind {kind!r}: expected one of {', '.join(CHART_KINDS)}", field="kind")
     if kind in ONE_EVALUATION and not is_filter(selector) and len(split_ids(selector)) > 1:

@@ -44,7 +44,9 @@ def parse_threshold(text: str) -> float:
 @click.option("--threshold", default="2%", show_default=True, help="The smallest rise counted: 2% or 0.02.")
 @click.option("-m", "--model", help="Only this model's series.")
 @click.option("-f", "--framework", help="Only this framework's series.")
-@click.option("--system", "system_id", help="Only this system's series.")
+@click.option(
+    "--system", "system_id", metavar="ID", help="Only this system's series (its id or a unique prefix)."
+)
 @click.option(
     "--allow-different",
     is_flag=True,
@@ -90,7 +92,7 @@ def regressions(
             threshold=parse_threshold(threshold),
             model=model,
             framework=framework,
-            system_id=system_id,
+            system_id=store.resolve_system_id(system_id) if system_id else None,
             settings=settings,
             allow_different=allow_different,
         )

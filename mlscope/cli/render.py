@@ -16,24 +16,30 @@ from rich.table import Table
 
 from mlscope.cli.render_cost import resource_lines
 from mlscope.cli.render_generation import generation_lines, served_table
-from mlscope.cli.render_load import has_load_column, load_cell, ms_text, search_lines
+from mlscope.cli.render_load import has_load_column, load_cell, search_lines
 from mlscope.contract.result import result_validity
 
 __all__ = [
     "Column",
     "console",
+    "duration_text",
+    "duration_unit",
     "err_console",
     "fail",
     "internal_error",
     "interrupted",
+    "interval_text",
     "log_to_stderr",
     "measurement_table",
+    "moment_text",
     "new_table",
     "note",
     "print_json_line",
     "print_json_lines",
     "print_sections",
     "print_validity_notes",
+    "ran_line",
+    "ran_on",
     "section_lines",
     "short_id",
     "status_cell",
@@ -141,10 +147,58 @@ def new_table(title: str | None, columns: Iterable[Column]) -> Table:
     return table
 
 
+# The mark beside a valid point whose verdict has reasons, and the line under the table that says so.
+CAVEAT_MARK = "(!)"
+CAVEAT_LEGEND = f"{CAVEAT_MARK} valid, with a caveat: the notes under the table say which"
+
+
 def _validity(validity: dict[str, Any]) -> str:
     if validity.get("valid"):
-        return "yes" + (" (!)" if validity.get("reasons") else "")
+        return "yes" + (f" {CAVEAT_MARK}" if validity.get("reasons") else "")
     return "[red]NO[/red]"
+
+
+# Units a duration reads in, largest first: (name, its size in ms).
+_DURATION_UNITS = (("s", 1000.0), ("ms", 1.0), ("µs", 1e-3), ("ns", 1e-6))
+
+
+def duration_unit(ms: Any) -> tuple[str, float]:
+    """The unit a duration of `ms` milliseconds reads best in: the largest it is at least one of
+    (ms for what is not a number)."""
+    if isinstance(ms, int | float) and not isinstance(ms, bool) and ms > 0:
+        for name, size in _DURATION_UNITS:
+            if ms >= size:
+                return name, size
+        return _DURATION_UNITS[-1]
+    return "ms", 1.0
+
+
+def _figures(value: float, extra: int = 0) -> str:
+    """About three significant figures (more digits with `extra`), whole numbers grouped."""
+    decimals = (0 if value >= 100 else 1 if value >= 10 else 2) + extra
+    return f"{value:,.{decimals}f}"
+
+
+def duration_text(ms: Any, unit: tuple[str, float] | None = None) -> str:
+    """A duration given in ms, in `unit` (else its own, `duration_unit`) with the unit named:
+    "6.21 µs", "11.2 ms", "1.52 s"; "-" for no number."""
+    if not isinstance(ms, int | float) or isinstance(ms, bool):
+        return "-"
+    name, size = unit or duration_unit(ms)
+    return f"{_figures(ms / size)} {name}"
+
+
+def interval_text(lo: Any, hi: Any, unit: tuple[str, float]) -> str:
+    """A confidence interval given in ms, in `unit`: "6.18–6.25 µs", with a digit or two more when
+    three figures would print both ends the same."""
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (lo, hi)):
+        return "-"
+    name, size = unit
+    for extra in range(3):
+        low, high = _figures(lo / size, extra), _figures(hi / size, extra)
+        if low != high:
+            break
+    return f"{low}–{high} {name}"
 
 
 _MEASUREMENT_COLUMNS: tuple[Column, ...] = (
@@ -152,7 +206,7 @@ _MEASUREMENT_COLUMNS: tuple[Column, ...] = (
     "framework",
     "scenario",
     ("batch", "right"),
-    ("median ms", "right"),
+    ("median", "right"),
     ("95% CI", "right"),
     ("p90", "right"),
     ("p99", "right"),
@@ -165,13 +219,24 @@ _MEASUREMENT_COLUMNS: tuple[Column, ...] = (
 
 
 def measurement_table(results: Sequence[Mapping[str, Any]], title: str | None = None) -> Table:
-    """One row per (evaluation, scenario, batch size): latency percentiles in ms and throughput; with
-    a server or multi_stream point, a load column (target → achieved QPS, the certified percentile)."""
+    """One row per (evaluation, scenario, batch size): latency percentiles, each row's in the unit
+    its median reads best in (µs, ms, s), and throughput; with a server or multi_stream point, a load
+    column (target → achieved QPS, the certified percentile). A valid point with caveats is marked,
+    and a line under the table says what the mark means."""
     loaded = has_load_column(results)
     columns = _MEASUREMENT_COLUMNS
     if loaded:
         columns = (*columns[:-2], "load", *columns[-2:])
     table = new_table(title, columns)
+    caveats = any(
+        m["validity"].get("valid") and m["validity"].get("reasons")
+        for result in results
+        if result["status"] == "succeeded"
+        for m in result.get("measurements") or []
+    )
+    if caveats:
+        table.caption = CAVEAT_LEGEND
+        table.caption_justify = "left"
     for result in results:
         name, framework = result["model"]["name"], result["framework"]["name"]
         if result["status"] != "succeeded":
@@ -185,15 +250,16 @@ def measurement_table(results: Sequence[Mapping[str, Any]], title: str | None = 
         for m in result["measurements"]:
             lat = m["latency_ms"]
             lo, hi = lat.get("median_ci") or (None, None)
+            unit = duration_unit(lat["median"])
             table.add_row(
                 name,
                 framework,
                 m["scenario"],
                 str(m["batch_size"]),
-                ms_text(lat["median"]),
-                f"{ms_text(lo)}–{ms_text(hi)}",
-                ms_text(lat["p90"]),
-                ms_text(lat["p99"]),
+                duration_text(lat["median"], unit),
+                interval_text(lo, hi, unit),
+                duration_text(lat["p90"], unit),
+                duration_text(lat["p99"], unit),
                 "-" if lat.get("cv") is None else f"{lat['cv']:.3f}",
                 f"{m['throughput']:,.1f}",
                 str(lat.get("count", "-")),
@@ -324,6 +390,35 @@ def status_cell(result: Mapping[str, Any]) -> str:
     if not validity["valid"]:
         return f"[red]{status}, NOT VALID: {reasons}[/red]"
     return f"{status} [yellow]({reasons})[/yellow]" if reasons else status
+
+
+def ran_on(result: Mapping[str, Any]) -> str:
+    """Who ran the evaluation: the farm agent (worker) that did, else the host a local run was on;
+    "-" before it ran."""
+    system = result.get("system") or {}
+    agent = (system.get("agent") or {}).get("id")
+    return str(agent or system.get("hostname") or "-")
+
+
+def moment_text(iso: str | None) -> str:
+    """An ISO 8601 moment as a table shows it, "2026-11-29 03:20:41" (the store's are UTC); "-" for none."""
+    return iso[:19].replace("T", " ") if iso else "-"
+
+
+def ran_line(result: Mapping[str, Any]) -> str:
+    """e.g. "ran on agent gpu-box-1 (host gpu-box-1.lan), 2026-11-29 03:20:41 → 03:21:10 UTC": who ran
+    an evaluation and when it ran (not when it was submitted)."""
+    system = result.get("system") or {}
+    agent = (system.get("agent") or {}).get("id")
+    host = system.get("hostname")
+    if agent:
+        who = f"agent {agent}" + (f" (host {host})" if host and host != agent else "")
+    else:
+        who = f"host {host}" if host else "an unknown machine"
+    started, finished = moment_text(result.get("started_at")), moment_text(result.get("finished_at"))
+    if finished[:10] == started[:10]:
+        finished = finished[11:]
+    return f"ran on {escape(who)}, {started} → {finished} UTC"
 
 
 def top1_cell(result: Mapping[str, Any]) -> str:

@@ -75,6 +75,7 @@ def _rerun_here(
     document = rerun_request(recorded)
     model, framework = document.pop("model"), document.pop("framework")
     document.pop("target", None)
+    _check_model_file(recorded, model)
     (admitted,) = admit_all(model, [framework], document, settings=settings)
     _check_manifest(recorded, admitted.manifest.sha256, allow_changes)
     # Admitted once, here: the manifest is checked before anything runs, and not admitted again.
@@ -118,6 +119,22 @@ def _rerun_on(
         ),
     )
     return recorded, result, diff
+
+
+def _check_model_file(recorded: Mapping[str, Any], model: str) -> None:
+    """Refuse, saying where it looked, a rerun whose recorded model file (or factory file) is gone."""
+    import os
+
+    from mlscope.registry.resolvers.forms import reference_path
+
+    path = reference_path(model)
+    if path is None or path.exists():
+        return
+    relative = "" if path.is_absolute() else f" (recorded as {model}, a path relative to this directory)"
+    where = os.path.abspath(path)
+    raise UserError(
+        f"cannot rerun {short_id(recorded['id'])}: its model file is not at {where}{relative}", field="id"
+    )
 
 
 def _check_manifest(recorded: Mapping[str, Any], sha256_now: str, allow_changes: bool) -> None:

@@ -16,10 +16,12 @@ from mlscope.cli.render import (
     Column,
     console,
     measurement_table,
+    moment_text,
     new_table,
     print_json_lines,
     print_sections,
     print_validity_notes,
+    ran_on,
     short_id,
     status_cell,
     top1_cell,
@@ -67,15 +69,18 @@ def _settings_of(framework: Mapping[str, Any]) -> str:
     return f"({'; '.join(parts)})" if parts else ""
 
 
+# "started": when it ran, not when it was submitted (a queued one has not started); "ran on": the farm
+# agent that ran it, or the host of a local run.
 _LIST_COLUMNS: tuple[Column, ...] = (
     "id",
-    "created",
+    "started (UTC)",
     "model",
     "framework",
     "device",
     "status",
     "batch sizes",
     "first point (median, rate)",
+    "ran on",
     "system",
 )
 
@@ -84,7 +89,9 @@ _LIST_COLUMNS: tuple[Column, ...] = (
 @click.option("-m", "--model", help="Only this model.")
 @click.option("-f", "--framework", help="Only this framework.")
 @click.option("--status", help="Only this status: queued, running, succeeded, failed, cancelled.")
-@click.option("--system", "system_id", help="Only results from this system id.")
+@click.option(
+    "--system", "system_id", metavar="ID", help="Only results from this system (its id or a unique prefix)."
+)
 @click.option("-n", "--limit", type=int, default=20, show_default=True, help="How many.")
 @click.option("--offset", type=int, default=0, show_default=True, help="Skip this many (newest first).")
 @json_flag("Print JSON lines.")
@@ -107,7 +114,7 @@ def results_list(
             "model": model,
             "framework": framework,
             "status": status,
-            "system_id": system_id,
+            "system_id": store.resolve_system_id(system_id) if system_id else None,
         }
         found = store.list_evaluations(**filters, limit=limit, offset=offset)
         total = store.count_evaluations(**filters)
@@ -116,13 +123,13 @@ def results_list(
         return
     # A top-1 column only when some evaluation shown measured accuracy.
     with_top1 = any(r.get("accuracy") for r in found)
-    columns = (*_LIST_COLUMNS[:-1], ("top-1", "right"), _LIST_COLUMNS[-1]) if with_top1 else _LIST_COLUMNS
+    columns = (*_LIST_COLUMNS[:-2], ("top-1", "right"), *_LIST_COLUMNS[-2:]) if with_top1 else _LIST_COLUMNS
     table = new_table(f"{len(found)} of {total} evaluations in {settings.store_url}", columns)
     for r in found:
         sizes = ",".join(str(s) for s in r.get("request", {}).get("batch_sizes", []))
         cells = [
             short_id(r["id"]),
-            (r["created_at"] or "")[:19].replace("T", " "),
+            moment_text(r.get("started_at")),
             escape(display_name(r)),
             f"{r['framework']['name']} {r['framework'].get('version') or ''}".strip(),
             r["device"],
@@ -130,6 +137,7 @@ def results_list(
             sizes,
             _headline(r),
             *([top1_cell(r)] if with_top1 else []),
+            escape(ran_on(r)),
             ((r.get("system") or {}).get("id") or "-"),
         ]
         table.add_row(*cells)

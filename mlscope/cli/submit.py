@@ -17,6 +17,7 @@ from mlscope.cli.render import (
     note,
     print_json_line,
     print_sections,
+    ran_line,
     validity_notes,
     warn,
 )
@@ -72,6 +73,8 @@ def submit_command(document: dict[str, Any], *, wait: bool, timeout_s: float | N
         print_json_line(result)
     else:
         console.print(measurement_table([result]))
+        if result.get("started_at"):
+            console.print(ran_line(result), highlight=False)
         for line in validity_notes([result]):
             note(line)
         print_sections(result)

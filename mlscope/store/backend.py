@@ -69,6 +69,15 @@ class StoreBackend(ABC):
     def _read_systems(self) -> list[dict[str, Any]]:
         """Every stored description, ordered by id."""
 
+    @abstractmethod
+    def _system_ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:
+        """System ids starting with `prefix` (taken literally, no wildcards), sorted ascending.
+
+        Args:
+            prefix: the start of an id.
+            limit: return at most this many.
+        """
+
     # ----- the lifecycle ---------------------------------------------------------------------------
 
     @abstractmethod

@@ -23,6 +23,7 @@ from mlscope.store.backend import StoreBackend
 from mlscope.store.errors import (
     CANDIDATES_SHOWN,
     AmbiguousEvaluationId,
+    AmbiguousSystemId,
     EvaluationNotFound,
     InvalidTransition,
     SystemNotFound,
@@ -130,6 +131,27 @@ class Store(StoreBackend):
     def list_systems(self) -> list[dict[str, Any]]:
         """Every saved system description, ordered by id."""
         return self._read_systems()
+
+    def resolve_system_id(self, prefix: str) -> str:
+        """The full id of the system `prefix` names: an exact id, or a unique prefix of at least
+        MIN_PREFIX_LENGTH characters (as `resolve_id` for evaluations; tables print 8).
+
+        Raises:
+            SystemNotFound: when nothing matches.
+            AmbiguousSystemId: when several systems match, listing them.
+        """
+        check_text(prefix, "system_id")
+        candidates = self._system_ids_with_prefix(prefix, limit=CANDIDATES_SHOWN + 1)
+        # Ids sort before their own extensions, so an exact match is always the first candidate.
+        if candidates and candidates[0] == prefix:
+            return prefix
+        if len(prefix) < MIN_PREFIX_LENGTH:
+            raise SystemNotFound(prefix, f" (an id prefix needs at least {MIN_PREFIX_LENGTH} characters)")
+        if len(candidates) == 1:
+            return candidates[0]
+        if not candidates:
+            raise SystemNotFound(prefix)
+        raise AmbiguousSystemId(prefix, candidates)
 
     # ----- the lifecycle ---------------------------------------------------------------------------
 

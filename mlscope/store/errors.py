@@ -13,6 +13,7 @@ from mlscope.contract.errors import StoreUnavailable, UserError
 __all__ = [
     "CANDIDATES_SHOWN",
     "AmbiguousEvaluationId",
+    "AmbiguousSystemId",
     "EvaluationNotFound",
     "InvalidTransition",
     "StoreUnavailable",
@@ -56,8 +57,22 @@ class InvalidTransition(UserError):
 
 
 class SystemNotFound(UserError):
-    """No system has this id."""
+    """No system has this id (or id prefix)."""
 
-    def __init__(self, id: str) -> None:
-        super().__init__(f"no system with id {id!r}", field="system_id")
+    def __init__(self, id: str, hint: str = "") -> None:
+        super().__init__(f"no system with id {id!r}{hint}", field="system_id")
         self.id = id
+
+
+class AmbiguousSystemId(UserError):
+    """A system id prefix matches more than one system; `candidates` lists (some of) them."""
+
+    def __init__(self, prefix: str, candidates: Sequence[str]) -> None:
+        shown = ", ".join(candidates[:CANDIDATES_SHOWN])
+        more = ", ..." if len(candidates) > CANDIDATES_SHOWN else ""
+        super().__init__(
+            f"system id prefix {prefix!r} is ambiguous: it matches {shown}{more}; give more characters",
+            field="system_id",
+        )
+        self.prefix = prefix
+        self.candidates = list(candidates)

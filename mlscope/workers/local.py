@@ -15,6 +15,7 @@ from mlscope.contract.events import EvaluationEvent
 from mlscope.contract.result import EvaluationResult
 from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
+from mlscope.registry.resolvers.forms import absolute_reference
 from mlscope.runtime.frameworks import get_framework
 from mlscope.runtime.measure.scenario_base import Scenario
 from mlscope.runtime.scenarios import SCENARIOS
@@ -41,12 +42,14 @@ def admit_all(
     registry: ModelRegistry | None = None,
 ) -> list[Admission]:
     """Admit `model` on each framework (None: `default_frameworks`) with the request fields of
-    `document`, to run here.
+    `document`, to run here. A relative path to a model is admitted (and so recorded) absolute.
 
     Raises:
         UserError: the first request that would not be admitted, naming its field.
     """
     registry = registry or ModelRegistry.load(settings.manifests)
+    # Recorded as a path from anywhere: a rerun from another directory reads the same file.
+    model = absolute_reference(model)
     if frameworks is None:
         names = default_frameworks(registry, model)
         for scenario in _scenarios(document):

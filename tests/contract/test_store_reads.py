@@ -12,6 +12,7 @@ import pytest
 
 from mlscope.contract.errors import UserError
 from mlscope.store import EvaluationNotFound, Store, open_store
+from mlscope.store.errors import AmbiguousSystemId, SystemNotFound
 from tests.contract.builders import ERROR, T0, finish, ids_of, make_measurement, make_system, run_to, submit
 
 # ----- stored values ---------------------------------------------------------------------------------
@@ -260,6 +261,41 @@ def test_an_unknown_id_is_not_found(store: Store, wrong: str) -> None:
         with pytest.raises(EvaluationNotFound) as raised:
             call()
         assert isinstance(raised.value, UserError) and wrong in str(raised.value)
+
+
+def test_a_unique_prefix_names_its_system(store: Store) -> None:
+    # Given systems whose ids share their first characters, one the start of another, and one with
+    # a character LIKE would read as a wildcard
+    for id in ("5b289c88413dc387", "5b289c88ffff0000", "5b28_c88", "19e01c3c", "19e01c3c9"):
+        store.save_system(make_system(id=id))
+
+    # When a unique prefix of at least four characters (or an exact id) is given, Then the full id
+    assert store.resolve_system_id("5b289c884") == "5b289c88413dc387"
+    assert store.resolve_system_id("5b28_") == "5b28_c88"
+    assert store.resolve_system_id("19e01c3c") == "19e01c3c"
+    assert store.resolve_system_id("19e01c3c9") == "19e01c3c9"
+
+
+@pytest.mark.parametrize(
+    ("given", "error", "named"),
+    [
+        ("5b289c88", AmbiguousSystemId, ["5b289c88413dc387", "5b289c88ffff0000"]),
+        ("5b2", SystemNotFound, ["at least 4 characters"]),
+        ("0000ffff", SystemNotFound, ["0000ffff"]),
+        ("5B289C88413DC387", SystemNotFound, ["5B289C88413DC387"]),
+    ],
+)
+def test_a_system_prefix_naming_several_or_none_is_a_user_error(
+    store: Store, given: str, error: type[UserError], named: list[str]
+) -> None:
+    # Given two systems whose ids share eight characters
+    for id in ("5b289c88413dc387", "5b289c88ffff0000"):
+        store.save_system(make_system(id=id))
+    # When an ambiguous, short, unknown or differently cased prefix is given, Then one error names it
+    with pytest.raises(error) as raised:
+        store.resolve_system_id(given)
+    assert raised.value.field == "system_id"
+    assert all(name in str(raised.value) for name in named) and "\n" not in str(raised.value)
 
 
 @pytest.mark.parametrize("level", ["NO_TRACE", "MODEL", "FULL"])

@@ -235,6 +235,12 @@ def test_the_cli_lists_agents_submits_and_compares(farm: Farm) -> None:
     # --json: no progress on stderr even when it is forced
     assert "evaluations" not in submitted.stderr and "\x1b[" not in submitted.stderr, submitted.stderr
     assert result["status"] == "succeeded" and result["system"]["agent"]["id"] == "cli-b"
+    # Without --json, a line under the table says which agent ran it, and when
+    shown = _mlscope(farm, "submit", MODEL, "-f", "pytorch", "--on", "agent:cli-b", "--wait", *quick)
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(
+        r"^ran on agent cli-b \(host .+\), \d{4}-\d\d-\d\d [\d:]{8} → [\d: -]+ UTC$", shown.stdout, re.M
+    )
 
     # A rerun of it on the other system, through the API: the very request, there, and the diff.
     rerun = _mlscope(farm, "rerun", result["id"], "--on", "agent:cli-a", "--json")

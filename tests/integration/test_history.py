@@ -35,12 +35,13 @@ def store_result(
     model: str = "resnet18",
     framework: str = "onnxruntime",
     version: str = "1.17.0",
-    system: int = 1,
+    system: int | str = 1,
     succeed: bool = True,
     valid: bool = False,
     request: dict[str, Any] | None = None,
 ) -> str:
-    """One evaluation created `at`, whose single_stream batch-1 median is `median` ms, valid or not."""
+    """One evaluation created `at`, whose single_stream batch-1 median is `median` ms, valid or not, on
+    system `make_system(system)` (or, given a string, the system of that id)."""
     id = store.create_evaluation(
         model={"name": model, "version": "1", "manifest_sha256": MANIFEST},
         manifest={"name": model},
@@ -54,7 +55,7 @@ def store_result(
     if succeed:
         store.finish_evaluation(
             id,
-            system=make_system(system),
+            system=make_system(system) if isinstance(system, int) else make_system(id=system),
             framework={"name": framework, "version": version},
             cold_start=COLD_START,
             measurements=[{**make_measurement("single_stream", 1, mean=median), "validity": validity}],

@@ -128,6 +128,37 @@ def test_history_mistakes_are_one_line_and_exit_2(
     assert message in err
 
 
+def test_a_system_is_named_by_a_unique_prefix_of_its_id(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a series on a system whose id is 16 hex characters, as a run records it, and another
+    # system whose id starts with the same 8 characters
+    ids = store_series(store, noisy(10.0, 4, 1), system="5b289c88413dc387", valid=True)
+    store_series(store, noisy(10.0, 2, 2), system="5b289c88ffff0000", framework="pytorch")
+    # When history, results list and regressions are given a unique prefix of it, Then they read it
+    code, out, err = run(capsys, "history", "resnet18", "-f", "onnxruntime", "--system", "5b289c884")
+    assert code == 0, err
+    assert "on onnxruntime 1.17.0, 5b289c88413dc387 cpu" in out and all(id[:8] in out for id in ids)
+    code, out, err = run(capsys, "results", "list", "--system", "5b289c884", "--json")
+    assert code == 0, err
+    assert sorted(json.loads(line)["id"] for line in out.splitlines()) == sorted(ids)
+    code, _, err = run(capsys, "regressions", "--since", T0.isoformat(), "--system", "5b289c884")
+    assert code == 0, err
+    # ... and given the 8 characters both share, or a prefix of neither, one line and exit code 2
+    for argv in (("history", "resnet18"), ("results", "list"), ("regressions", "--since", SINCE)):
+        code, out, err = run(capsys, *argv, "--system", "5b289c88")
+        assert (code, out, len(err.splitlines())) == (2, "", 1)
+        assert "'5b289c88' is ambiguous: it matches 5b289c88413dc387, 5b289c88ffff0000" in err
+        code, out, err = run(capsys, *argv, "--system", "0000ffff")
+        assert (code, out, err) == (2, "", "mlscope: error: no system with id '0000ffff'\n")
+    # ... and so does a filter's system, where diff takes one
+    code, out, err = run(capsys, "diff", "model=resnet18,system=5b289c88", ids[0][:8])
+    assert (code, out, len(err.splitlines())) == (2, "", 1) and "'5b289c88' is ambiguous" in err
+    code, out, err = run(capsys, "diff", "model=resnet18,system=5b289c884", ids[0][:8], "--json")
+    assert code != 2, err
+    assert json.loads(out)["a"]["id"] == ids[-1]
+
+
 # ----- mlscope regressions --------------------------------------------------------------------------
 
 

@@ -122,6 +122,26 @@ def test_an_onnx_file_runs_with_its_inputs_read_from_the_graph(
     assert parse_manifest_text(shown.stdout, "shown").sha256 == result["model"]["manifest_sha256"]
 
 
+def test_a_model_exported_by_torchs_default_exporter_runs(
+    tmp_path: Path, mlscope_env: dict[str, str]
+) -> None:
+    # Given a model exported as the README exports one: torch's default (dynamo) exporter, which needs
+    # onnxscript (in the pytorch extra), a dynamic batch, the weights in the one file
+    import torch
+
+    net = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)).eval()
+    (tmp_path / "exported").mkdir()
+    path = tmp_path / "exported" / "model.onnx"
+    torch.onnx.export(
+        net, (torch.randn(1, 16),), str(path), input_names=["x"], output_names=["y"],
+        dynamic_shapes=({0: "batch"},), external_data=False,
+    )  # fmt: skip
+    # When it is run at two batch sizes, Then both ran, from that one file
+    (result,) = run_ok(mlscope_env, str(path), "-b", "1,3")
+    assert [m["batch_size"] for m in result["measurements"]] == [1, 3]
+    assert [p.name for p in path.parent.iterdir()] == ["model.onnx"]
+
+
 def test_dynamic_axes_take_their_sizes_from_input_shape(models: Path, mlscope_env: dict[str, str]) -> None:
     # Given a graph whose height and width are dynamic
     # When it is run without sizes, the message says which input needs them, and how

@@ -256,6 +256,26 @@ def test_compare_and_throughput_latency_mark_the_invalid_points(
     assert sorted(names(both)) == sorted(names(curve))
 
 
+def test_without_a_kind_the_chart_run_plot_would_draw(
+    stored: Stored, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Given the real run (batch sizes 1 and 2), one point of it (a filter at batch size 1), and two ids
+    one_point = "model=test_tiny_mlp,framework=onnxruntime,batch_size=1"
+    two = f"{stored.id[:8]},{stored.other_id[:8]}"
+    # When each is drawn with no --kind, Then the run's batch curve, the point's latency histogram, and
+    # latency against throughput of the two
+    assert chart_of(stored, capsys, stored.id) == chart_of(stored, capsys, stored.id, "--kind", "batch")
+    histogram = chart_of(stored, capsys, one_point)
+    assert histogram == chart_of(stored, capsys, one_point, "--kind", "latency")
+    assert histogram["barmode"] == "overlay"
+    assert chart_of(stored, capsys, two) == chart_of(stored, capsys, two, "--kind", "throughput-latency")
+    # ... and `-o FILE` alone writes the file
+    code, _, err = plot(stored, capsys, stored.id[:8], "-o", str(tmp_path / "first.png"))
+    assert code == 0, err
+    batch = chart_of(stored, capsys, stored.id, "--kind", "batch")
+    assert png_description(tmp_path / "first.png")["series"] == names(batch)
+
+
 def test_the_api_answers_the_same_chart(stored: Stored, capsys: pytest.CaptureFixture[str]) -> None:
     from werkzeug.serving import make_server
 

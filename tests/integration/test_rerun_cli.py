@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,3 +71,39 @@ def test_an_unknown_id_is_one_line_and_exit_2(mlscope_env: dict[str, str]) -> No
     done = mlscope(mlscope_env, "rerun", "ffffffff")
     assert done.returncode == 2
     assert "ffffffff" in done.stderr and "Traceback" not in done.stderr
+
+
+def mlscope_in(folder: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`mlscope ARGS` run from `folder`."""
+    command = [sys.executable, "-m", "mlscope", *args]
+    return subprocess.run(
+        command, cwd=folder, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+def test_a_model_file_run_by_a_relative_path_reruns_from_anywhere(
+    mlscope_env: dict[str, str], tmp_path: Path
+) -> None:
+    import torch
+
+    # Given an ONNX file run by its relative path from its own directory
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir(), elsewhere.mkdir()
+    net = torch.nn.Sequential(torch.nn.Linear(16, 4)).eval()
+    torch.onnx.export(net, (torch.randn(1, 16),), str(work / "tiny.onnx"), external_data=False)
+    ran = mlscope_in(work, mlscope_env, "run", "./tiny.onnx", "--json", *FAST)
+    assert ran.returncode == 0, ran.stderr
+    (recorded,) = json_lines(ran.stdout)
+    # Then its request records the file by its absolute path
+    assert recorded["request"]["model"] == str(work / "tiny.onnx")
+    # When it is rerun from another directory, Then it runs the same file
+    rerun = mlscope_in(elsewhere, mlscope_env, "rerun", recorded["id"][:8], "--json")
+    assert rerun.returncode == 0, rerun.stderr
+    assert json_lines(rerun.stdout)[0]["changes"] == []
+    # When the file has moved away, Then one line says where the rerun looked, exit code 2
+    (work / "tiny.onnx").rename(elsewhere / "tiny.onnx")
+    gone = mlscope_in(elsewhere, mlscope_env, "rerun", recorded["id"][:8])
+    assert (gone.returncode, gone.stdout) == (2, "")
+    assert gone.stderr == (
+        f"mlscope: error: cannot rerun {recorded['id'][:8]}: its model file is not at {work / 'tiny.onnx'}\n"
+    )

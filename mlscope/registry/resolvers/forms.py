@@ -5,9 +5,18 @@
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
-__all__ = ["FACTORY_REF", "UPLOAD_REF", "is_factory_ref", "looks_like_path"]
+__all__ = [
+    "FACTORY_REF",
+    "UPLOAD_REF",
+    "absolute_reference",
+    "is_factory_ref",
+    "looks_like_path",
+    "reference_path",
+]
 
 UPLOAD_REF = re.compile(r"^sha256:([0-9a-f]{64})$")
 FACTORY_REF = re.compile(r"^(?P<file>.+\.py):(?P<attr>[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)$")
@@ -21,3 +30,28 @@ def is_factory_ref(ref: str) -> bool:
 def looks_like_path(ref: str) -> bool:
     """Whether `ref` reads as a path rather than a name."""
     return "/" in ref or "\\" in ref or ref.startswith((".", "~")) or ref.lower().endswith(".onnx")
+
+
+def reference_path(ref: str) -> Path | None:
+    """The path of this machine a reference reads: a path's, or a factory's file; None for a name or
+    an upload. Whether anything is there is not looked at."""
+    if UPLOAD_REF.match(ref):
+        return None
+    if is_factory_ref(ref):
+        match = FACTORY_REF.match(ref)
+        assert match is not None
+        return Path(match.group("file")).expanduser()
+    return Path(ref).expanduser() if looks_like_path(ref) else None
+
+
+def absolute_reference(ref: str) -> str:
+    """`ref` naming the same file from any directory: a relative path to an existing file or
+    directory (or a factory's file) made absolute; anything else as it is. What a run records, so
+    that a rerun from elsewhere finds the model."""
+    path = reference_path(ref)
+    if path is None or path.is_absolute() or not path.exists():
+        return ref
+    absolute = os.path.abspath(path)
+    if is_factory_ref(ref):
+        return f"{absolute}:{ref.rsplit(':', 1)[1]}"
+    return absolute

@@ -209,6 +209,11 @@ class MongoStore(Store):
     def _read_systems(self) -> list[dict[str, Any]]:
         return [decode(document["data"]) for document in self._systems.find().sort("_id", ASCENDING)]
 
+    def _system_ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:
+        # An anchored regex of the escaped prefix, which MongoDB answers from the _id index.
+        found = self._systems.find({"_id": {"$regex": f"^{re.escape(prefix)}"}}, {"_id": 1})
+        return [str(document["_id"]) for document in found.sort("_id", ASCENDING).limit(limit)]
+
     # ----- evaluations -----------------------------------------------------------------------------
 
     def _insert_evaluation(self, record: EvaluationRecord) -> None:

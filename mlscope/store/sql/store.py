@@ -19,7 +19,7 @@ from sqlalchemy import and_, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DatabaseError, NoSuchModuleError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from mlscope.contract.errors import UserError
 from mlscope.store.base import Store
@@ -320,18 +320,23 @@ class SQLStore(Store):
         return prune(self._writer, before, keep_summaries=keep_summaries)
 
     def _ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:
-        condition = EvaluationRow.id.startswith(prefix, autoescape=True)
+        return self._keys_with_prefix(EvaluationRow.id, prefix, limit)
+
+    def _system_ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:
+        return self._keys_with_prefix(SystemRow.id, prefix, limit)
+
+    def _keys_with_prefix(self, key: InstrumentedAttribute[str], prefix: str, limit: int) -> list[str]:
+        """The values of the primary key `key` that start with `prefix`, ascending, at most `limit`."""
+        condition = key.startswith(prefix, autoescape=True)
         if self._dialect == "sqlite":
             # SQLite serves no index to a LIKE on a bound parameter (and its LIKE ignores ASCII case);
             # the range of ids a prefix spans reads the primary key, exactly.
             bound = _successor(prefix)
             condition = and_(
-                EvaluationRow.id >= prefix,
-                EvaluationRow.id < bound
-                if bound is not None
-                else func.substr(EvaluationRow.id, 1, len(prefix)) == prefix,
+                key >= prefix,
+                key < bound if bound is not None else func.substr(key, 1, len(prefix)) == prefix,
             )
-        query = select(EvaluationRow.id).where(condition).order_by(EvaluationRow.id).limit(limit)
+        query = select(key).where(condition).order_by(key).limit(limit)
         with Session(self._reader) as session:
             return list(session.scalars(query))
 
