@@ -459,22 +459,15 @@ class Store(StoreBackend):
             (the evaluations, the cursor that continues after the last of them), the cursor None when
             no evaluation follows.
         """
-        items = self.list_evaluations(
-            model=model,
-            framework=framework,
-            system_id=system_id,
-            status=status,
-            since=since,
-            until=until,
-            limit=limit,
-            offset=offset,
-            cursor=cursor,
-        )
-        if len(items) < limit:
+        where = self._listing(model, framework, system_id, status, since, until, limit, offset, cursor)
+        records = self._query_evaluations(where, limit=limit, offset=offset)
+        items = [evaluation_to_dict(r) for r in records]
+        if len(records) < limit:
             return items, None
-        next_cursor = encode_cursor(items[-1]["created_at"], items[-1]["id"])
-        where = self._listing(model, framework, system_id, status, since, until, 1, 0, next_cursor)
-        return items, next_cursor if self._query_evaluations(where, limit=1, offset=0) else None
+        # Whether one more follows: the same filter, checked once, after the page's last evaluation.
+        last = records[-1]
+        more = self._query_evaluations(replace(where, after=(last.created_at, last.id)), limit=1, offset=0)
+        return items, encode_cursor(items[-1]["created_at"], items[-1]["id"]) if more else None
 
     def iter_evaluations(
         self,

@@ -30,17 +30,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from celery import Celery
-
-from mlscope.broker.app import send_evaluation
-from mlscope.broker.tasks import EvaluationMessage
-from mlscope.contract.request import parse_request
-from mlscope.registry.agents import AgentRegistry
 from mlscope.store import EvaluationNotFound, Store
 from mlscope.workers.leases import MAX_ATTEMPTS
 from mlscope.workers.periodic import every
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+    from mlscope.registry.agents import AgentRegistry
 
 __all__ = ["ORPHAN_GRACE_S", "SWEEP_EVERY_S", "SweepReport", "Sweeper", "sweeping"]
 
@@ -189,6 +188,12 @@ class Sweeper:
                         return
                 if _queued(channel, lease["queue"], id):
                     return
+        # The broker's modules (Celery, the request schema) only here: a sweep without a farm (`mlscope
+        # results`'s, over `mlscope run`'s store) never imports them.
+        from mlscope.broker.app import send_evaluation
+        from mlscope.broker.tasks import EvaluationMessage
+        from mlscope.contract.request import parse_request
+
         message = EvaluationMessage(id, parse_request(lease["request"]), lease["queue"])
         send_evaluation(self.app, message)
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import numbers
 import operator
+import sys
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypedDict, cast
-
-import numpy as np
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.names import STATUSES
@@ -200,6 +199,8 @@ RAW_CODECS = (PLAIN_CODEC, RAW_CODEC)
 
 def pack_latencies(values: Sequence[int], codec: str = RAW_CODEC) -> bytes:
     """Latencies in nanoseconds packed as `codec` says (RAW_CODEC unless told otherwise)."""
+    import numpy as np
+
     plain = np.asarray(values, dtype="<i8").tobytes()
     if codec == PLAIN_CODEC:
         return plain
@@ -211,6 +212,8 @@ def pack_latencies(values: Sequence[int], codec: str = RAW_CODEC) -> bytes:
 
 def unpack_latencies(data: bytes, codec: str | None = PLAIN_CODEC) -> list[int]:
     """The inverse of `pack_latencies`; `codec` None is a row written before codecs were recorded."""
+    import numpy as np
+
     if codec == RAW_CODEC:
         shuffled = np.frombuffer(zlib.decompress(data), dtype=np.uint8)
         data = shuffled.reshape(8, -1).T.tobytes()
@@ -313,8 +316,10 @@ def _check_latencies(values: Any, field: str) -> list[int] | None:
         return None
     if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__iter__"):
         raise UserError(f"{field} must be a list of integer nanoseconds", field=field)
-    if isinstance(values, (list, tuple, np.ndarray)):
+    if isinstance(values, (list, tuple)) or _is_ndarray(values):
         # The common case in one numpy pass: integers that all fit 64 bits come out as int64.
+        import numpy as np
+
         try:
             array = np.asarray(values)
         except (OverflowError, TypeError, ValueError):
@@ -329,6 +334,12 @@ def _check_latencies(values: Any, field: str) -> list[int] | None:
     if checked and (min(checked) < INT64_MIN or max(checked) > INT64_MAX):
         raise UserError(f"{field} holds a value outside the 64-bit integer range", field=field)
     return checked
+
+
+def _is_ndarray(values: Any) -> bool:
+    """Whether `values` is a numpy array, without importing numpy: one exists only once it is."""
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(values, numpy.ndarray)
 
 
 def _check_measurement(measurement: Any, field: str) -> MeasurementRecord:

@@ -26,12 +26,12 @@ from sqlalchemy import (
     or_,
     select,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import aliased
 
 from mlscope.contract.workload import workload_key
 from mlscope.store.records import CompareFilter, LayerTotal, MeasurementRecord, compare_row, workload_view
+from mlscope.store.sql.engine import upsert_into
 from mlscope.store.sql.tables import CompareKeyRow, EvaluationRow, MeasurementRow, SpanRow, SystemRow
 
 __all__ = [
@@ -384,7 +384,7 @@ def upsert_compare_key_rows(dialect: str) -> Insert:
 
     The rows are parameters, not values compiled into the statement: it is compiled once and cached,
     which would otherwise be most of what a bulk import of many keys spends."""
-    statement = (postgresql if dialect == "postgresql" else sqlite).insert(CompareKeyRow.__table__)
+    statement = upsert_into(dialect, CompareKeyRow.__table__)
     new = statement.excluded
     newer = or_(
         new.latest_finished_at > _KEYS.latest_finished_at,

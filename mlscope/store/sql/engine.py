@@ -6,6 +6,7 @@ caller seconds, not minutes, and the one place where the database's failures bec
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ __all__ = [
     "engine_url",
     "report_unavailable",
     "sqlite_path",
+    "upsert_into",
 ]
 
 # How long a write waits for another process's write to finish before SQLite gives up.
@@ -182,3 +184,13 @@ def report_unavailable(engine: Engine, shown: str) -> None:
                 f"the store at {shown} did not take the call ({reason}); it was rolled back, nothing "
                 "of it was kept: try again once the database is reachable and has room"
             ) from context.sqlalchemy_exception
+
+
+def upsert_into(dialect: str, table: Any) -> Any:
+    """An INSERT into `table` with the dialect's ON CONFLICT clauses (`on_conflict_do_nothing`,
+    `on_conflict_do_update`, `excluded`): PostgreSQL's for "postgresql", else SQLite's.
+
+    The dialect's module is imported here, when a statement is built: a process that only opens SQLite
+    never imports SQLAlchemy's PostgreSQL dialect, a large part of a short command's start."""
+    name = "postgresql" if dialect == "postgresql" else "sqlite"
+    return importlib.import_module(f"sqlalchemy.dialects.{name}").insert(table)

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from sqlalchemy import and_, func, select, text, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DatabaseError, NoSuchModuleError
 from sqlalchemy.orm import InstrumentedAttribute, Session
@@ -50,6 +49,7 @@ from mlscope.store.sql.engine import (
     engine_url,
     report_unavailable,
     sqlite_path,
+    upsert_into,
 )
 from mlscope.store.sql.maintenance import (
     bulk_insert,
@@ -208,8 +208,7 @@ class SQLStore(Store):
         self._engine.dispose()
 
     def _insert(self, table: type[Base]) -> Any:
-        dialect = postgresql if self._dialect == "postgresql" else sqlite
-        return dialect.insert(table)
+        return upsert_into(self._dialect, table)
 
     # ----- systems ---------------------------------------------------------------------------------
 

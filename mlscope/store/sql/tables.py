@@ -21,6 +21,7 @@ from sqlalchemy import (
     LargeBinary,
     String,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
@@ -76,10 +77,10 @@ class EvaluationRow(Base):
     __tablename__ = "evaluations"
     __table_args__ = (
         # Id prefixes (LIKE 'abc%'): PostgreSQL's default operator class serves no LIKE unless the
-        # collation is "C"; SQLite reads prefixes as a range of the primary key instead.
-        Index("ix_evaluations_id_pattern", "id", postgresql_ops={"id": "varchar_pattern_ops"}).ddl_if(
-            dialect="postgresql"
-        ),
+        # collation is "C"; SQLite reads prefixes as a range of the primary key instead. The operator
+        # class is written in the column's text, not as `postgresql_ops`: that keyword has SQLAlchemy
+        # import its PostgreSQL dialect to check it, in every process that imports these tables.
+        Index("ix_evaluations_id_pattern", text("id varchar_pattern_ops")).ddl_if(dialect="postgresql"),
     )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)

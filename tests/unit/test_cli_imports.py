@@ -1,0 +1,89 @@
+"""What the `mlscope` command imports, read from `python -X importtime -m mlscope ...` (the `python -m
+mlscope` door, and every module the run imported, kept or not): `--version`, `--help` and a verb's
+`--help` import none of the heavy packages, and `mlscope results list` on a SQLite store imports
+SQLAlchemy and none of the others (no numpy, no Celery or broker, no framework).
+
+The speed these keep is measured by benchmarks/cli_start.py; this asserts on module names, which do
+not vary with the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlscope.store import open_store
+
+# Packages a command that only parses its arguments must never import (each costs a visible part of
+# a second, or far more: the frameworks).
+HEAVY = frozenset(
+    {
+        "torch",
+        "onnxruntime",
+        "tensorflow",
+        "sqlalchemy",
+        "celery",
+        "kombu",
+        "redis",
+        "flask",
+        "numpy",
+        "pandas",
+        "matplotlib",
+        "plotly",
+        "marshmallow",
+    }
+)
+
+
+def imported_packages(*args: str, env: dict[str, str] | None = None) -> set[str]:
+    """The top-level packages `python -X importtime -m mlscope ARGS` imported, as its stderr lists
+    them (the command must end with exit code 0)."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "mlscope", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("import time:")]
+    assert lines, f"no import times in stderr: {done.stderr[-2000:]}"
+    # "import time: self [us] | cumulative | imported package", the name indented by its depth.
+    return {line.rsplit("|", 1)[1].strip().split(".")[0] for line in lines[1:]}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--version",),
+        ("--help",),
+        ("run", "--help"),
+        ("results", "--help"),
+        ("results", "list", "--help"),
+    ],
+    ids=" ".join,
+)
+def test_parsing_imports_no_heavy_package(args: tuple[str, ...]) -> None:
+    heavy = sorted(imported_packages(*args) & HEAVY)
+
+    assert not heavy, f"mlscope {' '.join(args)} imported {', '.join(heavy)}"
+
+
+def test_results_list_imports_sqlalchemy_and_no_other_heavy_package(tmp_path: Path) -> None:
+    # Given a SQLite store that exists (creating one is not what a listing costs)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    open_store(url).close()
+
+    # When it is listed
+    packages = imported_packages("results", "list", env={"MLSCOPE_STORE_URL": url})
+
+    # Then the store's own heavy package was imported (the reading sees one when there is one), and
+    # no other: no numpy, broker, web app or framework
+    assert "sqlalchemy" in packages
+    heavy = sorted(packages & (HEAVY - {"sqlalchemy"}))
+    assert not heavy, f"mlscope results list imported {', '.join(heavy)}"
