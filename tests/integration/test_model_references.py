@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mlscope.contract.manifest import parse_manifest_text
-from tests.integration.test_run_cli import FAST, json_lines, mlscope
+from tests.integration.test_run_cli import FAST, mlscope, ran_valid
 
 pytestmark = pytest.mark.slow
 
@@ -81,9 +81,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run_ok(env: dict[str, str], *args: str) -> list[dict]:
-    done = mlscope(env, "run", *args, "--json", *FAST)
-    assert done.returncode == 0, done.stderr
-    results = json_lines(done.stdout)
+    results = ran_valid(mlscope(env, "run", *args, "--json", *FAST))
     assert results and all(r["status"] == "succeeded" for r in results), results
     return results
 
