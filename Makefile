@@ -73,7 +73,7 @@ test: $(STAMP) $(VENDORED) services docker lint typecheck
 # Python keeps its compiled modules (and pytest its rewritten tests) in __pycache__ even where the
 # environment says not to: compiling every module again would be most of each run's start-up.
 UNIT_MARKERS := not slow and not postgres and not redis and not rabbitmq and not docker and not browser and not gpu
-QUIET_MODULES = $(shell grep -rlE 'mark\.quiet' tests)
+QUIET_MODULES = $(shell grep -rlE --include='*.py' 'mark\.quiet' tests)
 unit: export PYTHONDONTWRITEBYTECODE =
 unit: $(STAMP)
 	$(Q)$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope -m "$(UNIT_MARKERS) and not quiet"
