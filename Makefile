@@ -1,4 +1,5 @@
 # The two commands: `make demo` and `make test`. Each sets up what it needs and is safe to repeat.
+# `make check` is the inner loop: lint, types and the tests that need no service, in minutes.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -6,15 +7,22 @@ BIN    := $(VENV)/bin
 INPUTS_HASH := $(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 STAMP  := $(VENV)/.installed-$(INPUTS_HASH)
 EXTRAS := pytorch,onnxruntime,tensorflow,postgresql,mongodb,farm,otlp,docker,datasets,pretrained,generate,plots,dev
+# Only mlscope's own lines by default; V=1 echoes each command and shows pip's output (its warnings too).
+Q    := $(if $(filter 1,$(V)),,@)
+PIPQ := $(if $(filter 1,$(V)),,--quiet --quiet)
+# When this make started, for the wall time `make test` and `make check` print as their last line.
+START   := $(shell date +%s)
+ELAPSED  = @s=$$(( $$(date +%s) - $(START) )); echo "make $@: $$((s / 60)) min $$((s % 60)) s"
 
-.PHONY: demo test lint typecheck unit services docker bench clean gpu-wheelhouse
+.PHONY: demo test check lint typecheck unit services docker bench clean gpu-wheelhouse
 # The dashboard's chart library, vendored from npm at build time (ops/dashboard; not committed).
 VENDORED := mlscope/api/dashboard/static/vendor/plotly-basic.min.js
 
 $(STAMP):
+	@echo "venv: installing mlscope and its dependencies into $(VENV) (minutes the first time; V=1 shows pip)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[$(EXTRAS)]'
+	$(Q)$(BIN)/python -m pip install $(PIPQ) --upgrade pip setuptools wheel
+	$(Q)$(BIN)/python -m pip install $(PIPQ) -c constraints.txt -e '.[$(EXTRAS)]'
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -25,21 +33,21 @@ $(VENDORED): ops/dashboard/package-lock.json
 
 demo: $(STAMP) $(VENDORED)
 	@# A store left by an older mlscope is upgraded (a copy kept beside it); a current one is untouched.
-	$(BIN)/mlscope store upgrade
+	$(Q)$(BIN)/mlscope store upgrade
 	@# Exit code 3: the runs succeeded but a result is not valid on this (busy) machine; the table
 	@# says why, and the demo goes on to list the results.
-	$(BIN)/mlscope run resnet18 --framework pytorch,onnxruntime --batch-sizes 1,8 || test $$? -eq 3
-	$(BIN)/mlscope results list --limit 10
+	$(Q)$(BIN)/mlscope run resnet18 --framework pytorch,onnxruntime --batch-sizes 1,8 || test $$? -eq 3
+	$(Q)$(BIN)/mlscope results list --limit 10
 
 lint: $(STAMP)
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(BIN)/lint-imports
+	$(Q)$(BIN)/ruff check .
+	$(Q)$(BIN)/ruff format --check .
+	$(Q)$(BIN)/lint-imports
 	@# Modules over the soft size limit, as warnings (it always exits 0).
-	$(BIN)/python ops/module_sizes.py
+	$(Q)$(BIN)/python ops/module_sizes.py
 
 typecheck: $(STAMP)
-	$(BIN)/mypy
+	$(Q)$(BIN)/mypy
 
 services:
 	@bash ops/ci/services.sh
@@ -56,12 +64,24 @@ docker: $(STAMP)
 # parallel test's load would be measured as the tool's error.
 TEST_WORKERS ?= 2
 test: $(STAMP) $(VENDORED) services docker lint typecheck
-	$(BIN)/python -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadscope -m "not quiet"
-	$(BIN)/python -m pytest -q -n 0 -m quiet
+	$(Q)$(BIN)/python -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadscope -m "not quiet"
+	$(Q)$(BIN)/python -m pytest -q -n 0 -m quiet
+	$(ELAPSED)
 
-# The fast tests that need no service: it runs with Redis, PostgreSQL, RabbitMQ and Docker stopped.
+# The fast tests that need no service: it runs with Redis, PostgreSQL, RabbitMQ and Docker stopped. On
+# `make test`'s two workers, then the `quiet` ones alone, collected from the modules that mark them.
+# Python keeps its compiled modules (and pytest its rewritten tests) in __pycache__ even where the
+# environment says not to: compiling every module again would be most of each run's start-up.
+UNIT_MARKERS := not slow and not postgres and not redis and not rabbitmq and not docker and not browser and not gpu
+QUIET_MODULES = $(shell grep -rlE --include='*.py' 'mark\.quiet' tests)
+unit: export PYTHONDONTWRITEBYTECODE =
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not postgres and not redis and not rabbitmq and not docker and not browser and not gpu"
+	$(Q)$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope -m "$(UNIT_MARKERS) and not quiet"
+	$(Q)$(BIN)/python -m pytest -q -n 0 -m "$(UNIT_MARKERS) and quiet" $(QUIET_MODULES) || test $$? -eq 5
+
+# The inner loop: lint, types and the unit tests, with no service and no image (docs/architecture.md).
+check: lint typecheck unit
+	$(ELAPSED)
 
 # The GPU check's wheelhouse (docs/gpu.md): mlscope's dependencies as wheels for the GPU machine's
 # Python, which reaches no package registry; `bash ops/ci/gpu-smoke.sh` installs from it there.
@@ -69,7 +89,7 @@ gpu-wheelhouse:
 	@PYTHON=$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) bash ops/ci/gpu-wheelhouse.sh
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/overhead.py
+	$(Q)$(BIN)/python benchmarks/overhead.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -3,7 +3,7 @@
 # installs beside them (ops/ci/gpu-requirements.txt), as wheels for the GPU machine's
 # Python (CPython 3.12 on x86-64 Linux), which reaches no package registry. PyTorch, its CUDA
 # libraries and the frameworks come with that machine's image and are never in it. Versions follow
-# constraints.txt; setuptools and wheel are there too, the build backend of mlscope's install from
+# constraints.txt; setuptools is there too, the build backend of mlscope's install from
 # the checkout. Run here, where pip reaches its index: `make gpu-wheelhouse`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,7 +22,7 @@ mapfile -t dependencies < <("$PYTHON" -c '
 import tomllib
 print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))')
 mapfile -t extra < <(grep -v '^\s*\(#\|$\)' ops/ci/gpu-requirements.txt)
-requirements=("${dependencies[@]}" "${extra[@]}" "setuptools>=69" wheel)
+requirements=("${dependencies[@]}" "${extra[@]}" "setuptools>=77")
 
 rm -rf "$WHEELHOUSE"
 mkdir -p "$WHEELHOUSE"
