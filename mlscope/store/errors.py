@@ -32,18 +32,25 @@ class EvaluationNotFound(UserError):
         self.id = id
 
 
-class AmbiguousEvaluationId(UserError):
-    """An id prefix matches more than one evaluation; `candidates` lists (some of) them."""
+class _AmbiguousId(UserError):
+    """An id prefix that matches more than one record of a kind; `candidates` lists (some of) them."""
 
-    def __init__(self, prefix: str, candidates: Sequence[str]) -> None:
+    def __init__(self, kind: str, field: str, prefix: str, candidates: Sequence[str]) -> None:
         shown = ", ".join(candidates[:CANDIDATES_SHOWN])
         more = ", ..." if len(candidates) > CANDIDATES_SHOWN else ""
         super().__init__(
-            f"evaluation id prefix {prefix!r} is ambiguous: it matches {shown}{more}; give more characters",
-            field="id",
+            f"{kind} id prefix {prefix!r} is ambiguous: it matches {shown}{more}; give more characters",
+            field=field,
         )
         self.prefix = prefix
         self.candidates = list(candidates)
+
+
+class AmbiguousEvaluationId(_AmbiguousId):
+    """An id prefix matches more than one evaluation; `candidates` lists (some of) them."""
+
+    def __init__(self, prefix: str, candidates: Sequence[str]) -> None:
+        super().__init__("evaluation", "id", prefix, candidates)
 
 
 class InvalidTransition(UserError):
@@ -64,15 +71,8 @@ class SystemNotFound(UserError):
         self.id = id
 
 
-class AmbiguousSystemId(UserError):
+class AmbiguousSystemId(_AmbiguousId):
     """A system id prefix matches more than one system; `candidates` lists (some of) them."""
 
     def __init__(self, prefix: str, candidates: Sequence[str]) -> None:
-        shown = ", ".join(candidates[:CANDIDATES_SHOWN])
-        more = ", ..." if len(candidates) > CANDIDATES_SHOWN else ""
-        super().__init__(
-            f"system id prefix {prefix!r} is ambiguous: it matches {shown}{more}; give more characters",
-            field="system_id",
-        )
-        self.prefix = prefix
-        self.candidates = list(candidates)
+        super().__init__("system", "system_id", prefix, candidates)

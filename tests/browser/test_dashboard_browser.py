@@ -21,14 +21,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import playwright.sync_api as playwright_api
 import pytest
 
 from mlscope.analysis.chart_builders import batch_curve, compare_bars, latency_cdf
 from mlscope.api.dashboard.figures import point_histograms
 from mlscope.api.streams import csv_cell
 from tests.contract.conftest import postgres_url  # noqa: F401 - a fixture, used by name
-from tests.fixtures.browser import CHROMIUM_ARGS, require_chromium
 from tests.fixtures.services import unavailable
 from tests.integration.farm import QUICK_TRACED as QUICK
 from tests.integration.farm import REDIS_URL, TOKEN, Farm, empty_redis_db
@@ -87,17 +85,6 @@ def results(farm: Farm) -> Results:
     ended = farm.client.wait([traced["id"], plain["id"]], timeout_s=RUN_TIMEOUT_S)
     assert [r["status"] for r in ended] == ["succeeded", "succeeded"], [r.get("error") for r in ended]
     return Results(traced=ended[0], plain=ended[1])
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    executable = require_chromium()
-    with playwright_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 @dataclass

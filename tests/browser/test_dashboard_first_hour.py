@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import playwright.sync_api as playwright_api
 import pytest
 import redis
 
@@ -26,7 +25,6 @@ from mlscope.store import open_store
 from tests.contract.builders import COLD_START, make_measurement, make_system
 from tests.contract.builders import submit as store_submit
 from tests.contract.conftest import postgres_url  # noqa: F401 - a fixture, used by name
-from tests.fixtures.browser import CHROMIUM_ARGS, require_chromium
 from tests.fixtures.services import emptied_redis
 from tests.integration.farm import TOKEN, Farm
 
@@ -105,17 +103,6 @@ def evaluation_id(farm: Farm, postgres_url: str) -> str:  # noqa: F811
     finally:
         store.close()
     return made
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    executable = require_chromium()
-    with playwright_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 @pytest.fixture

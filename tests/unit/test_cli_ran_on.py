@@ -4,33 +4,21 @@ submitted. `results list` is driven in-process on a real SQLite store."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from mlscope.cli import main, render
-from mlscope.store import Store, open_store
+from mlscope.store import Store
 from tests.contract.builders import COLD_START, T0, make_measurement, make_system
+from tests.unit.test_cli_sections import store, wide  # noqa: F401  (fixtures: a SQLite store, wide tables)
 
 AGENT = {"id": "gpu-box-1", "capabilities": ["cpu"]}
 
 
-@pytest.fixture(autouse=True)
-def wide(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tables wide enough that no cell wraps, so a line can be looked for whole."""
-    monkeypatch.setattr(render.console, "width", 400)
-
-
-@pytest.fixture
-def store(mlscope_env: dict[str, str]) -> Iterator[Store]:
-    with open_store(mlscope_env["MLSCOPE_STORE_URL"]) as opened:
-        yield opened
-
-
-def evaluation(store: Store, system: dict | None, finished_at: datetime | None = None) -> str:
+def evaluation(on: Store, system: dict | None, finished_at: datetime | None = None) -> str:
     """One evaluation submitted at T0; with a system, started and finished on it."""
-    id = store.create_evaluation(
+    id = on.create_evaluation(
         model={"name": "tiny", "version": "1", "manifest_sha256": None},
         manifest={"name": "tiny"},
         framework={"name": "onnxruntime", "version": None},
@@ -40,8 +28,8 @@ def evaluation(store: Store, system: dict | None, finished_at: datetime | None =
         created_at=T0,
     )
     if system is not None:
-        store.start_evaluation(id)
-        store.finish_evaluation(
+        on.start_evaluation(id)
+        on.finish_evaluation(
             id,
             system=system,
             framework={"name": "onnxruntime", "version": "1.0"},
@@ -53,7 +41,8 @@ def evaluation(store: Store, system: dict | None, finished_at: datetime | None =
 
 
 def test_results_list_says_who_ran_each_and_when_it_started(
-    store: Store, capsys: pytest.CaptureFixture[str]
+    store: Store,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Given an evaluation a farm agent ran, one run locally, and one still queued, all submitted at T0
     by_agent = evaluation(store, make_system(1, agent=AGENT))
@@ -79,7 +68,7 @@ def test_results_list_says_who_ran_each_and_when_it_started(
     assert T0.strftime("%Y-%m-%d %H:%M") not in listed
 
 
-def test_submit_wait_line_names_the_agent_and_the_run_times(store: Store) -> None:
+def test_submit_wait_line_names_the_agent_and_the_run_times(store: Store) -> None:  # noqa: F811
     # Given an evaluation a farm agent ran, finished 30 s after it started
     id = evaluation(store, make_system(1, agent=AGENT))
     started = datetime.fromisoformat(store.get_evaluation(id)["started_at"])
