@@ -725,9 +725,10 @@ def test_reads_can_require_a_token_but_health_and_openapi_stay_open(settings: Se
 
 
 class _BrokenStore(SQLStore):
-    """Fault injection: the real SQL store, except that listing fails the way a bug would."""
+    """Fault injection: the real SQL store, except that its read of evaluations (which every listing
+    goes through) fails the way a bug would."""
 
-    def list_evaluations(self, **_: Any) -> list[dict[str, Any]]:
+    def _query_evaluations(self, *_: Any, **__: Any) -> Any:
         raise RuntimeError("internal secret: connection string postgresql://admin:pw@db")
 
 
