@@ -392,12 +392,17 @@ def status_cell(result: Mapping[str, Any]) -> str:
     return f"{status} [yellow]({reasons})[/yellow]" if reasons else status
 
 
+def _agent_and_host(result: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """The farm agent that ran the evaluation (None for a local run) and the host it ran on."""
+    system = result.get("system") or {}
+    return (system.get("agent") or {}).get("id"), system.get("hostname")
+
+
 def ran_on(result: Mapping[str, Any]) -> str:
     """Who ran the evaluation: the farm agent (worker) that did, else the host a local run was on;
     "-" before it ran."""
-    system = result.get("system") or {}
-    agent = (system.get("agent") or {}).get("id")
-    return str(agent or system.get("hostname") or "-")
+    agent, host = _agent_and_host(result)
+    return str(agent or host or "-")
 
 
 def moment_text(iso: str | None) -> str:
@@ -408,9 +413,7 @@ def moment_text(iso: str | None) -> str:
 def ran_line(result: Mapping[str, Any]) -> str:
     """e.g. "ran on agent gpu-box-1 (host gpu-box-1.lan), 2026-11-29 03:20:41 → 03:21:10 UTC": who ran
     an evaluation and when it ran (not when it was submitted)."""
-    system = result.get("system") or {}
-    agent = (system.get("agent") or {}).get("id")
-    host = system.get("hostname")
+    agent, host = _agent_and_host(result)
     if agent:
         who = f"agent {agent}" + (f" (host {host})" if host and host != agent else "")
     else:

@@ -4,6 +4,7 @@ verdict, and every pin (model manifest, framework version, image, runner, system
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -123,8 +124,6 @@ def _rerun_on(
 
 def _check_model_file(recorded: Mapping[str, Any], model: str) -> None:
     """Refuse, saying where it looked, a rerun whose recorded model file (or factory file) is gone."""
-    import os
-
     from mlscope.registry.resolvers.forms import reference_path
 
     path = reference_path(model)

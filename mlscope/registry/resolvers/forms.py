@@ -37,11 +37,18 @@ def reference_path(ref: str) -> Path | None:
     an upload. Whether anything is there is not looked at."""
     if UPLOAD_REF.match(ref):
         return None
-    if is_factory_ref(ref):
-        match = FACTORY_REF.match(ref)
-        assert match is not None
-        return Path(match.group("file")).expanduser()
+    factory = _factory_parts(ref)
+    if factory is not None:
+        return Path(factory[0]).expanduser()
     return Path(ref).expanduser() if looks_like_path(ref) else None
+
+
+def _factory_parts(ref: str) -> tuple[str, str] | None:
+    """A factory reference's (file, attribute); None for any other reference."""
+    match = FACTORY_REF.match(ref)
+    if match is None or not is_factory_ref(ref):
+        return None
+    return match.group("file"), match.group("attr")
 
 
 def absolute_reference(ref: str) -> str:
@@ -52,6 +59,5 @@ def absolute_reference(ref: str) -> str:
     if path is None or path.is_absolute() or not path.exists():
         return ref
     absolute = os.path.abspath(path)
-    if is_factory_ref(ref):
-        return f"{absolute}:{ref.rsplit(':', 1)[1]}"
-    return absolute
+    factory = _factory_parts(ref)
+    return absolute if factory is None else f"{absolute}:{factory[1]}"
