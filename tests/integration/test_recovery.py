@@ -70,7 +70,6 @@ def test_a_worker_waiting_for_the_host_turn_holds_no_job_and_its_death_loses_non
     farm.start_worker("left", capability)
     farm.start_worker("right", capability)
     first = farm.client.submit(_request(capability, SLOW))["id"]
-    second = farm.client.submit(_request(capability, QUICK))["id"]
 
     def measuring() -> str | None:
         for name in ("left", "right"):
@@ -81,6 +80,9 @@ def test_a_worker_waiting_for_the_host_turn_holds_no_job_and_its_death_loses_non
 
     busy = wait_until(measuring, 90, "the slow job to run")
     idle = "right" if busy == "left" else "left"
+    # Submitted once the slow job holds the host's turn: before that, the other agent could take it and
+    # run it whole while the slow job is still loading its model.
+    second = farm.client.submit(_request(capability, QUICK))["id"]
     # The other agent of this host may have taken the second job and given it back: it holds nothing
     # while the turn is taken, and the job waits on its queue.
     wait_until(lambda: "not taking jobs until it is done" in farm.log(idle), 30, "the idle agent to stop")
