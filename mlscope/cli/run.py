@@ -53,7 +53,18 @@ def run(model: str, frameworks: str | None, plot_file: str | None, as_json: bool
     """Evaluate MODEL on this machine and store the results."""
     document = request_fields(**fields)
     names = check_endpoint_frameworks(split_csv(frameworks), document.get("generation") or {})
+    if names and document["runner"] == "process":
+        _start_predictor(names[0], fields.get("threads"))
     sys.exit(run_command(model, names, document, as_json=as_json, plot_file=plot_file))
+
+
+def _start_predictor(framework: str, threads: int | None) -> None:
+    """Start the first framework's predictor process before this one imports the rest of what a run
+    needs: it imports its framework meanwhile (workers/runners/prestart.py). One in an interpreter
+    other than this one (a framework environment's) is started again when the run knows it."""
+    from mlscope.workers.runners import prestart
+
+    prestart.start(prestart.Key(sys.executable, framework, threads or None))
 
 
 def _points(admitted: Admission) -> int:

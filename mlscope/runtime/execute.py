@@ -15,6 +15,7 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
@@ -37,10 +38,10 @@ from mlscope.runtime.predictors.inputs import synthetic_batches
 from mlscope.runtime.scenarios import get_scenario
 from mlscope.runtime.system import capture_system
 from mlscope.runtime.trace.passes import add_model_spans, run_traced_passes
-from mlscope.runtime.trace.spans import TraceContext, Tracer
+from mlscope.runtime.trace.spans import Clock, TraceContext, Tracer
 from mlscope.runtime.warm_start import warm_start
 
-__all__ = ["Emit", "execute", "main"]
+__all__ = ["Emit", "Imported", "execute", "main", "prepare"]
 
 
 def _ms(start_ns: int) -> float:
@@ -189,8 +190,61 @@ def _gpu_indices(device: str) -> tuple[int, ...]:
     return (int(device.partition(":")[2] or 0),) if device.startswith("cuda") else ()
 
 
-def execute(job: Job, emit: Emit) -> PredictorResult:
+@dataclass(frozen=True)
+class Imported:
+    """A framework's predictor class imported before its job arrived (`prepare`), and what its import
+    cost: a process started ahead of its job imports while its parent still admits the request."""
+
+    framework: str
+    predictor_class: type[Predictor] | None
+    import_ms: float
+    warm_process: bool
+    start_ns: int  # epoch ns, for the import's span
+    end_ns: int
+
+
+def prepare(framework: str) -> Imported:
+    """Import `framework`'s predictor now, timed as `execute` times it. An import that fails is not
+    raised here: `execute` imports again when the job comes, and fails in its import phase as it would
+    have (with the job's trace and phase events)."""
+    clock = Clock()
+    try:
+        warm_process = get_framework(framework).import_name in sys.modules
+    except UserError:
+        return Imported(framework, None, 0.0, False, 0, 0)
+    start_ns, start = clock.now(), time.perf_counter_ns()
+    try:
+        predictor_class: type[Predictor] | None = load_predictor_class(framework)
+    except Exception:
+        predictor_class = None
+    return Imported(framework, predictor_class, _ms(start), warm_process, start_ns, clock.now())
+
+
+def _import(job: Job, tracer: Tracer, imported: Imported | None) -> tuple[type[Predictor], float, bool]:
+    """The job's predictor class, its import time and whether the framework was imported already:
+    the prepared import when it is this job's framework and succeeded, else imported now."""
+    if imported is not None and imported.framework == job.framework and imported.predictor_class:
+        tracer.add(
+            "import",
+            "APPLICATION",
+            imported.start_ns,
+            imported.end_ns,
+            attributes={"warm_process": imported.warm_process, "prepared": True},
+        )
+        return imported.predictor_class, imported.import_ms, imported.warm_process
+    warm_process = get_framework(job.framework).import_name in sys.modules
+    start = time.perf_counter_ns()
+    with tracer.span("import", warm_process=warm_process):
+        predictor_class = load_predictor_class(job.framework)
+    return predictor_class, _ms(start), warm_process
+
+
+def execute(job: Job, emit: Emit, imported: Imported | None = None) -> PredictorResult:
     """Run a job and return its result: system, framework, cold start and measurements.
+
+    Args:
+        imported: the framework as `prepare` imported it ahead of the job, in this process; None:
+            imported here, as the job's first phase.
 
     Raises:
         JobFailed: anything went wrong; it names the phase.
@@ -201,7 +255,10 @@ def execute(job: Job, emit: Emit) -> PredictorResult:
     memory.start()
     tracer = Tracer(job.trace_level, TraceContext.parse(job.traceparent))
     process: dict[str, Any] = {"mlscope.process": "predictor", "pid": os.getpid()}
-    root = tracer.span(
+    # A framework imported ahead of the job (`prepare`) was the evaluation's first work.
+    began = imported.start_ns if imported is not None and imported.start_ns else tracer.clock.now()
+    root = tracer.span_since(
+        began,
         "evaluation",
         **process,
         model=job.manifest.get("name"),
@@ -212,11 +269,7 @@ def execute(job: Job, emit: Emit) -> PredictorResult:
     try:
         phases.enter("import")
         spec = get_framework(job.framework)
-        warm_process = spec.import_name in sys.modules
-        start = time.perf_counter_ns()
-        with tracer.span("import", warm_process=warm_process):
-            predictor_class = load_predictor_class(job.framework)
-        import_ms = _ms(start)
+        predictor_class, import_ms, warm_process = _import(job, tracer, imported)
 
         if job.options.get("brick"):
             # One-node graphs timed by the framework's brick method, not the scenario loop.
@@ -409,6 +462,12 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--result", type=Path, help="write the final result or error (JSON) to this file instead of stdout"
     )
+    parser.add_argument(
+        "--prepare",
+        metavar="FRAMEWORK",
+        help="import this framework's predictor before reading the job (a process started ahead of its "
+        "job); a job of another framework imports its own; no job at all (stdin closed): exit 0",
+    )
     return parser.parse_args(argv)
 
 
@@ -436,10 +495,13 @@ def main(argv: list[str] | None = None) -> None:
         else:
             _write_atomically(arguments.result, event)
 
+    imported = prepare(arguments.prepare) if arguments.prepare else None
     document = arguments.job.read_text() if arguments.job is not None else sys.stdin.read()
+    if imported is not None and not document.strip():
+        return  # started ahead of a job that did not come: its parent no longer needs it
     job = Job.from_dict(json.loads(document))
     try:
-        result = execute(job, emit)
+        result = execute(job, emit, imported)
     except JobFailed as failure:
         error: ErrorEvent = {
             "event": "error",
@@ -448,8 +510,17 @@ def main(argv: list[str] | None = None) -> None:
             "spans": failure.spans,
         }
         finish(error)
-        sys.exit(1)
+        _exit(1)
     finish({"event": "result", "result": result})
+    _exit(0)
+
+
+def _exit(code: int) -> None:
+    """End the process now that its final event is out: what is left is the interpreter's and the
+    framework's teardown (tens of milliseconds for a loaded runtime), which nobody waits for."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ from mlscope.store import open_store
 from mlscope.workers.admission import Admission, admit, default_frameworks
 from mlscope.workers.leases import Lease, run_owner
 from mlscope.workers.pipeline import evaluate
+from mlscope.workers.runners import prestart
+from mlscope.workers.runners.process import ProcessRunner
 from mlscope.workers.sweeper import Sweeper
 
 __all__ = ["Watch", "admit_all", "default_frameworks", "evaluate_here"]
@@ -70,6 +72,21 @@ def admit_all(
     return [admit({**document, "model": model, "framework": name}, registry, here=settings) for name in names]
 
 
+def _start_predictors(admitted: Sequence[Admission], settings: Settings) -> None:
+    """Start the first evaluation's predictor process now, to import its framework while the store
+    opens, and plan the others' (each starts when the one before it ends): those the process runner
+    runs (workers/runners/prestart.py)."""
+    runner = ProcessRunner.from_settings(settings)
+    keys = [
+        runner.key(item.request.framework, item.request.options)
+        for item in admitted
+        if item.request.runner == ProcessRunner.NAME
+    ]
+    if keys:
+        prestart.start(keys[0])
+    prestart.plan(keys[1:])
+
+
 def _scenarios(document: Mapping[str, Any]) -> list[Scenario]:
     """The request's scenarios that a known scenario owns (admission names the unknown ones)."""
     names = document.get("scenarios") or ()
@@ -108,19 +125,23 @@ def evaluate_here(
     if admitted is None:
         admitted = admit_all(model, frameworks, document, settings=settings)
     results: list[EvaluationResult] = []
-    with open_store(settings.store_url) as store:
-        # An earlier `mlscope run` killed mid-evaluation (SIGKILL, a power cut) left it running: its
-        # lease has lapsed, and it is marked failed ("interrupted") before this run adds its own.
-        Sweeper(store).sweep()
-        lease = Lease(run_owner())
-        for item in admitted:
+    _start_predictors(admitted, settings)
+    try:
+        with open_store(settings.store_url) as store:
+            # An earlier `mlscope run` killed mid-evaluation (SIGKILL, a power cut) left it running: its
+            # lease has lapsed, and it is marked failed ("interrupted") before this run adds its own.
+            Sweeper(store).sweep()
+            lease = Lease(run_owner())
+            for item in admitted:
 
-            def emit(event: EvaluationEvent, item: Admission = item) -> None:
-                if watch is not None:
-                    watch(item, event)
+                def emit(event: EvaluationEvent, item: Admission = item) -> None:
+                    if watch is not None:
+                        watch(item, event)
 
-            emit({"event": "start"})
-            result = evaluate(item, store=store, settings=settings, emit=emit, lease=lease)
-            emit({"event": "end", "id": result["id"], "status": result["status"]})
-            results.append(result)
+                emit({"event": "start"})
+                result = evaluate(item, store=store, settings=settings, emit=emit, lease=lease)
+                emit({"event": "end", "id": result["id"], "status": result["status"]})
+                results.append(result)
+    finally:
+        prestart.discard()
     return results

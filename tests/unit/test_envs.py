@@ -13,7 +13,6 @@ import pytest
 
 from mlscope.cli import main
 from mlscope.contract.errors import UserError
-from mlscope.contract.job import Job
 from mlscope.runtime.frameworks import get_framework
 from mlscope.workers.envs import (
     METADATA_FILE,
@@ -29,6 +28,7 @@ from mlscope.workers.envs import (
     read_env,
     source_checkout,
 )
+from mlscope.workers.runners.prestart import child_environment
 from mlscope.workers.runners.process import ProcessRunner
 
 
@@ -164,10 +164,12 @@ def test_the_process_runner_runs_a_framework_missing_here_in_its_environment(tmp
 
 
 def test_a_job_asking_for_threads_starts_its_child_with_omp_num_threads() -> None:
-    job = Job("id", {}, "test", "mxnet", "cpu", (1,), ("single_stream",), options={"threads": 3})
-    assert ProcessRunner._child_environment(job)["OMP_NUM_THREADS"] == "3"
-    unset = Job("id", {}, "test", "mxnet", "cpu", (1,), ("single_stream",))
-    assert ProcessRunner._child_environment(unset).get("OMP_NUM_THREADS") == os.environ.get("OMP_NUM_THREADS")
+    runner = ProcessRunner()
+    asked = runner.key("mxnet", {"threads": 3})
+    assert asked.threads == 3 and child_environment(asked.threads)["OMP_NUM_THREADS"] == "3"
+    unset = runner.key("mxnet", {})
+    assert unset.threads is None
+    assert child_environment(unset.threads).get("OMP_NUM_THREADS") == os.environ.get("OMP_NUM_THREADS")
 
 
 def test_an_environment_of_another_checkout_is_not_this_ones(tmp_path: Path) -> None:

@@ -169,13 +169,35 @@ class Tracer:
             span_id: its id, when the caller needs it before the span ends (a profiled pass's
                 inference, which the layers inside it name); default: a new one.
         """
+        with self._record(name, level, parent_id, span_id, None, attributes) as recorded:
+            yield recorded
+
+    @contextmanager
+    def span_since(
+        self, start_ns: int, name: str, level: str = "APPLICATION", **attributes: Any
+    ) -> Iterator[dict[str, Any] | None]:
+        """`span`, for work that began before the span could be opened (at `start_ns`, epoch ns: a
+        framework imported ahead of its job)."""
+        with self._record(name, level, None, None, start_ns, attributes) as recorded:
+            yield recorded
+
+    @contextmanager
+    def _record(
+        self,
+        name: str,
+        level: str,
+        parent_id: str | None,
+        span_id: str | None,
+        start_ns: int | None,
+        attributes: dict[str, Any],
+    ) -> Iterator[dict[str, Any] | None]:
         if not self.enabled(level):
             yield None
             return
         span_id = span_id or new_span_id()
         parent_id = parent_id if parent_id is not None else self._parent_id()
         self._stack.append(span_id)
-        start = self.clock.now()
+        start = start_ns if start_ns is not None else self.clock.now()
         try:
             yield attributes
         except BaseException as exc:

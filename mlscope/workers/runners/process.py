@@ -22,9 +22,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, ClassVar
+from typing import IO, Any, ClassVar
 
 import psutil
 
@@ -34,6 +35,7 @@ from mlscope.contract.job import Job
 from mlscope.contract.settings import Settings
 from mlscope.runtime.frameworks import FrameworkSpec, get_framework, installed_version
 from mlscope.workers.envs import EnvInfo, env_for, find_pins
+from mlscope.workers.runners import prestart
 from mlscope.workers.runners.base import RunLimits, Runner, RunOutcome, ended_by, final_outcome
 
 __all__ = ["ProcessRunner"]
@@ -126,25 +128,17 @@ class ProcessRunner(Runner):
         environment = self._environment(get_framework(framework))
         return str(environment.python) if environment is not None else sys.executable
 
-    @staticmethod
-    def _child_environment(job: Job) -> dict[str, str]:
-        environ = dict(os.environ)
-        threads = job.options.get("threads")
-        if threads:
-            environ["OMP_NUM_THREADS"] = str(int(threads))
-        return environ
+    def key(self, framework: str, options: Mapping[str, Any]) -> prestart.Key:
+        """What a predictor process for a job of `framework` with these options must have been
+        started with: the job's interpreter (`python_for`) and thread count."""
+        threads = options.get("threads")
+        return prestart.Key(self.python_for(framework), framework, int(threads) if threads else None)
 
     def _run(self, job: Job, emit: Emit, limits: RunLimits) -> RunOutcome:
         timeout_s, memory_limit_mb, cancel = limits
-        child = subprocess.Popen(
-            [self.python_for(job.framework), "-m", "mlscope.runtime.execute"],
-            env=self._child_environment(job),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,  # its own process group: ending it ends whatever it started
-        )
+        key = self.key(job.framework, job.options)
+        # One started ahead for this job (prestart.py) has imported its framework already.
+        child = prestart.take(key) or prestart.spawn(key.python, None, key.threads)
         assert child.stdin and child.stdout and child.stderr
         log: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
         events: list[FinalEvent] = []
@@ -171,6 +165,8 @@ class ProcessRunner(Runner):
             # hear of it, so it is ended here rather than left running.
             self._kill(child)
             raise
+        # The next planned job's process imports while this job's result is stored.
+        prestart.after_run()
         for reader in readers:
             reader.join(timeout=5)
         tail = "".join(log)

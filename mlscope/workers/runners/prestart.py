@@ -1,0 +1,124 @@
+"""Predictor processes started ahead of their jobs, so a framework's import overlaps the parent's work.
+
+A short `mlscope run` spends most of its time starting things: the predictor process's interpreter,
+its runtime modules and the framework (hundreds of milliseconds), while the parent imports its own,
+admits the request and opens the store. A process started here runs `python -m
+mlscope.runtime.execute --prepare FRAMEWORK`: it imports the framework at once, timed as a cold
+import in a fresh process (which it is), then waits for its job on stdin. The process runner takes
+it for the next job of that framework, interpreter and thread count (`take`), and starts one as
+before when none is waiting.
+
+`plan` names the jobs that follow the one running now: when a predictor process ends, the next
+planned one is started (`after_run`), so it imports while the parent stores the last result; never
+during a measurement, whose cores it would share. A process nobody took is ended when the command
+ends (`discard`, and at exit): it exits by itself too when its stdin closes.
+
+Imports nothing beyond the standard library: the CLI starts a process before its own heavy imports.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import subprocess
+from collections import deque
+from typing import NamedTuple
+
+__all__ = ["Key", "after_run", "child_environment", "discard", "plan", "spawn", "start", "take", "waiting"]
+
+
+class Key(NamedTuple):
+    """What a waiting process serves: the interpreter it runs in, the framework it imported, and the
+    OpenMP thread count it was started with (None: the framework's own)."""
+
+    python: str
+    framework: str
+    threads: int | None
+
+
+_waiting: dict[Key, subprocess.Popen[str]] = {}
+_planned: deque[Key] = deque()
+
+
+def child_environment(threads: int | None) -> dict[str, str]:
+    """A predictor process's environment: this one's, with OMP_NUM_THREADS set to a job's thread count
+    (frameworks that read it only when they load, MXNet, get the request that way)."""
+    environ = dict(os.environ)
+    if threads:
+        environ["OMP_NUM_THREADS"] = str(int(threads))
+    return environ
+
+
+def spawn(python: str, framework: str | None, threads: int | None) -> subprocess.Popen[str]:
+    """A predictor process (`python -m mlscope.runtime.execute`) waiting for its job on stdin; with a
+    framework, importing it meanwhile. In a session of its own: ending it ends what it started."""
+    command = [python, "-m", "mlscope.runtime.execute"]
+    if framework is not None:
+        command += ["--prepare", framework]
+    return subprocess.Popen(
+        command,
+        env=child_environment(threads),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def start(key: Key) -> subprocess.Popen[str]:
+    """The process waiting for `key`: the one started before, else one started now."""
+    current = _waiting.get(key)
+    if current is not None and current.poll() is None:
+        return current
+    _waiting[key] = spawn(key.python, key.framework, key.threads)
+    return _waiting[key]
+
+
+def waiting() -> dict[Key, int]:
+    """The processes waiting for a job now: each one's key and process id."""
+    return {key: child.pid for key, child in _waiting.items() if child.poll() is None}
+
+
+def take(key: Key) -> subprocess.Popen[str] | None:
+    """The process waiting for `key`, now the caller's; None when none is (or it died meanwhile)."""
+    child = _waiting.pop(key, None)
+    if child is not None and child.poll() is not None:
+        _end(child)
+        return None
+    return child
+
+
+def plan(keys: list[Key]) -> None:
+    """The jobs that follow the one about to run, in order: each is started when a run ends."""
+    _planned.clear()
+    _planned.extend(keys)
+
+
+def after_run() -> None:
+    """A predictor process has ended: start the next planned one, if any."""
+    if _planned:
+        start(_planned.popleft())
+
+
+def discard() -> None:
+    """End every waiting process and forget the plan: the command no longer needs them."""
+    _planned.clear()
+    while _waiting:
+        _end(_waiting.popitem()[1])
+
+
+def _end(child: subprocess.Popen[str]) -> None:
+    for stream in (child.stdin, child.stdout, child.stderr):
+        with contextlib.suppress(OSError):
+            if stream is not None:
+                stream.close()
+    if child.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+atexit.register(discard)
