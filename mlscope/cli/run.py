@@ -64,7 +64,8 @@ def _start_predictor(framework: str, threads: int | None) -> None:
     other than this one (a framework environment's) is started again when the run knows it."""
     from mlscope.workers.runners import prestart
 
-    prestart.start(prestart.Key(sys.executable, framework, threads or None))
+    if prestart.enabled():
+        prestart.start(prestart.Key(sys.executable, framework, threads or None))
 
 
 def _points(admitted: Admission) -> int:

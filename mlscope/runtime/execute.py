@@ -15,6 +15,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict, cast
@@ -239,12 +240,16 @@ def _import(job: Job, tracer: Tracer, imported: Imported | None) -> tuple[type[P
     return predictor_class, _ms(start), warm_process
 
 
-def execute(job: Job, emit: Emit, imported: Imported | None = None) -> PredictorResult:
+def execute(
+    job: Job, emit: Emit, imported: Imported | None = None, ready: Callable[[], object] | None = None
+) -> PredictorResult:
     """Run a job and return its result: system, framework, cold start and measurements.
 
     Args:
         imported: the framework as `prepare` imported it ahead of the job, in this process; None:
             imported here, as the job's first phase.
+        ready: returns when the job may measure (a process given its job ahead waits for its runner,
+            so no work of its parent's shares the measurement's time); None: at once.
 
     Raises:
         JobFailed: anything went wrong; it names the phase.
@@ -275,6 +280,8 @@ def execute(job: Job, emit: Emit, imported: Imported | None = None) -> Predictor
             # One-node graphs timed by the framework's brick method, not the scenario loop.
             if spec.bricks is None:
                 raise JobFailed("InvalidRequest", f"{spec.display} does not measure bricks", "import")
+            if ready is not None:
+                ready()
             result: PredictorResult = load_object(spec.bricks)(job, phases.enter)
             # The job's own: the worker adds it to its first brick's cold start.
             result["cold_start"] = {"import_ms": import_ms, "warm_process": warm_process}
@@ -298,6 +305,8 @@ def execute(job: Job, emit: Emit, imported: Imported | None = None) -> Predictor
         # A scenario that runs the whole job itself (the generate scenario's engine) takes over here.
         owner = next((s for s in (get_scenario(name) for name in job.scenarios) if s.RUNS_JOB), None)
         if owner is not None:
+            if ready is not None:
+                ready()
             generated = owner.run_job(WholeJob(predictor, job, settings, phases.enter, phases.emit, tracer))
             cold_start: ColdStart = {
                 "import_ms": import_ms,
@@ -336,6 +345,8 @@ def execute(job: Job, emit: Emit, imported: Imported | None = None) -> Predictor
                 manifest=manifest, device=job.device, options=options, cache_dir=Path(job.cache_dir)
             )
 
+        if ready is not None:
+            ready()
         # The warm model replaces the cold one (closed by warm_start) when a warm start is measured.
         predictor, warm = warm_start(
             predictor, fresh, job, lambda loaded: loaded.prepare(first_arrays), phases.enter, tracer
@@ -496,12 +507,16 @@ def main(argv: list[str] | None = None) -> None:
             _write_atomically(arguments.result, event)
 
     imported = prepare(arguments.prepare) if arguments.prepare else None
-    document = arguments.job.read_text() if arguments.job is not None else sys.stdin.read()
+    if arguments.job is not None:
+        document, ready = arguments.job.read_text(), None
+    else:
+        # The job is stdin's first line; the runner closes stdin when the measurement may start.
+        document, ready = sys.stdin.readline(), sys.stdin.read
     if imported is not None and not document.strip():
         return  # started ahead of a job that did not come: its parent no longer needs it
     job = Job.from_dict(json.loads(document))
     try:
-        result = execute(job, emit, imported)
+        result = execute(job, emit, imported, ready)
     except JobFailed as failure:
         error: ErrorEvent = {
             "event": "error",

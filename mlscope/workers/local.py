@@ -7,6 +7,8 @@ Python API (`mlscope.evaluate`) share.
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -22,7 +24,7 @@ from mlscope.runtime.scenarios import SCENARIOS
 from mlscope.store import open_store
 from mlscope.workers.admission import Admission, admit, default_frameworks
 from mlscope.workers.leases import Lease, run_owner
-from mlscope.workers.pipeline import evaluate
+from mlscope.workers.pipeline import evaluate, job_for
 from mlscope.workers.runners import prestart
 from mlscope.workers.runners.process import ProcessRunner
 from mlscope.workers.sweeper import Sweeper
@@ -72,19 +74,29 @@ def admit_all(
     return [admit({**document, "model": model, "framework": name}, registry, here=settings) for name in names]
 
 
-def _start_predictors(admitted: Sequence[Admission], settings: Settings) -> None:
-    """Start the first evaluation's predictor process now, to import its framework while the store
-    opens, and plan the others' (each starts when the one before it ends): those the process runner
-    runs (workers/runners/prestart.py)."""
+def _start_predictors(admitted: Sequence[Admission], settings: Settings) -> str | None:
+    """Start the predictor processes of the evaluations the process runner runs (runners/prestart.py):
+    the first one's now, given its job at once when it is untraced, so its framework's import and its
+    model's load overlap the store's opening (its measurement waits for its runner); the others'
+    planned, each started when the one before it ends. Returns the id the first evaluation must be
+    stored under when its job was given ahead (its runner claims the process by that id), else None.
+    None of it where `prestart.enabled` says no (a single core)."""
+    if not prestart.enabled():
+        return None
     runner = ProcessRunner.from_settings(settings)
-    keys = [
-        runner.key(item.request.framework, item.request.options)
-        for item in admitted
-        if item.request.runner == ProcessRunner.NAME
-    ]
-    if keys:
-        prestart.start(keys[0])
+    ran = [item for item in admitted if item.request.runner == ProcessRunner.NAME]
+    keys = [runner.key(item.request.framework, item.request.options) for item in ran]
     prestart.plan(keys[1:])
+    if not ran:
+        return None
+    if ran[0] is not admitted[0] or ran[0].request.trace_level != "NO_TRACE":
+        # Its job needs the trace context the pipeline opens; its process imports meanwhile.
+        prestart.start(keys[0])
+        return None
+    evaluation_id = uuid.uuid4().hex
+    job = job_for(ran[0], evaluation_id, settings)
+    prestart.dispatch(keys[0], evaluation_id, json.dumps(job.to_dict()))
+    return evaluation_id
 
 
 def _scenarios(document: Mapping[str, Any]) -> list[Scenario]:
@@ -125,21 +137,24 @@ def evaluate_here(
     if admitted is None:
         admitted = admit_all(model, frameworks, document, settings=settings)
     results: list[EvaluationResult] = []
-    _start_predictors(admitted, settings)
+    first_id = _start_predictors(admitted, settings)
     try:
         with open_store(settings.store_url) as store:
             # An earlier `mlscope run` killed mid-evaluation (SIGKILL, a power cut) left it running: its
             # lease has lapsed, and it is marked failed ("interrupted") before this run adds its own.
             Sweeper(store).sweep()
             lease = Lease(run_owner())
-            for item in admitted:
+            for index, item in enumerate(admitted):
 
                 def emit(event: EvaluationEvent, item: Admission = item) -> None:
                     if watch is not None:
                         watch(item, event)
 
                 emit({"event": "start"})
-                result = evaluate(item, store=store, settings=settings, emit=emit, lease=lease)
+                given = first_id if index == 0 else None
+                result = evaluate(
+                    item, store=store, settings=settings, emit=emit, lease=lease, evaluation_id=given
+                )
                 emit({"event": "end", "id": result["id"], "status": result["status"]})
                 results.append(result)
     finally:

@@ -45,6 +45,7 @@ __all__ = [
     "RetriedWrites",
     "Writes",
     "evaluate",
+    "job_for",
     "keep_spans",
     "outcome_status",
     "predictor_spans",
@@ -224,12 +225,8 @@ def _evaluate(
     emit({"event": "created", "id": evaluation_id})
     if not start_evaluation(store, evaluation_id, lease, writes):
         return store.get_evaluation(evaluation_id)
-    job = admitted.job(
-        evaluation_id,
-        cache_dir=str(settings.cache_dir),
-        model_store=settings.model_store,
-        traceparent=TraceContext(tracer.trace_id, tracer.current_id).traceparent() if traced else "",
-    )
+    traceparent = TraceContext(tracer.trace_id, tracer.current_id).traceparent() if traced else ""
+    job = job_for(admitted, evaluation_id, settings, traceparent)
     runner = get_runner(request.runner, settings)
     try:
         with kept(store, evaluation_id, lease):
@@ -244,6 +241,17 @@ def _evaluate(
     if not stored:
         return {"id": evaluation_id, "status": outcome_status(outcome), "spooled": True}
     return store.get_evaluation(evaluation_id)
+
+
+def job_for(admitted: Admission, evaluation_id: str, settings: Settings, traceparent: str = "") -> Job:
+    """The job the predictor runs for the evaluation (`traceparent`: where its spans hang; "": an
+    untraced one)."""
+    return admitted.job(
+        evaluation_id,
+        cache_dir=str(settings.cache_dir),
+        model_store=settings.model_store,
+        traceparent=traceparent,
+    )
 
 
 def _run(

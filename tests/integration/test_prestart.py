@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import select
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -143,3 +144,33 @@ def test_a_run_here_leaves_no_process_waiting(mlscope_env: dict[str, str]) -> No
         ["pgrep", "-f", "mlscope.runtime.execute --prepare"], capture_output=True, text=True, check=False
     )
     assert leftover.stdout.strip() == ""
+
+
+def test_a_job_given_ahead_runs_there_and_measures_only_once_its_runner_says_go(tmp_path: Path) -> None:
+    runner = ProcessRunner()
+    job = _job(tmp_path)
+    # Given a job given to its process before its runner runs it
+    child = prestart.dispatch(runner.key("onnxruntime", {}), job.evaluation_id, json.dumps(job.to_dict()))
+    assert child.stdout is not None
+    # Then the process loads the model and runs its first inference, and goes no further
+    phases = []
+    while "first_inference" not in phases:
+        phases.append(json.loads(child.stdout.readline())["phase"])
+    assert phases == ["import", "fetch", "load", "first_inference"]
+    ready, _, _ = select.select([child.stdout], [], [], 1.0)
+    assert ready == [], "it went on before its runner said go"
+    # When the runner runs the job, it claims that process, which measures and reports
+    outcome = runner.run(job, lambda event: None, timeout_s=120)
+    assert _ran_in(outcome)[0] == child.pid
+    assert outcome.result is not None and outcome.result["measurements"][0]["latency_ms"]["count"] >= 5
+
+
+def test_a_process_given_another_job_under_the_same_id_is_ended_not_run(tmp_path: Path) -> None:
+    runner = ProcessRunner()
+    job = _job(tmp_path)
+    other = dataclasses.replace(job, batch_sizes=(2,))
+    given = prestart.dispatch(runner.key("onnxruntime", {}), job.evaluation_id, json.dumps(other.to_dict()))
+    outcome = runner.run(job, lambda event: None, timeout_s=120)
+    assert _ran_in(outcome)[0] != given.pid
+    assert given.poll() is not None
+    assert outcome.result is not None and outcome.result["measurements"][0]["batch_size"] == 1

@@ -4,7 +4,8 @@ A short `mlscope run` spends most of its time starting things: the predictor pro
 its runtime modules and the framework (hundreds of milliseconds), while the parent imports its own,
 admits the request and opens the store. A process started here runs `python -m
 mlscope.runtime.execute --prepare FRAMEWORK`: it imports the framework at once, timed as a cold
-import in a fresh process (which it is), then waits for its job on stdin. The process runner takes
+import in a fresh process (which it is), then waits for its job, the first line on its stdin, and
+measures once its stdin closes. The process runner takes
 it for the next job of that framework, interpreter and thread count (`take`), and starts one as
 before when none is waiting.
 
@@ -26,7 +27,21 @@ import subprocess
 from collections import deque
 from typing import NamedTuple
 
-__all__ = ["Key", "after_run", "child_environment", "discard", "plan", "spawn", "start", "take", "waiting"]
+__all__ = [
+    "Key",
+    "after_run",
+    "child_environment",
+    "claim",
+    "discard",
+    "dispatch",
+    "enabled",
+    "go",
+    "plan",
+    "spawn",
+    "start",
+    "take",
+    "waiting",
+]
 
 
 class Key(NamedTuple):
@@ -40,6 +55,8 @@ class Key(NamedTuple):
 
 _waiting: dict[Key, subprocess.Popen[str]] = {}
 _planned: deque[Key] = deque()
+# Evaluation id → the process given its job ahead of its runner: its key, the job's JSON, the process.
+_dispatched: dict[str, tuple[Key, str, subprocess.Popen[str]]] = {}
 
 
 def child_environment(threads: int | None) -> dict[str, str]:
@@ -91,6 +108,48 @@ def take(key: Key) -> subprocess.Popen[str] | None:
     return child
 
 
+def enabled() -> bool:
+    """Whether processes are started ahead here: not where this process has a single core, which the
+    predictor's cold-start figures would then share with the parent's work."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (cores or 1) >= 2
+
+
+def dispatch(key: Key, evaluation_id: str, document: str) -> subprocess.Popen[str]:
+    """Give the job `document` (its JSON) to the process waiting for `key` (one started now when none
+    is) before the job's runner asks for it: the job's fetch, load and first inference run while its
+    caller still opens the store. Its measurement waits for the runner (`go`), so no work of the
+    caller's shares its time."""
+    child = take(key) or spawn(key.python, None, key.threads)
+    assert child.stdin is not None
+    with contextlib.suppress(BrokenPipeError):
+        child.stdin.write(document + "\n")
+        child.stdin.flush()
+    _dispatched[evaluation_id] = (key, document, child)
+    return child
+
+
+def go(child: subprocess.Popen[str]) -> None:
+    """Let a process given its job measure: the predictor runtime waits for its stdin to close (the
+    job is its first line) before its first timed inference."""
+    if child.stdin is not None:
+        with contextlib.suppress(BrokenPipeError):
+            child.stdin.close()
+
+
+def claim(key: Key, evaluation_id: str, document: str) -> subprocess.Popen[str] | None:
+    """The process `dispatch` gave this very job (the same key and document), now the caller's; None
+    when there is none. One given another job under this id is ended: it must not run twice."""
+    entry = _dispatched.pop(evaluation_id, None)
+    if entry is None:
+        return None
+    given_key, given, child = entry
+    if given_key != key or given != document:
+        _end(child)
+        return None
+    return child
+
+
 def plan(keys: list[Key]) -> None:
     """The jobs that follow the one about to run, in order: each is started when a run ends."""
     _planned.clear()
@@ -108,6 +167,8 @@ def discard() -> None:
     _planned.clear()
     while _waiting:
         _end(_waiting.popitem()[1])
+    while _dispatched:
+        _end(_dispatched.popitem()[1][2])
 
 
 def _end(child: subprocess.Popen[str]) -> None:

@@ -137,9 +137,14 @@ class ProcessRunner(Runner):
     def _run(self, job: Job, emit: Emit, limits: RunLimits) -> RunOutcome:
         timeout_s, memory_limit_mb, cancel = limits
         key = self.key(job.framework, job.options)
-        # One started ahead for this job (prestart.py) has imported its framework already.
-        child = prestart.take(key) or prestart.spawn(key.python, None, key.threads)
-        assert child.stdin and child.stdout and child.stderr
+        document = json.dumps(job.to_dict())
+        # Given this job already, or started ahead for it, the process has imported its framework
+        # (prestart.py); a job given ahead was unwatched until now, the time limit counts from here.
+        child = prestart.claim(key, job.evaluation_id, document)
+        given = child is not None
+        if child is None:
+            child = prestart.take(key) or prestart.spawn(key.python, None, key.threads)
+        assert child.stdout and child.stderr
         log: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
         events: list[FinalEvent] = []
         state = {"phase": "import"}
@@ -149,11 +154,10 @@ class ProcessRunner(Runner):
         ]
         for reader in readers:
             reader.start()
-        try:
-            child.stdin.write(json.dumps(job.to_dict()))
-            child.stdin.close()
-        except BrokenPipeError:
-            pass
+        if not given and child.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):
+                child.stdin.write(document + "\n")
+        prestart.go(child)
 
         limit = _Limit(memory_limit_mb, "set by the request") if memory_limit_mb is not None else None
         if limit is None and self.memory_mb is not None:
