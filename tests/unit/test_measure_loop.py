@@ -74,6 +74,29 @@ def test_constant_latencies_stop_as_stable_once_min_count_is_met() -> None:
     assert set(result.latencies_ns.tolist()) == {1000}
 
 
+def test_a_stable_loop_stops_when_its_minimums_are_met_not_at_the_next_check_interval() -> None:
+    # Given a device reporting 1000 ns every time, and a check interval of a minute
+    timer = ScriptedTimer(itertools.repeat(1000))
+    settings = fast(min_count=10, check_every_seconds=60.0, max_seconds=120.0)
+    # When the loop runs
+    result = timed_loop(noop, [0], settings, timer=timer)
+    # Then it stops as stable soon after its 10th sample (its chunks double from one: 1+2+4+8), long
+    # before the interval's first check
+    assert result.stop_reason == STOP_STABLE
+    assert 10 <= result.latencies_ns.size <= 15
+    assert result.wall_ns < 60 * 10**9
+
+
+def test_a_loop_not_stable_at_its_minimums_goes_on_to_the_check_intervals() -> None:
+    # Given a bimodal device whose median is never stable, minimums met at once, checks every 20 ms
+    timer = ScriptedTimer(itertools.cycle([1000, 3000]))
+    settings = fast(min_count=10, check_every_seconds=0.02, max_seconds=0.1)
+    # When the loop runs, it is neither stopped by the check at its minimums nor stuck: max_seconds ends it
+    result = timed_loop(noop, [0], settings, timer=timer)
+    assert result.stop_reason == STOP_MAX_SECONDS
+    assert result.wall_ns >= 100_000_000
+
+
 def test_unstable_latencies_run_until_max_seconds() -> None:
     # Given a bimodal device, 1000 and 3000 ns in turn: the median's interval always spans both
     timer = ScriptedTimer(itertools.cycle([1000, 3000]))

@@ -120,7 +120,7 @@ def timed_loop(
         recorder.run(chunk)
         now = clock()
         elapsed = now - start
-        if rule.due(elapsed):
+        if rule.due(elapsed, recorder.count):
             stop_reason = rule.check(recorder.recorded(), elapsed)
             if stop_reason is not None:
                 break
@@ -360,10 +360,16 @@ class _StoppingRule:
         self.check_ns = int(settings.check_every_seconds * NS_PER_S)
         self.max_ns = int(settings.max_seconds * NS_PER_S)
         self.next_check = self.check_ns
+        self.checked_at_minimums = False
 
-    def due(self, elapsed_ns: int) -> bool:
-        """Whether `elapsed_ns` into the timed phase is a check point."""
-        return elapsed_ns >= self.max_ns or elapsed_ns >= self.next_check
+    def due(self, elapsed_ns: int, count: int = 0) -> bool:
+        """Whether `elapsed_ns` into the timed phase, `count` iterations done, is a check point: every
+        check interval, and the first time both minimums are met (a short measurement that is
+        stable at once does not wait for the interval to end)."""
+        if elapsed_ns >= self.max_ns or elapsed_ns >= self.next_check:
+            return True
+        minimums = count >= self.settings.min_count and elapsed_ns >= self.settings.min_seconds * NS_PER_S
+        return minimums and not self.checked_at_minimums
 
     def wait_ns(self, elapsed_ns: int) -> int:
         """How long until the next check point."""
@@ -374,6 +380,8 @@ class _StoppingRule:
         or None to go on."""
         settings = self.settings
         self.next_check = elapsed_ns + self.check_ns
+        met = latencies.size >= settings.min_count and elapsed_ns >= settings.min_seconds * NS_PER_S
+        self.checked_at_minimums = self.checked_at_minimums or met
         if self.on_progress is not None:
             self.on_progress(_progress(latencies.size, elapsed_ns, settings))
         if (

@@ -55,8 +55,8 @@ class MeasureSettings:
         stability: 0.02. Once both minimums are met, stop as soon as the distribution-free
             `confidence` interval of the median (order statistics at ranks n/2 ± z·√n/2) has a
             half-width of at most this fraction of the median.
-        check_every_seconds: 0.25. How often the stopping rule is evaluated; never inside a
-            timed region.
+        check_every_seconds: 0.25. How often the stopping rule is evaluated, and once more as soon
+            as both minimums are met; never inside a timed region.
 
     Statistics:
         bootstrap_resamples: 2000. Resamples of the bootstrap confidence interval of the median.
