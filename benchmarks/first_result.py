@@ -16,6 +16,8 @@ Prints one table, measured in one run on this machine:
       second evaluation, stored apart, in a fresh predictor process of its own), and (c2) a second
       batch size (`-b 1,2`: a second point, measured in the same predictor process); what each adds
       to (a) is the median of the rounds' differences;
+  (a0) (a) with the warm-up turned off, against (b): what mlscope costs beside the measurement the
+      user asked for (the timed loop still runs to its certificate's minimum);
   (d) the very first run, which also creates the store;
   (e) the CLI's own start: `mlscope --version` and `mlscope --help` against `python -c pass`.
 
@@ -53,6 +55,7 @@ for _ in range(10):
 """
 
 SHORT = ["--min-seconds", "0", "--min-count", "10", "--max-seconds", "1", "--json"]
+NO_WARMUP = ["--measure", "warmup_seconds=0", "--measure", "warmup_count=0"]
 WARMUP_SECONDS = 0.5  # the measurement settings' default warm-up time (MeasureSettings.warmup_seconds)
 TARGET_FIRST = 2.0
 TARGET_SECOND = 1.5
@@ -92,7 +95,9 @@ def main() -> None:
         make_model(folder / "model.onnx")
         size_mb = (folder / "model.onnx").stat().st_size / 2**20
         env = {
-            **os.environ,
+            # An installed package has its bytecode: this machine's PYTHONDONTWRITEBYTECODE would have
+            # every run compile mlscope afresh.
+            **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
             "MLSCOPE_STORE_URL": f"sqlite:///{folder / 'store.db'}",
             "MLSCOPE_CACHE_DIR": str(folder / "cache"),
             "MLSCOPE_SETTINGS": str(folder / "no-settings.toml"),
@@ -101,6 +106,7 @@ def main() -> None:
         commands = {
             "a": [*run, "-f", "onnxruntime", "-b", "1"],
             "b": [sys.executable, "-c", BARE, "model.onnx"],
+            "a0": [*run, "-f", "onnxruntime", "-b", "1", *NO_WARMUP],
             "c1": [*run, "-f", "onnxruntime,onnxruntime", "-b", "1"],
             "c2": [*run, "-f", "onnxruntime", "-b", "1,2"],
         }
@@ -170,6 +176,8 @@ def _table(
         )
     )
     row(f"    (a)'s results valid: {valid} of {len(results)}")
+    row("(a0) (a) with no warm-up: --measure warmup_seconds=0, warmup_count=0", times["a0"],
+        statistics.median(times["a0"]) / bare)  # fmt: skip
     for name, what in (
         ("c1", "(c1) a second evaluation: -f onnxruntime,onnxruntime"),
         ("c2", "(c2) a second batch size: -b 1,2"),
