@@ -9,8 +9,8 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.markup import escape
 
+from mlscope.cli.consoles import escape
 from mlscope.cli.options import json_flag
 from mlscope.cli.render import (
     Column,
