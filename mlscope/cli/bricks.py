@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.markup import escape
 
+from mlscope.cli.consoles import escape
 from mlscope.cli.options import json_flag, split_csv
 from mlscope.cli.render import EXIT_NOT_VALID, console, err_console, new_table, print_json_lines
 from mlscope.contract.errors import UserError

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.markup import escape
 
+from mlscope.cli.consoles import escape
 from mlscope.cli.options import evaluation_options, json_flag, plot_option, request_fields, split_csv
 from mlscope.cli.remote import api_client, follow, upload_local_dataset, upload_local_models
 from mlscope.cli.render import console, err_console, new_table, note, print_json_lines, short_id, warn

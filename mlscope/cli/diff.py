@@ -12,7 +12,6 @@ import json
 from typing import Any
 
 import click
-from rich.markup import escape
 
 from mlscope.analysis.verdicts import (
     DEFAULT_CONFIDENCE,
@@ -23,6 +22,7 @@ from mlscope.analysis.verdicts import (
     NO_DIFFERENCE,
     SLOWER,
 )
+from mlscope.cli.consoles import escape
 from mlscope.cli.options import json_flag, plot_option
 from mlscope.cli.render import console, new_table, note, short_id
 from mlscope.contract.errors import UserError

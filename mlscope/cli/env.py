@@ -7,8 +7,8 @@ import sys
 import time
 
 import click
-from rich.markup import escape
 
+from mlscope.cli.consoles import escape
 from mlscope.cli.options import json_flag
 from mlscope.cli.render import console, err_console, new_table, print_json_lines
 from mlscope.contract.settings import load_settings

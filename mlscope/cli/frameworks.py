@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TypedDict
 
 import click
-from rich.markup import escape
 
+from mlscope.cli.consoles import escape
 from mlscope.cli.options import json_flag
 from mlscope.cli.render import console, new_table, print_json_lines
 

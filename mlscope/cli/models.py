@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import click
-import yaml
 
 from mlscope.cli.options import json_flag, model_options, model_options_document
 from mlscope.cli.render import console, new_table, print_json_lines
@@ -164,6 +163,8 @@ def show(
     if as_json:
         print_json_lines([document])
         return
+    import yaml  # here: only this printing needs it, not `mlscope models --help`
+
     click.echo(f"# {ref} on {framework}: save as a .yaml file in a MLSCOPE_MANIFESTS directory to edit it")
     click.echo(yaml.safe_dump(document, sort_keys=False, allow_unicode=True), nl=False)
 

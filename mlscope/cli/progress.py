@@ -17,14 +17,11 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.markup import escape
-from rich.text import Text
-
-from mlscope.cli.render import err_console
+from mlscope.cli.consoles import err_console, escape
 from mlscope.contract.errors import UserError
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.progress import Progress, ProgressColumn, Task, TaskID
 
 __all__ = [
@@ -63,6 +60,8 @@ def progress_console(*, quiet: bool) -> Console | None:
     if err_console.is_terminal:
         return err_console
     if mode == "always":
+        from rich.console import Console
+
         return Console(stderr=True, force_terminal=True, width=PIPED_WIDTH)
     return None
 
@@ -82,6 +81,7 @@ def _eta_column() -> ProgressColumn:
     than growing with the item under way."""
     # Imported here: only a board that draws needs Rich's progress (`mlscope --help` does not).
     from rich.progress import ProgressColumn
+    from rich.text import Text
 
     class EtaColumn(ProgressColumn):
         def render(self, task: Task) -> Text:

@@ -8,8 +8,8 @@ import sys
 from typing import Any
 
 import click
-from rich.markup import escape
 
+from mlscope.cli.consoles import escape
 from mlscope.cli.history import change_text, detection_options, parse_moment, series_label
 from mlscope.cli.options import json_flag
 from mlscope.cli.render import Column, console, new_table, note, short_id, warn

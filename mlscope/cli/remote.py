@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.markup import escape
 
+from mlscope.cli.consoles import escape
 from mlscope.cli.progress import progress_board
 from mlscope.contract.names import TERMINAL_STATUSES
 from mlscope.contract.settings import load_settings

@@ -7,17 +7,19 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NoReturn, TypeAlias
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
 import click
-from rich.console import Console, JustifyMethod
-from rich.markup import escape
-from rich.table import Table
 
+from mlscope.cli.consoles import console, err_console, escape
 from mlscope.cli.render_cost import resource_lines
 from mlscope.cli.render_generation import generation_lines, served_table
 from mlscope.cli.render_load import has_load_column, load_cell, search_lines
 from mlscope.contract.result import result_validity
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
+    from rich.table import Table
 
 __all__ = [
     "Column",
@@ -48,12 +50,11 @@ __all__ = [
     "warn",
 ]
 
-# Piped output (logs, files, CI) is not cut to 80 columns: a results table must stay readable.
-console = Console(width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+# The consoles (stdout, stderr: consoles.py, where Rich is imported on their first use) are this
+# module's `console` and `err_console`.
 
 # A table column: its header, left-justified, or (header, justification).
-Column: TypeAlias = str | tuple[str, JustifyMethod]
+Column: TypeAlias = "str | tuple[str, JustifyMethod]"
 
 
 # ----- endings ----------------------------------------------------------------------------------
@@ -137,6 +138,8 @@ def log_to_stderr(level: str) -> None:
 
 def new_table(title: str | None, columns: Iterable[Column]) -> Table:
     """An empty table, its title on the left."""
+    from rich.table import Table
+
     table = Table(title=title, title_justify="left")
     for column in columns:
         if isinstance(column, str):

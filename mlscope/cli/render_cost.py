@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rich.markup import escape
-
+from mlscope.cli.consoles import escape
 from mlscope.contract.cost import PRICE_OPTION, ReadTimePrices, parse_prices
 
 __all__ = ["PRICE_OPTION", "ReadTimePrices", "cost_cell", "memory_text", "parse_prices", "resource_lines"]

@@ -6,12 +6,13 @@ the in-process and served figures side by side."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
-from rich.table import Table
-
+from mlscope.cli.consoles import escape
 from mlscope.cli.render_load import ms_text
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = ["generation_lines", "served_table"]
 
@@ -129,6 +130,8 @@ def served_table(result: Mapping[str, Any]) -> Table | None:
         if not overhead:
             continue
         served = generation.get("served") or {}
+        from rich.table import Table
+
         table = Table(
             title=f"in process vs served ({escape(str(served.get('server') or 'server'))}), medians",
             title_justify="left",

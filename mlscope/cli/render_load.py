@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rich.markup import escape
+from mlscope.cli.consoles import escape
 
 __all__ = ["certified_text", "has_load_column", "load_cell", "probe_line", "search_lines"]
 

@@ -9,8 +9,8 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.markup import escape
 
+from mlscope.cli.consoles import escape
 from mlscope.cli.options import json_flag
 from mlscope.cli.render import (
     Column,
@@ -32,6 +32,7 @@ from mlscope.contract.settings import load_settings
 from mlscope.contract.workload import display_name
 
 if TYPE_CHECKING:
+    from mlscope.contract.result import EvaluationResult
     from mlscope.store import Store
 
 __all__ = ["results"]
@@ -67,6 +68,38 @@ def _settings_of(framework: Mapping[str, Any]) -> str:
     shown = {k: v for k, v in framework.items() if k not in ("name", "version", "libraries", "device")}
     parts = [f"{k} {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in shown.items()]
     return f"({'; '.join(parts)})" if parts else ""
+
+
+def _listing(
+    url: str,
+    model: str | None,
+    framework: str | None,
+    status: str | None,
+    system_id: str | None,
+    limit: int,
+    offset: int,
+) -> tuple[list[EvaluationResult], int]:
+    """The page of evaluations `results list` shows and how many match. A SQLite store is read with
+    sqlite3 when it can be (store/sql/listing.py: the same documents without importing SQLAlchemy);
+    a system prefix to resolve, or anything that reader leaves to the store, opens the store."""
+    from mlscope.store.sql.listing import list_sqlite
+
+    if system_id is None:
+        read = list_sqlite(url, model=model, framework=framework, status=status, limit=limit, offset=offset)
+        if read is not None:
+            return read
+    from mlscope.store import open_store
+
+    with open_store(url) as store:
+        _resolve_dead_runs(store)
+        filters: dict[str, Any] = {
+            "model": model,
+            "framework": framework,
+            "status": status,
+            "system_id": store.resolve_system_id(system_id) if system_id else None,
+        }
+        found = store.list_evaluations(**filters, limit=limit, offset=offset)
+        return found, store.count_evaluations(**filters)
 
 
 # "started": when it ran, not when it was submitted (a queued one has not started); "ran on": the farm
@@ -105,19 +138,8 @@ def results_list(
     as_json: bool,
 ) -> None:
     """List stored evaluations, newest first."""
-    from mlscope.store import open_store
-
     settings = load_settings()
-    with open_store(settings.store_url) as store:
-        _resolve_dead_runs(store)
-        filters: dict[str, Any] = {
-            "model": model,
-            "framework": framework,
-            "status": status,
-            "system_id": store.resolve_system_id(system_id) if system_id else None,
-        }
-        found = store.list_evaluations(**filters, limit=limit, offset=offset)
-        total = store.count_evaluations(**filters)
+    found, total = _listing(settings.store_url, model, framework, status, system_id, limit, offset)
     if as_json:
         print_json_lines(found)
         return

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.markup import escape
 
+from mlscope.cli.consoles import escape
 from mlscope.cli.generation_options import check_endpoint_frameworks
 from mlscope.cli.options import evaluation_options, json_flag, plot_option, request_fields, split_csv
 from mlscope.cli.progress import ProgressBoard, SearchBracket, progress_board

@@ -15,11 +15,13 @@ Imports nothing of mlscope's outside the contract, and no package outside the st
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
-from typing import Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from mlscope.contract.errors import MlscopeError, UserError
+
+if TYPE_CHECKING:
+    import importlib.metadata
 
 __all__ = ["DuplicatePlugin", "Registry", "UnknownPlugin", "entry_points", "load_object"]
 
@@ -52,7 +54,11 @@ def load_object(path: str) -> Any:
 
 
 def entry_points(group: str) -> Iterable[importlib.metadata.EntryPoint]:
-    """The installed entry points of one group."""
+    """The installed entry points of one group (importlib.metadata imported only now: it costs a
+    command that never looks a plug-in up, such as a listing of a SQLite store, a visible part of
+    its start)."""
+    import importlib.metadata
+
     found = importlib.metadata.entry_points()
     if hasattr(found, "select"):
         return found.select(group=group)

@@ -5,11 +5,26 @@
 scripts in `migrations`): the check on open and the upgrade; `engine` the engine set-up each database
 needs to be shared safely between processes; `queries` the statements and row conversions the
 primitives share; `aggregates` the comparison and layer-breakdown statements that aggregate in the
-database; `series` those of history series; `maintenance` bulk import and retention.
+database; `series` those of history series; `maintenance` bulk import and retention; `revisions`
+the revision ids; `listing` the SQLite listing's plain reader (stdlib sqlite3).
+
+SQLStore is imported on first use of the name: `listing` and `revisions` are in this package and must
+not import SQLAlchemy.
 """
 
 from __future__ import annotations
 
-from mlscope.store.sql.store import SQLStore
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mlscope.store.sql.store import SQLStore
 
 __all__ = ["SQLStore"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SQLStore":
+        from mlscope.store.sql.store import SQLStore
+
+        return SQLStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,7 +11,6 @@ package; no alembic.ini is read.
 from __future__ import annotations
 
 import functools
-import re
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +21,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.pool import NullPool
 
 from mlscope.store.schema import SchemaState
+from mlscope.store.sql.revisions import MIGRATIONS, REVISION_PREFIX, VERSION_TABLE, head_revision, revisions
 from mlscope.store.sql.tables import Base
 
 if TYPE_CHECKING:
@@ -44,12 +44,8 @@ __all__ = [
     "revisions",
 ]
 
-MIGRATIONS = Path(__file__).parent / "migrations"
-# Every revision id of mlscope's starts with this; an unknown id with it was written by a newer mlscope.
-REVISION_PREFIX = "mlscope_"
 # The schema mlscope 0.1.0 created, without recording any version.
 BASELINE = "mlscope_0001"
-VERSION_TABLE = "alembic_version"
 STORE_TABLES = frozenset(Base.metadata.tables)
 # The tables mlscope 0.1.0 created (later revisions add more): what an unversioned store must hold.
 BASELINE_TABLES = frozenset({"systems", "evaluations", "measurements", "spans"})
@@ -76,36 +72,6 @@ def _scripts() -> ScriptDirectory:
     from alembic.script import ScriptDirectory
 
     return ScriptDirectory.from_config(alembic_config())
-
-
-_REVISION_LINE = re.compile(
-    r"^(down_revision|revision)\s*(?::[^=]*)?=\s*(?:None|[\"']([^\"']+)[\"'])", re.MULTILINE
-)
-
-
-@functools.lru_cache(maxsize=1)
-def revisions() -> list[str]:
-    """The revision ids, oldest first, read from the revision files' `revision` and `down_revision`
-    lines: every store open checks the head, and importing Alembic to do so costs a cold `mlscope
-    run` a quarter of a second (a test checks this agrees with Alembic's own reading)."""
-    down_of: dict[str, str | None] = {}
-    for path in (MIGRATIONS / "versions").glob("*.py"):
-        found = {name: value for name, value in _REVISION_LINE.findall(path.read_text(encoding="utf-8"))}
-        if "revision" in found:
-            down_of[found["revision"]] = found.get("down_revision") or None
-    chain: list[str] = []
-    previous: str | None = None
-    while len(chain) < len(down_of):
-        following = [revision for revision, down in down_of.items() if down == previous]
-        assert len(following) == 1, f"the migrations form one chain; after {previous}: {following}"
-        previous = following[0]
-        chain.append(previous)
-    return chain
-
-
-def head_revision() -> str:
-    """The revision this code creates and needs."""
-    return revisions()[-1]
 
 
 def read_state(connection: Connection, *, backend: str, location: str) -> SchemaState:
