@@ -13,7 +13,7 @@ evaluations (benchmarks/_store_fill.py, --raw raw latencies per point: a listing
 the commands run with MLSCOPE_STORE_URL naming it and never see the user's store. The command is the
 `mlscope` script beside this interpreter when there is one, else `python -m mlscope`.
 
-Targets: `--version`, `--help` and `VERB --help` ≤ 0.1 s; `results list` ≤ 0.3 s.
+Targets: `--version`, `--help` and every verb's `VERB --help` ≤ 0.1 s; `results list` ≤ 0.3 s.
 
 Usage: python benchmarks/cli_start.py [--repeat 9] [--size 10000] [--raw 20]
 """
@@ -33,6 +33,7 @@ from pathlib import Path
 
 from _store_fill import Evaluations, SQLiteBackend, fill
 
+from mlscope.cli.verbs import VERBS
 from mlscope.store import open_store
 
 FILL_BATCH = 1000
@@ -87,7 +88,7 @@ def main() -> None:
             ("python -c pass", [sys.executable, "-c", "pass"], None),
             ("mlscope --version", [*mlscope, "--version"], 0.1),
             ("mlscope --help", [*mlscope, "--help"], 0.1),
-            ("mlscope run --help", [*mlscope, "run", "--help"], 0.1),
+            *((f"mlscope {verb} --help", [*mlscope, verb, "--help"], 0.1) for verb in sorted(VERBS)),
             (f"mlscope results list ({args.size:,})", [*mlscope, "results", "list"], 0.3),
         ]
         walls: dict[str, list[float]] = {name: [] for name, _, _ in commands}

@@ -14,7 +14,7 @@ from mlscope.cli.options import json_flag, split_csv
 from mlscope.cli.render import EXIT_NOT_VALID, console, err_console, new_table, print_json_lines
 from mlscope.contract.errors import UserError
 from mlscope.contract.settings import load_settings
-from mlscope.services.bricks.registry import BRICKS
+from mlscope.services.bricks.registry import BUILTIN_BRICKS
 
 if TYPE_CHECKING:
     from mlscope.workers.bricks import BrickRuns
@@ -29,8 +29,11 @@ __all__ = ["bricks"]
     "--framework",
     default="onnxruntime",
     show_default=True,
-    help=f"The framework whose model is decomposed: {' or '.join(BRICKS)} (the mlscope.bricks registry; "
-    "ONNX Runtime's optimised graph, PyTorch's module as torch.fx traces it).",
+    # mlscope's own frameworks: listing a plug-in's too would read every installed package's metadata
+    # whenever the help is printed (check_brick_framework names them all when one is refused).
+    help=f"The framework whose model is decomposed: {' or '.join(BUILTIN_BRICKS)}, or one a plug-in "
+    "registers in the mlscope.bricks entry points (ONNX Runtime's optimised graph, PyTorch's module as "
+    "torch.fx traces it).",
 )
 @click.option("--threads", type=int, help="Intra-op threads of every measurement [default: the framework's].")
 @click.option(
