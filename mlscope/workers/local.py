@@ -87,9 +87,9 @@ def _start_predictors(admitted: Sequence[Admission], settings: Settings) -> str 
     ran = [item for item in admitted if item.request.runner == ProcessRunner.NAME]
     keys = [runner.key(item.request.framework, item.request.options) for item in ran]
     prestart.plan(keys[1:])
-    if not ran:
-        return None
-    if ran[0] is not admitted[0] or ran[0].request.trace_level != "NO_TRACE":
+    if not ran or ran[0] is not admitted[0]:
+        return None  # another runner's evaluation comes first: nothing may import while it measures
+    if ran[0].request.trace_level != "NO_TRACE":
         # Its job needs the trace context the pipeline opens; its process imports meanwhile.
         prestart.start(keys[0])
         return None
