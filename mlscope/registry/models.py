@@ -5,13 +5,17 @@ when it is first asked for.
 Manifests are read from the `mlscope.manifests` package directory, then from each extra
 directory in order (the user's `MLSCOPE_MANIFESTS`); a later layer replaces an earlier one's
 manifest for the same (name, framework). A broken file fails the whole load: skipping it would
-make a model silently disappear. A manifest file named like a catalogue entry replaces the entry.
+make a model silently disappear. The user's directories are read when the registry loads, so their
+errors surface at once; the shipped set is read when a name is first looked up, so that a
+reference to a file (`./model.onnx`), which no manifest name can be, does not pay for parsing it.
+A manifest file named like a catalogue entry replaces the entry.
 Each model reference is resolved by the resolver of its kind (`mlscope.registry.resolvers`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
@@ -88,11 +92,59 @@ def _load_directory(directory: Path) -> list[Manifest]:
     return [load_manifest(path) for path in files]
 
 
+class LazyManifests(Mapping[tuple[str, str], Manifest]):
+    """Manifests by (name, framework), built by `load` when first looked at (once, under a lock:
+    the API resolves from several threads).
+
+    Args:
+        load: builds the mapping; what it raises, the first look raises (and the next tries again).
+    """
+
+    def __init__(self, load: Callable[[], dict[tuple[str, str], Manifest]]) -> None:
+        self._load = load
+        self._by_key: dict[tuple[str, str], Manifest] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the manifests have been built."""
+        return self._by_key is not None
+
+    def _loaded(self) -> dict[tuple[str, str], Manifest]:
+        if self._by_key is None:
+            with self._lock:
+                if self._by_key is None:
+                    self._by_key = self._load()
+        return self._by_key
+
+    def __getitem__(self, key: tuple[str, str]) -> Manifest:
+        return self._loaded()[key]
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self._loaded())
+
+    def __len__(self) -> int:
+        return len(self._loaded())
+
+
+def _layered(extra: Sequence[dict[tuple[str, str], Manifest]]) -> LazyManifests:
+    """The shipped manifests, read on first use, each extra layer (already read) over them in order."""
+
+    def merge() -> dict[tuple[str, str], Manifest]:
+        merged = _index(_load_shipped())
+        for layer in extra:
+            merged.update(layer)
+        return merged
+
+    return LazyManifests(merge)
+
+
 class ModelRegistry:
     """The manifests that can be evaluated, looked up by model name and framework.
 
     Args:
-        manifests: at most one manifest per (name, framework).
+        manifests: at most one manifest per (name, framework); or a `LazyManifests`, built when a
+            name is first looked up (`load`'s shipped set).
         catalogue: architectures named `library:name`, resolved to manifests on demand; none when
             omitted.
         local_files: whether references to this machine's files resolve (`./model.onnx`,
@@ -112,14 +164,16 @@ class ModelRegistry:
 
     def __init__(
         self,
-        manifests: Iterable[Manifest] = (),
+        manifests: Iterable[Manifest] | LazyManifests = (),
         catalogue: Catalogue | None = None,
         *,
         local_files: bool = True,
         uploads: Callable[[str], Path] | None = None,
         dataset_uploads: Callable[[str], Path] | None = None,
     ) -> None:
-        self._by_key = _index(manifests)
+        self._by_key: Mapping[tuple[str, str], Manifest] = (
+            manifests if isinstance(manifests, LazyManifests) else _index(manifests)
+        )
         self._catalogue = catalogue
         self._local_files = local_files
         self.dataset_uploads = dataset_uploads
@@ -134,27 +188,26 @@ class ModelRegistry:
         uploads: Callable[[str], Path] | None = None,
         dataset_uploads: Callable[[str], Path] | None = None,
     ) -> ModelRegistry:
-        """Read the shipped manifests, then each extra directory (recursively, *.yaml and *.yml), and
-        the catalogue.
+        """Read each extra directory (recursively, *.yaml and *.yml) and the catalogue; the shipped
+        manifests are read when a name is first looked up (see the module's docstring).
 
         Args:
             extra_dirs: the user's manifest directories; each replaces manifests with the same
                 (name, framework) from the shipped set and from directories before it.
+            local_files, uploads, dataset_uploads: as the class's Args.
 
         Returns:
             The registry.
 
         Raises:
             UserError: an extra directory does not exist.
-            ManifestError: a file is not a valid manifest, or two files in one layer (the
-                shipped set, or one extra directory) define the same (name, framework).
+            ManifestError: a file of an extra directory is not a valid manifest, or two files in
+                one of them define the same (name, framework). (The same of a shipped file is
+                raised where a name is first looked up.)
         """
-        layers = [_load_shipped()] + [_load_directory(Path(directory)) for directory in extra_dirs]
-        merged: dict[tuple[str, str], Manifest] = {}
-        for layer in layers:
-            merged.update(_index(layer))
+        extra = [_index(_load_directory(Path(directory))) for directory in extra_dirs]
         return cls(
-            merged.values(),
+            _layered(extra),
             catalogue=Catalogue.load(),
             local_files=local_files,
             uploads=uploads,
