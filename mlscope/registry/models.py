@@ -157,6 +157,9 @@ class ModelRegistry:
             here.
         dataset_uploads: the same for uploaded datasets (`--dataset sha256:<hex>`): the API's
             lookup, a worker's fetcher; None: uploaded datasets are not resolved here.
+        cache_dir: the mlscope cache directory (`Settings.cache_dir`), where an ONNX file's graph
+            signature is kept by the file's SHA-256 so that the next resolution of the same bytes
+            skips parsing the graph; None: every resolution parses it.
 
     Raises:
         ManifestError: two manifests share a (name, framework); names both files.
@@ -170,6 +173,7 @@ class ModelRegistry:
         local_files: bool = True,
         uploads: Callable[[str], Path] | None = None,
         dataset_uploads: Callable[[str], Path] | None = None,
+        cache_dir: Path | None = None,
     ) -> None:
         self._by_key: Mapping[tuple[str, str], Manifest] = (
             manifests if isinstance(manifests, LazyManifests) else _index(manifests)
@@ -177,7 +181,9 @@ class ModelRegistry:
         self._catalogue = catalogue
         self._local_files = local_files
         self.dataset_uploads = dataset_uploads
-        self._resolvers = Resolvers(self._by_key, catalogue, local_files=local_files, uploads=uploads)
+        self._resolvers = Resolvers(
+            self._by_key, catalogue, local_files=local_files, uploads=uploads, cache_dir=cache_dir
+        )
 
     @classmethod
     def load(
@@ -187,6 +193,7 @@ class ModelRegistry:
         local_files: bool = True,
         uploads: Callable[[str], Path] | None = None,
         dataset_uploads: Callable[[str], Path] | None = None,
+        cache_dir: Path | None = None,
     ) -> ModelRegistry:
         """Read each extra directory (recursively, *.yaml and *.yml) and the catalogue; the shipped
         manifests are read when a name is first looked up (see the module's docstring).
@@ -194,7 +201,7 @@ class ModelRegistry:
         Args:
             extra_dirs: the user's manifest directories; each replaces manifests with the same
                 (name, framework) from the shipped set and from directories before it.
-            local_files, uploads, dataset_uploads: as the class's Args.
+            local_files, uploads, dataset_uploads, cache_dir: as the class's Args.
 
         Returns:
             The registry.
@@ -212,6 +219,7 @@ class ModelRegistry:
             local_files=local_files,
             uploads=uploads,
             dataset_uploads=dataset_uploads,
+            cache_dir=cache_dir,
         )
 
     @property
