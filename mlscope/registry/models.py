@@ -6,8 +6,8 @@ Manifests are read from the `mlscope.manifests` package directory, then from eac
 directory in order (the user's `MLSCOPE_MANIFESTS`); a later layer replaces an earlier one's
 manifest for the same (name, framework). A broken file fails the whole load: skipping it would
 make a model silently disappear. The user's directories are read when the registry loads, so their
-errors surface at once; the shipped set is read when a name is first looked up, so that a
-reference to a file (`./model.onnx`), which no manifest name can be, does not pay for parsing it.
+errors surface at once; the shipped set and the catalogue are read when a name is first looked up,
+so that a reference to a file (`./model.onnx`), which no name can be, does not pay for parsing them.
 A manifest file named like a catalogue entry replaces the entry.
 Each model reference is resolved by the resolver of its kind (`mlscope.registry.resolvers`).
 """
@@ -145,8 +145,8 @@ class ModelRegistry:
     Args:
         manifests: at most one manifest per (name, framework); or a `LazyManifests`, built when a
             name is first looked up (`load`'s shipped set).
-        catalogue: architectures named `library:name`, resolved to manifests on demand; none when
-            omitted.
+        catalogue: architectures named `library:name`, resolved to manifests on demand; or what
+            loads it, called when a name is first looked up (`load`'s); none when omitted.
         local_files: whether references to this machine's files resolve (`./model.onnx`,
             `net.py:make_model`, a Hugging Face directory, `--weights`): True for the CLI and the
             Python API, False for a farm's api and workers, where a path would name the wrong
@@ -168,7 +168,7 @@ class ModelRegistry:
     def __init__(
         self,
         manifests: Iterable[Manifest] | LazyManifests = (),
-        catalogue: Catalogue | None = None,
+        catalogue: Catalogue | Callable[[], Catalogue] | None = None,
         *,
         local_files: bool = True,
         uploads: Callable[[str], Path] | None = None,
@@ -178,7 +178,6 @@ class ModelRegistry:
         self._by_key: Mapping[tuple[str, str], Manifest] = (
             manifests if isinstance(manifests, LazyManifests) else _index(manifests)
         )
-        self._catalogue = catalogue
         self._local_files = local_files
         self.dataset_uploads = dataset_uploads
         self._resolvers = Resolvers(
@@ -195,8 +194,8 @@ class ModelRegistry:
         dataset_uploads: Callable[[str], Path] | None = None,
         cache_dir: Path | None = None,
     ) -> ModelRegistry:
-        """Read each extra directory (recursively, *.yaml and *.yml) and the catalogue; the shipped
-        manifests are read when a name is first looked up (see the module's docstring).
+        """Read each extra directory (recursively, *.yaml and *.yml); the shipped manifests and the
+        catalogue are read when a name is first looked up (see the module's docstring).
 
         Args:
             extra_dirs: the user's manifest directories; each replaces manifests with the same
@@ -215,7 +214,7 @@ class ModelRegistry:
         extra = [_index(_load_directory(Path(directory))) for directory in extra_dirs]
         return cls(
             _layered(extra),
-            catalogue=Catalogue.load(),
+            catalogue=Catalogue.load,
             local_files=local_files,
             uploads=uploads,
             dataset_uploads=dataset_uploads,
@@ -224,8 +223,9 @@ class ModelRegistry:
 
     @property
     def catalogue(self) -> Catalogue | None:
-        """The catalogue behind `library:name` references, if this registry has one."""
-        return self._catalogue
+        """The catalogue behind `library:name` references, if this registry has one (loaded here
+        when it has not been yet)."""
+        return self._resolvers.catalogue.catalogue
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -276,11 +276,12 @@ class ModelRegistry:
         manifest file of the same name replaces."""
         named = self.names()
         listed: list[tuple[str, str, str | None]] = [(name, "manifest", None) for name in named]
-        if self._catalogue is not None:
+        catalogue = self.catalogue
+        if catalogue is not None:
             taken = set(named)
             listed += [
                 (entry.ref, "catalogue", entry.family)
-                for entry in self._catalogue.entries()
+                for entry in catalogue.entries()
                 if entry.ref not in taken
             ]
         return listed

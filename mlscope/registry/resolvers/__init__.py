@@ -46,7 +46,8 @@ class Resolvers:
 
     Args:
         manifests: the manifest files' manifests by (name, framework).
-        catalogue: the catalogue behind `library:name` references; None: no catalogue names.
+        catalogue: the catalogue behind `library:name` references, or its loader (called when a
+            name is first looked up); None: no catalogue names.
         local_files: whether references to this machine's files resolve (see `ModelRegistry`).
         uploads: where `sha256:<hex>` references find their file (see `UploadResolver`).
         cache_dir: where ONNX files' graph signatures are kept (see `onnx_file_manifest`); None:
@@ -56,7 +57,7 @@ class Resolvers:
     def __init__(
         self,
         manifests: Mapping[tuple[str, str], Manifest],
-        catalogue: Catalogue | None,
+        catalogue: Catalogue | Callable[[], Catalogue] | None,
         *,
         local_files: bool,
         uploads: Callable[[str], Path] | None,
