@@ -66,6 +66,7 @@ class GraphSignature:
 # format (an older mlscope's) is read afresh and replaced.
 SIGNATURE_DIR = "onnx-signatures"
 _SIGNATURE_FORMAT = 1
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _fail(path: Path, problem: str) -> UserError:
@@ -229,6 +230,8 @@ def _signature(path: Path, sha256: str | None, cache_dir: Path | None) -> tuple[
         digest = sha256 or file_sha256(path)
     except OSError:
         return _read_then_hash(path, sha256)
+    if not _SHA256.fullmatch(digest):  # not a digest to name a file by: nothing kept
+        return read_signature(path), digest
     kept = _kept_signature(cache_dir, digest)
     if kept is not None:
         return kept, digest

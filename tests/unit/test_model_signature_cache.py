@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.manifest import ManifestError
 from mlscope.registry.models import ModelRegistry
-from mlscope.registry.onnx_files import signature_cache_path
+from mlscope.registry.onnx_files import onnx_file_manifest, signature_cache_path
+from mlscope.registry.uploads import ModelFiles
 from mlscope.runtime.predictors.files import file_sha256
 from tests.fixtures.onnx_graphs import onnx_model
 
@@ -118,3 +120,18 @@ def test_a_missing_file_is_named_with_or_without_a_cache(tmp_path: Path, cache: 
         with pytest.raises(UserError, match=f"^{missing}: no such file$"):
             resolved_inputs(missing, directory)
     assert not cache.exists()
+
+
+def test_an_uploads_signature_is_kept_under_its_digest(tmp_path: Path, cache: Path) -> None:
+    files = ModelFiles(tmp_path / "uploads")
+    upload, _ = files.add(iter([onnx_model(tmp_path / "model.onnx").read_bytes()]), filename="tiny.onnx")
+    registry = ModelRegistry(local_files=False, uploads=files.lookup, cache_dir=cache)
+    assert registry.get(upload.ref, "onnxruntime").inputs[0].shape == (16,)
+    assert signature_cache_path(cache, upload.sha256).is_file()
+
+
+def test_a_given_digest_that_is_not_one_names_no_entry(tmp_path: Path, cache: Path) -> None:
+    path = onnx_model(tmp_path / "model.onnx")
+    with pytest.raises(ManifestError, match="must be a SHA-256 digest"):
+        onnx_file_manifest(path, sha256="../../elsewhere", cache_dir=cache)
+    assert not cache.exists() and not (tmp_path / "elsewhere.json").exists()
