@@ -5,13 +5,17 @@ when it is first asked for.
 Manifests are read from the `mlscope.manifests` package directory, then from each extra
 directory in order (the user's `MLSCOPE_MANIFESTS`); a later layer replaces an earlier one's
 manifest for the same (name, framework). A broken file fails the whole load: skipping it would
-make a model silently disappear. A manifest file named like a catalogue entry replaces the entry.
+make a model silently disappear. The user's directories are read when the registry loads, so their
+errors surface at once; the shipped set and the catalogue are read when a name is first looked up,
+so that a reference to a file (`./model.onnx`), which no name can be, does not pay for parsing them.
+A manifest file named like a catalogue entry replaces the entry.
 Each model reference is resolved by the resolver of its kind (`mlscope.registry.resolvers`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
@@ -88,13 +92,61 @@ def _load_directory(directory: Path) -> list[Manifest]:
     return [load_manifest(path) for path in files]
 
 
+class LazyManifests(Mapping[tuple[str, str], Manifest]):
+    """Manifests by (name, framework), built by `load` when first looked at (once, under a lock:
+    the API resolves from several threads).
+
+    Args:
+        load: builds the mapping; what it raises, the first look raises (and the next tries again).
+    """
+
+    def __init__(self, load: Callable[[], dict[tuple[str, str], Manifest]]) -> None:
+        self._load = load
+        self._by_key: dict[tuple[str, str], Manifest] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the manifests have been built."""
+        return self._by_key is not None
+
+    def _loaded(self) -> dict[tuple[str, str], Manifest]:
+        if self._by_key is None:
+            with self._lock:
+                if self._by_key is None:
+                    self._by_key = self._load()
+        return self._by_key
+
+    def __getitem__(self, key: tuple[str, str]) -> Manifest:
+        return self._loaded()[key]
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self._loaded())
+
+    def __len__(self) -> int:
+        return len(self._loaded())
+
+
+def _layered(extra: Sequence[dict[tuple[str, str], Manifest]]) -> LazyManifests:
+    """The shipped manifests, read on first use, each extra layer (already read) over them in order."""
+
+    def merge() -> dict[tuple[str, str], Manifest]:
+        merged = _index(_load_shipped())
+        for layer in extra:
+            merged.update(layer)
+        return merged
+
+    return LazyManifests(merge)
+
+
 class ModelRegistry:
     """The manifests that can be evaluated, looked up by model name and framework.
 
     Args:
-        manifests: at most one manifest per (name, framework).
-        catalogue: architectures named `library:name`, resolved to manifests on demand; none when
-            omitted.
+        manifests: at most one manifest per (name, framework); or a `LazyManifests`, built when a
+            name is first looked up (`load`'s shipped set).
+        catalogue: architectures named `library:name`, resolved to manifests on demand; or what
+            loads it, called when a name is first looked up (`load`'s); none when omitted.
         local_files: whether references to this machine's files resolve (`./model.onnx`,
             `net.py:make_model`, a Hugging Face directory, `--weights`): True for the CLI and the
             Python API, False for a farm's api and workers, where a path would name the wrong
@@ -105,6 +157,9 @@ class ModelRegistry:
             here.
         dataset_uploads: the same for uploaded datasets (`--dataset sha256:<hex>`): the API's
             lookup, a worker's fetcher; None: uploaded datasets are not resolved here.
+        cache_dir: the mlscope cache directory (`Settings.cache_dir`), where an ONNX file's graph
+            signature is kept by the file's SHA-256 so that the next resolution of the same bytes
+            skips parsing the graph; None: every resolution parses it.
 
     Raises:
         ManifestError: two manifests share a (name, framework); names both files.
@@ -112,18 +167,22 @@ class ModelRegistry:
 
     def __init__(
         self,
-        manifests: Iterable[Manifest] = (),
-        catalogue: Catalogue | None = None,
+        manifests: Iterable[Manifest] | LazyManifests = (),
+        catalogue: Catalogue | Callable[[], Catalogue] | None = None,
         *,
         local_files: bool = True,
         uploads: Callable[[str], Path] | None = None,
         dataset_uploads: Callable[[str], Path] | None = None,
+        cache_dir: Path | None = None,
     ) -> None:
-        self._by_key = _index(manifests)
-        self._catalogue = catalogue
+        self._by_key: Mapping[tuple[str, str], Manifest] = (
+            manifests if isinstance(manifests, LazyManifests) else _index(manifests)
+        )
         self._local_files = local_files
         self.dataset_uploads = dataset_uploads
-        self._resolvers = Resolvers(self._by_key, catalogue, local_files=local_files, uploads=uploads)
+        self._resolvers = Resolvers(
+            self._by_key, catalogue, local_files=local_files, uploads=uploads, cache_dir=cache_dir
+        )
 
     @classmethod
     def load(
@@ -133,38 +192,40 @@ class ModelRegistry:
         local_files: bool = True,
         uploads: Callable[[str], Path] | None = None,
         dataset_uploads: Callable[[str], Path] | None = None,
+        cache_dir: Path | None = None,
     ) -> ModelRegistry:
-        """Read the shipped manifests, then each extra directory (recursively, *.yaml and *.yml), and
-        the catalogue.
+        """Read each extra directory (recursively, *.yaml and *.yml); the shipped manifests and the
+        catalogue are read when a name is first looked up (see the module's docstring).
 
         Args:
             extra_dirs: the user's manifest directories; each replaces manifests with the same
                 (name, framework) from the shipped set and from directories before it.
+            local_files, uploads, dataset_uploads, cache_dir: as the class's Args.
 
         Returns:
             The registry.
 
         Raises:
             UserError: an extra directory does not exist.
-            ManifestError: a file is not a valid manifest, or two files in one layer (the
-                shipped set, or one extra directory) define the same (name, framework).
+            ManifestError: a file of an extra directory is not a valid manifest, or two files in
+                one of them define the same (name, framework). (The same of a shipped file is
+                raised where a name is first looked up.)
         """
-        layers = [_load_shipped()] + [_load_directory(Path(directory)) for directory in extra_dirs]
-        merged: dict[tuple[str, str], Manifest] = {}
-        for layer in layers:
-            merged.update(_index(layer))
+        extra = [_index(_load_directory(Path(directory))) for directory in extra_dirs]
         return cls(
-            merged.values(),
-            catalogue=Catalogue.load(),
+            _layered(extra),
+            catalogue=Catalogue.load,
             local_files=local_files,
             uploads=uploads,
             dataset_uploads=dataset_uploads,
+            cache_dir=cache_dir,
         )
 
     @property
     def catalogue(self) -> Catalogue | None:
-        """The catalogue behind `library:name` references, if this registry has one."""
-        return self._catalogue
+        """The catalogue behind `library:name` references, if this registry has one (loaded here
+        when it has not been yet)."""
+        return self._resolvers.catalogue.catalogue
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -215,11 +276,12 @@ class ModelRegistry:
         manifest file of the same name replaces."""
         named = self.names()
         listed: list[tuple[str, str, str | None]] = [(name, "manifest", None) for name in named]
-        if self._catalogue is not None:
+        catalogue = self.catalogue
+        if catalogue is not None:
             taken = set(named)
             listed += [
                 (entry.ref, "catalogue", entry.family)
-                for entry in self._catalogue.entries()
+                for entry in catalogue.entries()
                 if entry.ref not in taken
             ]
         return listed

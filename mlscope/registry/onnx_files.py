@@ -3,12 +3,18 @@ computed, the dynamic axes filled in (the first is the batch axis; the others ta
 `input_shapes`).
 
 Only the graph's signature is read (the `onnx` package parses the protobuf; no session is made),
-so resolving a reference costs a parse and a hash, not a model load.
+so resolving a reference costs a parse and a hash, not a model load. Given a cache directory, the
+signature of a graph that passed onnx's checker is kept there, a small JSON file named by the file's
+SHA-256 (`<cache_dir>/onnx-signatures/`): the same bytes resolved again cost the hash alone, and
+need no `onnx` import. An entry that cannot be read back is ignored and written anew.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +31,7 @@ __all__ = [
     "onnx_file_manifest",
     "read_signature",
     "shapes_by_input",
+    "signature_cache_path",
 ]
 
 # ONNX TensorProto element types mlscope can feed, by number (onnx.TensorProto.FLOAT == 1, ...).
@@ -53,6 +60,13 @@ class GraphSignature:
     inputs: tuple[GraphInput, ...]
     outputs: tuple[str, ...]
     opset: int | None
+
+
+# The kept signatures' directory under the cache directory, and their format: an entry of another
+# format (an older mlscope's) is read afresh and replaced.
+SIGNATURE_DIR = "onnx-signatures"
+_SIGNATURE_FORMAT = 1
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _fail(path: Path, problem: str) -> UserError:
@@ -109,6 +123,122 @@ def read_signature(path: Path) -> GraphSignature:
         raise _fail(path, "the graph has no inputs to feed")
     opset = next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")), None)
     return GraphSignature(tuple(inputs), tuple(value.name for value in graph.output), opset)
+
+
+def signature_cache_path(cache_dir: Path, sha256: str) -> Path:
+    """Where the signature of the ONNX file of SHA-256 `sha256` is kept under `cache_dir`."""
+    return cache_dir / SIGNATURE_DIR / f"{sha256}.json"
+
+
+def _signature_document(signature: GraphSignature) -> dict[str, Any]:
+    return {
+        "format": _SIGNATURE_FORMAT,
+        "inputs": [
+            {"name": spec.name, "dtype": spec.dtype, "dims": list(spec.dims)} for spec in signature.inputs
+        ],
+        "outputs": list(signature.outputs),
+        "opset": signature.opset,
+    }
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _signature_from(document: object) -> GraphSignature | None:
+    """The signature a kept entry holds; None for anything that is not one, in this format, as
+    `read_signature` would have returned it."""
+    if (
+        not isinstance(document, dict)
+        or not _is_int(document.get("format"))
+        or document["format"] != _SIGNATURE_FORMAT
+    ):
+        return None
+    inputs, outputs, opset = document.get("inputs"), document.get("outputs"), document.get("opset")
+    if not isinstance(inputs, list) or not inputs or not isinstance(outputs, list):
+        return None
+    if not all(isinstance(name, str) for name in outputs) or not (opset is None or _is_int(opset)):
+        return None
+    specs = []
+    for entry in inputs:
+        if not isinstance(entry, dict):
+            return None
+        name, dtype, dims = entry.get("name"), entry.get("dtype"), entry.get("dims")
+        if not isinstance(name, str) or not isinstance(dtype, str) or dtype not in _DTYPES.values():
+            return None
+        if not isinstance(dims, list):
+            return None
+        if not all(isinstance(dim, str) or (_is_int(dim) and dim > 0) for dim in dims):
+            return None
+        specs.append(GraphInput(name, dtype, tuple(dims)))
+    return GraphSignature(tuple(specs), tuple(outputs), opset)
+
+
+def _kept_signature(cache_dir: Path, sha256: str) -> GraphSignature | None:
+    """The kept signature of the file of SHA-256 `sha256`; None when there is none or it cannot be
+    read back (unreadable, not JSON, not a signature)."""
+    try:
+        text = signature_cache_path(cache_dir, sha256).read_text(encoding="utf-8")
+        return _signature_from(json.loads(text))
+    except (OSError, ValueError):
+        return None
+
+
+def _keep_signature(cache_dir: Path, sha256: str, signature: GraphSignature) -> None:
+    """Writes the signature under `cache_dir` atomically (a temporary file renamed into place: a
+    reader sees the whole entry or none). A cache that cannot be written is no error: the next
+    resolution parses the graph again."""
+    target = signature_cache_path(cache_dir, sha256)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{sha256[:16]}-", suffix=".tmp")
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as stream:
+                json.dump(_signature_document(signature), stream)
+            os.replace(temporary, target)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+    except OSError:
+        pass
+
+
+def _file_state(path: Path) -> tuple[int, int]:
+    status = path.stat()
+    return status.st_size, status.st_mtime_ns
+
+
+def _read_then_hash(path: Path, sha256: str | None) -> tuple[GraphSignature, str]:
+    """Signature, then digest: a missing or unreadable file is named by `read_signature`."""
+    signature = read_signature(path)
+    return signature, sha256 or file_sha256(path)
+
+
+def _signature(path: Path, sha256: str | None, cache_dir: Path | None) -> tuple[GraphSignature, str]:
+    """The signature of the ONNX file at `path` and its SHA-256 (`sha256` when given): the kept
+    signature of that digest when `cache_dir` has one, else read from the graph and kept there. It
+    is kept only when the file did not change while it was hashed and read, so that an entry always
+    describes the bytes its name is the digest of.
+
+    Raises:
+        UserError: as `read_signature`.
+    """
+    if cache_dir is None or not path.is_file():
+        return _read_then_hash(path, sha256)
+    try:
+        before = _file_state(path)
+        digest = sha256 or file_sha256(path)
+    except OSError:
+        return _read_then_hash(path, sha256)
+    if not _SHA256.fullmatch(digest):  # not a digest to name a file by: nothing kept
+        return read_signature(path), digest
+    kept = _kept_signature(cache_dir, digest)
+    if kept is not None:
+        return kept, digest
+    signature = read_signature(path)
+    if _file_state(path) == before:
+        _keep_signature(cache_dir, digest, signature)
+    return signature, digest
 
 
 def _shape_for(path: Path, spec: GraphInput, given: Sequence[int] | None) -> tuple[int, ...]:
@@ -183,6 +313,7 @@ def onnx_file_manifest(
     name: str | None = None,
     origin: str | None = None,
     filename: str | None = None,
+    cache_dir: Path | None = None,
 ) -> Manifest:
     """The ONNX Runtime manifest of the ONNX file at `path`.
 
@@ -196,13 +327,15 @@ def onnx_file_manifest(
         origin: where the manifest came from, for messages (default: the path).
         filename: what the file is called where it came from (an upload's original name; default:
             the path's).
+        cache_dir: the mlscope cache directory, where the graph's signature is kept by the file's
+            SHA-256 (see the module's docstring); None: the graph is parsed every time.
 
     Raises:
         UserError: the file is missing or not a valid ONNX model, an input has no size for a
             dynamic axis, or a given shape does not match the graph.
     """
     path = path.expanduser()
-    signature = read_signature(path)
+    signature, digest = _signature(path, sha256, cache_dir)
     shapes = shapes_by_input(input_shapes or {}, [spec.name for spec in signature.inputs], str(path))
     batch_dims = {spec.dims[0] for spec in signature.inputs if spec.dims and isinstance(spec.dims[0], int)}
     fixed_batch = batch_dims.pop() if len(batch_dims) == 1 else None
@@ -210,7 +343,6 @@ def onnx_file_manifest(
         {"name": spec.name, "dtype": spec.dtype, "shape": list(_shape_for(path, spec, shapes.get(spec.name)))}
         for spec in signature.inputs
     ]
-    digest = sha256 or file_sha256(path)
     location = url or str(path.resolve())
     filename = filename or path.name
     attributes: dict[str, Any] = {"file": filename, "opset": signature.opset}

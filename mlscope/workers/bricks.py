@@ -133,7 +133,7 @@ class BrickRuns:
 
     def __post_init__(self) -> None:
         self._check_setup()
-        self.registry = ModelRegistry.load(self.settings.manifests)
+        self.registry = ModelRegistry.load(self.settings.manifests, cache_dir=self.settings.cache_dir)
         system = capture_system()
         if self.settings.instance_type:
             system["instance_type"] = self.settings.instance_type

@@ -51,7 +51,7 @@ def admit_all(
     Raises:
         UserError: the first request that would not be admitted, naming its field.
     """
-    registry = registry or ModelRegistry.load(settings.manifests)
+    registry = registry or ModelRegistry.load(settings.manifests, cache_dir=settings.cache_dir)
     # Recorded as a path from anywhere: a rerun from another directory reads the same file.
     model = absolute_reference(model)
     if frameworks is None:

@@ -5,6 +5,7 @@ The HTTP side, with a real api and worker, is tests/integration/test_uploads.py.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -130,3 +131,11 @@ def test_the_docker_prefetch_checks_an_upload_in_the_cache_and_adds_no_mount(
     assert prefetch_on_host(manifest, PredictorOptions(), tmp_path / "cache", timeout_s=5) == ()
     with pytest.raises(PredictorError, match="not in the cache"):
         prefetch_on_host(manifest, PredictorOptions(), tmp_path / "other", timeout_s=5)
+
+
+@pytest.mark.parametrize("size", [0, 1, (1 << 20) + 7, 3 << 20])
+def test_file_sha256_is_the_digest_of_the_whole_file(tmp_path: Path, size: int) -> None:
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    path = tmp_path / "blob"
+    path.write_bytes(data)
+    assert file_sha256(path) == hashlib.sha256(data).hexdigest()

@@ -1,4 +1,5 @@
-"""The model registry: shipped manifests, the user's directories on top, and lookups that explain misses."""
+"""The model registry: shipped manifests and the catalogue (read when a name is first looked up), the
+user's directories on top (read at load), and lookups that explain misses."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ import pytest
 import yaml
 
 from mlscope.contract.errors import UserError
-from mlscope.contract.manifest import ManifestError, parse_manifest
+from mlscope.contract.manifest import Manifest, ManifestError, parse_manifest
+from mlscope.contract.settings import load_settings
+from mlscope.registry import models
+from mlscope.registry.catalogue import Catalogue
 from mlscope.registry.models import ModelRegistry
+from tests.fixtures.onnx_graphs import onnx_model
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "manifests"
 SHIPPED_NAMES = ["alexnet", "bert_base", "mobilenet_v2", "resnet18", "resnet50", "vgg16"]
@@ -145,3 +150,73 @@ def test_registry_built_from_manifests_refuses_duplicates() -> None:
         match=r"^two\.yaml: model 'tiny_cnn' for framework 'pytorch' is already defined by one\.yaml",
     ):
         ModelRegistry([first, second])
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Each read of the shipped manifests ("manifests") and of the catalogue ("catalogue")."""
+    calls: list[str] = []
+    shipped, catalogue = models._load_shipped, Catalogue.load
+
+    def read_shipped() -> list[Manifest]:
+        calls.append("manifests")
+        return shipped()
+
+    def read_catalogue() -> Catalogue:
+        calls.append("catalogue")
+        return catalogue()
+
+    monkeypatch.setattr(models, "_load_shipped", read_shipped)
+    monkeypatch.setattr(Catalogue, "load", staticmethod(read_catalogue))
+    return calls
+
+
+def test_a_path_is_resolved_without_reading_the_shipped_manifests_or_the_catalogue(
+    tmp_path: Path, reads: list[str]
+) -> None:
+    graph = onnx_model(tmp_path / "model.onnx")
+    registry = ModelRegistry.load()
+    assert registry.frameworks_for(str(graph)) == ["onnxruntime"]
+    assert registry.get(str(graph), "onnxruntime").inputs[0].shape == (16,)
+    for nowhere in (str(tmp_path / "missing.onnx"), str(tmp_path / "missing")):
+        with pytest.raises(UserError, match="no such file"):
+            registry.get(nowhere, "onnxruntime")
+    assert reads == []
+    # A name reads them, once each; what they hold is then as before.
+    assert registry.frameworks_for("bert_base") == ["onnxruntime", "pytorch"]
+    assert registry.get("resnet50", "onnxruntime").attributes["top1"] == 76.130
+    assert registry.get("torchvision:resnet18", "onnxruntime").name == "torchvision:resnet18"
+    assert registry.names() == SHIPPED_NAMES and len(registry) == 23
+    assert registry.catalogue is not None and registry.catalogue.has("torchvision:resnet18")
+    assert sorted(reads) == ["catalogue", "manifests"]
+
+
+def test_an_unknown_name_reads_the_manifests_and_the_catalogue_to_suggest_one(reads: list[str]) -> None:
+    with pytest.raises(UserError, match="did you mean resnet18"):
+        ModelRegistry.load().get("resnet19", "pytorch")
+    assert sorted(reads) == ["catalogue", "manifests"]
+
+
+def test_the_user_directories_are_read_at_load_the_shipped_set_at_first_name(
+    tmp_path: Path, reads: list[str]
+) -> None:
+    broken = write(tmp_path / "bad" / "broken.yaml", document(task="classify"))
+    with pytest.raises(ManifestError, match=f"^{broken}: task: must be one of"):
+        ModelRegistry.load([tmp_path / "bad"])
+    write(tmp_path / "good" / "mine.yaml", document(name="resnet18", description="mine"))
+    registry = ModelRegistry.load([tmp_path / "good"])
+    assert reads == []
+    # The user's manifest still replaces the shipped one of its (name, framework), and only that one.
+    assert registry.get("resnet18", "pytorch").description == "mine"
+    assert registry.get("resnet18", "onnxruntime").description != "mine"
+    assert reads == ["manifests"]
+
+
+def test_the_settings_manifest_directories_are_checked_before_any_model_is_resolved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "nope"
+    monkeypatch.setenv("MLSCOPE_MANIFESTS", str(missing))
+    monkeypatch.setenv("MLSCOPE_SETTINGS", str(tmp_path / "settings.toml"))
+    with pytest.raises(UserError, match=f"^manifest directory {missing} does not exist"):
+        ModelRegistry.load(load_settings().manifests)

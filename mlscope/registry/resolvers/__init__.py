@@ -46,30 +46,34 @@ class Resolvers:
 
     Args:
         manifests: the manifest files' manifests by (name, framework).
-        catalogue: the catalogue behind `library:name` references; None: no catalogue names.
+        catalogue: the catalogue behind `library:name` references, or its loader (called when a
+            name is first looked up); None: no catalogue names.
         local_files: whether references to this machine's files resolve (see `ModelRegistry`).
         uploads: where `sha256:<hex>` references find their file (see `UploadResolver`).
+        cache_dir: where ONNX files' graph signatures are kept (see `onnx_file_manifest`); None:
+            not kept.
     """
 
     def __init__(
         self,
         manifests: Mapping[tuple[str, str], Manifest],
-        catalogue: Catalogue | None,
+        catalogue: Catalogue | Callable[[], Catalogue] | None,
         *,
         local_files: bool,
         uploads: Callable[[str], Path] | None,
+        cache_dir: Path | None = None,
     ) -> None:
         self.manifests = ManifestResolver(manifests)
         self.catalogue = CatalogueResolver(catalogue)
         self.local_files = local_files
-        self._upload = UploadResolver(uploads)
+        self._upload = UploadResolver(uploads, cache_dir=cache_dir)
         self.order: tuple[Resolver, ...] = (
             self._upload,
             FactoryResolver(),
             self.manifests,
             self.catalogue,
             HfDirectoryResolver(self.manifests, self.catalogue),
-            OnnxFileResolver(),
+            OnnxFileResolver(cache_dir),
         )
         assert tuple(resolver.kind for resolver in self.order) == ORDER
 

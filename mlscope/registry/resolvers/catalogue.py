@@ -1,9 +1,13 @@
 """Catalogue names, `torchvision:<builder>`, `timm:<model>`, `hf:<model_type>`, `mlscope:<model>`: the
 catalogue's entries (`mlscope.registry.catalogue`), each made into a manifest on demand, for the
-frameworks the entry is meant for.
+frameworks the entry is meant for. The catalogue may be given as its loader, called when a name is
+first looked up: a reference that looks like a path is turned away without it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cached_property
 
 from mlscope.contract.manifest import Manifest
 from mlscope.registry.catalogue import Catalogue
@@ -16,23 +20,37 @@ __all__ = ["CatalogueResolver"]
 
 
 class CatalogueResolver(Resolver):
-    """A ref the catalogue has; none without a catalogue."""
+    """A ref the catalogue has; none without a catalogue.
+
+    Args:
+        catalogue: the catalogue, or what loads it (called once, on first use); None: no catalogue.
+    """
 
     kind = "catalogue"
 
-    def __init__(self, catalogue: Catalogue | None) -> None:
-        self._catalogue = catalogue
+    def __init__(self, catalogue: Catalogue | Callable[[], Catalogue] | None) -> None:
+        self._given = catalogue
+
+    @cached_property
+    def catalogue(self) -> Catalogue | None:
+        """The catalogue (loaded here on first use when a loader was given); None without one."""
+        given = self._given
+        return given if given is None or isinstance(given, Catalogue) else given()
 
     def refs(self) -> list[str]:
         """Every catalogue ref, sorted (none without a catalogue)."""
-        return self._catalogue.refs() if self._catalogue is not None else []
+        catalogue = self.catalogue
+        return catalogue.refs() if catalogue is not None else []
 
     def matches(self, ref: str) -> bool:
-        return self._catalogue is not None and self._catalogue.has(ref) and not looks_like_path(ref)
+        if looks_like_path(ref):
+            return False
+        catalogue = self.catalogue
+        return catalogue is not None and catalogue.has(ref)
 
     def frameworks(self, ref: str) -> list[str]:
-        assert self._catalogue is not None, "matches() is False without a catalogue"
-        return sorted(self._catalogue.get(ref).frameworks)
+        assert self.catalogue is not None, "matches() is False without a catalogue"
+        return sorted(self.catalogue.get(ref).frameworks)
 
     def manifest(self, ref: str, framework: str) -> Manifest:
         """The catalogue's manifest of `ref` for `framework` (no options).
@@ -40,11 +58,11 @@ class CatalogueResolver(Resolver):
         Raises:
             UserError: the entry is not meant for that framework (lists those it is).
         """
-        assert self._catalogue is not None, "matches() is False without a catalogue"
+        assert self.catalogue is not None, "matches() is False without a catalogue"
         frameworks = self.frameworks(ref)
         if framework not in frameworks:
             raise no_manifest_for(ref, framework, frameworks)
-        return self._catalogue.manifest(ref, framework)
+        return self.catalogue.manifest(ref, framework)
 
     def resolve(self, ref: str, framework: str, options: ModelOptions) -> Manifest:
         return apply_options(self.manifest(ref, framework), options)

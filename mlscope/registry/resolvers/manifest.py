@@ -1,11 +1,14 @@
 """Manifest names: the manifests that ship (`mlscope/manifests/`) or sit in `MLSCOPE_MANIFESTS`,
 one per (name, framework). A manifest file's name shadows a catalogue entry of the same name on
-every framework (the dispatcher asks this resolver first).
+every framework (the dispatcher asks this resolver first). A reference that looks like a path is
+never a manifest name: it is turned away without looking at the manifests, which a registry may not
+have read yet (`LazyManifests`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cached_property
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest
@@ -31,16 +34,21 @@ class ManifestResolver(Resolver):
 
     def __init__(self, by_key: Mapping[tuple[str, str], Manifest]) -> None:
         self._by_key = by_key
-        self._frameworks: dict[str, list[str]] = {}
-        for name, framework in by_key:
-            self._frameworks.setdefault(name, []).append(framework)
+
+    @cached_property
+    def _frameworks(self) -> dict[str, list[str]]:
+        """The frameworks of each name; reading it reads the manifests."""
+        frameworks: dict[str, list[str]] = {}
+        for name, framework in self._by_key:
+            frameworks.setdefault(name, []).append(framework)
+        return frameworks
 
     def names(self) -> list[str]:
         """The sorted model names of the manifest files."""
         return sorted(self._frameworks)
 
     def matches(self, ref: str) -> bool:
-        return ref in self._frameworks and not looks_like_path(ref)
+        return not looks_like_path(ref) and ref in self._frameworks
 
     def frameworks(self, ref: str) -> list[str]:
         return sorted(self._frameworks.get(ref, ()))

@@ -17,9 +17,17 @@ __all__ = ["OnnxFileResolver"]
 
 class OnnxFileResolver(Resolver):
     """A path to a file ending in .onnx, or a path ending in .onnx with no file there yet (reading
-    it names what is missing). A file of another suffix is no kind: the dispatcher refuses it."""
+    it names what is missing). A file of another suffix is no kind: the dispatcher refuses it.
+
+    Args:
+        cache_dir: where graph signatures are kept by the file's SHA-256 (see `onnx_file_manifest`);
+            None: each resolution parses the graph.
+    """
 
     kind = "onnx"
+
+    def __init__(self, cache_dir: Path | None = None) -> None:
+        self._cache_dir = cache_dir
 
     def matches(self, ref: str) -> bool:
         if not looks_like_path(ref):
@@ -34,4 +42,4 @@ class OnnxFileResolver(Resolver):
 
     def resolve(self, ref: str, framework: str, options: ModelOptions) -> Manifest:
         check_framework(ref, framework, self.frameworks(ref))
-        return onnx_file_manifest(Path(ref), input_shapes=options.input_shapes)
+        return onnx_file_manifest(Path(ref), input_shapes=options.input_shapes, cache_dir=self._cache_dir)

@@ -25,12 +25,14 @@ class UploadResolver(Resolver):
     Args:
         uploads: from a digest to the local path of its file (fetched and verified), its description
             beside it; None: uploads are named as such but not resolved here.
+        cache_dir: where graph signatures are kept (see `onnx_file_manifest`); None: not kept.
     """
 
     kind = "upload"
 
-    def __init__(self, uploads: Callable[[str], Path] | None) -> None:
+    def __init__(self, uploads: Callable[[str], Path] | None, *, cache_dir: Path | None = None) -> None:
         self._uploads = uploads
+        self._cache_dir = cache_dir
 
     def matches(self, ref: str) -> bool:
         return UPLOAD_REF.match(ref) is not None
@@ -58,6 +60,7 @@ class UploadResolver(Resolver):
             name=described.name if described is not None else f"upload-{digest[:12]}",
             filename=described.filename if described is not None else None,
             origin=ref,
+            cache_dir=self._cache_dir,
         )
 
     def _path(self, ref: str) -> Path | None:

@@ -82,12 +82,15 @@ def model_file(url: str, sha256: str | None, cache_dir: Path) -> Path:
 
 
 def file_sha256(path: Path) -> str:
-    """The SHA-256 of a file's bytes, as 64 lowercase hexadecimal digits (read 1 MiB at a time)."""
-    digest = hashlib.sha256()
+    """The SHA-256 of a file's bytes, as 64 lowercase hexadecimal digits (hashlib.file_digest's reads
+    into one reused buffer where Python has it, 3.11 on; else 1 MiB at a time)."""
     with path.open("rb") as handle:
+        if hasattr(hashlib, "file_digest"):
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+        digest = hashlib.sha256()
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
-    return digest.hexdigest()
+        return digest.hexdigest()
 
 
 def model_files(directory: Path) -> list[Path]:
