@@ -309,3 +309,23 @@ def test_no_engine_is_one_line_naming_docker_host(tmp_path: Path, mlscope_env: d
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and "no Docker engine answers" in lines[0] and "DOCKER_HOST" in lines[0]
         assert "no-engine.sock" in lines[0] and "ops/ci/docker.sh" in lines[0]
+
+
+def test_the_build_progress_shows_the_deps_images_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from mlscope.cli.image import _Progress
+
+    # Given the lines a build logs: the deps image's, pip's chatter, a step
+    progress = _Progress("onnxruntime", "base mlscope-base:bookworm")
+    for line in (
+        "deps image mlscope-predictor-onnxruntime-deps:0123456789abcdef is up to date (43d782de5cfe)",
+        "Processing /tmp/build/src",
+        "Step 1/16 : ARG BASE=python:3.11-slim",
+    ):
+        progress(line)
+    # Then the build is announced once, before the deps image's line, and the chatter is left out
+    assert capsys.readouterr().err.splitlines() == [
+        "image onnxruntime: building (base mlscope-base:bookworm)",
+        "  deps image mlscope-predictor-onnxruntime-deps:0123456789abcdef is up to date (43d782de5cfe)",
+        "  Step 1/16 : ARG BASE=python:3.11-slim",
+    ]
+    assert progress.building
