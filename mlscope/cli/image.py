@@ -21,8 +21,16 @@ def image() -> None:
     predictor runtime only."""
 
 
-# The build output worth a line on the terminal; everything else shows only when a build fails.
-_PROGRESS_PREFIXES = ("Step ", "Successfully installed", "Successfully built", "Successfully tagged")
+# The build output worth a line on the terminal; everything else shows only when a build fails. The
+# deps image's line (up to date, or building) comes only when the predictor image is built.
+_PROGRESS_PREFIXES = (
+    "deps image ",
+    "building deps image ",
+    "Step ",
+    "Successfully installed",
+    "Successfully built",
+    "Successfully tagged",
+)
 
 
 def _size(size: int) -> str:

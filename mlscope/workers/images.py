@@ -4,8 +4,16 @@ One image per framework, `mlscope-predictor-<framework>:<mlscope version>`, buil
 `ops/images/<framework>.Dockerfile` of the source checkout. It holds the framework (pinned by
 `ops/images/<framework>.requirements.txt`) and mlscope's predictor runtime only. Its labels say
 which framework and version it carries and a hash of everything it was built from, so a build
-whose inputs have not changed is skipped. The Docker SDK is imported only when an engine is needed;
-nothing here imports Celery, Flask or a database.
+whose inputs have not changed is skipped.
+
+The framework's dependencies are an image of their own, `mlscope-predictor-<framework>-deps:<hash>`
+(`ops/images/deps.Dockerfile`, one file for every framework), named by the hash of what it is
+built from: the deps Dockerfile, the two pins files and the base image. The predictor image builds
+on it and only installs mlscope's source, offline, so an edit to the predictor runtime rebuilds no
+framework from the index; a change of pins or base makes a new deps image, and the old one goes.
+
+The Docker SDK is imported only when an engine is needed; nothing here imports Celery, Flask or a
+database.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from mlscope.workers.envs import file_lock
 
 __all__ = [
     "BUILT_BY_DEFAULT",
+    "LABEL_DEPS",
+    "LABEL_DEPS_OF",
     "LABEL_FRAMEWORK",
     "LABEL_INPUTS",
     "LABEL_VERSION",
@@ -36,10 +46,14 @@ __all__ = [
     "ImageBuildError",
     "ImageInfo",
     "assemble_context",
+    "assemble_deps_context",
     "build_image",
+    "deps_image_name",
+    "deps_inputs",
     "docker_client",
     "docker_frameworks",
     "image_for",
+    "image_inputs",
     "image_name",
     "list_images",
     "pinned_version",
@@ -49,14 +63,23 @@ __all__ = [
 LABEL_FRAMEWORK = "org.mlscope.framework"
 LABEL_VERSION = "org.mlscope.framework.version"
 LABEL_INPUTS = "org.mlscope.inputs"
+# A deps image names its framework under a label of its own, so the predictor images' lookups
+# (`list_images`, by LABEL_FRAMEWORK) never take it for a predictor image.
+LABEL_DEPS_OF = "org.mlscope.deps-of"
+# A predictor image names the deps image it was built on.
+LABEL_DEPS = "org.mlscope.deps"
 
 # Built when `mlscope image build` names none: each framework says whether its image builds from
 # PyPI in reasonable time and space (`FrameworkSpec.image_by_default`).
 BUILT_BY_DEFAULT = tuple(name for name, spec in FRAMEWORKS.items() if spec.image_by_default)
 
 _IMAGE_PREFIX = "mlscope-predictor-"
+_DEPS_SUFFIX = "-deps"
 _RUNTIME_REQUIREMENTS = "runtime.requirements.txt"
-# Inside the build context; the Dockerfiles COPY `build/` as one layer (vfs copies every layer).
+_DEPS_DOCKERFILE = "deps.Dockerfile"
+# The deps image's tag: this many hex digits of its inputs hash (the label holds all of it).
+_DEPS_TAG_DIGITS = 16
+# Inside the build contexts; the Dockerfiles COPY `build/` as one layer (vfs copies every layer).
 _CONTEXT_REQUIREMENTS = "build/requirements"
 _CONTEXT_SOURCE = "build/src"
 _CONTEXT_CA = "build/ca"
@@ -131,8 +154,9 @@ class BuildContext:
     Attributes:
         path: the directory sent to the engine.
         dockerfile: the Dockerfile's name inside it.
-        inputs: the hash of the Dockerfile, the requirements and the mlscope source in it (the CA
-            bundle is not an input: it only lets pip through a proxy).
+        inputs: the hash of the files in it (the deps context: the deps Dockerfile and the two pins
+            files; the image's: its Dockerfile and the mlscope source), the CA bundle excepted: it
+            only lets pip through a proxy.
         ca_name: the CA bundle's file name under `build/ca/`, or None.
     """
 
@@ -149,6 +173,15 @@ def image_name(framework: str) -> str:
         UserError: no framework of that name is registered.
     """
     return f"{_IMAGE_PREFIX}{get_framework(framework).name}:{mlscope.__version__}"
+
+
+def deps_image_name(framework: str, inputs: str) -> str:
+    """The name of the deps image of `framework` whose inputs hash is `inputs` (`deps_inputs`)."""
+    return f"{_deps_repository(framework)}:{inputs[:_DEPS_TAG_DIGITS]}"
+
+
+def _deps_repository(framework: str) -> str:
+    return f"{_IMAGE_PREFIX}{get_framework(framework).name}{_DEPS_SUFFIX}"
 
 
 def source_checkout() -> Path:
@@ -172,8 +205,13 @@ def _images_dir(checkout: Path | None) -> Path:
 
 
 def docker_frameworks(checkout: Path | None = None) -> list[str]:
-    """The frameworks that have a Dockerfile under ops/images/, sorted."""
-    return sorted(p.name.removesuffix(".Dockerfile") for p in _images_dir(checkout).glob("*.Dockerfile"))
+    """The frameworks that have a Dockerfile under ops/images/, sorted (deps.Dockerfile is every
+    framework's, no framework's own)."""
+    return sorted(
+        p.name.removesuffix(".Dockerfile")
+        for p in _images_dir(checkout).glob("*.Dockerfile")
+        if p.name != _DEPS_DOCKERFILE
+    )
 
 
 def _canonical(distribution: str) -> str:
@@ -197,12 +235,13 @@ def pinned_version(framework: str, checkout: Path | None = None) -> str | None:
 # The parts of mlscope a predictor image holds: what `python -m mlscope.runtime.execute` imports (the
 # runtime and the contract beneath it; lint-imports keeps them from importing anything above). Only
 # they and this stand-in pyproject are inputs of the image, so an edit to the api, the CLI, the store
-# or the project's dependencies does not rebuild every image (about 8 minutes here).
+# or the project's dependencies rebuilds no image. The deps image's venv has setuptools, so pip
+# builds this without build isolation, offline.
 _IMAGE_PARTS = ("contract", "runtime")
 _IMAGE_PYPROJECT = """\
 # The predictor runtime's part of mlscope (assembled by mlscope.workers.images; not the project's own).
 [build-system]
-requires = ["setuptools>=69", "wheel"]
+requires = ["setuptools>=77"]
 build-backend = "setuptools.build_meta"
 
 [project]
@@ -246,40 +285,85 @@ def _hash_tree(root: Path, *, exclude: str) -> str:
     return digest.hexdigest()
 
 
-def assemble_context(
+def _require(path: Path, message: str) -> Path:
+    if not path.is_file():
+        raise UserError(message)
+    return path
+
+
+def _dockerfile_of(framework: str, images: Path, checkout: Path) -> Path:
+    return _require(
+        images / f"{framework}.Dockerfile",
+        f"no predictor image for '{framework}': ops/images/ has Dockerfiles for "
+        f"{', '.join(docker_frameworks(checkout)) or 'no framework'}",
+    )
+
+
+def assemble_deps_context(
     framework: str, dest: Path, *, ca_bundle: Path | None = None, checkout: Path | None = None
 ) -> BuildContext:
-    """Lay out the build context of `framework`'s image in the empty or missing directory `dest`:
-    the Dockerfile, the runtime and framework requirements, a copy of the mlscope source, and the CA
-    bundle when one is given (under build/ca/, for pip in the build stage only).
+    """Lay out the build context of `framework`'s deps image in the empty or missing directory
+    `dest`: deps.Dockerfile, the runtime and framework requirements, and the CA bundle when one is
+    given (under build/ca/, for pip in the build stage only).
 
     Raises:
-        UserError: no Dockerfile or requirements for `framework`, or no source checkout.
+        UserError: no Dockerfile, deps Dockerfile or requirements for `framework`, or no source
+            checkout.
     """
     checkout = checkout or source_checkout()
     images = _images_dir(checkout)
-    dockerfile = images / f"{framework}.Dockerfile"
-    requirements = [images / _RUNTIME_REQUIREMENTS, images / f"{framework}.requirements.txt"]
-    if not dockerfile.is_file():
-        raise UserError(
-            f"no predictor image for '{framework}': ops/images/ has Dockerfiles for "
-            f"{', '.join(docker_frameworks(checkout)) or 'no framework'}"
-        )
-    for path in requirements:
-        if not path.is_file():
-            raise UserError(f"ops/images/{path.name} is missing: the image of '{framework}' needs it")
+    _dockerfile_of(framework, images, checkout)
+    dockerfile = _require(
+        images / _DEPS_DOCKERFILE, f"ops/images/{_DEPS_DOCKERFILE} is missing: every image needs it"
+    )
+    requirements = [
+        _require(images / name, f"ops/images/{name} is missing: the image of '{framework}' needs it")
+        for name in (_RUNTIME_REQUIREMENTS, f"{framework}.requirements.txt")
+    ]
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy2(dockerfile, dest / dockerfile.name)
     (dest / _CONTEXT_REQUIREMENTS).mkdir(parents=True)
     for path in requirements:
         shutil.copy2(path, dest / _CONTEXT_REQUIREMENTS / path.name)
-    _copy_source(checkout, dest / _CONTEXT_SOURCE)
     (dest / _CONTEXT_CA).mkdir(parents=True)
     ca_name = None
     if ca_bundle is not None:
         ca_name = "build-ca.crt"
         shutil.copyfile(ca_bundle, dest / _CONTEXT_CA / ca_name)
     return BuildContext(dest, dockerfile.name, _hash_tree(dest, exclude=_CONTEXT_CA), ca_name)
+
+
+def assemble_context(framework: str, dest: Path, *, checkout: Path | None = None) -> BuildContext:
+    """Lay out the build context of `framework`'s image in the empty or missing directory `dest`:
+    the Dockerfile and a copy of the mlscope source. No CA bundle: the image installs the source
+    from the context, offline, onto its deps image.
+
+    Raises:
+        UserError: no Dockerfile for `framework`, or no source checkout.
+    """
+    checkout = checkout or source_checkout()
+    dockerfile = _dockerfile_of(framework, _images_dir(checkout), checkout)
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(dockerfile, dest / dockerfile.name)
+    _copy_source(checkout, dest / _CONTEXT_SOURCE)
+    return BuildContext(dest, dockerfile.name, _hash_tree(dest, exclude=_CONTEXT_CA), None)
+
+
+def _sha256(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def deps_inputs(deps_context: BuildContext, base_reference: str) -> str:
+    """The inputs hash of a deps image: its context's (deps Dockerfile and pins) and the base's
+    reference (`_base_reference`). Its first digits tag the image (`deps_image_name`)."""
+    return _sha256("deps", deps_context.inputs, base_reference)
+
+
+def image_inputs(context: BuildContext, deps_hash: str) -> str:
+    """The inputs hash of a predictor image: its context's (Dockerfile and mlscope source) and its
+    deps image's (`deps_inputs`), so a change of pins or base rebuilds both images and a change
+    of source the predictor image only."""
+    return _sha256("image", context.inputs, deps_hash)
 
 
 def docker_client(timeout_s: float = 60) -> Any:
@@ -372,17 +456,22 @@ def build_image(
     network: str | None = None,
     rebuild: bool = False,
     log: Log = lambda line: None,
+    checkout: Path | None = None,
 ) -> ImageInfo:
-    """Build the predictor image of `framework`, unless one of the same inputs exists.
+    """Build the predictor image of `framework`, unless one of the same inputs exists, on its deps
+    image, which is built first unless one of the same inputs exists.
 
     Args:
         framework: a framework with a Dockerfile under ops/images/.
         base: the base image (build argument BASE); None keeps the Dockerfile's default.
         ca_bundle: a CA bundle pip must trust inside the build (a TLS-intercepting proxy); it goes
-            into the temporary build context and the build stage only.
-        network: the build's network mode, e.g. "host" where pip reaches the index only so.
-        rebuild: build even when an image with the same inputs exists.
-        log: called with each line of the build's output.
+            into the deps image's temporary build context and build stage only.
+        network: the deps build's network mode, e.g. "host" where pip reaches the index only so.
+            The predictor image's build has no network: it installs from its context only.
+        rebuild: build both images even when images with the same inputs exist.
+        log: called with each line of the build's output, and with one line saying whether the
+            deps image is up to date or being built (only when the predictor image is built).
+        checkout: the source checkout to build from (default: the one mlscope runs from).
 
     Returns:
         The image, built or found up to date.
@@ -390,7 +479,7 @@ def build_image(
     Raises:
         UserError: unknown framework, a framework that cannot run anywhere, no Dockerfile, no
             source checkout, no CA bundle at that path, no Docker SDK or no engine.
-        ImageBuildError: the build failed; its `tail` holds the last output lines.
+        ImageBuildError: a build failed; its `tail` holds the last output lines.
     """
     spec = get_framework(framework)
     if spec.unavailable:
@@ -398,31 +487,38 @@ def build_image(
     ca_path = Path(ca_bundle) if ca_bundle is not None else None
     if ca_path is not None and not ca_path.is_file():
         raise UserError(f"CA bundle {ca_path}: no such file")
-    checkout = source_checkout()
+    checkout = checkout or source_checkout()
     client = docker_client()
     name = image_name(framework)
     lock = Path(tempfile.gettempdir()) / f"mlscope-image-build-{framework}.lock"
     with file_lock(lock), tempfile.TemporaryDirectory(prefix="mlscope-image-") as scratch:
-        context = assemble_context(framework, Path(scratch) / "context", ca_bundle=ca_path, checkout=checkout)
-        inputs = hashlib.sha256(f"{context.inputs}\0{_base_reference(client, base)}".encode()).hexdigest()
+        deps_context = assemble_deps_context(
+            framework, Path(scratch) / "deps", ca_bundle=ca_path, checkout=checkout
+        )
+        context = assemble_context(framework, Path(scratch) / "image", checkout=checkout)
+        deps_hash = deps_inputs(deps_context, _base_reference(client, base))
+        inputs = image_inputs(context, deps_hash)
         existing = image_for(framework, client)
         if existing is not None and existing.inputs == inputs and not rebuild:
             log(f"{name} is up to date ({existing.short_id})")
             return existing
+        deps = _deps_image(
+            client, framework, deps_context, deps_hash, base=base, network=network, rebuild=rebuild, log=log
+        )
         # The Dockerfiles turn these into labels in one LABEL step before their last COPY (labels
         # the SDK adds become one step each after it: a full filesystem copy each under vfs).
         build_args = {
+            "DEPS": deps,
             "MLSCOPE_VERSION": mlscope.__version__,
             "MLSCOPE_FRAMEWORK_VERSION": pinned_version(framework, checkout) or "",
             "MLSCOPE_INPUTS": inputs,
             "MLSCOPE_BASE": base or "",
+            "MLSCOPE_DEPS": deps,
         }
         if base:
             build_args["BASE"] = base
-        if context.ca_name:
-            build_args["CA_BUNDLE"] = context.ca_name
         built_id, intermediates = _run_build(
-            client, context, name, build_args=build_args, network=network, log=log
+            client, context, name, build_args=build_args, network="none", log=log
         )
     replaced = [existing.id] if existing is not None and existing.id != built_id else []
     _remove_untagged(client, intermediates + replaced, keep=built_id)
@@ -430,6 +526,60 @@ def build_image(
     if image is None:  # pragma: no cover - the engine reported success
         raise ImageBuildError(f"the build reported success but {name} is missing", [])
     return image
+
+
+def _deps_image(
+    client: Any,
+    framework: str,
+    context: BuildContext,
+    inputs: str,
+    *,
+    base: str | None,
+    network: str | None,
+    rebuild: bool,
+    log: Log,
+) -> str:
+    """The name of `framework`'s deps image of `inputs`, built unless the engine has it (or
+    `rebuild`). A new one replaces the framework's other deps images: they are removed, unless a
+    container uses one."""
+    from docker.errors import ImageNotFound
+
+    name = deps_image_name(framework, inputs)
+    try:
+        existing = client.images.get(name)
+    except ImageNotFound:
+        existing = None
+    if existing is not None and (existing.labels or {}).get(LABEL_INPUTS) == inputs and not rebuild:
+        log(f"deps image {name} is up to date ({existing.id.removeprefix('sha256:')[:12]})")
+        return name
+    log(f"building deps image {name}")
+    build_args = {"FRAMEWORK": framework, "MLSCOPE_INPUTS": inputs}
+    if base:
+        build_args["BASE"] = base
+    if context.ca_name:
+        build_args["CA_BUNDLE"] = context.ca_name
+    built_id, intermediates = _run_build(
+        client, context, name, build_args=build_args, network=network, log=log
+    )
+    replaced = [existing.id] if existing is not None and existing.id != built_id else []
+    _remove_untagged(client, intermediates + replaced, keep=built_id)
+    _remove_other_deps(client, framework, keep=name)
+    return name
+
+
+def _remove_other_deps(client: Any, framework: str, keep: str) -> None:
+    """Untag every deps image of `framework` but `keep`; the engine removes an image with its last
+    tag unless a container or another image builds on it."""
+    from docker.errors import APIError, ImageNotFound
+
+    repository = _deps_repository(framework)
+    for image in client.images.list(name=repository):
+        for tag in image.tags:
+            if tag.startswith(f"{repository}:") and tag != keep:
+                try:
+                    client.images.remove(tag, noprune=False)
+                except (ImageNotFound, APIError):
+                    continue
 
 
 def _run_build(

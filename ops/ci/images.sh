@@ -2,8 +2,11 @@
 # Builds the predictor images the container tests run in (ONNX Runtime, TensorFlow, MXNet) on the
 # offline base image mlscope-base:bookworm (made by ops/ci/docker.sh), through
 # `mlscope image build`: pip inside the build reaches the index over the host's network, trusting
-# the host's CA bundle (it passes a TLS-intercepting proxy here). An image whose inputs (Dockerfile,
+# the host's CA bundle (it passes a TLS-intercepting proxy here). An image whose inputs (Dockerfiles,
 # pins, mlscope source, base image) are unchanged is not rebuilt: about 1 s when all are up to date.
+# Each image builds on a deps image of its framework (the pins' venv), itself rebuilt only when the
+# pins, ops/images/deps.Dockerfile or the base change: a change of mlscope's source reinstalls no
+# framework.
 # PyTorch's image is not built here: PyPI's torch is the multi-GB CUDA build (ops/images/README.md).
 #
 # Environment: MLSCOPE_CA_BUNDLE (default: the host's bundle, when it exists) and MLSCOPE_CI_IMAGES

@@ -1,24 +1,23 @@
 # The MXNet predictor image: MXNet 1.9 with numpy < 1.24, and mlscope's predictor runtime; no
 # Celery, Flask or database code. `mlscope image build mxnet` assembles the build context
 # (never build this file from the repository root):
-#   build/requirements/  runtime.requirements.txt + mxnet.requirements.txt (exact pins)
 #   build/src/           pyproject.toml and the package folders it maps (mlscope, installed --no-deps)
-#   build/ca/            the CA bundle pip must trust, only when --ca-bundle is given
+# The build stage is the deps image (deps.Dockerfile: the venv with the pins of
+# runtime.requirements.txt and mxnet.requirements.txt), passed as DEPS; it installs mlscope's
+# source offline (no index, no build isolation), so a change of source rebuilds no framework.
 # One COPY and one RUN per stage: the vfs storage driver keeps a full copy of the filesystem per
-# layer. The CA bundle stays in the build stage, which `mlscope image build` removes afterwards.
+# layer. `mlscope image build` removes the build stage afterwards.
 # MXNet loads libgomp and libquadmath from the system. The build stage copies them next to the venv,
 # so the final stage needs nothing from the base image but Python (mlscope-base:bookworm has both).
 ARG BASE=python:3.11-slim
 
-FROM ${BASE} AS build
-ARG CA_BUNDLE=""
+ARG DEPS
+
+FROM ${DEPS} AS build
 COPY build/ /tmp/build/
 RUN set -eu; \
-    if [ -n "$CA_BUNDLE" ]; then export PIP_CERT="/tmp/build/ca/$CA_BUNDLE"; fi; \
-    python3 -m venv /opt/mlscope; \
-    pip="/opt/mlscope/bin/pip install --no-cache-dir --progress-bar off --disable-pip-version-check"; \
-    $pip -r /tmp/build/requirements/runtime.requirements.txt -r /tmp/build/requirements/mxnet.requirements.txt; \
-    $pip --no-deps /tmp/build/src; \
+    /opt/mlscope/bin/pip install --no-cache-dir --progress-bar off --disable-pip-version-check \
+        --no-index --no-deps --no-build-isolation /tmp/build/src; \
     mkdir -p /opt/mlscope/lib/system; \
     for lib in libgomp.so.1 libquadmath.so.0; do \
         path=$(ldconfig -p | awk -v lib="$lib" '$1 == lib { print $NF; exit }'); \
@@ -33,20 +32,23 @@ RUN set -eu; \
 FROM ${BASE}
 # Metadata first, the COPY last: the legacy builder makes a container for every step, and with vfs
 # each one copies the whole filesystem (after the COPY, the venv too: 25-50 s a step for TensorFlow).
-# `mlscope image build` passes the label values.
-ARG MLSCOPE_VERSION=""
-ARG MLSCOPE_FRAMEWORK_VERSION=""
-ARG MLSCOPE_INPUTS=""
-ARG MLSCOPE_BASE=""
-LABEL org.opencontainers.image.title=mlscope-predictor-mxnet org.mlscope.framework=mxnet \
-      org.mlscope.framework.version=$MLSCOPE_FRAMEWORK_VERSION \
-      org.mlscope.inputs=$MLSCOPE_INPUTS org.mlscope.version=$MLSCOPE_VERSION org.mlscope.base=$MLSCOPE_BASE
 # Any uid can run it (the runner may pass its own, so files in the io dir stay the worker's): HOME
 # is /tmp, which every uid can write, for what a framework keeps in ~ (Keras writes ~/.keras).
 ENV PATH=/opt/mlscope/bin:$PATH HOME=/tmp PYTHONUNBUFFERED=1 MLSCOPE_CACHE_DIR=/mlscope/cache \
     LD_LIBRARY_PATH=/opt/mlscope/lib/system
 USER 10001:10001
 WORKDIR /tmp
+# The labels last but for the COPY: `mlscope image build` passes their values, which change with
+# every build, so the steps above come from the build cache (each a full filesystem copy under vfs).
+ARG MLSCOPE_VERSION=""
+ARG MLSCOPE_FRAMEWORK_VERSION=""
+ARG MLSCOPE_INPUTS=""
+ARG MLSCOPE_BASE=""
+ARG MLSCOPE_DEPS=""
+LABEL org.opencontainers.image.title=mlscope-predictor-mxnet org.mlscope.framework=mxnet \
+      org.mlscope.framework.version=$MLSCOPE_FRAMEWORK_VERSION \
+      org.mlscope.inputs=$MLSCOPE_INPUTS org.mlscope.version=$MLSCOPE_VERSION org.mlscope.base=$MLSCOPE_BASE \
+      org.mlscope.deps=$MLSCOPE_DEPS
 # No ENTRYPOINT or CMD of its own: the Docker runner names the command,
 #   python -m mlscope.runtime.execute --job /mlscope/io/job.json --result /mlscope/io/result.json
 COPY --from=build /opt/mlscope /opt/mlscope
