@@ -155,6 +155,8 @@ def test_building_an_unknown_framework_exits_2_in_one_line() -> None:
     assert done.returncode == 2 and len(lines) == 1 and "unknown framework 'nosuchfw'" in lines[0]
 
 
+# Alone: it replaces the shared ONNX Runtime image, which docker tests on the other worker run in.
+@pytest.mark.quiet
 def test_a_source_only_change_rebuilds_the_image_on_the_same_deps_image(
     client: Any, ort_image: ImageInfo, tmp_path: Path, shared_cache: Path
 ) -> None:
