@@ -40,7 +40,7 @@ def _size(size: int) -> str:
 def _check_buildable(frameworks: list[str]) -> None:
     """Refuse the whole command before any build when one name is wrong."""
     from mlscope.runtime.frameworks import get_framework
-    from mlscope.workers.images import docker_frameworks
+    from mlscope.workers.image_contexts import docker_frameworks
 
     buildable = docker_frameworks()
     for name in frameworks:

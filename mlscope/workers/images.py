@@ -11,6 +11,7 @@ The framework's dependencies are an image of their own, `mlscope-predictor-<fram
 built from: the deps Dockerfile, the two pins files and the base image. The predictor image builds
 on it and only installs mlscope's source, offline, so an edit to the predictor runtime rebuilds no
 framework from the index; a change of pins or base makes a new deps image, and the old one goes.
+What each is built from, and its inputs hash, is `mlscope.workers.image_contexts`'s.
 
 The Docker SDK is imported only when an engine is needed; nothing here imports Celery, Flask or a
 database.
@@ -18,10 +19,8 @@ database.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import shutil
 import tempfile
 from collections import deque
 from collections.abc import Callable
@@ -32,8 +31,16 @@ from typing import Any
 import mlscope
 from mlscope.contract.errors import MlscopeError, UserError
 from mlscope.runtime.frameworks import FRAMEWORKS, get_framework
-from mlscope.workers import envs
 from mlscope.workers.envs import file_lock
+from mlscope.workers.image_contexts import (
+    BuildContext,
+    assemble_context,
+    assemble_deps_context,
+    deps_inputs,
+    image_inputs,
+    pinned_version,
+    source_checkout,
+)
 
 __all__ = [
     "BUILT_BY_DEFAULT",
@@ -42,22 +49,14 @@ __all__ = [
     "LABEL_FRAMEWORK",
     "LABEL_INPUTS",
     "LABEL_VERSION",
-    "BuildContext",
     "ImageBuildError",
     "ImageInfo",
-    "assemble_context",
-    "assemble_deps_context",
     "build_image",
     "deps_image_name",
-    "deps_inputs",
     "docker_client",
-    "docker_frameworks",
     "image_for",
-    "image_inputs",
     "image_name",
     "list_images",
-    "pinned_version",
-    "source_checkout",
 ]
 
 LABEL_FRAMEWORK = "org.mlscope.framework"
@@ -75,14 +74,8 @@ BUILT_BY_DEFAULT = tuple(name for name, spec in FRAMEWORKS.items() if spec.image
 
 _IMAGE_PREFIX = "mlscope-predictor-"
 _DEPS_SUFFIX = "-deps"
-_RUNTIME_REQUIREMENTS = "runtime.requirements.txt"
-_DEPS_DOCKERFILE = "deps.Dockerfile"
 # The deps image's tag: this many hex digits of its inputs hash (the label holds all of it).
 _DEPS_TAG_DIGITS = 16
-# Inside the build contexts; the Dockerfiles COPY `build/` as one layer (vfs copies every layer).
-_CONTEXT_REQUIREMENTS = "build/requirements"
-_CONTEXT_SOURCE = "build/src"
-_CONTEXT_CA = "build/ca"
 # Each build request may wait this long for the engine's next output line: pip prints nothing while
 # it downloads a large wheel with the progress bar off.
 _BUILD_READ_TIMEOUT_S = 3600
@@ -147,25 +140,6 @@ class ImageInfo:
         )
 
 
-@dataclass(frozen=True)
-class BuildContext:
-    """A temporary build context made by `assemble_context`.
-
-    Attributes:
-        path: the directory sent to the engine.
-        dockerfile: the Dockerfile's name inside it.
-        inputs: the hash of the files in it (the deps context: the deps Dockerfile and the two pins
-            files; the image's: its Dockerfile and the mlscope source), the CA bundle excepted: it
-            only lets pip through a proxy.
-        ca_name: the CA bundle's file name under `build/ca/`, or None.
-    """
-
-    path: Path
-    dockerfile: str
-    inputs: str
-    ca_name: str | None
-
-
 def image_name(framework: str) -> str:
     """The name of the predictor image of `framework` for this version of mlscope.
 
@@ -182,188 +156,6 @@ def deps_image_name(framework: str, inputs: str) -> str:
 
 def _deps_repository(framework: str) -> str:
     return f"{_IMAGE_PREFIX}{get_framework(framework).name}{_DEPS_SUFFIX}"
-
-
-def source_checkout() -> Path:
-    """The mlscope source checkout this installation runs from (an editable install of it).
-
-    Raises:
-        UserError: mlscope is installed from a wheel, without its source and ops/images/.
-    """
-    checkout = envs.source_checkout()
-    if checkout is None:
-        raise UserError(
-            "predictor images are built from a source checkout of mlscope (pyproject.toml and "
-            "ops/images/); this installation is not one: clone the repository and install it with "
-            "`pip install -e .`"
-        )
-    return checkout
-
-
-def _images_dir(checkout: Path | None) -> Path:
-    return (checkout or source_checkout()) / "ops" / "images"
-
-
-def docker_frameworks(checkout: Path | None = None) -> list[str]:
-    """The frameworks that have a Dockerfile under ops/images/, sorted (deps.Dockerfile is every
-    framework's, no framework's own)."""
-    return sorted(
-        p.name.removesuffix(".Dockerfile")
-        for p in _images_dir(checkout).glob("*.Dockerfile")
-        if p.name != _DEPS_DOCKERFILE
-    )
-
-
-def _canonical(distribution: str) -> str:
-    return re.sub(r"[-_.]+", "-", distribution).lower()
-
-
-def pinned_version(framework: str, checkout: Path | None = None) -> str | None:
-    """The framework version `ops/images/<framework>.requirements.txt` pins, or None."""
-    path = _images_dir(checkout) / f"{framework}.requirements.txt"
-    if not path.is_file():
-        return None
-    wanted = [_canonical(d) for d in get_framework(framework).distributions]
-    pins = {}
-    for line in path.read_text().splitlines():
-        name, sep, version = line.split("#", 1)[0].strip().partition("==")
-        if sep:
-            pins[_canonical(name.strip())] = version.strip()
-    return next((pins[d] for d in wanted if d in pins), None)
-
-
-# The parts of mlscope a predictor image holds: what `python -m mlscope.runtime.execute` imports (the
-# runtime and the contract beneath it; lint-imports keeps them from importing anything above). Only
-# they and this stand-in pyproject are inputs of the image, so an edit to the api, the CLI, the store
-# or the project's dependencies rebuilds no image. The deps image's venv has setuptools, so pip
-# builds this without build isolation, offline.
-_IMAGE_PARTS = ("contract", "runtime")
-_IMAGE_PYPROJECT = """\
-# The predictor runtime's part of mlscope (assembled by mlscope.workers.images; not the project's own).
-[build-system]
-requires = ["setuptools>=77"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "mlscope"
-dynamic = ["version"]
-description = "mlscope's predictor runtime"
-requires-python = ">=3.10"
-
-[tool.setuptools.dynamic]
-version = { attr = "mlscope.__version__" }
-
-[tool.setuptools.packages.find]
-include = ["mlscope*"]
-
-[tool.setuptools.package-data]
-"mlscope" = ["py.typed"]
-"""
-
-
-def _copy_source(checkout: Path, dest: Path) -> None:
-    dest.mkdir(parents=True)
-    (dest / "pyproject.toml").write_text(_IMAGE_PYPROJECT)
-    package, copy = checkout / "mlscope", dest / "mlscope"
-    copy.mkdir()
-    for name in ("__init__.py", "py.typed"):
-        shutil.copy2(package / name, copy / name)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-    for part in _IMAGE_PARTS:
-        shutil.copytree(package / part, copy / part, ignore=ignore)
-
-
-def _hash_tree(root: Path, *, exclude: str) -> str:
-    """sha256 over every file's relative path and bytes, in path order; `exclude` is skipped."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        relative = path.relative_to(root).as_posix()
-        if relative.startswith(exclude + "/"):
-            continue
-        digest.update(relative.encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
-
-
-def _require(path: Path, message: str) -> Path:
-    if not path.is_file():
-        raise UserError(message)
-    return path
-
-
-def _dockerfile_of(framework: str, images: Path, checkout: Path) -> Path:
-    return _require(
-        images / f"{framework}.Dockerfile",
-        f"no predictor image for '{framework}': ops/images/ has Dockerfiles for "
-        f"{', '.join(docker_frameworks(checkout)) or 'no framework'}",
-    )
-
-
-def assemble_deps_context(
-    framework: str, dest: Path, *, ca_bundle: Path | None = None, checkout: Path | None = None
-) -> BuildContext:
-    """Lay out the build context of `framework`'s deps image in the empty or missing directory
-    `dest`: deps.Dockerfile, the runtime and framework requirements, and the CA bundle when one is
-    given (under build/ca/, for pip in the build stage only).
-
-    Raises:
-        UserError: no Dockerfile, deps Dockerfile or requirements for `framework`, or no source
-            checkout.
-    """
-    checkout = checkout or source_checkout()
-    images = _images_dir(checkout)
-    _dockerfile_of(framework, images, checkout)
-    dockerfile = _require(
-        images / _DEPS_DOCKERFILE, f"ops/images/{_DEPS_DOCKERFILE} is missing: every image needs it"
-    )
-    requirements = [
-        _require(images / name, f"ops/images/{name} is missing: the image of '{framework}' needs it")
-        for name in (_RUNTIME_REQUIREMENTS, f"{framework}.requirements.txt")
-    ]
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(dockerfile, dest / dockerfile.name)
-    (dest / _CONTEXT_REQUIREMENTS).mkdir(parents=True)
-    for path in requirements:
-        shutil.copy2(path, dest / _CONTEXT_REQUIREMENTS / path.name)
-    (dest / _CONTEXT_CA).mkdir(parents=True)
-    ca_name = None
-    if ca_bundle is not None:
-        ca_name = "build-ca.crt"
-        shutil.copyfile(ca_bundle, dest / _CONTEXT_CA / ca_name)
-    return BuildContext(dest, dockerfile.name, _hash_tree(dest, exclude=_CONTEXT_CA), ca_name)
-
-
-def assemble_context(framework: str, dest: Path, *, checkout: Path | None = None) -> BuildContext:
-    """Lay out the build context of `framework`'s image in the empty or missing directory `dest`:
-    the Dockerfile and a copy of the mlscope source. No CA bundle: the image installs the source
-    from the context, offline, onto its deps image.
-
-    Raises:
-        UserError: no Dockerfile for `framework`, or no source checkout.
-    """
-    checkout = checkout or source_checkout()
-    dockerfile = _dockerfile_of(framework, _images_dir(checkout), checkout)
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(dockerfile, dest / dockerfile.name)
-    _copy_source(checkout, dest / _CONTEXT_SOURCE)
-    return BuildContext(dest, dockerfile.name, _hash_tree(dest, exclude=_CONTEXT_CA), None)
-
-
-def _sha256(*parts: str) -> str:
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
-
-
-def deps_inputs(deps_context: BuildContext, base_reference: str) -> str:
-    """The inputs hash of a deps image: its context's (deps Dockerfile and pins) and the base's
-    reference (`_base_reference`). Its first digits tag the image (`deps_image_name`)."""
-    return _sha256("deps", deps_context.inputs, base_reference)
-
-
-def image_inputs(context: BuildContext, deps_hash: str) -> str:
-    """The inputs hash of a predictor image: its context's (Dockerfile and mlscope source) and its
-    deps image's (`deps_inputs`), so a change of pins or base rebuilds both images and a change
-    of source the predictor image only."""
-    return _sha256("image", context.inputs, deps_hash)
 
 
 def docker_client(timeout_s: float = 60) -> Any:

@@ -26,6 +26,7 @@ from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
 from mlscope.store import open_store
 from mlscope.workers.admission import admit
+from mlscope.workers.image_contexts import pinned_version
 from mlscope.workers.images import (
     LABEL_DEPS,
     LABEL_DEPS_OF,
@@ -35,7 +36,6 @@ from mlscope.workers.images import (
     docker_client,
     image_for,
     image_name,
-    pinned_version,
 )
 from mlscope.workers.pipeline import evaluate
 from tests.conftest import REPO, RUNTIME_MANIFESTS

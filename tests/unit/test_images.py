@@ -13,19 +13,17 @@ import pytest
 
 import mlscope
 from mlscope.contract.errors import UserError
-from mlscope.workers import images
-from mlscope.workers.images import (
-    BUILT_BY_DEFAULT,
+from mlscope.workers import image_contexts, images
+from mlscope.workers.image_contexts import (
     assemble_context,
     assemble_deps_context,
-    deps_image_name,
     deps_inputs,
     docker_frameworks,
     image_inputs,
-    image_name,
     pinned_version,
     source_checkout,
 )
+from mlscope.workers.images import BUILT_BY_DEFAULT, deps_image_name, image_name
 from tests.conftest import REPO
 
 CA_MARKER = (
@@ -284,7 +282,7 @@ def test_the_deps_dockerfile_keeps_the_ca_in_its_build_stage() -> None:
 def test_the_runtimes_stand_in_pyproject_builds_with_the_deps_images_setuptools() -> None:
     """--no-build-isolation uses the venv's setuptools: the deps image installs what the stand-in
     pyproject requires."""
-    required = re.search(r'requires = \["setuptools>=(\d+)"\]', images._IMAGE_PYPROJECT)
+    required = re.search(r'requires = \["setuptools>=(\d+)"\]', image_contexts._IMAGE_PYPROJECT)
     assert required is not None
     assert f'"setuptools>={required.group(1)}"' in (REPO / "ops" / "images" / "deps.Dockerfile").read_text()
 
