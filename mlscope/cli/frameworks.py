@@ -22,6 +22,7 @@ class FrameworkRow(TypedDict):
     available: bool
     reason: str | None  # why it cannot run here; None when it can
     sources: list[str]  # the manifest source kinds it runs
+    options: list[str]  # the framework-specific options it takes (`--option compile=...`)
 
 
 def _rows() -> list[FrameworkRow]:
@@ -40,6 +41,7 @@ def _rows() -> list[FrameworkRow]:
                 available=version is not None,
                 reason=f"unavailable: {spec.unavailable}" if spec.unavailable is not None else reason,
                 sources=sorted(spec.sources),
+                options=sorted(spec.options),
             )
         )
     return rows
@@ -53,13 +55,14 @@ def frameworks(as_json: bool) -> None:
     if as_json:
         print_json_lines(rows)
         return
-    table = new_table(None, ("framework", "name", "installed", "runs sources", "note"))
+    table = new_table(None, ("framework", "name", "installed", "runs sources", "options", "note"))
     for row in rows:
         table.add_row(
             row["name"],
             row["display"],
             row["installed"] or "-",
             ", ".join(row["sources"]),
+            ", ".join(row["options"]) or "-",
             escape(row["reason"] or ""),
         )
     console.print(table)

@@ -274,7 +274,8 @@ _EVALUATION_OPTIONS = (
         callback=parse_key_values,
         metavar="KEY=VALUE",
         help="A predictor option: threads, inter_op_threads, graph_optimization_level (disable, basic, "
-        "extended, all), execution_providers (a JSON list), input_pool (repeatable).",
+        "extended, all), execution_providers (a JSON list), input_pool; PyTorch's compile (none, default, "
+        "reduce-overhead, max-autotune: torch.compile; none,default runs both) (repeatable).",
     ),
     click.option(
         "--timeout", type=float, default=1800, show_default=True, help="Time limit per evaluation, seconds."

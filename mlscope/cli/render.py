@@ -28,6 +28,7 @@ __all__ = [
     "duration_unit",
     "err_console",
     "fail",
+    "framework_label",
     "internal_error",
     "interrupted",
     "interval_text",
@@ -221,6 +222,14 @@ _MEASUREMENT_COLUMNS: tuple[Column, ...] = (
 )
 
 
+def framework_label(result: Mapping[str, Any]) -> str:
+    """The framework's name, with its compile mode for a compiled model ("pytorch compile=default")."""
+    options = (result.get("request") or {}).get("options") or {}
+    mode = result["framework"].get("compile") or options.get("compile")
+    name = str(result["framework"]["name"])
+    return f"{name} compile={mode}" if mode and mode != "none" else name
+
+
 def measurement_table(results: Sequence[Mapping[str, Any]], title: str | None = None) -> Table:
     """One row per (evaluation, scenario, batch size): latency percentiles, each row's in the unit
     its median reads best in (µs, ms, s), and throughput; with a server or multi_stream point, a load
@@ -241,7 +250,7 @@ def measurement_table(results: Sequence[Mapping[str, Any]], title: str | None = 
         table.caption = CAVEAT_LEGEND
         table.caption_justify = "left"
     for result in results:
-        name, framework = result["model"]["name"], result["framework"]["name"]
+        name, framework = result["model"]["name"], framework_label(result)
         if result["status"] != "succeeded":
             error = result.get("error") or {}
             status = f"[red]{result['status']}[/red]"

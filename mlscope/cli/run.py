@@ -240,8 +240,10 @@ def _print_human(results: Sequence[EvaluationResult]) -> None:
             cold = result["cold_start"] or {}
             system = result.get("system") or {}
             console.print(
-                f"{short_line(result)}: {framework['name']} {framework.get('version')}; cold start: import "
-                f"{_ms(cold.get('import_ms'), 0)}, load {_ms(cold.get('load_ms'), 0)}, first inference "
+                f"{short_line(result)}: {framework['name']} {framework.get('version')}"
+                f"{compile_clause(framework)}; cold start: import "
+                f"{_ms(cold.get('import_ms'), 0)}, load {_ms(cold.get('load_ms'), 0)}"
+                f"{_compile_ms(cold)}, first inference "
                 f"{_ms(cold.get('first_inference_ms'), 1)}{warm_start_line(cold)}; "
                 f"on {system.get('cpu', {}).get('model', '?')} (system {system.get('id', '?')})"
             )
@@ -265,6 +267,20 @@ def _print_human(results: Sequence[EvaluationResult]) -> None:
 
 def _ms(value: Any, digits: int) -> str:
     return f"{value:.{digits}f} ms" if isinstance(value, (int, float)) else "-"
+
+
+def compile_clause(framework: Mapping[str, Any]) -> str:
+    """ " compiled (default)" for a compiled model, else nothing."""
+    mode = framework.get("compile")
+    return f" compiled ({mode})" if mode else ""
+
+
+def _compile_ms(cold: ColdStart | Mapping[str, Any]) -> str:
+    """The cold start's compile clause (", compile 12345 ms (cached)"), or nothing."""
+    if "compile_ms" not in cold:
+        return ""
+    cached = " (from inductor's cache)" if cold.get("compile_cached") else ""
+    return f", compile {_ms(cold.get('compile_ms'), 0)}{cached}"
 
 
 def warm_start_line(cold: ColdStart | Mapping[str, Any]) -> str:

@@ -72,6 +72,8 @@ PHASES: tuple[str, ...] = (
     "import",
     "fetch",
     "load",
+    # A model compiled ahead of measuring (torch.compile), for the first batch size.
+    "compile",
     "first_inference",
     # A warm start (when the job has a model store): the weights into the store, the model again
     # from its mapping, and its first inference.

@@ -11,6 +11,8 @@ from marshmallow import RAISE, Schema, validate
 from marshmallow import fields as schema_fields
 
 __all__ = [
+    "COMPILE_MODES",
+    "FRAMEWORK_OPTIONS",
     "GRAPH_OPTIMIZATION_LEVELS",
     "MAX_INPUT_POOL",
     "REQUEST_OPTIONS",
@@ -19,6 +21,12 @@ __all__ = [
 ]
 
 GRAPH_OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
+# torch.compile's modes (inductor), and `none`: the module as loaded (eager).
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
+# Options only some frameworks take: each framework names the ones it takes (FrameworkSpec.options),
+# and a request setting one on another framework is refused, naming the option. The other options are
+# shared: a framework ignores those that mean nothing to it.
+FRAMEWORK_OPTIONS = frozenset({"compile"})
 # The most distinct input batches a request may ask to cycle through (and so the most samples a
 # multi_stream query may hold).
 MAX_INPUT_POOL = 64
@@ -40,6 +48,10 @@ class PredictorOptions:
             inputs and outputs bound), not the scenario loop; single_stream at one batch size only,
             on a framework that measures bricks (ONNX Runtime). A farm measures a system's bricks
             together, in one predictor job (the batch body's `bricks`).
+        compile: PyTorch's torch.compile mode (COMPILE_MODES; None or `none`: eager). The model is
+            compiled for each batch size before that size is measured: the first one's compile time
+            is the cold start's `compile_ms`, each later one's its measurement's `compile_ms`, and
+            graphs compiled while a point was measured are its `recompiles`.
         seed: seeds random weights and inputs, so two runs build the same model. Not a request
             option: every evaluation of a model builds the same weights, which is what makes two
             runs (and two frameworks) comparable.
@@ -51,7 +63,13 @@ class PredictorOptions:
     execution_providers: tuple[str, ...] = ()
     input_pool: int = 4
     brick: bool = False
+    compile: str | None = None
     seed: int = 0
+
+    @property
+    def compile_mode(self) -> str | None:
+        """torch.compile's mode; None for the module as loaded (eager)."""
+        return None if self.compile in (None, "none") else self.compile
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PredictorOptions:
@@ -73,6 +91,7 @@ class PredictorOptionsSchema(Schema):
     execution_providers = schema_fields.List(schema_fields.String(validate=validate.Length(min=1)))
     input_pool = schema_fields.Integer(validate=validate.Range(min=1, max=MAX_INPUT_POOL))
     brick = schema_fields.Boolean()
+    compile = schema_fields.String(validate=validate.OneOf(COMPILE_MODES), allow_none=True)
 
 
 # The options a request may set: every field of PredictorOptions but the seed. Checked at import, so

@@ -97,7 +97,9 @@ class ResultMeasurement(TypedDict):
     """One scenario at one batch size. The predictor's has its raw latencies, run facts and settings
     too; the store keeps every key but `latencies_ns` (read back with include_raw), and sections
     appear only when measured: `load` (server, multi_stream, generate), `generation` (generate),
-    `energy`, and `cost` (added by the worker where the machine has a price)."""
+    `energy`, and `cost` (added by the worker where the machine has a price). A compiled model's
+    (`options.compile`) has `recompiles`, the graphs compiled while the point was measured, and past
+    the first batch size `compile_ms`, its compile for this size before measuring."""
 
     scenario: str
     batch_size: int
@@ -115,17 +117,22 @@ class ResultMeasurement(TypedDict):
     generation: NotRequired[dict[str, Any]]
     energy: NotRequired[Energy]
     cost: NotRequired[Cost]
+    compile_ms: NotRequired[float]
+    recompiles: NotRequired[int]
 
 
 class ColdStart(TypedDict, total=False):
     """The result's `cold_start`, in milliseconds; `import_ms`, `load_ms` and `first_inference_ms` are
     in every stored result (a value may be null), the rest where measured (docs/warm-start.md for
-    `warm_*`)."""
+    `warm_*`; `compile_ms` for a compiled model, with `compile_cached` when its compiler's cache
+    supplied a graph compiled before)."""
 
     import_ms: float | None
     load_ms: float | None
     first_inference_ms: float | None
     fetch_ms: float
+    compile_ms: float
+    compile_cached: bool
     first_token_ms: float
     first_inference_error: str | None
     warm_process: bool

@@ -196,7 +196,8 @@ def workload_differences(
 
     Compared: the model (name, version, manifest; see `_manifest_differences`), its options (each
     `--config` key, input shape and dtype, the weights), the predictor options (threads, graph
-    optimisation, execution providers, input pool, brick), the dataset, and where a compared scenario
+    optimisation, execution providers, input pool, brick; a compile mode other than `none`), the
+    dataset, and where a compared scenario
     uses them the load settings (rate, queries in flight, multi_stream's query shape, a latency
     search's bound and percentile), the generation settings (prompt and output lengths, concurrency,
     api, ignore_eos) and offline's concurrency. A manifest hash that differs because
@@ -223,9 +224,28 @@ def workload_differences(
             for name in defaults
             if _plain(section_a[name]) != _plain(section_b[name])
         ]
+    framework_a, framework_b = _framework_options(request_a), _framework_options(request_b)
+    found += [
+        Difference(f"options.{name}", framework_a.get(name), framework_b.get(name))
+        for name in sorted(framework_a.keys() | framework_b.keys())
+        if framework_a.get(name) != framework_b.get(name)
+    ]
     if request_a.get("dataset") != request_b.get("dataset"):
         found.append(Difference("dataset", request_a.get("dataset"), request_b.get("dataset")))
     return found
+
+
+def _framework_options(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The framework-specific options (contract.options.FRAMEWORK_OPTIONS) the request set to other than
+    their default (`compile` other than `none`): a model compiled is another workload than it eager,
+    and one that set nothing keys as it did before such options existed."""
+    from mlscope.contract.options import FRAMEWORK_OPTIONS
+
+    options = request.get("options")
+    options = options if isinstance(options, Mapping) else {}
+    return {
+        name: options[name] for name in sorted(FRAMEWORK_OPTIONS) if options.get(name) not in (None, "none")
+    }
 
 
 def _plain(value: Any) -> Any:
@@ -240,10 +260,19 @@ def _sections(scenarios: set[str]) -> list[tuple[str, Mapping[str, Any]]]:
     # (display_name, which `mlscope results list` calls for every row).
     from mlscope.contract.generation import GenerationSettings
     from mlscope.contract.load import LoadSettings
-    from mlscope.contract.options import REQUEST_OPTIONS, PredictorOptions
+    from mlscope.contract.options import FRAMEWORK_OPTIONS, REQUEST_OPTIONS, PredictorOptions
 
     sections: list[tuple[str, Mapping[str, Any], frozenset[str] | None]] = [
-        ("options", {name: getattr(PredictorOptions(), name) for name in REQUEST_OPTIONS}, None),
+        # The framework-specific options are `_framework_options`' (each counts only where set).
+        (
+            "options",
+            {
+                name: getattr(PredictorOptions(), name)
+                for name in REQUEST_OPTIONS
+                if name not in FRAMEWORK_OPTIONS
+            },
+            None,
+        ),
         ("load", _defaults(LoadSettings, _LOAD_WORKLOAD), _LOAD_SCENARIOS),
         ("generation", _defaults(GenerationSettings, _GENERATION_WORKLOAD), _GENERATION_SCENARIOS),
         ("measure", _MEASURE_WORKLOAD, _MEASURE_SCENARIOS),
@@ -284,5 +313,6 @@ def workload_key(evaluation: Mapping[str, Any], scenario: str) -> str:
     }
     for key, defaults in _sections({scenario}):
         workload[key] = _section(request, key, defaults)
+    workload["options"].update(_framework_options(request))
     text = json.dumps(_canonical(workload), sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

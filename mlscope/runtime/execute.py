@@ -26,6 +26,7 @@ from mlscope.contract.job import Job, JobFailed
 from mlscope.contract.load import LoadSettings
 from mlscope.contract.manifest import Manifest, parse_manifest
 from mlscope.contract.result import Accuracy, ColdStart, Energy, Memory, PredictorResult, ResultMeasurement
+from mlscope.runtime.compiled import cold_start_figures, compile_timed, note_recompiles
 from mlscope.runtime.data import DatasetRef
 from mlscope.runtime.dataset_pass import collect_outputs, postprocess, run_dataset_pass
 from mlscope.runtime.energy import EnergyMeter, EnergyUnavailable, open_energy_meter
@@ -83,10 +84,12 @@ def _measure_all(
         # A query's samples are distinct inputs (multi_stream's; admission refused a smaller pool
         # set on purpose).
         pool = max(pool, *(scenario.inputs_needed(load) for scenario in scenarios))
-    for batch_size in job.batch_sizes:
+    for index, batch_size in enumerate(job.batch_sizes):
         with tracer.span("preprocess", batch_size=batch_size):
             arrays = synthetic_batches(predictor.manifest, batch_size, pool, seed=predictor.options.seed)
             batches = [predictor.prepare(a) for a in arrays]
+        # The first batch size was compiled in the cold start; each other one before it is measured.
+        compile_ms = compile_timed(predictor, batches[0], tracer, batch_size) if index else None
         for scenario in scenarios:
             detail = scenario.phase_detail(load)
             phases.enter("measure", scenario=scenario.NAME, batch_size=batch_size, **detail)
@@ -107,6 +110,7 @@ def _measure_all(
                 event = {"event": "probe", "scenario": scenario_name, "batch_size": size, **point}
                 phases.emit(cast(ProbeEvent, event))
 
+            compiled_before = predictor.compilations()
             with tracer.span("predict", scenario=scenario.NAME, batch_size=batch_size) as attributes:
                 run = scenario.run(
                     predictor.predict,
@@ -129,6 +133,9 @@ def _measure_all(
             measurement = run.to_dict()
             if unavailable is not None:
                 measurement["energy"] = unavailable
+            if compile_ms is not None:
+                measurement["compile_ms"] = compile_ms
+            note_recompiles(measurement, predictor, compiled_before)
             phases.emit(
                 {
                     "event": "measurement",
@@ -331,9 +338,13 @@ def execute(
             predictor.load()
         load_ms = _ms(start)
 
-        phases.enter("first_inference")
         first_arrays = synthetic_batches(manifest, job.batch_sizes[0], 1, seed=options.seed)[0]
         first = predictor.prepare(first_arrays)
+        if predictor.compilations() is not None:
+            phases.enter("compile")
+        compile_ms = compile_timed(predictor, first, tracer, job.batch_sizes[0])
+
+        phases.enter("first_inference")
         start = time.perf_counter_ns()
         with tracer.span("first_inference", batch_size=job.batch_sizes[0]):
             predictor.predict(first)
@@ -374,6 +385,7 @@ def execute(
             "fetch_ms": fetch_ms,
             # The framework was already imported by this process: import_ms is not a cold import.
             "warm_process": warm_process,
+            **cold_start_figures(predictor, compile_ms),
             **warm,
         }
         return _report(

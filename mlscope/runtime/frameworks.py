@@ -71,6 +71,8 @@ class FrameworkSpec:
             job's result; None: it measures no bricks.
         brick_devices: `module:function(device)` saying why `mlscope bricks` cannot measure its bricks
             on a device other than the CPU (None when it can); None: its bricks run on the CPU only.
+        options: the framework-specific request options it takes (contract.options.FRAMEWORK_OPTIONS,
+            e.g. `compile`); a request setting another one is refused at admission.
     """
 
     name: str
@@ -88,6 +90,7 @@ class FrameworkSpec:
     generates: bool = False
     bricks: str | None = None
     brick_devices: str | None = None
+    options: frozenset[str] = frozenset()
 
     def prefetch_on_host(
         self, manifest: Manifest, options: PredictorOptions, cache_dir: Path, *, timeout_s: float

@@ -19,7 +19,7 @@ from mlscope.contract.generation import ENDPOINT_FRAMEWORK, GenerationSettings
 from mlscope.contract.job import Job
 from mlscope.contract.load import LoadSettings
 from mlscope.contract.manifest import Manifest
-from mlscope.contract.options import MAX_INPUT_POOL
+from mlscope.contract.options import FRAMEWORK_OPTIONS, MAX_INPUT_POOL
 from mlscope.contract.request import EvaluationRequest, parse_request
 from mlscope.contract.settings import Settings
 from mlscope.registry.datasets import check_dataset_reference, resolve_dataset
@@ -41,7 +41,15 @@ from mlscope.runtime.measure import MeasureSettings
 from mlscope.runtime.system import gpu_facts
 from mlscope.workers.runners import get_runner
 
-__all__ = ["PARITY_SAMPLES", "Admission", "admit", "check_measure", "default_frameworks", "outputs_only"]
+__all__ = [
+    "PARITY_SAMPLES",
+    "Admission",
+    "admit",
+    "check_measure",
+    "default_frameworks",
+    "outputs_only",
+    "variant_of",
+]
 
 # How many samples' outputs a parity check compares: enough for top-1 agreement to mean something
 # (one flip in 64 is 1.6%), few enough that a classifier's outputs cross a pipe in a blink.
@@ -109,10 +117,15 @@ class Admission:
 
     def parity_job(self, job: Job) -> Job:
         """The parity check's reference run: the same inputs (dataset or seed, batch sizes) on the
-        reference framework, measuring nothing, returning the outputs `job` returns."""
+        reference framework, measuring nothing, returning the outputs `job` returns: the same
+        framework without its own options when the check is of a variant (`compile`)."""
         assert self.parity_manifest is not None
+        # The reference runs the model as loaded: no framework-specific option (a compiled model's
+        # reference is the same framework eager).
+        options = {name: value for name, value in job.options.items() if name not in FRAMEWORK_OPTIONS}
         return dataclasses.replace(
             outputs_only(job, job.outputs_for),
+            options=options,
             manifest=self.parity_manifest.to_dict(),
             origin=self.parity_manifest.origin,
             framework=self.parity_manifest.framework.name,
@@ -166,6 +179,7 @@ def admit(
     check_measure(request.measure)
     _check_multi_stream(request, None)
     _check_brick(request, framework, manifest)
+    _check_framework_options(request, framework)
     if request.dataset is not None:
         check_dataset_reference(
             request.dataset, local_files=models.local_files, uploads=models.dataset_uploads
@@ -215,7 +229,7 @@ def _manifest(request: EvaluationRequest, models: ModelRegistry) -> Manifest:
 def _parity_manifest(request: EvaluationRequest, models: ModelRegistry) -> Manifest:
     """The manifest the parity check compares against: `parity_against`'s, else the model's other
     framework that comes first in the frameworks' order (PyTorch: most graphs are written in it and
-    exported from it).
+    exported from it); for a variant (`variant_of`), its own framework's unless another is named.
 
     Raises:
         UserError: the model has no other framework, or none named `parity_against` (field
@@ -226,6 +240,9 @@ def _parity_manifest(request: EvaluationRequest, models: ModelRegistry) -> Manif
         name for name in models.frameworks_for(request.model) if name != request.framework
     )
     against = request.parity_against
+    if variant_of(request) and against in (None, request.framework):
+        # A variant (a compiled model) is checked against its framework as loaded.
+        return models.get(request.model, request.framework, options)
     if against is None:
         if not others:
             raise UserError(
@@ -315,6 +332,39 @@ def _check_brick(request: EvaluationRequest, framework: FrameworkSpec, manifest:
     for name, failed, why in wrong:
         if failed:
             raise UserError(f"options.brick: {why}", field=name)
+
+
+def _check_framework_options(request: EvaluationRequest, framework: FrameworkSpec) -> None:
+    """Options only some frameworks take (contract.options.FRAMEWORK_OPTIONS) are set only on those.
+
+    Raises:
+        UserError: naming `options.<name>` and the frameworks that take it.
+    """
+    for name in sorted(FRAMEWORK_OPTIONS & set(request.options)):
+        if name in framework.options:
+            continue
+        takers = [spec.display for spec in FRAMEWORKS.values() if name in spec.options]
+        raise UserError(
+            f"options.{name}: {framework.display} has no {name} option; "
+            f"{' and '.join(takers) or 'no installed framework'} has (or drop it)",
+            field=f"options.{name}",
+        )
+    if variant_of(request) and "generate" in request.scenarios:
+        raise UserError(
+            "options.compile: the generate scenario runs the model through transformers' generate loop, "
+            "which is not compiled; drop the option or the scenario",
+            field="options.compile",
+        )
+
+
+def variant_of(request: EvaluationRequest) -> dict[str, Any]:
+    """The request's framework-specific options that change how its framework runs the model (a
+    compile mode other than `none`): what sets it apart from the same framework as loaded."""
+    return {
+        name: value
+        for name, value in request.options.items()
+        if name in FRAMEWORK_OPTIONS and value not in (None, "none")
+    }
 
 
 def _check_fixed_batch(manifest: Manifest, batch_sizes: tuple[int, ...]) -> None:

@@ -46,7 +46,8 @@ def admit_all(
     registry: ModelRegistry | None = None,
 ) -> list[Admission]:
     """Admit `model` on each framework (None: `default_frameworks`) with the request fields of
-    `document`, to run here. A relative path to a model is admitted (and so recorded) absolute.
+    `document`, to run here, once per value of an option given several (`_variants`). A relative
+    path to a model is admitted (and so recorded) absolute.
 
     Raises:
         UserError: the first request that would not be admitted, naming its field.
@@ -71,7 +72,23 @@ def admit_all(
         raise UserError(
             "no framework named: name one or more, or none for every installed one", field="framework"
         )
-    return [admit({**document, "model": model, "framework": name}, registry, here=settings) for name in names]
+    return [
+        admit({**variant, "model": model, "framework": name}, registry, here=settings)
+        for name in names
+        for variant in _variants(document)
+    ]
+
+
+def _variants(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The request once per value of a framework option given several (`compile=none,default`: the
+    model eager, then compiled), so that one command measures both; else the request as it is."""
+    options = document.get("options") or {}
+    value = options.get("compile")
+    if isinstance(value, str) and "," in value:
+        value = [item.strip() for item in value.split(",") if item.strip()]
+    if not isinstance(value, list) or not value:
+        return [document]
+    return [{**document, "options": {**options, "compile": each}} for each in value]
 
 
 def _start_predictors(admitted: Sequence[Admission], settings: Settings) -> str | None:

@@ -48,6 +48,8 @@ def test_one_workload_has_one_key_whatever_the_framework_system_and_precision() 
         ("generate", {"generation": {"output_tokens": 64}}, {"generation": {"output_tokens": 16}}),
         ("offline", {"measure": {"concurrency": 1}}, {"measure": {"concurrency": 4}}),
         ("single_stream", {"options": {"threads": 1}}, {"options": {"threads": 8}}),
+        ("single_stream", {"options": {"compile": "none"}}, {"options": {"compile": "default"}}),
+        ("single_stream", {"options": {}}, {"options": {"compile": "max-autotune"}}),
         ("single_stream", {"dataset": "imagenet-val"}, {"dataset": "imagenet-v2"}),
     ],
 )
@@ -115,3 +117,15 @@ def test_model_options_recorded_only_in_the_manifest_key_as_the_requests() -> No
     # Then they key alike, and apart from the model without options
     assert workload_key(in_request, "offline") == workload_key(in_manifest, "offline")
     assert workload_key(in_request, "offline") != workload_key(evaluation(), "offline")
+
+
+def test_a_model_compiled_in_no_mode_keys_and_compares_as_one_that_never_named_compile() -> None:
+    # Given a result from before the compile option, and one that set compile=none (eager)
+    old, eager = evaluation(), evaluation(options={"compile": "none"})
+    # Then they are one workload with one key: a store's series go on across the option's arrival
+    assert workload_differences(old, eager) == []
+    assert workload_key(old, "single_stream") == workload_key(eager, "single_stream")
+    # And a compiled one is named apart
+    compiled = evaluation(options={"compile": "default"})
+    (difference,) = workload_differences(old, compiled)
+    assert difference.text == "options.compile: unset (A) vs default (B)"

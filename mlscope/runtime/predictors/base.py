@@ -64,6 +64,27 @@ class Predictor(ABC):
             PredictorError: the device or an option is not available here.
         """
 
+    def compile(self, batch: Any) -> bool:
+        """Compile the loaded model for `batch`'s shapes (a prepared batch), ahead of timing it: the
+        runtime calls it after `load` and before each further batch size is measured, and times it.
+        Default: nothing to compile (False); a framework with an ahead-of-use compiler (torch.compile)
+        compiles here and returns True.
+
+        Raises:
+            PredictorError: the compiler cannot run here (say what is missing).
+        """
+        return False
+
+    def compilations(self) -> int | None:
+        """How many graphs the model has had compiled so far (a count that grows with each compile
+        and recompile), or None where nothing is compiled."""
+        return None
+
+    def compile_cached(self) -> bool | None:
+        """Whether the compiles so far took graphs from the compiler's cache (compiled by an earlier
+        process), or None where nothing is compiled: a cached compile is not a cold one."""
+        return None
+
     @abstractmethod
     def prepare(self, arrays: dict[str, np.ndarray]) -> Any:
         """Turn one batch of input arrays (by input name) into what `predict` takes, on the device.

@@ -1,11 +1,13 @@
-"""The PyTorch predictor: eval mode, inference mode, placement on the requested device, and
-CUDA-event timing with synchronisation on GPUs."""
+"""The PyTorch predictor: eval mode, inference mode, placement on the requested device, CUDA-event
+timing with synchronisation on GPUs, and torch.compile (`options.compile`, inductor) compiled ahead
+of each batch size's measurement."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -25,6 +27,26 @@ __all__ = ["CudaEventTimer", "PyTorchPredictor"]
 
 def _numpy(value: torch.Tensor) -> np.ndarray:
     return value.detach().cpu().numpy()
+
+
+def _check_compiler(device: torch.device) -> None:
+    """What inductor needs to compile for `device` is here: a C++ compiler for the CPU, Triton for a
+    GPU.
+
+    Raises:
+        PredictorError: naming what is missing.
+    """
+    if device.type == "cuda":
+        import importlib.util
+
+        if importlib.util.find_spec("triton") is None:
+            raise PredictorError("options.compile: torch.compile on a GPU needs Triton; it is not installed")
+        return
+    if not any(shutil.which(name) for name in ("g++", "c++", "clang++")):
+        raise PredictorError(
+            "options.compile: torch.compile for the CPU needs a C++ compiler (g++ or clang++) on PATH; "
+            "none was found (install one, or drop the option)"
+        )
 
 
 class CudaEventTimer:
@@ -54,6 +76,8 @@ class PyTorchPredictor(Predictor):
     NAME: ClassVar[str] = "pytorch"
 
     _model: torch.nn.Module | None = None
+    # The module as loaded, when `_model` is its compiled form.
+    _eager: torch.nn.Module | None = None
     _device: torch.device | None = None
     _mapped: MappedModel | None = None
 
@@ -74,7 +98,43 @@ class PyTorchPredictor(Predictor):
 
     def load(self) -> None:
         self._device = self._open_device()
-        self._model = build_module(self.manifest, seed=self.options.seed).to(self._device)
+        module = build_module(self.manifest, seed=self.options.seed).to(self._device)
+        self._model = self._maybe_compiled(module)
+
+    def _maybe_compiled(self, module: torch.nn.Module) -> torch.nn.Module:
+        """`module` wrapped by torch.compile in the requested mode (it compiles on its first call, in
+        `compile`), or as it is for eager."""
+        mode = self.options.compile_mode
+        if mode is None:
+            return module
+        self._eager = module
+        return cast(torch.nn.Module, torch.compile(module, mode=mode))
+
+    def compile(self, batch: tuple[torch.Tensor, ...]) -> bool:
+        """One call of the compiled module on `batch`: dynamo traces it and inductor compiles a graph
+        for its shapes (a later batch size compiles again, usually once, with a dynamic batch axis)."""
+        if self.options.compile_mode is None:
+            return False
+        assert self._device is not None, "load() first"
+        _check_compiler(self._device)
+        self.predict(batch)
+        return True
+
+    def compilations(self) -> int | None:
+        """Frames dynamo compiled in this process (each compile and recompile counts)."""
+        if self.options.compile_mode is None:
+            return None
+        from torch._dynamo.utils import counters
+
+        return int(counters["frames"]["ok"])
+
+    def compile_cached(self) -> bool | None:
+        """Whether inductor took a graph from its on-disk cache (an earlier process compiled it)."""
+        if self.options.compile_mode is None:
+            return None
+        from torch._dynamo.utils import counters
+
+        return bool(counters["inductor"]["fxgraph_cache_hit"])
 
     def warm_variant(self) -> str:
         return ""  # the module's weights are the manifest's and the seed's alone
@@ -98,7 +158,7 @@ class PyTorchPredictor(Predictor):
         skeleton = build_module(self.manifest, seed=self.options.seed, skeleton=True)
         model = attach_mapped(skeleton, mapped)
         self._mapped = mapped
-        self._model = model if self._device.type == "cpu" else model.to(self._device)
+        self._model = self._maybe_compiled(model if self._device.type == "cpu" else model.to(self._device))
 
     def generation_engine(self, settings: GenerationSettings) -> GenerateEngine:
         """The manifest's transformers decoder or encoder-decoder as an in-process token generator
@@ -150,6 +210,10 @@ class PyTorchPredictor(Predictor):
             return self.predict(batch)
 
         if profiled.level == "FRAMEWORK":
+            if self._eager is not None:
+                # Leaf-module hooks would break the compiled graph apart: a compiled model's layers
+                # are not the ones it runs. Its kernels show at LIBRARY level.
+                return False
             layer_pass(model, run, profiled, device=device)
             return True
         if profiled.level == "LIBRARY":
@@ -186,6 +250,8 @@ class PyTorchPredictor(Predictor):
 
     def describe(self) -> dict[str, Any]:
         facts = super().describe()
+        if self.options.compile_mode is not None:
+            facts["compile"] = self.options.compile_mode
         facts["threads"] = torch.get_num_threads()
         facts["inter_op_threads"] = torch.get_num_interop_threads()
         if self._device is not None and self._device.type == "cuda":
@@ -194,6 +260,7 @@ class PyTorchPredictor(Predictor):
 
     def close(self) -> None:
         self._model = None
+        self._eager = None
         if self._mapped is not None:
             self._mapped.close()
             self._mapped = None
