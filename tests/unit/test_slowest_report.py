@@ -29,8 +29,9 @@ def _report(tmp_path: Path, name: str, sleeps: dict[str, float]) -> Path:
 def test_the_slowest_tests_of_several_runs_are_listed_in_one_list_slowest_first(tmp_path: Path) -> None:
     first = _report(tmp_path, "first", {"quick": 0.0, "slow": 0.3})
     second = _report(tmp_path, "second", {"slower": 0.5, "middle": 0.15})
-    command = [sys.executable, str(SLOWEST), "3", str(first), str(second)]
-    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, str(SLOWEST), "3", str(first), str(second)], capture_output=True, text=True, check=True
+    )
     lines = done.stdout.splitlines()
     assert lines[0] == "slowest 3 tests (setup, call and teardown):"
     names = [line.split()[1] for line in lines[1:]]
