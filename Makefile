@@ -60,14 +60,12 @@ docker: $(STAMP)
 
 # Two pytest-xdist workers: the tests that share a fixed Redis database or the host's measuring turn
 # run in one scope, one after another (tests/conftest.py's scheduler); the rest fill the other worker.
-# ops/ci/test.sh makes the Docker engine and the images in the background while lint, types and the
-# tests that need no engine run; then the `docker` tests, then the `quiet` ones alone (on two cores a
-# parallel test's load would be measured as the tool's error); the 25 slowest tests are printed.
+# Then the `quiet` tests, which hold the tool's timing to a known truth, run alone: on two cores a
+# parallel test's load would be measured as the tool's error.
 TEST_WORKERS ?= 2
-test: export TEST_WORKERS := $(TEST_WORKERS)
-test: export MAKE := $(MAKE)
-test: $(STAMP) $(VENDORED)
-	$(Q)bash ops/ci/test.sh
+test: $(STAMP) $(VENDORED) services docker lint typecheck
+	$(Q)$(BIN)/python -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadscope -m "not quiet"
+	$(Q)$(BIN)/python -m pytest -q -n 0 -m quiet
 	$(ELAPSED)
 
 # The fast tests that need no service: it runs with Redis, PostgreSQL, RabbitMQ and Docker stopped. On
