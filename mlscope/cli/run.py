@@ -150,14 +150,19 @@ def _interrupt_on_sigterm() -> None:
 
     SIGINT is set to raise KeyboardInterrupt too: a process started with SIGINT ignored (a
     background job of a non-interactive shell, some supervisors and test runners) inherits the
-    ignore, and Python then leaves it so; the run would not end on SIGINT at all.
+    ignore, and Python then leaves it so; the run would not end on SIGINT at all. Only the first
+    of them interrupts: a second Ctrl-C (or a supervisor's SIGTERM after it) while the run stops
+    its predictor and stores the cancellation would break that off half done, and end the process
+    by the signal rather than with exit code 130. SIGKILL still ends it at once.
     """
 
     def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, handler)
 
 
 def run_command(

@@ -300,9 +300,13 @@ def test_models_and_frameworks_list_what_is_shipped(mlscope_env: dict[str, str])
     assert frameworks["pytorch"]["available"] and frameworks["onnxruntime"]["available"]
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize(
+    "signals",
+    [(signal.SIGINT,), (signal.SIGTERM,), (signal.SIGTERM, signal.SIGINT, signal.SIGINT)],
+    ids=["SIGINT", "SIGTERM", "SIGTERM-then-two-SIGINTs"],
+)
 def test_interrupting_a_run_ends_its_predictor_and_cancels_the_evaluation(
-    mlscope_env: dict[str, str], signum: signal.Signals, tmp_path: Path
+    mlscope_env: dict[str, str], signals: tuple[signal.Signals, ...], tmp_path: Path
 ) -> None:
     # Given a run whose predictor process is stuck inside an inference (it writes no more events,
     # so nothing but mlscope can end it)
@@ -325,8 +329,11 @@ def test_interrupting_a_run_ends_its_predictor_and_cancels_the_evaluation(
         if "mlscope.runtime.execute" in p.cmdline()
     ]
     assert predictors
-    # When mlscope is interrupted (Ctrl-C, or a SIGTERM from a supervisor)
-    run.send_signal(signum)
+    # When mlscope is interrupted (Ctrl-C, or a SIGTERM from a supervisor), maybe again at once (an
+    # impatient user's second Ctrl-C while it stops)
+    for signum in signals:
+        run.send_signal(signum)
+        time.sleep(0.03)  # the next one lands while it stops the predictor and stores the cancellation
     try:
         code = run.wait(timeout=90)  # behaviour, not speed: a loaded machine is slow to end it
     except subprocess.TimeoutExpired:
@@ -335,7 +342,8 @@ def test_interrupting_a_run_ends_its_predictor_and_cancels_the_evaluation(
         for child in predictors:
             with contextlib.suppress(psutil.NoSuchProcess):
                 child.kill()
-        pytest.fail(f"mlscope did not end within 90 s of {signum.name}; its threads:\n{stuck[-6000:]}")
+        names = ", ".join(signum.name for signum in signals)
+        pytest.fail(f"mlscope did not end within 90 s of {names}; its threads:\n{stuck[-6000:]}")
     # Then mlscope ends with 130, its predictor process is gone, and the evaluation is cancelled
     assert code == 130, run.stderr.read() if run.stderr else ""
     _gone, alive = psutil.wait_procs(predictors, timeout=10)
