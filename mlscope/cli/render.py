@@ -368,7 +368,14 @@ def section_lines(result: Mapping[str, Any]) -> list[tuple[str, str]]:
     if result.get("accuracy"):
         lines.append(("accuracy", accuracy_text(result["accuracy"])))
     if result.get("parity"):
-        lines.append(("parity", parity_text(result["parity"])))
+        parity = dict(result["parity"])
+        if (
+            parity.get("against") == result["framework"]["name"]
+            and framework_label(result) != parity["against"]
+        ):
+            # A variant (a compiled model) checked against its framework as loaded.
+            parity["against"] = f"{parity['against']} eager"
+        lines.append(("parity", parity_text(parity)))
     return lines
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mlscope.cli import main
-from mlscope.cli.render import framework_label
+from mlscope.cli.render import framework_label, section_lines
 from mlscope.contract.errors import UserError
 from mlscope.contract.job import Job
 from mlscope.contract.request import parse_request
@@ -152,6 +152,12 @@ def test_the_framework_column_names_the_compile_mode() -> None:
     assert framework_label(compiled) == "pytorch compile=default"
     assert framework_label(eager) == "pytorch"
     assert framework_label(failed) == "pytorch compile=max-autotune"
+    # And a compiled model's parity line names its reference as its framework eager
+    parity = {"against": "pytorch", "verdict": "same", "count": 64, "max_abs": 2e-6}
+    ((label, text),) = section_lines({**compiled, "parity": parity})
+    assert label == "parity" and text.startswith("same as pytorch eager: max |Δ| 2.0e-06")
+    ((_, text),) = section_lines({**eager, "parity": {**parity, "against": "onnxruntime"}})
+    assert text.startswith("same as onnxruntime: ")
 
 
 def test_mlscope_frameworks_says_which_framework_takes_compile(capsys: pytest.CaptureFixture[str]) -> None:
