@@ -48,6 +48,7 @@ __all__ = [
     "status_cell",
     "top1_cell",
     "validity_notes",
+    "variant_text",
     "warn",
 ]
 
@@ -222,12 +223,20 @@ _MEASUREMENT_COLUMNS: tuple[Column, ...] = (
 )
 
 
-def framework_label(result: Mapping[str, Any]) -> str:
-    """The framework's name, with its compile mode for a compiled model ("pytorch compile=default")."""
+def variant_text(result: Mapping[str, Any]) -> str:
+    """The framework-specific options that make the run a variant of its framework's plain one
+    ("compile=default", "precision=bf16"), from its request; "" for the model as loaded."""
+    from mlscope.contract.options import variant_options
+
     options = (result.get("request") or {}).get("options") or {}
-    mode = result["framework"].get("compile") or options.get("compile")
+    return " ".join(f"{name}={value}" for name, value in variant_options(options).items())
+
+
+def framework_label(result: Mapping[str, Any]) -> str:
+    """The framework's name, with what makes the run a variant ("pytorch compile=default")."""
+    variant = variant_text(result)
     name = str(result["framework"]["name"])
-    return f"{name} compile={mode}" if mode and mode != "none" else name
+    return f"{name} {variant}" if variant else name
 
 
 def measurement_table(results: Sequence[Mapping[str, Any]], title: str | None = None) -> Table:

@@ -21,6 +21,7 @@ from mlscope.cli.render import (
     print_sections,
     print_validity_notes,
     short_id,
+    variant_text,
     warn,
 )
 from mlscope.cli.render_load import probe_line
@@ -246,7 +247,7 @@ def _print_human(results: Sequence[EvaluationResult]) -> None:
             system = result.get("system") or {}
             console.print(
                 f"{short_line(result)}: {framework['name']} {framework.get('version')}"
-                f"{compile_clause(framework)}; cold start: import "
+                f"{_variant_clause(result)}; cold start: import "
                 f"{_ms(cold.get('import_ms'), 0)}, load {_ms(cold.get('load_ms'), 0)}"
                 f"{_compile_ms(cold)}, first inference "
                 f"{_ms(cold.get('first_inference_ms'), 1)}{warm_start_line(cold)}; "
@@ -274,10 +275,10 @@ def _ms(value: Any, digits: int) -> str:
     return f"{value:.{digits}f} ms" if isinstance(value, (int, float)) else "-"
 
 
-def compile_clause(framework: Mapping[str, Any]) -> str:
-    """ " compiled (default)" for a compiled model, else nothing."""
-    mode = framework.get("compile")
-    return f" compiled ({mode})" if mode else ""
+def _variant_clause(result: Mapping[str, Any]) -> str:
+    """ " (compile=default)" for a variant of its framework's plain run, else nothing."""
+    variant = variant_text(result)
+    return f" ({variant})" if variant else ""
 
 
 def _compile_ms(cold: ColdStart | Mapping[str, Any]) -> str:

@@ -4,6 +4,7 @@ predictor runtime reads and the schema a request is validated with are derived f
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -15,18 +16,38 @@ __all__ = [
     "FRAMEWORK_OPTIONS",
     "GRAPH_OPTIMIZATION_LEVELS",
     "MAX_INPUT_POOL",
+    "PRECISIONS",
+    "QUANTIZATIONS",
     "REQUEST_OPTIONS",
     "PredictorOptions",
     "PredictorOptionsSchema",
+    "variant_options",
 ]
 
 GRAPH_OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 # torch.compile's modes (inductor), and `none`: the module as loaded (eager).
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
-# Options only some frameworks take: each framework names the ones it takes (FrameworkSpec.options),
-# and a request setting one on another framework is refused, naming the option. The other options are
-# shared: a framework ignores those that mean nothing to it.
-FRAMEWORK_OPTIONS = frozenset({"compile"})
+# The floating-point type the weights and inputs are cast to (fp32: as loaded).
+PRECISIONS = ("fp32", "bf16", "fp16")
+# Post-training quantisation: `int8` is dynamic (weights int8 ahead, activations quantised per batch).
+QUANTIZATIONS = ("none", "int8")
+# Options only some frameworks take, each with its value that means the model as loaded: each
+# framework names the ones it takes (FrameworkSpec.options), and a request setting one on another
+# framework is refused, naming the option. The other options are shared: a framework ignores those
+# that mean nothing to it.
+FRAMEWORK_OPTIONS: dict[str, str] = {"compile": "none", "precision": "fp32", "quantize": "none"}
+
+
+def variant_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The framework-specific options `options` sets to other than the model as loaded (a compile mode,
+    a reduced precision, a quantisation): what makes a run a variant of its framework's plain one."""
+    return {
+        name: options[name]
+        for name, plain in sorted(FRAMEWORK_OPTIONS.items())
+        if options.get(name) not in (None, plain)
+    }
+
+
 # The most distinct input batches a request may ask to cycle through (and so the most samples a
 # multi_stream query may hold).
 MAX_INPUT_POOL = 64
@@ -52,6 +73,8 @@ class PredictorOptions:
             compiled for each batch size before that size is measured: the first one's compile time
             is the cold start's `compile_ms`, each later one's its measurement's `compile_ms`, and
             graphs compiled while a point was measured are its `recompiles`.
+        precision: PyTorch: the weights and float inputs cast to PRECISIONS' type (None: fp32).
+        quantize: PyTorch: `int8`, dynamic quantisation of the Linear layers (None: `none`).
         seed: seeds random weights and inputs, so two runs build the same model. Not a request
             option: every evaluation of a model builds the same weights, which is what makes two
             runs (and two frameworks) comparable.
@@ -64,6 +87,8 @@ class PredictorOptions:
     input_pool: int = 4
     brick: bool = False
     compile: str | None = None
+    precision: str | None = None
+    quantize: str | None = None
     seed: int = 0
 
     @property
@@ -92,6 +117,8 @@ class PredictorOptionsSchema(Schema):
     input_pool = schema_fields.Integer(validate=validate.Range(min=1, max=MAX_INPUT_POOL))
     brick = schema_fields.Boolean()
     compile = schema_fields.String(validate=validate.OneOf(COMPILE_MODES), allow_none=True)
+    precision = schema_fields.String(validate=validate.OneOf(PRECISIONS), allow_none=True)
+    quantize = schema_fields.String(validate=validate.OneOf(QUANTIZATIONS), allow_none=True)
 
 
 # The options a request may set: every field of PredictorOptions but the seed. Checked at import, so

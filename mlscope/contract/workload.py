@@ -237,15 +237,12 @@ def workload_differences(
 
 def _framework_options(request: Mapping[str, Any]) -> dict[str, Any]:
     """The framework-specific options (contract.options.FRAMEWORK_OPTIONS) the request set to other than
-    their default (`compile` other than `none`): a model compiled is another workload than it eager,
-    and one that set nothing keys as it did before such options existed."""
-    from mlscope.contract.options import FRAMEWORK_OPTIONS
+    the model as loaded (`contract.options.variant_options`): a model compiled or quantised is another
+    workload than it as loaded, and one that set none keys as it did before such options existed."""
+    from mlscope.contract.options import variant_options
 
     options = request.get("options")
-    options = options if isinstance(options, Mapping) else {}
-    return {
-        name: options[name] for name in sorted(FRAMEWORK_OPTIONS) if options.get(name) not in (None, "none")
-    }
+    return variant_options(options if isinstance(options, Mapping) else {})
 
 
 def _plain(value: Any) -> Any:

@@ -19,7 +19,7 @@ from mlscope.contract.generation import ENDPOINT_FRAMEWORK, GenerationSettings
 from mlscope.contract.job import Job
 from mlscope.contract.load import LoadSettings
 from mlscope.contract.manifest import Manifest
-from mlscope.contract.options import FRAMEWORK_OPTIONS, MAX_INPUT_POOL
+from mlscope.contract.options import FRAMEWORK_OPTIONS, MAX_INPUT_POOL, variant_options
 from mlscope.contract.request import EvaluationRequest, parse_request
 from mlscope.contract.settings import Settings
 from mlscope.registry.datasets import check_dataset_reference, resolve_dataset
@@ -340,7 +340,7 @@ def _check_framework_options(request: EvaluationRequest, framework: FrameworkSpe
     Raises:
         UserError: naming `options.<name>` and the frameworks that take it.
     """
-    for name in sorted(FRAMEWORK_OPTIONS & set(request.options)):
+    for name in sorted(FRAMEWORK_OPTIONS.keys() & set(request.options)):
         if name in framework.options:
             continue
         takers = [spec.display for spec in FRAMEWORKS.values() if name in spec.options]
@@ -349,22 +349,26 @@ def _check_framework_options(request: EvaluationRequest, framework: FrameworkSpe
             f"{' and '.join(takers) or 'no installed framework'} has (or drop it)",
             field=f"options.{name}",
         )
-    if variant_of(request) and "generate" in request.scenarios:
+    variant = variant_of(request)
+    if variant and "generate" in request.scenarios:
+        name = next(iter(variant))
         raise UserError(
-            "options.compile: the generate scenario runs the model through transformers' generate loop, "
-            "which is not compiled; drop the option or the scenario",
-            field="options.compile",
+            f"options.{name}: the generate scenario runs the model through transformers' generate loop "
+            "as loaded; drop the option or the scenario",
+            field=f"options.{name}",
+        )
+    if variant.get("quantize") and "precision" in variant:
+        raise UserError(
+            f"options.precision: an int8-quantised model computes in int8 and fp32, not "
+            f"{variant['precision']}; drop one of precision and quantize",
+            field="options.precision",
         )
 
 
 def variant_of(request: EvaluationRequest) -> dict[str, Any]:
     """The request's framework-specific options that change how its framework runs the model (a
-    compile mode other than `none`): what sets it apart from the same framework as loaded."""
-    return {
-        name: value
-        for name, value in request.options.items()
-        if name in FRAMEWORK_OPTIONS and value not in (None, "none")
-    }
+    compile mode, a precision, a quantisation): what sets it apart from the same framework as loaded."""
+    return variant_options(request.options)
 
 
 def _check_fixed_batch(manifest: Manifest, batch_sizes: tuple[int, ...]) -> None:

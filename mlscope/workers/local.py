@@ -14,6 +14,7 @@ from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.events import EvaluationEvent
+from mlscope.contract.options import FRAMEWORK_OPTIONS
 from mlscope.contract.result import EvaluationResult
 from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
@@ -80,15 +81,22 @@ def admit_all(
 
 
 def _variants(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The request once per value of a framework option given several (`compile=none,default`: the
-    model eager, then compiled), so that one command measures both; else the request as it is."""
-    options = document.get("options") or {}
-    value = options.get("compile")
-    if isinstance(value, str) and "," in value:
-        value = [item.strip() for item in value.split(",") if item.strip()]
-    if not isinstance(value, list) or not value:
-        return [document]
-    return [{**document, "options": {**options, "compile": each}} for each in value]
+    """The request once per value of each framework option given several (`compile=none,default`:
+    the model eager, then compiled; two such options: every pair), so that one command measures
+    them all; else the request as it is."""
+    variants = [document]
+    for name in FRAMEWORK_OPTIONS:
+        options = document.get("options") or {}
+        value = options.get(name)
+        if isinstance(value, str) and "," in value:
+            value = [item.strip() for item in value.split(",") if item.strip()]
+        if isinstance(value, list) and value:
+            variants = [
+                {**variant, "options": {**(variant.get("options") or {}), name: each}}
+                for variant in variants
+                for each in value
+            ]
+    return variants
 
 
 def _start_predictors(admitted: Sequence[Admission], settings: Settings) -> str | None:

@@ -1,4 +1,4 @@
-"""`options.compile` (torch.compile) at the edges, without compiling: the mode validated by the request
+"""`options.compile` (torch.compile), `precision` and `quantize` at the edges, without running a model: the mode validated by the request
 schema, refused on a framework that has no such option and with the generate scenario (one line,
 exit 2, nothing stored), `compile=none,default` admitted as two evaluations, a compiled model's parity
 checked against its framework eager, the recompiles a point saw said among its reasons, and the
@@ -41,6 +41,13 @@ def test_none_and_a_mode_are_two_evaluations_eager_first(mlscope_env: dict[str, 
     # One mode, or none at all: one evaluation
     for document in ({"options": {"compile": "default"}}, {}):
         assert len(admit_all(MODEL, ["pytorch"], document, settings=load_settings())) == 1
+    # Two options given several values: every pair, in order
+    both = {"options": {"compile": "none,default", "precision": "fp32,bf16"}}
+    pairs = [
+        (a.request.options["compile"], a.request.options["precision"])
+        for a in admit_all(MODEL, ["pytorch"], both, settings=load_settings())
+    ]
+    assert pairs == [("none", "fp32"), ("none", "bf16"), ("default", "fp32"), ("default", "bf16")]
 
 
 def test_a_compiled_models_parity_is_checked_against_its_framework_eager(mlscope_env: dict[str, str]) -> None:
@@ -66,6 +73,13 @@ def test_a_compiled_models_parity_is_checked_against_its_framework_eager(mlscope
         (["-f", "onnxruntime", "--option", "compile=default"], "ONNX Runtime has no compile option"),
         (["-f", "pytorch", "--option", "compile=fast"], "compile"),
         (["-f", "pytorch", "--option", "compile=default", "--scenario", "generate"], "options.compile"),
+        (["-f", "onnxruntime", "--option", "precision=bf16"], "ONNX Runtime has no precision option"),
+        (["-f", "pytorch", "--option", "precision=fp64"], "precision"),
+        (["-f", "pytorch", "--option", "quantize=int4"], "quantize"),
+        (
+            ["-f", "pytorch", "--option", "quantize=int8", "--option", "precision=bf16"],
+            "options.precision: an int8-quantised model computes in int8 and fp32, not bf16",
+        ),
     ],
 )
 def test_a_compile_that_cannot_be_is_refused_in_one_line_storing_nothing(
@@ -146,7 +160,7 @@ def test_a_point_that_compiled_while_measured_says_so_and_one_that_did_not_is_si
 
 
 def test_the_framework_column_names_the_compile_mode() -> None:
-    compiled = {"framework": {"name": "pytorch", "compile": "default"}, "request": {"options": {}}}
+    compiled = {"framework": {"name": "pytorch"}, "request": {"options": {"compile": "default"}}}
     eager = {"framework": {"name": "pytorch"}, "request": {"options": {"compile": "none"}}}
     failed = {"framework": {"name": "pytorch"}, "request": {"options": {"compile": "max-autotune"}}}
     assert framework_label(compiled) == "pytorch compile=default"
@@ -165,5 +179,5 @@ def test_mlscope_frameworks_says_which_framework_takes_compile(capsys: pytest.Ca
 
     main(["frameworks", "--json"])
     rows = {row["name"]: row for row in map(json.loads, capsys.readouterr().out.splitlines())}
-    assert rows["pytorch"]["options"] == ["compile"]
+    assert rows["pytorch"]["options"] == ["compile", "precision", "quantize"]
     assert rows["onnxruntime"]["options"] == []

@@ -21,6 +21,6 @@ FRAMEWORK = FrameworkSpec(
     generates=True,
     # `mlscope bricks --device cuda`: its bricks are timed with CUDA events on a GPU.
     brick_devices="mlscope.runtime.predictors.pytorch.bricks:device_refusal",
-    # torch.compile (inductor), `--option compile=MODE`.
-    options=frozenset({"compile"}),
+    # torch.compile (inductor), reduced precision and dynamic int8 quantisation (`--option`).
+    options=frozenset({"compile", "precision", "quantize"}),
 )

@@ -4,10 +4,9 @@ of each batch size's measurement."""
 
 from __future__ import annotations
 
-import shutil
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -15,6 +14,13 @@ import torch
 from mlscope.runtime.predictors.base import Predictor, PredictorError
 from mlscope.runtime.predictors.pytorch.models import build_module
 from mlscope.runtime.predictors.pytorch.profile import layer_pass, operator_pass
+from mlscope.runtime.predictors.pytorch.variants import (
+    check_compiler,
+    compiled_frames,
+    fxgraph_cache_hit,
+    input_dtype,
+    variant_module,
+)
 from mlscope.runtime.trace.profiled import ProfiledPass
 
 if TYPE_CHECKING:
@@ -26,27 +32,9 @@ __all__ = ["CudaEventTimer", "PyTorchPredictor"]
 
 
 def _numpy(value: torch.Tensor) -> np.ndarray:
-    return value.detach().cpu().numpy()
-
-
-def _check_compiler(device: torch.device) -> None:
-    """What inductor needs to compile for `device` is here: a C++ compiler for the CPU, Triton for a
-    GPU.
-
-    Raises:
-        PredictorError: naming what is missing.
-    """
-    if device.type == "cuda":
-        import importlib.util
-
-        if importlib.util.find_spec("triton") is None:
-            raise PredictorError("options.compile: torch.compile on a GPU needs Triton; it is not installed")
-        return
-    if not any(shutil.which(name) for name in ("g++", "c++", "clang++")):
-        raise PredictorError(
-            "options.compile: torch.compile for the CPU needs a C++ compiler (g++ or clang++) on PATH; "
-            "none was found (install one, or drop the option)"
-        )
+    value = value.detach().cpu()
+    # numpy has no bfloat16: a reduced-precision output is compared as float32.
+    return (value.float() if value.dtype == torch.bfloat16 else value).numpy()
 
 
 class CudaEventTimer:
@@ -76,8 +64,9 @@ class PyTorchPredictor(Predictor):
     NAME: ClassVar[str] = "pytorch"
 
     _model: torch.nn.Module | None = None
-    # The module as loaded, when `_model` is its compiled form.
-    _eager: torch.nn.Module | None = None
+    # The module as built (the model store's weights), and the dtype float inputs are cast to.
+    _loaded: torch.nn.Module | None = None
+    _dtype: torch.dtype | None = None
     _device: torch.device | None = None
     _mapped: MappedModel | None = None
 
@@ -98,17 +87,15 @@ class PyTorchPredictor(Predictor):
 
     def load(self) -> None:
         self._device = self._open_device()
-        module = build_module(self.manifest, seed=self.options.seed).to(self._device)
-        self._model = self._maybe_compiled(module)
+        self._use(build_module(self.manifest, seed=self.options.seed).to(self._device))
 
-    def _maybe_compiled(self, module: torch.nn.Module) -> torch.nn.Module:
-        """`module` wrapped by torch.compile in the requested mode (it compiles on its first call, in
-        `compile`), or as it is for eager."""
-        mode = self.options.compile_mode
-        if mode is None:
-            return module
-        self._eager = module
-        return cast(torch.nn.Module, torch.compile(module, mode=mode))
+    def _use(self, module: torch.nn.Module) -> None:
+        """Run `module` (as built, on the device) as the options ask: cast, quantised or compiled
+        (variants.py); kept as built too, for the model store."""
+        assert self._device is not None
+        self._loaded = module
+        self._model = variant_module(module, self.options, self._device)
+        self._dtype = input_dtype(self.options)
 
     def compile(self, batch: tuple[torch.Tensor, ...]) -> bool:
         """One call of the compiled module on `batch`: dynamo traces it and inductor compiles a graph
@@ -116,25 +103,15 @@ class PyTorchPredictor(Predictor):
         if self.options.compile_mode is None:
             return False
         assert self._device is not None, "load() first"
-        _check_compiler(self._device)
+        check_compiler(self._device)
         self.predict(batch)
         return True
 
     def compilations(self) -> int | None:
-        """Frames dynamo compiled in this process (each compile and recompile counts)."""
-        if self.options.compile_mode is None:
-            return None
-        from torch._dynamo.utils import counters
-
-        return int(counters["frames"]["ok"])
+        return None if self.options.compile_mode is None else compiled_frames()
 
     def compile_cached(self) -> bool | None:
-        """Whether inductor took a graph from its on-disk cache (an earlier process compiled it)."""
-        if self.options.compile_mode is None:
-            return None
-        from torch._dynamo.utils import counters
-
-        return bool(counters["inductor"]["fxgraph_cache_hit"])
+        return None if self.options.compile_mode is None else fxgraph_cache_hit()
 
     def warm_variant(self) -> str:
         return ""  # the module's weights are the manifest's and the seed's alone
@@ -143,8 +120,8 @@ class PyTorchPredictor(Predictor):
         from mlscope.runtime.model_store import WeightsToStore
         from mlscope.runtime.predictors.pytorch.warm import module_tensors
 
-        assert self._model is not None, "load() first"
-        tensors, size = module_tensors(self._model)
+        assert self._loaded is not None, "load() first"
+        tensors, size = module_tensors(self._loaded)
         return WeightsToStore(tensors, size)
 
     def load_mapped(self, mapped: MappedModel) -> None:
@@ -158,7 +135,7 @@ class PyTorchPredictor(Predictor):
         skeleton = build_module(self.manifest, seed=self.options.seed, skeleton=True)
         model = attach_mapped(skeleton, mapped)
         self._mapped = mapped
-        self._model = self._maybe_compiled(model if self._device.type == "cpu" else model.to(self._device))
+        self._use(model if self._device.type == "cpu" else model.to(self._device))
 
     def generation_engine(self, settings: GenerationSettings) -> GenerateEngine:
         """The manifest's transformers decoder or encoder-decoder as an in-process token generator
@@ -190,7 +167,9 @@ class PyTorchPredictor(Predictor):
         return device
 
     def prepare(self, arrays: dict[str, np.ndarray]) -> tuple[torch.Tensor, ...]:
-        return tuple(torch.from_numpy(arrays[spec.name]).to(self._device) for spec in self.manifest.inputs)
+        tensors = (torch.from_numpy(arrays[spec.name]).to(self._device) for spec in self.manifest.inputs)
+        dtype = self._dtype
+        return tuple(t.to(dtype) if dtype is not None and t.is_floating_point() else t for t in tensors)
 
     def predict(self, batch: tuple[torch.Tensor, ...]) -> Any:
         model = self._model
@@ -210,7 +189,7 @@ class PyTorchPredictor(Predictor):
             return self.predict(batch)
 
         if profiled.level == "FRAMEWORK":
-            if self._eager is not None:
+            if self.options.compile_mode is not None:
                 # Leaf-module hooks would break the compiled graph apart: a compiled model's layers
                 # are not the ones it runs. Its kernels show at LIBRARY level.
                 return False
@@ -252,6 +231,9 @@ class PyTorchPredictor(Predictor):
         facts = super().describe()
         if self.options.compile_mode is not None:
             facts["compile"] = self.options.compile_mode
+        if self._dtype is not None or self.options.quantize == "int8":
+            facts["precision"] = self.options.precision or "fp32"
+            facts["quantize"] = self.options.quantize or "none"
         facts["threads"] = torch.get_num_threads()
         facts["inter_op_threads"] = torch.get_num_interop_threads()
         if self._device is not None and self._device.type == "cuda":
@@ -260,7 +242,7 @@ class PyTorchPredictor(Predictor):
 
     def close(self) -> None:
         self._model = None
-        self._eager = None
+        self._loaded = None
         if self._mapped is not None:
             self._mapped.close()
             self._mapped = None
