@@ -223,11 +223,18 @@ _MEASUREMENT_COLUMNS: tuple[Column, ...] = (
 
 
 def framework_label(result: Mapping[str, Any]) -> str:
-    """The framework's name, with its compile mode for a compiled model ("pytorch compile=default")."""
+    """The framework's name, with each framework option it ran with other than the option's default
+    ("pytorch compile=default", "openvino performance_hint=THROUGHPUT")."""
+    from mlscope.contract.options import FRAMEWORK_OPTIONS, is_default_option
+
     options = (result.get("request") or {}).get("options") or {}
-    mode = result["framework"].get("compile") or options.get("compile")
-    name = str(result["framework"]["name"])
-    return f"{name} compile={mode}" if mode and mode != "none" else name
+    facts = result["framework"]
+    label = [str(facts["name"])]
+    for name in sorted(FRAMEWORK_OPTIONS):
+        value = facts.get(name) or options.get(name)
+        if not is_default_option(name, value):
+            label.append(f"{name}={value}")
+    return " ".join(label)
 
 
 def measurement_table(results: Sequence[Mapping[str, Any]], title: str | None = None) -> Table:

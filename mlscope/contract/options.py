@@ -13,20 +13,36 @@ from marshmallow import fields as schema_fields
 __all__ = [
     "COMPILE_MODES",
     "FRAMEWORK_OPTIONS",
+    "FRAMEWORK_OPTION_DEFAULTS",
     "GRAPH_OPTIMIZATION_LEVELS",
     "MAX_INPUT_POOL",
+    "PERFORMANCE_HINTS",
+    "PRECISIONS",
     "REQUEST_OPTIONS",
     "PredictorOptions",
     "PredictorOptionsSchema",
+    "is_default_option",
 ]
 
 GRAPH_OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 # torch.compile's modes (inductor), and `none`: the module as loaded (eager).
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
-# Options only some frameworks take: each framework names the ones it takes (FrameworkSpec.options),
-# and a request setting one on another framework is refused, naming the option. The other options are
+# OpenVINO's performance hints (docs/openvino.md): one inference at a time as fast as it goes, or as
+# many inferences per second as parallel streams give.
+PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT")
+# OpenVINO's inference precision on the CPU: f32, or bf16 where the CPU has it (AMX, AVX-512 BF16).
+PRECISIONS = ("f32", "bf16")
+# Options only some frameworks take, each with the value that means the framework as mlscope loads it
+# without the option: each framework names the ones it takes (FrameworkSpec.options), and a request
+# setting one on another framework is refused, naming the option. A request that sets one to its
+# default (or to None) measures the same workload as one that does not set it. The other options are
 # shared: a framework ignores those that mean nothing to it.
-FRAMEWORK_OPTIONS = frozenset({"compile"})
+FRAMEWORK_OPTION_DEFAULTS: dict[str, str] = {
+    "compile": "none",
+    "performance_hint": "LATENCY",
+    "precision": "f32",
+}
+FRAMEWORK_OPTIONS = frozenset(FRAMEWORK_OPTION_DEFAULTS)
 # The most distinct input batches a request may ask to cycle through (and so the most samples a
 # multi_stream query may hold).
 MAX_INPUT_POOL = 64
@@ -52,6 +68,9 @@ class PredictorOptions:
             compiled for each batch size before that size is measured: the first one's compile time
             is the cold start's `compile_ms`, each later one's its measurement's `compile_ms`, and
             graphs compiled while a point was measured are its `recompiles`.
+        performance_hint: OpenVINO's PERFORMANCE_HINT (PERFORMANCE_HINTS; None: LATENCY).
+        precision: OpenVINO's inference precision (PRECISIONS; None: f32, which mlscope sets even
+            where OpenVINO itself would pick bf16, so that its outputs compare with the others').
         seed: seeds random weights and inputs, so two runs build the same model. Not a request
             option: every evaluation of a model builds the same weights, which is what makes two
             runs (and two frameworks) comparable.
@@ -64,6 +83,8 @@ class PredictorOptions:
     input_pool: int = 4
     brick: bool = False
     compile: str | None = None
+    performance_hint: str | None = None
+    precision: str | None = None
     seed: int = 0
 
     @property
@@ -92,6 +113,14 @@ class PredictorOptionsSchema(Schema):
     input_pool = schema_fields.Integer(validate=validate.Range(min=1, max=MAX_INPUT_POOL))
     brick = schema_fields.Boolean()
     compile = schema_fields.String(validate=validate.OneOf(COMPILE_MODES), allow_none=True)
+    performance_hint = schema_fields.String(validate=validate.OneOf(PERFORMANCE_HINTS), allow_none=True)
+    precision = schema_fields.String(validate=validate.OneOf(PRECISIONS), allow_none=True)
+
+
+def is_default_option(name: str, value: Any) -> bool:
+    """Whether framework option `name` set to `value` leaves the framework as loaded (None, or the
+    option's default: `compile=none`, `performance_hint=LATENCY`, `precision=f32`)."""
+    return value is None or value == FRAMEWORK_OPTION_DEFAULTS.get(name)
 
 
 # The options a request may set: every field of PredictorOptions but the seed. Checked at import, so

@@ -196,7 +196,8 @@ def workload_differences(
 
     Compared: the model (name, version, manifest; see `_manifest_differences`), its options (each
     `--config` key, input shape and dtype, the weights), the predictor options (threads, graph
-    optimisation, execution providers, input pool, brick; a compile mode other than `none`), the
+    optimisation, execution providers, input pool, brick; a framework option other than its default:
+    a compile mode other than `none`, an OpenVINO hint or precision), the
     dataset, and where a compared scenario
     uses them the load settings (rate, queries in flight, multi_stream's query shape, a latency
     search's bound and percentile), the generation settings (prompt and output lengths, concurrency,
@@ -237,14 +238,17 @@ def workload_differences(
 
 def _framework_options(request: Mapping[str, Any]) -> dict[str, Any]:
     """The framework-specific options (contract.options.FRAMEWORK_OPTIONS) the request set to other than
-    their default (`compile` other than `none`): a model compiled is another workload than it eager,
-    and one that set nothing keys as it did before such options existed."""
-    from mlscope.contract.options import FRAMEWORK_OPTIONS
+    their default (`compile` other than `none`, `performance_hint` other than LATENCY, `precision`
+    other than f32): a model compiled is another workload than it eager, and one that set nothing, or
+    a default, keys as it did before such options existed."""
+    from mlscope.contract.options import FRAMEWORK_OPTIONS, is_default_option
 
     options = request.get("options")
     options = options if isinstance(options, Mapping) else {}
     return {
-        name: options[name] for name in sorted(FRAMEWORK_OPTIONS) if options.get(name) not in (None, "none")
+        name: options[name]
+        for name in sorted(FRAMEWORK_OPTIONS)
+        if not is_default_option(name, options.get(name))
     }
 
 

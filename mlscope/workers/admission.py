@@ -19,7 +19,7 @@ from mlscope.contract.generation import ENDPOINT_FRAMEWORK, GenerationSettings
 from mlscope.contract.job import Job
 from mlscope.contract.load import LoadSettings
 from mlscope.contract.manifest import Manifest
-from mlscope.contract.options import FRAMEWORK_OPTIONS, MAX_INPUT_POOL
+from mlscope.contract.options import FRAMEWORK_OPTIONS, MAX_INPUT_POOL, is_default_option
 from mlscope.contract.request import EvaluationRequest, parse_request
 from mlscope.contract.settings import Settings
 from mlscope.registry.datasets import check_dataset_reference, resolve_dataset
@@ -118,7 +118,8 @@ class Admission:
     def parity_job(self, job: Job) -> Job:
         """The parity check's reference run: the same inputs (dataset or seed, batch sizes) on the
         reference framework, measuring nothing, returning the outputs `job` returns: the same
-        framework without its own options when the check is of a variant (`compile`)."""
+        framework without its own options when the check is of a variant (`compile`, an OpenVINO
+        hint or precision)."""
         assert self.parity_manifest is not None
         # The reference runs the model as loaded: no framework-specific option (a compiled model's
         # reference is the same framework eager).
@@ -349,21 +350,24 @@ def _check_framework_options(request: EvaluationRequest, framework: FrameworkSpe
             f"{' and '.join(takers) or 'no installed framework'} has (or drop it)",
             field=f"options.{name}",
         )
-    if variant_of(request) and "generate" in request.scenarios:
+    variant = variant_of(request)
+    if variant and "generate" in request.scenarios:
+        name = sorted(variant)[0]
         raise UserError(
-            "options.compile: the generate scenario runs the model through transformers' generate loop, "
-            "which is not compiled; drop the option or the scenario",
-            field="options.compile",
+            f"options.{name}: the generate scenario runs the model through transformers' generate loop, "
+            f"which {name} does not change; drop the option or the scenario",
+            field=f"options.{name}",
         )
 
 
 def variant_of(request: EvaluationRequest) -> dict[str, Any]:
     """The request's framework-specific options that change how its framework runs the model (a
-    compile mode other than `none`): what sets it apart from the same framework as loaded."""
+    compile mode other than `none`, an OpenVINO hint other than LATENCY or precision other than f32):
+    what sets it apart from the same framework as loaded."""
     return {
         name: value
         for name, value in request.options.items()
-        if name in FRAMEWORK_OPTIONS and value not in (None, "none")
+        if name in FRAMEWORK_OPTIONS and not is_default_option(name, value)
     }
 
 

@@ -7,6 +7,7 @@ Python API (`mlscope.evaluate`) share.
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -14,6 +15,7 @@ from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.events import EvaluationEvent
+from mlscope.contract.options import FRAMEWORK_OPTIONS
 from mlscope.contract.result import EvaluationResult
 from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
@@ -81,14 +83,19 @@ def admit_all(
 
 def _variants(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The request once per value of a framework option given several (`compile=none,default`: the
-    model eager, then compiled), so that one command measures both; else the request as it is."""
+    model eager, then compiled; `performance_hint=LATENCY,THROUGHPUT`), once per combination when
+    several options are, so that one command measures each; else the request as it is."""
     options = document.get("options") or {}
-    value = options.get("compile")
-    if isinstance(value, str) and "," in value:
-        value = [item.strip() for item in value.split(",") if item.strip()]
-    if not isinstance(value, list) or not value:
+    choices: list[list[tuple[str, Any]]] = []
+    for name in sorted(FRAMEWORK_OPTIONS):
+        value = options.get(name)
+        if isinstance(value, str) and "," in value:
+            value = [item.strip() for item in value.split(",") if item.strip()]
+        if isinstance(value, list) and value:
+            choices.append([(name, each) for each in value])
+    if not choices:
         return [document]
-    return [{**document, "options": {**options, "compile": each}} for each in value]
+    return [{**document, "options": {**options, **dict(chosen)}} for chosen in itertools.product(*choices)]
 
 
 def _start_predictors(admitted: Sequence[Admission], settings: Settings) -> str | None:
