@@ -247,3 +247,16 @@ def test_counters_become_layers_laid_end_to_end_inside_their_inference() -> None
     ]
     with pytest.raises(ValueError, match="HARDWARE"):
         ov_profile_to_spans(runs, trace_id="t", parent_id="p", batch_size=1, level="HARDWARE")
+
+
+def test_openvino_runs_every_catalogue_entry_onnx_runtime_runs() -> None:
+    from mlscope.registry.catalogue import Catalogue
+
+    catalogue = Catalogue.load()
+    ort = {entry.ref for entry in catalogue.find(framework="onnxruntime")}
+    openvino = {entry.ref for entry in catalogue.find(framework="openvino")}
+    assert ort and ort <= openvino
+    # Each OpenVINO manifest reads the graph ONNX Runtime's does: the same source, inputs and outputs
+    for ref in ("torchvision:resnet18", "hf:bert", "mlscope:digits_cnn"):
+        mine, theirs = catalogue.manifest(ref, "openvino"), catalogue.manifest(ref, "onnxruntime")
+        assert (mine.source, mine.inputs, mine.outputs) == (theirs.source, theirs.inputs, theirs.outputs)
