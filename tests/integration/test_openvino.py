@@ -115,6 +115,22 @@ def test_a_traced_run_stores_openvinos_layers_inside_their_inferences(mlscope_en
     assert sum(s["end_ns"] - s["start_ns"] for s in layers) > 0
 
 
+def test_at_library_level_the_same_nodes_are_operators_named_by_type(mlscope_env: dict[str, str]) -> None:
+    done = mlscope(
+        mlscope_env, "run", MODEL, "-f", "openvino", "--trace-level", "LIBRARY", "--measure",
+        "trace_iterations=2", "--measure", "trace_warmup=1", "--json", *FAST,
+    )  # fmt: skip
+    (result,) = ran_valid(done)
+    with open_store(mlscope_env["MLSCOPE_STORE_URL"]) as store:
+        spans = store.get_spans(result["id"], limit=100_000)
+    operators = [s for s in spans if s["level"] == "LIBRARY"]
+    layers = [s for s in spans if s["level"] == "FRAMEWORK"]
+    # Both passes ran (LIBRARY includes FRAMEWORK), over the same nodes
+    assert Counter(s["name"] for s in operators) == Counter(s["attributes"]["layer_type"] for s in layers)
+    assert {s["attributes"]["kind"] for s in operators} == {"operator"}
+    assert all(s["attributes"]["layer"] for s in operators)
+
+
 @pytest.mark.parametrize(
     ("framework", "option", "said"),
     [
