@@ -14,37 +14,58 @@ from marshmallow import fields as schema_fields
 __all__ = [
     "COMPILE_MODES",
     "FRAMEWORK_OPTIONS",
+    "FRAMEWORK_OPTION_DEFAULTS",
     "GRAPH_OPTIMIZATION_LEVELS",
     "MAX_INPUT_POOL",
+    "PERFORMANCE_HINTS",
     "PRECISIONS",
     "QUANTIZATIONS",
     "REQUEST_OPTIONS",
     "PredictorOptions",
     "PredictorOptionsSchema",
+    "is_default_option",
     "variant_options",
 ]
 
 GRAPH_OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 # torch.compile's modes (inductor), and `none`: the module as loaded (eager).
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
-# The floating-point type the weights and inputs are cast to (fp32: as loaded).
-PRECISIONS = ("fp32", "bf16", "fp16")
+# The floating-point type the weights, inputs and arithmetic use: fp32 (as loaded; `f32` is
+# OpenVINO's name for it), bf16, fp16; a framework refuses one it or the CPU cannot compute in.
+PRECISIONS = ("fp32", "f32", "bf16", "fp16")
 # Post-training quantisation: `int8` is dynamic (weights int8 ahead, activations quantised per batch).
 QUANTIZATIONS = ("none", "int8")
-# Options only some frameworks take, each with its value that means the model as loaded: each
-# framework names the ones it takes (FrameworkSpec.options), and a request setting one on another
-# framework is refused, naming the option. The other options are shared: a framework ignores those
-# that mean nothing to it.
-FRAMEWORK_OPTIONS: dict[str, str] = {"compile": "none", "precision": "fp32", "quantize": "none"}
+# OpenVINO's performance hints (docs/openvino.md): one inference at a time as fast as it goes, or as
+# many inferences per second as parallel streams give.
+PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT")
+# Options only some frameworks take, each with the values that mean the framework as mlscope loads it
+# without the option: each framework names the ones it takes (FrameworkSpec.options), and a request
+# setting one on another framework is refused, naming the option. A request that sets one to its
+# default (or to None) measures the same workload as one that does not set it. The other options are
+# shared: a framework ignores those that mean nothing to it.
+FRAMEWORK_OPTION_DEFAULTS: dict[str, tuple[str, ...]] = {
+    "compile": ("none",),
+    "performance_hint": ("LATENCY",),
+    "precision": ("fp32", "f32"),
+    "quantize": ("none",),
+}
+FRAMEWORK_OPTIONS = frozenset(FRAMEWORK_OPTION_DEFAULTS)
+
+
+def is_default_option(name: str, value: Any) -> bool:
+    """Whether framework option `name` set to `value` leaves the framework as loaded (None, or one of
+    the option's defaults: `compile=none`, `performance_hint=LATENCY`, `precision=fp32`, ...)."""
+    return value is None or value in FRAMEWORK_OPTION_DEFAULTS.get(name, ())
 
 
 def variant_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """The framework-specific options `options` sets to other than the model as loaded (a compile mode,
-    a reduced precision, a quantisation): what makes a run a variant of its framework's plain one."""
+    a reduced precision, a quantisation, a throughput hint): what makes a run a variant of its
+    framework's plain one."""
     return {
         name: options[name]
-        for name, plain in sorted(FRAMEWORK_OPTIONS.items())
-        if options.get(name) not in (None, plain)
+        for name in sorted(FRAMEWORK_OPTIONS)
+        if not is_default_option(name, options.get(name))
     }
 
 
@@ -73,8 +94,11 @@ class PredictorOptions:
             compiled for each batch size before that size is measured: the first one's compile time
             is the cold start's `compile_ms`, each later one's its measurement's `compile_ms`, and
             graphs compiled while a point was measured are its `recompiles`.
-        precision: PyTorch: the weights and float inputs cast to PRECISIONS' type (None: fp32).
+        precision: PyTorch's and OpenVINO's arithmetic (PRECISIONS; None: fp32). PyTorch casts the
+            weights and float inputs; OpenVINO sets its inference precision, f32 even where it would
+            itself pick bf16, so that its outputs compare with the others'.
         quantize: PyTorch: `int8`, dynamic quantisation of the Linear layers (None: `none`).
+        performance_hint: OpenVINO's PERFORMANCE_HINT (PERFORMANCE_HINTS; None: LATENCY).
         seed: seeds random weights and inputs, so two runs build the same model. Not a request
             option: every evaluation of a model builds the same weights, which is what makes two
             runs (and two frameworks) comparable.
@@ -89,6 +113,7 @@ class PredictorOptions:
     compile: str | None = None
     precision: str | None = None
     quantize: str | None = None
+    performance_hint: str | None = None
     seed: int = 0
 
     @property
@@ -119,6 +144,7 @@ class PredictorOptionsSchema(Schema):
     compile = schema_fields.String(validate=validate.OneOf(COMPILE_MODES), allow_none=True)
     precision = schema_fields.String(validate=validate.OneOf(PRECISIONS), allow_none=True)
     quantize = schema_fields.String(validate=validate.OneOf(QUANTIZATIONS), allow_none=True)
+    performance_hint = schema_fields.String(validate=validate.OneOf(PERFORMANCE_HINTS), allow_none=True)
 
 
 # The options a request may set: every field of PredictorOptions but the seed. Checked at import, so

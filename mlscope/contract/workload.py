@@ -196,7 +196,8 @@ def workload_differences(
 
     Compared: the model (name, version, manifest; see `_manifest_differences`), its options (each
     `--config` key, input shape and dtype, the weights), the predictor options (threads, graph
-    optimisation, execution providers, input pool, brick; a compile mode other than `none`), the
+    optimisation, execution providers, input pool, brick; a framework option other than its default:
+    a compile mode other than `none`, an OpenVINO hint or precision), the
     dataset, and where a compared scenario
     uses them the load settings (rate, queries in flight, multi_stream's query shape, a latency
     search's bound and percentile), the generation settings (prompt and output lengths, concurrency,

@@ -314,8 +314,9 @@ def onnx_file_manifest(
     origin: str | None = None,
     filename: str | None = None,
     cache_dir: Path | None = None,
+    framework: str = "onnxruntime",
 ) -> Manifest:
-    """The ONNX Runtime manifest of the ONNX file at `path`.
+    """The manifest of the ONNX file at `path` for `framework` (one that runs ONNX sources).
 
     Args:
         path: the file.
@@ -329,6 +330,8 @@ def onnx_file_manifest(
             the path's).
         cache_dir: the mlscope cache directory, where the graph's signature is kept by the file's
             SHA-256 (see the module's docstring); None: the graph is parsed every time.
+        framework: the framework the manifest is for (every framework that runs an `onnx` source
+            runs the file itself).
 
     Raises:
         UserError: the file is missing or not a valid ONNX model, an input has no size for a
@@ -356,7 +359,7 @@ def onnx_file_manifest(
             f"The ONNX graph {filename} (SHA-256 {digest[:12]}...), its inputs read from the graph; "
             "synthetic input values. The weights are the graph's own."
         ),
-        "framework": {"name": "onnxruntime", "version": "*"},
+        "framework": {"name": framework, "version": "*"},
         "source": {"onnx": {"url": location, "sha256": digest}},
         "weights": {"url": location, "sha256": digest},
         "inputs": inputs,

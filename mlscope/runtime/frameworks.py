@@ -114,6 +114,7 @@ class FrameworkSpec:
 BUILTIN_FRAMEWORKS: dict[str, str] = {
     "pytorch": "mlscope.runtime.predictors.pytorch:FRAMEWORK",
     "onnxruntime": "mlscope.runtime.predictors.onnxruntime:FRAMEWORK",
+    "openvino": "mlscope.runtime.predictors.openvino:FRAMEWORK",
     "tensorflow": "mlscope.runtime.predictors.tensorflow:FRAMEWORK",
     "mxnet": "mlscope.runtime.predictors.mxnet:FRAMEWORK",
     "caffe2": "mlscope.runtime.predictors.caffe2:FRAMEWORK",

@@ -118,7 +118,8 @@ class Admission:
     def parity_job(self, job: Job) -> Job:
         """The parity check's reference run: the same inputs (dataset or seed, batch sizes) on the
         reference framework, measuring nothing, returning the outputs `job` returns: the same
-        framework without its own options when the check is of a variant (`compile`)."""
+        framework without its own options when the check is of a variant (`compile`, an OpenVINO
+        hint or precision)."""
         assert self.parity_manifest is not None
         # The reference runs the model as loaded: no framework-specific option (a compiled model's
         # reference is the same framework eager).
@@ -340,7 +341,7 @@ def _check_framework_options(request: EvaluationRequest, framework: FrameworkSpe
     Raises:
         UserError: naming `options.<name>` and the frameworks that take it.
     """
-    for name in sorted(FRAMEWORK_OPTIONS.keys() & set(request.options)):
+    for name in sorted(FRAMEWORK_OPTIONS & set(request.options)):
         if name in framework.options:
             continue
         takers = [spec.display for spec in FRAMEWORKS.values() if name in spec.options]

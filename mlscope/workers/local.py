@@ -85,7 +85,7 @@ def _variants(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     the model eager, then compiled; two such options: every pair), so that one command measures
     them all; else the request as it is."""
     variants = [document]
-    for name in FRAMEWORK_OPTIONS:
+    for name in sorted(FRAMEWORK_OPTIONS):
         options = document.get("options") or {}
         value = options.get(name)
         if isinstance(value, str) and "," in value:

@@ -447,11 +447,12 @@ def test_models_frameworks_agents_and_queues(
     # Given a live agent with PyTorch and one job waiting on pytorch@cpu
     registry.register(fake_agent("box-a", ["cpu.x86_64"], ["pytorch"]))
     submit(http)
-    # Then the models list the tiny model on both frameworks, and its manifests read back
+    # Then the models list the tiny model on each of its frameworks, and its manifests read back
     models = {m["name"]: m for m in http.get("/api/v1/models").get_json()}
-    assert models[MODEL]["frameworks"] == ["onnxruntime", "pytorch"] and models[MODEL]["task"] == "other"
+    names = ["onnxruntime", "openvino", "pytorch"]
+    assert models[MODEL]["frameworks"] == names and models[MODEL]["task"] == "other"
     detail = http.get(f"/api/v1/models/{MODEL}").get_json()
-    assert sorted(detail["manifests"]) == ["onnxruntime", "pytorch"]
+    assert sorted(detail["manifests"]) == names
     assert detail["manifests"]["pytorch"]["name"] == MODEL
     unknown = assert_problem(http.get("/api/v1/models/test_tiny_mpl"), 404)
     assert "did you mean test_tiny_mlp" in unknown["detail"]

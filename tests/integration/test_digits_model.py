@@ -229,11 +229,11 @@ def test_models_show_and_the_listing_name_the_entry(mlscope_env: dict[str, str])
         assert spec["steps"][1]["normalize"]["mean"] == [digits_cnn.MEAN]
         assert document["dataset"] == {"name": "digits", "split": "test"}
         assert document["attributes"]["top1"] >= 95.0 and "trained, not random" in document["description"]
-    # And `mlscope models` lists it for both frameworks, from the catalogue
+    # And `mlscope models` lists it for each framework, from the catalogue
     listed = mlscope(mlscope_env, "models", "--search", "digits", "--json")
     assert listed.returncode == 0, listed.stderr
     lines = [line for line in json_lines(listed.stdout) if line["name"] == REF]
-    assert sorted(line["framework"] for line in lines) == ["onnxruntime", "pytorch"]
+    assert sorted(line["framework"] for line in lines) == ["onnxruntime", "openvino", "pytorch"]
     assert all(line["origin"] == "catalogue" and line["task"] == "image_classification" for line in lines)
 
 
@@ -241,7 +241,7 @@ def test_the_api_shows_and_accepts_the_entry_by_name(http: FlaskClient) -> None:
     # Given a farm's API, where no code travels over the wire
     # When the entry is asked for, then both manifests name mlscope's own factory and the dataset
     detail = http.get(f"/api/v1/models/{REF}").get_json()
-    assert set(detail["manifests"]) == {"pytorch", "onnxruntime"}
+    assert set(detail["manifests"]) == {"pytorch", "onnxruntime", "openvino"}
     for manifest in detail["manifests"].values():
         assert manifest["source"] == {"python": "mlscope.runtime.models.digits_cnn:make_model"}
         assert manifest["dataset"] == {"name": "digits", "split": "test"}

@@ -1,8 +1,9 @@
-"""`options.compile` (torch.compile), `precision` and `quantize` at the edges, without running a model: the mode validated by the request
-schema, refused on a framework that has no such option and with the generate scenario (one line,
-exit 2, nothing stored), `compile=none,default` admitted as two evaluations, a compiled model's parity
-checked against its framework eager, the recompiles a point saw said among its reasons, and the
-framework column naming the mode. tests/integration/test_compile.py compiles for real."""
+"""`options.compile` (torch.compile), `precision` and `quantize` at the edges, without running a
+model: each value validated by the request schema, refused on a framework that has no such option and
+with the generate scenario (one line, exit 2, nothing stored), `compile=none,default` admitted as two
+evaluations, a compiled model's parity checked against its framework eager, the recompiles a point
+saw said among its reasons, and the framework column naming the variant.
+tests/integration/test_compile.py and test_precision.py run them for real."""
 
 from __future__ import annotations
 

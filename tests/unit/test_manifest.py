@@ -50,16 +50,17 @@ OTHER_FRAMEWORKS = {
 }
 
 
-def test_every_model_ships_for_pytorch_and_onnxruntime_and_the_common_ones_for_the_rest() -> None:
+def test_every_model_ships_for_pytorch_onnxruntime_and_openvino_and_the_common_ones_for_the_rest() -> None:
     # Given the shipped manifest files
     # When their keys are collected
     keys = {load_manifest(path).key for path in SHIPPED}
-    # Then every model has a PyTorch and an ONNX Runtime manifest, ResNet-50 ships on every framework,
-    # and nothing else ships
-    expected = {(name, fw) for name in [*IMAGENET_MODELS, "bert_base"] for fw in ("pytorch", "onnxruntime")}
+    # Then every model has a PyTorch, an ONNX Runtime and an OpenVINO manifest (OpenVINO runs the
+    # graph ONNX Runtime does), ResNet-50 ships on every framework, and nothing else ships
+    everywhere = ("pytorch", "onnxruntime", "openvino")
+    expected = {(name, fw) for name in [*IMAGENET_MODELS, "bert_base"] for fw in everywhere}
     expected |= {(name, fw) for fw, names in OTHER_FRAMEWORKS.items() for name in names}
     assert keys == expected
-    assert all(("resnet50", fw) in keys for fw in ("pytorch", "onnxruntime", *OTHER_FRAMEWORKS))
+    assert all(("resnet50", fw) in keys for fw in (*everywhere, *OTHER_FRAMEWORKS))
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: f"{p.parent.name}/{p.name}")

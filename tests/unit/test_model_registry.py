@@ -41,12 +41,19 @@ def shipped() -> ModelRegistry:
 
 def test_shipped_registry_lists_models_and_frameworks(shipped: ModelRegistry) -> None:
     # Given the registry of shipped manifests
-    # Then it knows every shipped model on both frameworks, sorted
+    # Then it knows every shipped model on PyTorch, ONNX Runtime and OpenVINO, sorted
     assert shipped.names() == SHIPPED_NAMES
-    assert shipped.frameworks_for("bert_base") == ["onnxruntime", "pytorch"]
-    assert shipped.frameworks_for("resnet50") == ["caffe2", "mxnet", "onnxruntime", "pytorch", "tensorflow"]
+    assert shipped.frameworks_for("bert_base") == ["onnxruntime", "openvino", "pytorch"]
+    assert shipped.frameworks_for("resnet50") == [
+        "caffe2",
+        "mxnet",
+        "onnxruntime",
+        "openvino",
+        "pytorch",
+        "tensorflow",
+    ]
     keys = [m.key for m in shipped.all()]
-    assert keys == sorted(keys) and len(keys) == len(shipped) == 23
+    assert keys == sorted(keys) and len(keys) == len(shipped) == 29
     assert shipped.get("resnet50", "onnxruntime").attributes["top1"] == 76.130
 
 
@@ -70,9 +77,8 @@ def test_unknown_model_with_another_separator_is_suggested(shipped: ModelRegistr
 def test_known_model_without_the_framework_lists_the_frameworks_it_has(shipped: ModelRegistry) -> None:
     with pytest.raises(UserError) as caught:
         shipped.get("bert_base", "tensorflow")
-    assert (
-        str(caught.value)
-        == "model 'bert_base' has no manifest for framework 'tensorflow'; it has: onnxruntime, pytorch"
+    assert str(caught.value) == (
+        "model 'bert_base' has no manifest for framework 'tensorflow'; it has: onnxruntime, openvino, pytorch"
     )
     assert caught.value.field == "framework"
 
@@ -176,17 +182,17 @@ def test_a_path_is_resolved_without_reading_the_shipped_manifests_or_the_catalog
 ) -> None:
     graph = onnx_model(tmp_path / "model.onnx")
     registry = ModelRegistry.load()
-    assert registry.frameworks_for(str(graph)) == ["onnxruntime"]
+    assert registry.frameworks_for(str(graph)) == ["onnxruntime", "openvino"]
     assert registry.get(str(graph), "onnxruntime").inputs[0].shape == (16,)
     for nowhere in (str(tmp_path / "missing.onnx"), str(tmp_path / "missing")):
         with pytest.raises(UserError, match="no such file"):
             registry.get(nowhere, "onnxruntime")
     assert reads == []
     # A name reads them, once each; what they hold is then as before.
-    assert registry.frameworks_for("bert_base") == ["onnxruntime", "pytorch"]
+    assert registry.frameworks_for("bert_base") == ["onnxruntime", "openvino", "pytorch"]
     assert registry.get("resnet50", "onnxruntime").attributes["top1"] == 76.130
     assert registry.get("torchvision:resnet18", "onnxruntime").name == "torchvision:resnet18"
-    assert registry.names() == SHIPPED_NAMES and len(registry) == 23
+    assert registry.names() == SHIPPED_NAMES and len(registry) == 29
     assert registry.catalogue is not None and registry.catalogue.has("torchvision:resnet18")
     assert sorted(reads) == ["catalogue", "manifests"]
 

@@ -211,7 +211,9 @@ def test_every_part_says_what_it_owns() -> None:
         assert re.match(r'\s*"""\S', text), f"{part.name}/__init__.py has no docstring"
 
 
-@pytest.mark.parametrize("first", ["pytorch", "onnxruntime.export", "tensorflow", "mxnet", "caffe2"])
+@pytest.mark.parametrize(
+    "first", ["pytorch", "onnxruntime.export", "openvino", "tensorflow", "mxnet", "caffe2"]
+)
 def test_every_framework_is_registered_whichever_module_is_imported_first(first: str) -> None:
     # A process that imports a predictor package before the registry is inside that package while
     # the registry looks for it: the package must still end up registered, and in order.

@@ -26,7 +26,7 @@ __all__ = ["FRAMEWORKS", "check", "generate", "main", "render"]
 HERE = Path(__file__).resolve().parent
 
 # The frameworks catalogue manifests are made for, each where its registration runs the entry's source.
-FRAMEWORKS = ("pytorch", "onnxruntime")
+FRAMEWORKS = ("pytorch", "onnxruntime", "openvino")
 
 
 def _framework_constraints() -> dict[str, str]:

@@ -42,4 +42,6 @@ class OnnxFileResolver(Resolver):
 
     def resolve(self, ref: str, framework: str, options: ModelOptions) -> Manifest:
         check_framework(ref, framework, self.frameworks(ref))
-        return onnx_file_manifest(Path(ref), input_shapes=options.input_shapes, cache_dir=self._cache_dir)
+        return onnx_file_manifest(
+            Path(ref), input_shapes=options.input_shapes, cache_dir=self._cache_dir, framework=framework
+        )

@@ -61,6 +61,7 @@ class UploadResolver(Resolver):
             filename=described.filename if described is not None else None,
             origin=ref,
             cache_dir=self._cache_dir,
+            framework=framework,
         )
 
     def _path(self, ref: str) -> Path | None:

@@ -1,0 +1,25 @@
+"""OpenVINO: the predictor (`predictor`), which runs the ONNX graph ONNX Runtime runs (the manifest's
+own file, or the graph `onnxruntime.export` makes of a PyTorch source), and the converter of its
+per-layer performance counters into spans (`profile`). docs/openvino.md.
+
+Imports no framework: this registration is read wherever frameworks are listed.
+"""
+
+from mlscope.runtime.frameworks import FrameworkSpec
+
+FRAMEWORK = FrameworkSpec(
+    name="openvino",
+    display="OpenVINO",
+    import_name="openvino",
+    distributions=("openvino",),
+    predictor="mlscope.runtime.predictors.openvino.predictor:OpenVinoPredictor",
+    # ONNX graphs, and PyTorch sources exported to ONNX on first use (that needs torch too).
+    sources=frozenset({"onnx", "torchvision", "timm", "transformers", "python"}),
+    install_hint="pip install 'mlscope[openvino]'",
+    order=25,
+    # ONNX Runtime's: a container has no torch to export with, and sees only the files mounted into it.
+    host_prefetch="mlscope.runtime.predictors.onnxruntime.export:prefetch_on_host",
+    system_distributions=("openvino", "onnx"),
+    # `--option performance_hint=LATENCY|THROUGHPUT`, `--option precision=f32|bf16`.
+    options=frozenset({"performance_hint", "precision"}),
+)
