@@ -378,12 +378,10 @@ def section_lines(result: Mapping[str, Any]) -> list[tuple[str, str]]:
         lines.append(("accuracy", accuracy_text(result["accuracy"])))
     if result.get("parity"):
         parity = dict(result["parity"])
-        if (
-            parity.get("against") == result["framework"]["name"]
-            and framework_label(result) != parity["against"]
-        ):
-            # A variant (a compiled model) checked against its framework as loaded.
-            parity["against"] = f"{parity['against']} eager"
+        variant = variant_text(result)
+        if variant and parity.get("against") == (result.get("framework") or {}).get("name"):
+            # A variant (a compiled or quantised model) checked against its framework as loaded.
+            parity["against"] = f"{parity['against']} ({'eager' if 'compile=' in variant else 'as loaded'})"
         lines.append(("parity", parity_text(parity)))
     return lines
 

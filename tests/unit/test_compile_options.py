@@ -170,7 +170,10 @@ def test_the_framework_column_names_the_compile_mode() -> None:
     # And a compiled model's parity line names its reference as its framework eager
     parity = {"against": "pytorch", "verdict": "same", "count": 64, "max_abs": 2e-6}
     ((label, text),) = section_lines({**compiled, "parity": parity})
-    assert label == "parity" and text.startswith("same as pytorch eager: max |Δ| 2.0e-06")
+    assert label == "parity" and text.startswith("same as pytorch (eager): max |Δ| 2.0e-06")
+    quantised = {"framework": {"name": "pytorch"}, "request": {"options": {"quantize": "int8"}}}
+    ((_, text),) = section_lines({**quantised, "parity": parity})
+    assert text.startswith("same as pytorch (as loaded): ")
     ((_, text),) = section_lines({**eager, "parity": {**parity, "against": "onnxruntime"}})
     assert text.startswith("same as onnxruntime: ")
 
