@@ -323,6 +323,10 @@ def test_interrupting_a_run_ends_its_predictor_and_cancels_the_evaluation(
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert marker.exists(), "the predictor never reached its inference"
+    # The predictor was started ahead and given its job before the store was opened
+    # (runners/prestart.py): the evaluation is recorded a moment later, on a loaded machine later still
+    while [r["status"] for r in stored(mlscope_env)] != ["running"] and time.monotonic() < deadline:
+        time.sleep(0.2)
     predictors = [
         p
         for p in psutil.Process(run.pid).children(recursive=True)
