@@ -73,6 +73,9 @@ class FrameworkSpec:
             on a device other than the CPU (None when it can); None: its bricks run on the CPU only.
         options: the framework-specific request options it takes (contract.options.FRAMEWORK_OPTIONS,
             e.g. `compile`); a request setting another one is refused at admission.
+        by_default: it runs a model when the request names no framework (`mlscope run MODEL`
+            without -f) and it has the model's manifest; False for one that runs only when named, so
+            that installing it does not change what an existing command measures.
     """
 
     name: str
@@ -91,6 +94,7 @@ class FrameworkSpec:
     bricks: str | None = None
     brick_devices: str | None = None
     options: frozenset[str] = frozenset()
+    by_default: bool = True
 
     def prefetch_on_host(
         self, manifest: Manifest, options: PredictorOptions, cache_dir: Path, *, timeout_s: float

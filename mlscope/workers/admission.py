@@ -410,7 +410,8 @@ def _check_device(device: str) -> None:
 
 
 def default_frameworks(registry: ModelRegistry, model: str) -> list[str]:
-    """Every framework installed here that has a manifest for `model`, sorted by name.
+    """Every framework installed here that has a manifest for `model` and runs when none is named
+    (FrameworkSpec.by_default), sorted by name; those that run only when named where no other can.
 
     Raises:
         UserError: an unknown model (with suggestions), or none of its frameworks is installed here.
@@ -422,4 +423,4 @@ def default_frameworks(registry: ModelRegistry, model: str) -> list[str]:
             f"model {model!r} has manifests for {', '.join(names)}, but none of them is installed here",
             field="model",
         )
-    return installed
+    return [name for name in installed if get_framework(name).by_default] or installed

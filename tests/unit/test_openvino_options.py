@@ -263,3 +263,18 @@ def test_openvino_runs_every_catalogue_entry_onnx_runtime_runs() -> None:
     for ref in ("torchvision:resnet18", "hf:bert", "mlscope:digits_cnn"):
         mine, theirs = catalogue.manifest(ref, "openvino"), catalogue.manifest(ref, "onnxruntime")
         assert (mine.source, mine.inputs, mine.outputs) == (theirs.source, theirs.inputs, theirs.outputs)
+
+
+def test_a_model_run_without_frameworks_named_runs_where_it_ran_before_openvino(
+    mlscope_env: dict[str, str],
+) -> None:
+    from mlscope.contract.settings import load_settings
+    from mlscope.workers.local import admit_all
+
+    # Given a model with manifests for ONNX Runtime, OpenVINO and PyTorch
+    # When none is named, OpenVINO, which runs only when named, is left out
+    unnamed = admit_all(MODEL, None, {}, settings=load_settings())
+    assert [a.request.framework for a in unnamed] == ["onnxruntime", "pytorch"]
+    # And named, it runs
+    (named,) = admit_all(MODEL, ["openvino"], {}, settings=load_settings())
+    assert named.request.framework == "openvino"

@@ -20,6 +20,8 @@ FRAMEWORK = FrameworkSpec(
     # ONNX Runtime's: a container has no torch to export with, and sees only the files mounted into it.
     host_prefetch="mlscope.runtime.predictors.onnxruntime.export:prefetch_on_host",
     system_distributions=("openvino", "onnx"),
-    # `--option performance_hint=LATENCY|THROUGHPUT`, `--option precision=f32|bf16`.
+    # `--option performance_hint=LATENCY|THROUGHPUT`, `--option precision=fp32|bf16|fp16`.
     options=frozenset({"performance_hint", "precision"}),
+    # Run when named (-f openvino): a model's run without -f measures what it measured before.
+    by_default=False,
 )
