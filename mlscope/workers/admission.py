@@ -19,7 +19,7 @@ from mlscope.contract.generation import ENDPOINT_FRAMEWORK, GenerationSettings
 from mlscope.contract.job import Job
 from mlscope.contract.load import LoadSettings
 from mlscope.contract.manifest import Manifest
-from mlscope.contract.options import FRAMEWORK_OPTIONS, MAX_INPUT_POOL, variant_options
+from mlscope.contract.options import FRAMEWORK_OPTIONS, MAX_INPUT_POOL, is_default_option, variant_options
 from mlscope.contract.request import EvaluationRequest, parse_request
 from mlscope.contract.settings import Settings
 from mlscope.registry.datasets import check_dataset_reference, resolve_dataset
@@ -342,7 +342,7 @@ def _check_framework_options(request: EvaluationRequest, framework: FrameworkSpe
         UserError: naming `options.<name>` and the frameworks that take it.
     """
     for name in sorted(FRAMEWORK_OPTIONS & set(request.options)):
-        if name in framework.options:
+        if name in framework.options or is_default_option(name, request.options[name]):
             continue
         takers = [spec.display for spec in FRAMEWORKS.values() if name in spec.options]
         raise UserError(

@@ -35,6 +35,9 @@ SEED = 21
 EXAMPLES_PER_OPERATION = 25
 # The defaults (schemathesis' POSITIVE_DATA_ACCEPTANCE_EXPECTED_STATUSES) and 422, which
 # openapi_hooks.refused_only_for_what_must_exist then holds to the fields the schema cannot judge.
+# use_after_free (ST301) is excluded: it takes a DELETE to remove the resource, but DELETE
+# /api/v1/evaluations/{id} cancels the evaluation and keeps its record (as the document says), so
+# reading it afterwards answers 200 by design.
 CONFIG = """\
 [checks.positive_data_acceptance]
 expected-statuses = ["2xx", "3xx", "401", "403", "404", "409", "422", "429"]
@@ -95,7 +98,7 @@ def _answers(url: str) -> bool:
 def test_the_live_api_does_what_its_openapi_document_says(
     api_url: str, tmp_path: Path, mlscope_env: dict[str, str]
 ) -> None:
-    # Given the live API and schemathesis configured with every check
+    # Given the live API and schemathesis configured with every check (but use_after_free, above)
     config = tmp_path / "schemathesis.toml"
     config.write_text(CONFIG)
     command = [
@@ -106,6 +109,8 @@ def test_the_live_api_does_what_its_openapi_document_says(
         f"{api_url}/api/openapi.json",
         "--checks",
         "all",
+        "--exclude-checks",
+        "use_after_free",
         "--mode",
         "all",
         "--seed",
