@@ -135,7 +135,7 @@ def test_at_library_level_the_same_nodes_are_operators_named_by_type(mlscope_env
     ("framework", "option", "said"),
     [
         ("openvino", "performance_hint=FAST", "LATENCY, THROUGHPUT"),
-        ("onnxruntime", "performance_hint=LATENCY", "ONNX Runtime has no performance_hint option"),
+        ("onnxruntime", "performance_hint=THROUGHPUT", "ONNX Runtime has no performance_hint option"),
     ],
 )
 def test_an_option_openvino_or_the_framework_lacks_is_refused_in_one_line(
