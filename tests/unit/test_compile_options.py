@@ -86,13 +86,20 @@ def test_a_compiled_models_parity_is_checked_against_its_framework_eager(mlscope
 def test_a_compile_that_cannot_be_is_refused_in_one_line_storing_nothing(
     mlscope_env: dict[str, str], capsys: pytest.CaptureFixture[str], arguments: list[str], named: str
 ) -> None:
+    assert named in refused_run(mlscope_env, capsys, arguments)
+
+
+def refused_run(env: dict[str, str], capsys: pytest.CaptureFixture[str], arguments: list[str]) -> str:
+    """`mlscope run MODEL *arguments`'s one error line, after checking it exited 2 with that one
+    line and stored nothing."""
     with pytest.raises(SystemExit) as ended:
         main(["run", MODEL, *arguments])
     assert ended.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
-    assert err.startswith("mlscope: error: ") and named in err
-    assert open_store(mlscope_env["MLSCOPE_STORE_URL"]).count_evaluations() == 0
+    assert err.startswith("mlscope: error: "), err
+    assert open_store(env["MLSCOPE_STORE_URL"]).count_evaluations() == 0
+    return err
 
 
 class _Counting(Predictor):

@@ -23,9 +23,9 @@ from mlscope.contract.workload import workload_differences, workload_key
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.predictors.openvino.predictor import precision_refusal
 from mlscope.runtime.predictors.openvino.profile import ProfiledRun, ov_profile_to_spans, profiled_nodes
-from mlscope.store import open_store
 from mlscope.workers.local import admit_all
 from tests.fixtures.onnx_graphs import onnx_model
+from tests.unit.test_compile_options import refused_run
 from tests.unit.test_workload import evaluation
 
 MODEL = "test_tiny_mlp"
@@ -69,13 +69,8 @@ def test_a_hint_and_a_precision_are_openvinos() -> None:
 def test_an_option_that_cannot_be_is_refused_in_one_line_storing_nothing(
     mlscope_env: dict[str, str], capsys: pytest.CaptureFixture[str], arguments: list[str], named: tuple[str]
 ) -> None:
-    with pytest.raises(SystemExit) as ended:
-        main(["run", MODEL, *arguments])
-    assert ended.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    assert err.startswith("mlscope: error: ") and all(part in err for part in named), err
-    assert open_store(mlscope_env["MLSCOPE_STORE_URL"]).count_evaluations() == 0
+    err = refused_run(mlscope_env, capsys, arguments)
+    assert all(part in err for part in named), err
 
 
 def test_the_defaults_key_as_unset_and_the_others_are_named_apart() -> None:
