@@ -32,7 +32,7 @@ from tests.integration.farm import wait_until
 pytestmark = pytest.mark.slow
 
 # The images ops/ci/images.sh builds: in CI a missing one is a failure, any other only skips.
-CI_IMAGES = ("onnxruntime", "tensorflow", "mxnet")
+CI_IMAGES = ("onnxruntime", "openvino", "tensorflow", "mxnet")
 QUICK = {"warmup_count": 2, "warmup_seconds": 0.0, "min_count": 10, "min_seconds": 0.2, "max_seconds": 5}
 # What the predictor's user finds inside the container, printed as JSON by `docker exec`.
 PROBE = """
@@ -146,6 +146,7 @@ def test_a_measuring_predictor_container_is_locked_down(engine: Any, local: tupl
     ("framework", "model"),
     [
         ("onnxruntime", "test_tiny_mlp"),
+        ("openvino", "test_tiny_mlp"),
         ("pytorch", "test_tiny_mlp"),
         ("tensorflow", "mobilenet_v2"),
         ("mxnet", "resnet18"),

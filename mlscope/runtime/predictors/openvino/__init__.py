@@ -17,6 +17,8 @@ FRAMEWORK = FrameworkSpec(
     sources=frozenset({"onnx", "torchvision", "timm", "transformers", "python"}),
     install_hint="pip install 'mlscope[openvino]'",
     order=25,
+    # Its image builds from PyPI in about the time ONNX Runtime's does.
+    image_by_default=True,
     # ONNX Runtime's: a container has no torch to export with, and sees only the files mounted into it.
     host_prefetch="mlscope.runtime.predictors.onnxruntime.export:prefetch_on_host",
     system_distributions=("openvino", "onnx"),
