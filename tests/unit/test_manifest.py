@@ -42,9 +42,10 @@ def base_document() -> dict[str, Any]:
 
 
 # The architectures each further framework ships (Keras has no ResNet-18 or AlexNet; Gluon's model
-# zoo has no AlexNet manifest here; Caffe2 runs torchvision's ImageNet models converted to its nets).
+# zoo has no AlexNet manifest here; Caffe2 runs torchvision's ImageNet models converted to its nets);
+# TensorFlow also ships MobileNetV3-Small, one of the networks benchmarks/runtimes.py compares.
 OTHER_FRAMEWORKS = {
-    "tensorflow": {"resnet50", "mobilenet_v2", "vgg16"},
+    "tensorflow": {"resnet50", "mobilenet_v2", "mobilenet_v3_small", "vgg16"},
     "mxnet": {"resnet18", "resnet50", "mobilenet_v2", "vgg16"},
     "caffe2": {"resnet18", "resnet50", "mobilenet_v2", "vgg16"},
 }
