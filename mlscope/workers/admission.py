@@ -36,6 +36,7 @@ from mlscope.runtime.frameworks import (
     get_framework,
     in_framework_order,
     installed_version,
+    load_object,
 )
 from mlscope.runtime.measure import MeasureSettings
 from mlscope.runtime.system import gpu_facts
@@ -347,9 +348,15 @@ def _check_framework_options(request: EvaluationRequest, framework: FrameworkSpe
         takers = [spec.display for spec in FRAMEWORKS.values() if name in spec.options]
         raise UserError(
             f"options.{name}: {framework.display} has no {name} option; "
-            f"{' and '.join(takers) or 'no installed framework'} has (or drop it)",
+            f"{' and '.join(takers) or 'no installed framework'} {'has' if len(takers) < 2 else 'have'} "
+            "(or drop it)",
             field=f"options.{name}",
         )
+    if framework.option_refusal is not None:
+        # The framework's own word on values it cannot run (its first words name the option).
+        refusal = load_object(framework.option_refusal)(request.options, request.device)
+        if refusal:
+            raise UserError(refusal, field=refusal.partition(":")[0])
     variant = variant_of(request)
     if variant and "generate" in request.scenarios:
         name = next(iter(variant))

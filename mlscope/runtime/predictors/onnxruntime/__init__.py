@@ -1,10 +1,31 @@
 """ONNX Runtime: the predictor (`predictor`), the ONNX export of PyTorch sources (`export`, which also
-makes the graph on the host for a container) and the converter of ORT's session profile (`profile`).
+makes the graph on the host for a container), its int8 quantisation (`quantize`) and the converter of
+ORT's session profile (`profile`).
 
 Imports no framework: this registration is read wherever frameworks are listed.
 """
 
+from collections.abc import Mapping
+from typing import Any
+
 from mlscope.runtime.frameworks import FrameworkSpec
+
+
+def option_refusal(options: Mapping[str, Any], device: str) -> str | None:
+    """Why ONNX Runtime cannot run the request's precision, in one line naming the option; None when
+    it can. mlscope gives it fp32 graphs and converts none to another float type: on the CPU
+    execution provider a bf16 graph finds no kernels (MatMul, Gemm, Add, Relu have none) and an fp16
+    one runs each node in fp32 between inserted casts, so neither would measure what its name says
+    (docs/onnxruntime.md)."""
+    precision = options.get("precision")
+    if precision in (None, "fp32", "f32"):
+        return None
+    return (
+        f"options.precision: ONNX Runtime runs mlscope's fp32 graphs in fp32 only ({precision}: its CPU "
+        "execution provider has no bf16 kernels and computes an fp16 graph in fp32 between casts); "
+        "use precision=fp32, quantize=int8, or PyTorch or OpenVINO for bf16 and fp16"
+    )
+
 
 FRAMEWORK = FrameworkSpec(
     name="onnxruntime",
@@ -22,4 +43,7 @@ FRAMEWORK = FrameworkSpec(
     system_distributions=("onnxruntime", "onnxruntime-gpu", "onnx"),
     # One-node graphs measured together by the brick method (`mlscope bricks` on a farm).
     bricks="mlscope.runtime.bricks:brick_job",
+    # `--option quantize=int8` (dynamic int8, `quantize`); `precision` is fp32 alone (`option_refusal`).
+    options=frozenset({"precision", "quantize"}),
+    option_refusal="mlscope.runtime.predictors.onnxruntime:option_refusal",
 )
