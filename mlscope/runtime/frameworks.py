@@ -131,6 +131,7 @@ BUILTIN_FRAMEWORKS: dict[str, str] = {
     "mxnet": "mlscope.runtime.predictors.mxnet:FRAMEWORK",
     "caffe2": "mlscope.runtime.predictors.caffe2:FRAMEWORK",
     "endpoint": "mlscope.runtime.predictors.endpoint:FRAMEWORK",
+    "tensorrt": "mlscope.runtime.predictors.tensorrt:FRAMEWORK",
 }
 
 # Every framework, built-in and plugged in, in their `order` (then by name).

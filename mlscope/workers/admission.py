@@ -176,6 +176,7 @@ def admit(
     if not isinstance(request, EvaluationRequest):
         request = parse_request(dict(request))
     framework = check_runnable(get_framework(request.framework))
+    _check_gpu_framework(framework, request.device, here is not None)
     manifest = _manifest(request, models)
     _check_fixed_batch(manifest, request.batch_sizes)
     check_measure(request.measure)
@@ -400,6 +401,27 @@ def check_measure(measure: Mapping[str, Any]) -> MeasureSettings:
         return MeasureSettings.from_dict(dict(measure))
     except UserError as exc:
         raise UserError(exc.message, field=f"measure.{exc.field}" if exc.field else "measure") from None
+
+
+def _check_gpu_framework(framework: FrameworkSpec, device: str, here: bool) -> None:
+    """A framework that runs on an NVIDIA GPU only (FrameworkSpec.needs_gpu) is asked for on one: here,
+    a machine without a GPU is named before anything else (the framework is not asked for on it,
+    installed or not), then a CPU device anywhere.
+
+    Raises:
+        UserError: naming the missing GPU (`framework`) or the device (`device`).
+    """
+    if not framework.needs_gpu:
+        return
+    if here and not gpu_facts():
+        raise UserError(
+            f"{framework.display} runs on an NVIDIA GPU only, and this machine has none that NVML can see",
+            field="framework",
+        )
+    if not device.startswith("cuda"):
+        raise UserError(
+            f"device {device}: {framework.display} runs on an NVIDIA GPU only; use --device cuda", field="device"
+        )
 
 
 def _check_device(device: str) -> None:
