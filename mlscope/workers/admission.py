@@ -420,7 +420,8 @@ def _check_gpu_framework(framework: FrameworkSpec, device: str, here: bool) -> N
         )
     if not device.startswith("cuda"):
         raise UserError(
-            f"device {device}: {framework.display} runs on an NVIDIA GPU only; use --device cuda", field="device"
+            f"device {device}: {framework.display} runs on an NVIDIA GPU only; use --device cuda",
+            field="device",
         )
 
 

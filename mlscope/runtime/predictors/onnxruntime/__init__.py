@@ -16,7 +16,7 @@ def option_refusal(options: Mapping[str, Any], device: str) -> str | None:
     it can. mlscope gives it fp32 graphs and converts none to another float type: on the CPU
     execution provider a bf16 graph finds no kernels (MatMul, Gemm, Add, Relu have none) and an fp16
     one runs each node in fp32 between inserted casts, so neither would measure what its name says
-    (docs/onnxruntime.md)."""
+    (docs/frameworks.md#precision-and-quantisation)."""
     precision = options.get("precision")
     if precision in (None, "fp32", "f32"):
         return None

@@ -1,7 +1,8 @@
 """The ONNX Runtime predictor: session options (threads, graph optimisation level), execution
 providers by device, I/O binding on GPUs so inputs are on the device before timing starts, and
-the FRAMEWORK and LIBRARY trace passes from ORT's session profiling; `options.quantize=int8` runs the
-graph's dynamic int8 quantisation (`quantize`), and the precision is the graph's fp32 (docs/onnxruntime.md)."""
+the FRAMEWORK and LIBRARY trace passes from ORT's session profiling; `options.quantize=int8` runs
+the graph's dynamic int8 quantisation (`quantize`), and the precision is the graph's fp32
+(docs/frameworks.md#precision-and-quantisation)."""
 
 from __future__ import annotations
 

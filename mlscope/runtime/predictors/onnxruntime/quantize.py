@@ -1,14 +1,15 @@
 """ONNX Runtime's dynamic int8 quantisation of the graph it runs (`options.quantize=int8`,
-docs/onnxruntime.md): `onnxruntime.quantization.quantize_dynamic` with its own defaults, int8 weights
-and every node kind its dynamic mode converts (Conv to ConvInteger, MatMul and Gemm to MatMulInteger,
-...), activations quantised per batch (DynamicQuantizeLinear). It needs no calibration data, which is
-why it is the quantisation mlscope offers, as PyTorch's `quantize_dynamic` is on that side.
+docs/frameworks.md#precision-and-quantisation): `onnxruntime.quantization.quantize_dynamic` with its
+own defaults, int8 weights and every node kind its dynamic mode converts (Conv to ConvInteger, MatMul
+and Gemm to MatMulInteger, ...), activations quantised per batch (DynamicQuantizeLinear). It needs no
+calibration data, which is why it is the quantisation mlscope offers, as PyTorch's `quantize_dynamic`
+is on that side.
 
 The quantised graph is cached beside the export (`<cache>/onnx/`), named by the source graph's
 SHA-256 and the quantiser's version, with the count of its integer nodes beside it (`.json`): a
-user's file and an export alike are quantised once. The
-quantiser runs in a child process (`python -m mlscope.runtime.predictors.onnxruntime.quantize`) for
-the export's reason: the process that measures ONNX Runtime does not import onnx and the quantiser.
+user's file and an export alike are quantised once. The quantiser runs in a child process
+(`python -m mlscope.runtime.predictors.onnxruntime.quantize`) for the export's reason: the process
+that measures ONNX Runtime does not import onnx and the quantiser.
 """
 
 from __future__ import annotations
@@ -75,7 +76,13 @@ def quantised_graph(graph: Path, cache_dir: Path, timeout_s: float = 600) -> Pat
             return target
         partial = target.with_suffix(f".{os.getpid()}.partial")
         completed = subprocess.run(
-            [sys.executable, "-m", "mlscope.runtime.predictors.onnxruntime.quantize", str(graph), str(partial)],
+            [
+                sys.executable,
+                "-m",
+                "mlscope.runtime.predictors.onnxruntime.quantize",
+                str(graph),
+                str(partial),
+            ],
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -94,7 +101,10 @@ def recorded_nodes(graph: Path) -> dict[str, int]:
     """The integer nodes of a graph `quantised_graph` made, by kind, as recorded beside it (read
     without loading the graph); empty when the record is missing."""
     try:
-        return {str(kind): int(count) for kind, count in json.loads(graph.with_suffix(".json").read_text()).items()}
+        return {
+            str(kind): int(count)
+            for kind, count in json.loads(graph.with_suffix(".json").read_text()).items()
+        }
     except (OSError, ValueError, AttributeError):
         return {}
 

@@ -69,7 +69,9 @@ class TensorRtPredictor(Predictor):
 
     def load(self) -> None:
         if not self.device.startswith("cuda"):
-            raise PredictorError(f"device {self.device}: TensorRT runs on an NVIDIA GPU only; use --device cuda")
+            raise PredictorError(
+                f"device {self.device}: TensorRT runs on an NVIDIA GPU only; use --device cuda"
+            )
         if not torch.cuda.is_available():
             raise PredictorError(
                 "TensorRT needs an NVIDIA GPU, and PyTorch (whose CUDA tensors hold its inputs and "
@@ -92,7 +94,8 @@ class TensorRtPredictor(Predictor):
             raise PredictorError(f"TensorRT's ONNX parser refused {self._graph.name}: {errors}")
         config = builder.create_builder_config()
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, _WORKSPACE_BYTES)
-        config.clear_flag(trt.BuilderFlag.TF32)
+        if hasattr(trt.BuilderFlag, "TF32"):  # a flag of weakly typed builds (TensorRT 10)
+            config.clear_flag(trt.BuilderFlag.TF32)
         top = max(batch_size, _PROFILE_BATCH)
         profile = builder.create_optimization_profile()
         dynamic = False
@@ -112,7 +115,9 @@ class TensorRtPredictor(Predictor):
             config.add_optimization_profile(profile)
         serialized = builder.build_serialized_network(network, config)
         if serialized is None:
-            raise PredictorError(f"TensorRT could not build an engine of {self._graph.name} (see its log above)")
+            raise PredictorError(
+                f"TensorRT could not build an engine of {self._graph.name} (see its log above)"
+            )
         engine = trt.Runtime(logger).deserialize_cuda_engine(serialized)
         names = [engine.get_tensor_name(index) for index in range(engine.num_io_tensors)]
         self._inputs = [name for name in names if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT]
@@ -203,7 +208,10 @@ class TensorRtPredictor(Predictor):
             facts["engine"] = {
                 "engines_built": self._built,
                 "max_batch": self._max_batch,
-                "device_memory_bytes": int(self._engine.device_memory_size),
+                # `_v2` since TensorRT 10.1; the first name is gone from 11
+                "device_memory_bytes": int(
+                    getattr(self._engine, "device_memory_size_v2", None) or self._engine.device_memory_size
+                ),
                 "tf32": False,
             }
             facts["precision"] = "fp32"
