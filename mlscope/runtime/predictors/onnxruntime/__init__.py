@@ -20,12 +20,14 @@ def option_refusal(options: Mapping[str, Any], device: str) -> str | None:
     precision = options.get("precision")
     if precision in (None, "fp32", "f32"):
         return None
+    why = {
+        "bf16": "its CPU execution provider has no bf16 kernels for MatMul, Gemm, Add or Relu",
+        "fp16": "its CPU execution provider runs an fp16 graph's nodes in fp32 between inserted casts",
+    }.get(str(precision), "mlscope converts its graphs to no other float type")
     return (
-        f"options.precision: ONNX Runtime runs mlscope's fp32 graphs in fp32 only ({precision}: its CPU "
-        "execution provider has no bf16 kernels and computes an fp16 graph in fp32 between casts); "
-        "use precision=fp32, quantize=int8, or PyTorch or OpenVINO for bf16 and fp16"
+        f"options.precision: ONNX Runtime runs mlscope's fp32 graphs in fp32 only ({precision}: {why}); "
+        f"use precision=fp32 or quantize=int8 here, or PyTorch or OpenVINO for {precision}"
     )
-
 
 FRAMEWORK = FrameworkSpec(
     name="onnxruntime",
