@@ -29,6 +29,7 @@ def option_refusal(options: Mapping[str, Any], device: str) -> str | None:
         f"use precision=fp32 or quantize=int8 here, or PyTorch or OpenVINO for {precision}"
     )
 
+
 FRAMEWORK = FrameworkSpec(
     name="onnxruntime",
     display="ONNX Runtime",
