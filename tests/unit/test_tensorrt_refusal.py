@@ -53,12 +53,12 @@ def test_on_a_machine_with_a_gpu_the_cpu_is_refused_and_then_the_package_is_aske
     settings = load_settings()
     # When TensorRT is asked for on the CPU, Then the device is refused, naming the one to use
     with pytest.raises(UserError) as refused:
-        admit_all("test_tiny_mlp", ["tensorrt"], {}, settings=settings)
+        admit_all("resnet18", ["tensorrt"], {}, settings=settings)
     assert refused.value.field == "device" and "use --device cuda" in refused.value.message
     # And on the GPU, the next thing asked is whether TensorRT is installed (it is not, here)
     assert installed_version(get_framework("tensorrt")) is None
     with pytest.raises(UserError) as missing:
-        admit_all("test_tiny_mlp", ["tensorrt"], {"device": "cuda"}, settings=settings)
+        admit_all("resnet18", ["tensorrt"], {"device": "cuda"}, settings=settings)
     assert missing.value.field == "framework" and "pip install tensorrt" in missing.value.message
 
 
