@@ -6,8 +6,9 @@ calibration data, which is why it is the quantisation mlscope offers, as PyTorch
 is on that side.
 
 The quantised graph is cached beside the export (`<cache>/onnx/`), named by the source graph's
-SHA-256 and the quantiser's version, with the count of its integer nodes beside it (`.json`): a
-user's file and an export alike are quantised once. The quantiser runs in a child process
+SHA-256, with the count of its integer nodes beside it (`.json`): a user's file and an export alike
+are quantised once, and a container finds the graph its host made (the docker runner's prefetch)
+whatever ONNX Runtime each has. The quantiser runs in a child process
 (`python -m mlscope.runtime.predictors.onnxruntime.quantize`) for the export's reason: the process
 that measures ONNX Runtime does not import onnx and the quantiser.
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 import collections
 import fcntl
 import hashlib
-import importlib.metadata
 import json
 import os
 import subprocess
@@ -40,15 +40,6 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _quantiser_version() -> str:
-    for distribution in ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"):
-        try:
-            return importlib.metadata.version(distribution)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return "unknown"
-
-
 def quantised_graph(graph: Path, cache_dir: Path, timeout_s: float = 600) -> Path:
     """The cached int8 dynamic quantisation of `graph`, made on first use.
 
@@ -59,7 +50,7 @@ def quantised_graph(graph: Path, cache_dir: Path, timeout_s: float = 600) -> Pat
         PredictorError: the quantiser failed (its last lines), converted no node (the graph would run
             unchanged), or the graph is not cached and the cache cannot be written.
     """
-    target = cache_dir / "onnx" / f"{_sha256(graph)}-int8-dynamic-ort{_quantiser_version()}.onnx"
+    target = cache_dir / "onnx" / f"{_sha256(graph)}-int8-dynamic.onnx"
     if target.is_file():
         return target
     try:
