@@ -8,13 +8,11 @@ from __future__ import annotations
 import pytest
 from flask.testing import FlaskClient
 
-from mlscope.store import Store
-from tests.integration.test_api import (  # noqa: F401 - app, redis_db, settings, store: fixtures
+from tests.integration.test_api import (  # noqa: F401 - app, redis_db, settings: fixtures
     app,
     assert_problem,
     redis_db,
     settings,
-    store,
     submit,
 )
 
@@ -32,10 +30,10 @@ from tests.integration.test_api import (  # noqa: F401 - app, redis_db, settings
     ],
 )
 def test_an_evaluation_its_framework_cannot_run_is_refused_with_422_storing_nothing(
-    http: FlaskClient, store: Store, fields: dict[str, object], field: str, said: str
+    http: FlaskClient, fields: dict[str, object], field: str, said: str
 ) -> None:
     # Given a farm's API, When an evaluation asks a framework for what it cannot run
     problem = assert_problem(submit(http, **fields), 422, field)
     # Then the problem names the field and why, and nothing was stored
     assert said in problem["detail"], problem
-    assert store.count_evaluations() == 0
+    assert http.application.extensions["mlscope"].store.count_evaluations() == 0
