@@ -349,7 +349,7 @@ def _check_framework_options(request: EvaluationRequest, framework: FrameworkSpe
         takers = [spec.display for spec in FRAMEWORKS.values() if name in spec.options]
         raise UserError(
             f"options.{name}: {framework.display} has no {name} option; "
-            f"{' and '.join(takers) or 'no installed framework'} {'has' if len(takers) < 2 else 'have'} "
+            f"{_listed(takers) or 'no installed framework'} {'has' if len(takers) < 2 else 'have'} "
             "(or drop it)",
             field=f"options.{name}",
         )
@@ -372,6 +372,11 @@ def _check_framework_options(request: EvaluationRequest, framework: FrameworkSpe
             f"{variant['precision']}; drop one of precision and quantize",
             field="options.precision",
         )
+
+
+def _listed(names: list[str]) -> str:
+    """"A", "A and B", "A, B and C"."""
+    return " and ".join(filter(None, (", ".join(names[:-1]), names[-1] if names else "")))
 
 
 def variant_of(request: EvaluationRequest) -> dict[str, Any]:
