@@ -375,7 +375,7 @@ def _check_framework_options(request: EvaluationRequest, framework: FrameworkSpe
 
 
 def _listed(names: list[str]) -> str:
-    """"A", "A and B", "A, B and C"."""
+    """The names as a phrase: `A`, `A and B`, `A, B and C`."""
     return " and ".join(filter(None, (", ".join(names[:-1]), names[-1] if names else "")))
 
 
