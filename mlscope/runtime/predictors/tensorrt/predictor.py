@@ -32,6 +32,8 @@ __all__ = ["TensorRtPredictor"]
 _PROFILE_BATCH = 64
 # The builder's scratch memory on the GPU.
 _WORKSPACE_BYTES = 1 << 30
+# One logger for the process's builders and runtimes, warnings and errors only.
+_LOGGER = trt.Logger(trt.Logger.WARNING)
 
 
 class TensorRtPredictor(Predictor):
@@ -40,6 +42,7 @@ class TensorRtPredictor(Predictor):
     _graph: Path | None = None
     _device: torch.device | None = None
     _engine: Any = None  # trt.ICudaEngine
+    _runtime: Any = None  # trt.Runtime, kept while its engine lives
     _max_batch: int = 0
     _built: int = 0
     _local: threading.local | None = None
@@ -85,10 +88,9 @@ class TensorRtPredictor(Predictor):
     def _build(self, batch_size: int) -> None:
         """Build the engine with a batch axis from 1 to at least `batch_size` (its best shape)."""
         assert self._graph is not None, "fetch() first"
-        logger = trt.Logger(trt.Logger.WARNING)
-        builder = trt.Builder(logger)
+        builder = trt.Builder(_LOGGER)
         network = builder.create_network(0)  # explicit batch: TensorRT 10's only kind
-        parser = trt.OnnxParser(network, logger)
+        parser = trt.OnnxParser(network, _LOGGER)
         if not parser.parse_from_file(str(self._graph)):
             errors = "; ".join(str(parser.get_error(index)) for index in range(parser.num_errors))
             raise PredictorError(f"TensorRT's ONNX parser refused {self._graph.name}: {errors}")
@@ -118,11 +120,12 @@ class TensorRtPredictor(Predictor):
             raise PredictorError(
                 f"TensorRT could not build an engine of {self._graph.name} (see its log above)"
             )
-        engine = trt.Runtime(logger).deserialize_cuda_engine(serialized)
+        runtime = trt.Runtime(_LOGGER)
+        engine = runtime.deserialize_cuda_engine(serialized)
         names = [engine.get_tensor_name(index) for index in range(engine.num_io_tensors)]
         self._inputs = [name for name in names if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT]
         self._outputs = [name for name in names if name not in self._inputs]
-        self._engine = engine
+        self._engine, self._runtime = engine, runtime
         self._max_batch = top if dynamic else batch_size
         self._built += 1
         self._local = threading.local()  # contexts belong to the engine they were made from
@@ -222,6 +225,7 @@ class TensorRtPredictor(Predictor):
     def close(self) -> None:
         self._local = None
         self._engine = None
+        self._runtime = None
 
 
 def _batch_size(batch: Any) -> int:
