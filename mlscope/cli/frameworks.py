@@ -27,19 +27,25 @@ class FrameworkRow(TypedDict):
 
 def _rows() -> list[FrameworkRow]:
     from mlscope.runtime.frameworks import FRAMEWORKS, installed_version
+    from mlscope.runtime.system import gpu_facts
 
     rows = []
     for name in sorted(FRAMEWORKS):
         spec = FRAMEWORKS[name]
         version = installed_version(spec) if spec.unavailable is None else None
         reason = None if version else f"not installed ({spec.install_hint})"
+        if spec.unavailable is not None:
+            reason = f"unavailable: {spec.unavailable}"
+        elif spec.needs_gpu and not gpu_facts():
+            # The GPU first: installing the framework would not make it run here.
+            reason = "needs an NVIDIA GPU; this machine has none that NVML can see"
         rows.append(
             FrameworkRow(
                 name=name,
                 display=spec.display,
                 installed=version,
-                available=version is not None,
-                reason=f"unavailable: {spec.unavailable}" if spec.unavailable is not None else reason,
+                available=reason is None,
+                reason=reason,
                 sources=sorted(spec.sources),
                 options=sorted(spec.options),
             )

@@ -25,6 +25,7 @@ from mlscope.cli.render import (
     short_id,
     status_cell,
     top1_cell,
+    variant_text,
 )
 from mlscope.cli.render_cost import PRICE_OPTION, parse_prices
 from mlscope.contract.errors import UserError
@@ -153,7 +154,8 @@ def results_list(
             short_id(r["id"]),
             moment_text(r.get("started_at")),
             escape(display_name(r)),
-            f"{r['framework']['name']} {r['framework'].get('version') or ''}".strip(),
+            # The variant too (`quantize=int8`): its row and the plain one's sit side by side.
+            " ".join(filter(None, (r["framework"]["name"], r["framework"].get("version"), variant_text(r)))),
             r["device"],
             status_cell(r),
             sizes,

@@ -96,8 +96,10 @@ class PredictorOptions:
             graphs compiled while a point was measured are its `recompiles`.
         precision: PyTorch's and OpenVINO's arithmetic (PRECISIONS; None: fp32). PyTorch casts the
             weights and float inputs; OpenVINO sets its inference precision, f32 even where it would
-            itself pick bf16, so that its outputs compare with the others'.
-        quantize: PyTorch: `int8`, dynamic quantisation of the Linear layers (None: `none`).
+            itself pick bf16, so that its outputs compare with the others'. ONNX Runtime takes fp32
+            alone (its refusal of the others says why).
+        quantize: PyTorch: `int8`, dynamic quantisation of the Linear layers; ONNX Runtime: `int8`,
+            dynamic quantisation of the graph's Conv, MatMul and Gemm nodes (None: `none`).
         performance_hint: OpenVINO's PERFORMANCE_HINT (PERFORMANCE_HINTS; None: LATENCY).
         seed: seeds random weights and inputs, so two runs build the same model. Not a request
             option: every evaluation of a model builds the same weights, which is what makes two

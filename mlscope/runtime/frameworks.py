@@ -73,6 +73,12 @@ class FrameworkSpec:
             on a device other than the CPU (None when it can); None: its bricks run on the CPU only.
         options: the framework-specific request options it takes (contract.options.FRAMEWORK_OPTIONS,
             e.g. `compile`); a request setting another one is refused at admission.
+        option_refusal: `module:function(options, device)` saying in one line why a request's
+            framework options (a mapping, as the request sets them) cannot run on `device` ("cpu",
+            "cuda:0"), its first words `options.<name>:` (None when they can); None: every value each option
+            of `options` takes is run. Imports no framework: admission calls it.
+        needs_gpu: it runs on an NVIDIA GPU only: refused on a machine without one (before asking
+            whether it is installed) and on the CPU device.
         by_default: it runs a model when the request names no framework (`mlscope run MODEL`
             without -f) and it has the model's manifest; False for one that runs only when named, so
             that installing it does not change what an existing command measures.
@@ -94,6 +100,8 @@ class FrameworkSpec:
     bricks: str | None = None
     brick_devices: str | None = None
     options: frozenset[str] = frozenset()
+    option_refusal: str | None = None
+    needs_gpu: bool = False
     by_default: bool = True
 
     def prefetch_on_host(
@@ -123,6 +131,7 @@ BUILTIN_FRAMEWORKS: dict[str, str] = {
     "mxnet": "mlscope.runtime.predictors.mxnet:FRAMEWORK",
     "caffe2": "mlscope.runtime.predictors.caffe2:FRAMEWORK",
     "endpoint": "mlscope.runtime.predictors.endpoint:FRAMEWORK",
+    "tensorrt": "mlscope.runtime.predictors.tensorrt:FRAMEWORK",
 }
 
 # Every framework, built-in and plugged in, in their `order` (then by name).

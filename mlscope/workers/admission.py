@@ -36,6 +36,7 @@ from mlscope.runtime.frameworks import (
     get_framework,
     in_framework_order,
     installed_version,
+    load_object,
 )
 from mlscope.runtime.measure import MeasureSettings
 from mlscope.runtime.system import gpu_facts
@@ -175,6 +176,7 @@ def admit(
     if not isinstance(request, EvaluationRequest):
         request = parse_request(dict(request))
     framework = check_runnable(get_framework(request.framework))
+    _check_gpu_framework(framework, request.device, here is not None)
     manifest = _manifest(request, models)
     _check_fixed_batch(manifest, request.batch_sizes)
     check_measure(request.measure)
@@ -347,9 +349,15 @@ def _check_framework_options(request: EvaluationRequest, framework: FrameworkSpe
         takers = [spec.display for spec in FRAMEWORKS.values() if name in spec.options]
         raise UserError(
             f"options.{name}: {framework.display} has no {name} option; "
-            f"{' and '.join(takers) or 'no installed framework'} has (or drop it)",
+            f"{_listed(takers) or 'no installed framework'} {'has' if len(takers) < 2 else 'have'} "
+            "(or drop it)",
             field=f"options.{name}",
         )
+    if framework.option_refusal is not None:
+        # The framework's own word on values it cannot run (its first words name the option).
+        refusal = load_object(framework.option_refusal)(request.options, request.device)
+        if refusal:
+            raise UserError(refusal, field=refusal.partition(":")[0])
     variant = variant_of(request)
     if variant and "generate" in request.scenarios:
         name = next(iter(variant))
@@ -364,6 +372,11 @@ def _check_framework_options(request: EvaluationRequest, framework: FrameworkSpe
             f"{variant['precision']}; drop one of precision and quantize",
             field="options.precision",
         )
+
+
+def _listed(names: list[str]) -> str:
+    """The names as a phrase: `A`, `A and B`, `A, B and C`."""
+    return " and ".join(filter(None, (", ".join(names[:-1]), names[-1] if names else "")))
 
 
 def variant_of(request: EvaluationRequest) -> dict[str, Any]:
@@ -393,6 +406,28 @@ def check_measure(measure: Mapping[str, Any]) -> MeasureSettings:
         return MeasureSettings.from_dict(dict(measure))
     except UserError as exc:
         raise UserError(exc.message, field=f"measure.{exc.field}" if exc.field else "measure") from None
+
+
+def _check_gpu_framework(framework: FrameworkSpec, device: str, here: bool) -> None:
+    """A framework that runs on an NVIDIA GPU only (FrameworkSpec.needs_gpu) is asked for on one: here,
+    a machine without a GPU is named before anything else (the framework is not asked for on it,
+    installed or not), then a CPU device anywhere.
+
+    Raises:
+        UserError: naming the missing GPU (`framework`) or the device (`device`).
+    """
+    if not framework.needs_gpu:
+        return
+    if here and not gpu_facts():
+        raise UserError(
+            f"{framework.display} runs on an NVIDIA GPU only, and this machine has none that NVML can see",
+            field="framework",
+        )
+    if not device.startswith("cuda"):
+        raise UserError(
+            f"device {device}: {framework.display} runs on an NVIDIA GPU only; use --device cuda",
+            field="device",
+        )
 
 
 def _check_device(device: str) -> None:

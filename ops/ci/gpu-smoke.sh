@@ -55,6 +55,8 @@ describe_machine() {
 cuda = torch.cuda.is_available()
 name = torch.cuda.get_device_name(0) if cuda else "no CUDA device"
 print(f"{torch.__version__}, CUDA {torch.version.cuda}, {name}")' 2>&1 | tail -1)"
+  # The TensorRT check needs it beside PyTorch (pip install tensorrt): the wheelhouse carries no CUDA.
+  say "TensorRT: $("$PYTHON" -c 'import tensorrt; print(tensorrt.__version__)' 2>&1 | tail -1)"
 }
 
 if [ "$dry_run" = 1 ]; then

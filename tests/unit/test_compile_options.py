@@ -74,7 +74,10 @@ def test_a_compiled_models_parity_is_checked_against_its_framework_eager(mlscope
         (["-f", "onnxruntime", "--option", "compile=default"], "ONNX Runtime has no compile option"),
         (["-f", "pytorch", "--option", "compile=fast"], "compile"),
         (["-f", "pytorch", "--option", "compile=default", "--scenario", "generate"], "options.compile"),
-        (["-f", "onnxruntime", "--option", "precision=bf16"], "ONNX Runtime has no precision option"),
+        (
+            ["-f", "onnxruntime", "--option", "precision=bf16"],
+            "options.precision: ONNX Runtime runs mlscope's fp32 graphs in fp32 only (bf16",
+        ),
         (["-f", "pytorch", "--option", "precision=fp64"], "precision"),
         (["-f", "pytorch", "--option", "quantize=int4"], "quantize"),
         (
@@ -191,4 +194,4 @@ def test_mlscope_frameworks_says_which_framework_takes_compile(capsys: pytest.Ca
     main(["frameworks", "--json"])
     rows = {row["name"]: row for row in map(json.loads, capsys.readouterr().out.splitlines())}
     assert rows["pytorch"]["options"] == ["compile", "precision", "quantize"]
-    assert rows["onnxruntime"]["options"] == []
+    assert rows["onnxruntime"]["options"] == ["precision", "quantize"]

@@ -42,12 +42,14 @@ def base_document() -> dict[str, Any]:
 
 
 # The architectures each further framework ships (Keras has no ResNet-18 or AlexNet; Gluon's model
-# zoo has no AlexNet manifest here; Caffe2 runs torchvision's ImageNet models converted to its nets);
-# TensorFlow also ships MobileNetV3-Small, one of the networks benchmarks/runtimes.py compares.
+# zoo has no AlexNet manifest here; Caffe2 runs torchvision's ImageNet models converted to its nets;
+# TensorRT builds engines from the ImageNet graphs ONNX Runtime runs, on an NVIDIA GPU). TensorFlow also
+# ships MobileNetV3-Small, one of the networks benchmarks/runtimes.py compares.
 OTHER_FRAMEWORKS = {
     "tensorflow": {"resnet50", "mobilenet_v2", "mobilenet_v3_small", "vgg16"},
     "mxnet": {"resnet18", "resnet50", "mobilenet_v2", "vgg16"},
     "caffe2": {"resnet18", "resnet50", "mobilenet_v2", "vgg16"},
+    "tensorrt": {"alexnet", "resnet18", "resnet50", "mobilenet_v2", "vgg16"},
 }
 
 

@@ -51,9 +51,10 @@ def test_shipped_registry_lists_models_and_frameworks(shipped: ModelRegistry) ->
         "openvino",
         "pytorch",
         "tensorflow",
+        "tensorrt",
     ]
     keys = [m.key for m in shipped.all()]
-    assert keys == sorted(keys) and len(keys) == len(shipped) == 29
+    assert keys == sorted(keys) and len(keys) == len(shipped) == 34
     assert shipped.get("resnet50", "onnxruntime").attributes["top1"] == 76.130
 
 
@@ -182,7 +183,8 @@ def test_a_path_is_resolved_without_reading_the_shipped_manifests_or_the_catalog
 ) -> None:
     graph = onnx_model(tmp_path / "model.onnx")
     registry = ModelRegistry.load()
-    assert registry.frameworks_for(str(graph)) == ["onnxruntime", "openvino"]
+    # Every framework that runs ONNX graphs (TensorRT too, though it runs on a GPU only)
+    assert registry.frameworks_for(str(graph)) == ["onnxruntime", "openvino", "tensorrt"]
     assert registry.get(str(graph), "onnxruntime").inputs[0].shape == (16,)
     for nowhere in (str(tmp_path / "missing.onnx"), str(tmp_path / "missing")):
         with pytest.raises(UserError, match="no such file"):
@@ -192,7 +194,7 @@ def test_a_path_is_resolved_without_reading_the_shipped_manifests_or_the_catalog
     assert registry.frameworks_for("bert_base") == ["onnxruntime", "openvino", "pytorch"]
     assert registry.get("resnet50", "onnxruntime").attributes["top1"] == 76.130
     assert registry.get("torchvision:resnet18", "onnxruntime").name == "torchvision:resnet18"
-    assert registry.names() == SHIPPED_NAMES and len(registry) == 29
+    assert registry.names() == SHIPPED_NAMES and len(registry) == 34
     assert registry.catalogue is not None and registry.catalogue.has("torchvision:resnet18")
     assert sorted(reads) == ["catalogue", "manifests"]
 

@@ -87,15 +87,20 @@ def onnx_graph(manifest: Manifest, cache_dir: Path, seed: int = 0, timeout_s: fl
 def prefetch_on_host(
     manifest: Manifest, options: PredictorOptions, cache_dir: Path, *, timeout_s: float
 ) -> tuple[Path, ...]:
-    """The framework's host prefetch (`FrameworkSpec.host_prefetch`): export the graph into the
-    cache a container mounts, or name the manifest's own graph file, which it must see read-only (an
-    uploaded model's is in the cache already: it is checked here, and needs no mount of its own).
+    """The framework's host prefetch (`FrameworkSpec.host_prefetch`): export the graph (and make its
+    int8 quantisation when asked for) into the cache a container mounts, or name the manifest's own
+    graph file, which it must see read-only (an uploaded model's is in the cache already: it is
+    checked here, and needs no mount of its own).
 
     Raises:
         PredictorError: the file is missing or the export failed.
         subprocess.TimeoutExpired: the export ran past `timeout_s`.
     """
     graph = onnx_graph(manifest, cache_dir, seed=options.seed, timeout_s=timeout_s)
+    if options.quantize == "int8":  # ONNX Runtime's int8 graph, made beside it (`quantize`)
+        from mlscope.runtime.predictors.onnxruntime.quantize import quantised_graph
+
+        quantised_graph(graph, cache_dir, timeout_s=timeout_s)
     source = manifest.source
     return (graph.resolve(),) if source.kind == "onnx" and not UPLOAD_URL.match(source.target) else ()
 

@@ -1,6 +1,8 @@
 """The ONNX Runtime predictor: session options (threads, graph optimisation level), execution
 providers by device, I/O binding on GPUs so inputs are on the device before timing starts, and
-the FRAMEWORK and LIBRARY trace passes from ORT's session profiling."""
+the FRAMEWORK and LIBRARY trace passes from ORT's session profiling; `options.quantize=int8` runs
+the graph's dynamic int8 quantisation (`quantize`), and the precision is the graph's fp32
+(docs/frameworks.md#precision-and-quantisation)."""
 
 from __future__ import annotations
 
@@ -44,6 +46,8 @@ class OnnxRuntimePredictor(Predictor):
     NAME: ClassVar[str] = "onnxruntime"
 
     _graph: Path | None = None
+    # The graph as exported or given, when `_graph` is its int8 quantisation.
+    _source_graph: Path | None = None
     _session: ort.InferenceSession | None = None
     # A warm session's store entry (referenced while the session lives) and its optimised graph.
     _warm: MappedModel | None = None
@@ -74,6 +78,11 @@ class OnnxRuntimePredictor(Predictor):
 
     def fetch(self) -> None:
         self._graph = onnx_graph(self.manifest, self.cache_dir, seed=self.options.seed)
+        if self.options.quantize == "int8":
+            from mlscope.runtime.predictors.onnxruntime.quantize import quantised_graph
+
+            self._source_graph = self._graph
+            self._graph = quantised_graph(self._graph, self.cache_dir)
 
     def load(self) -> None:
         if self._graph is None:
@@ -85,7 +94,8 @@ class OnnxRuntimePredictor(Predictor):
         all three are part of its key."""
         from mlscope.runtime.predictors.onnxruntime.warm import STORED_FORM
 
-        return f"{self.options.graph_optimization_level}|{','.join(self._providers())}|{STORED_FORM}"
+        variant = f"{self.options.graph_optimization_level}|{','.join(self._providers())}|{STORED_FORM}"
+        return f"{variant}|int8" if self.options.quantize == "int8" else variant
 
     def weights_to_store(self) -> WeightsToStore:
         from mlscope.runtime.predictors.onnxruntime.warm import optimised_files
@@ -229,10 +239,21 @@ class OnnxRuntimePredictor(Predictor):
             options = self._session.get_session_options()
             facts["threads"] = options.intra_op_num_threads or "default"
             facts["graph_optimization_level"] = self.options.graph_optimization_level
+        if self.options.precision is not None or self.options.quantize is not None:
+            # The arithmetic asked for: the graph's fp32 (the only precision admitted here), int8
+            # where the graph is quantised.
+            facts["precision"] = "fp32"
+            facts["quantize"] = self.options.quantize or "none"
+            if self.options.quantize == "int8" and self._graph is not None:
+                from mlscope.runtime.predictors.onnxruntime.quantize import recorded_nodes
+
+                facts["quantized_nodes"] = recorded_nodes(self._graph)
         if self._warm is not None:  # the store's optimised graph, not the file
             facts["graph"] = f"{self._warm.key} (model store)"
         elif self._graph is not None:
             facts["graph"] = self._graph.name
+        if self._source_graph is not None:
+            facts["source_graph"] = self._source_graph.name
         return facts
 
     def close(self) -> None:
