@@ -18,7 +18,17 @@ from mlscope.registry.models import ModelRegistry
 from tests.fixtures.onnx_graphs import onnx_model
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "manifests"
-SHIPPED_NAMES = ["alexnet", "bert_base", "mobilenet_v2", "resnet18", "resnet50", "vgg16"]
+SHIPPED_NAMES = [
+    "alexnet",
+    "bert_base",
+    "mobilenet_v2",
+    "mobilenet_v3_small",
+    "resnet18",
+    "resnet50",
+    "vgg16",
+]
+# Every manifest file mlscope ships, one per (model, framework).
+SHIPPED_FILES = len(list(Path(models.__file__).resolve().parents[1].joinpath("manifests").rglob("*.yaml")))
 
 
 def document(name: str = "tiny_cnn", framework: str = "pytorch", **changes: Any) -> dict[str, Any]:
@@ -54,7 +64,7 @@ def test_shipped_registry_lists_models_and_frameworks(shipped: ModelRegistry) ->
         "tensorrt",
     ]
     keys = [m.key for m in shipped.all()]
-    assert keys == sorted(keys) and len(keys) == len(shipped) == 34
+    assert keys == sorted(keys) and len(keys) == len(shipped) == SHIPPED_FILES
     assert shipped.get("resnet50", "onnxruntime").attributes["top1"] == 76.130
 
 
@@ -194,7 +204,7 @@ def test_a_path_is_resolved_without_reading_the_shipped_manifests_or_the_catalog
     assert registry.frameworks_for("bert_base") == ["onnxruntime", "openvino", "pytorch"]
     assert registry.get("resnet50", "onnxruntime").attributes["top1"] == 76.130
     assert registry.get("torchvision:resnet18", "onnxruntime").name == "torchvision:resnet18"
-    assert registry.names() == SHIPPED_NAMES and len(registry) == 34
+    assert registry.names() == SHIPPED_NAMES and len(registry) == SHIPPED_FILES
     assert registry.catalogue is not None and registry.catalogue.has("torchvision:resnet18")
     assert sorted(reads) == ["catalogue", "manifests"]
 
