@@ -82,6 +82,8 @@ class FrameworkSpec:
         by_default: it runs a model when the request names no framework (`mlscope run MODEL`
             without -f) and it has the model's manifest; False for one that runs only when named, so
             that installing it does not change what an existing command measures.
+        model_refusal: `module:function(manifest)` saying in one line why it cannot run a manifest's
+            model (None when it can), read at admission; None: it runs every model of its sources.
     """
 
     name: str
@@ -103,6 +105,7 @@ class FrameworkSpec:
     option_refusal: str | None = None
     needs_gpu: bool = False
     by_default: bool = True
+    model_refusal: str | None = None
 
     def prefetch_on_host(
         self, manifest: Manifest, options: PredictorOptions, cache_dir: Path, *, timeout_s: float
@@ -127,6 +130,7 @@ BUILTIN_FRAMEWORKS: dict[str, str] = {
     "pytorch": "mlscope.runtime.predictors.pytorch:FRAMEWORK",
     "onnxruntime": "mlscope.runtime.predictors.onnxruntime:FRAMEWORK",
     "openvino": "mlscope.runtime.predictors.openvino:FRAMEWORK",
+    "jax": "mlscope.runtime.predictors.jax:FRAMEWORK",
     "tensorflow": "mlscope.runtime.predictors.tensorflow:FRAMEWORK",
     "mxnet": "mlscope.runtime.predictors.mxnet:FRAMEWORK",
     "caffe2": "mlscope.runtime.predictors.caffe2:FRAMEWORK",

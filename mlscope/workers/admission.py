@@ -183,6 +183,7 @@ def admit(
     _check_multi_stream(request, None)
     _check_brick(request, framework, manifest)
     _check_framework_options(request, framework)
+    _check_model(framework, manifest)
     if request.dataset is not None:
         check_dataset_reference(
             request.dataset, local_files=models.local_files, uploads=models.dataset_uploads
@@ -377,6 +378,19 @@ def _check_framework_options(request: EvaluationRequest, framework: FrameworkSpe
 def _listed(names: list[str]) -> str:
     """The names as a phrase: `A`, `A and B`, `A, B and C`."""
     return " and ".join(filter(None, (", ".join(names[:-1]), names[-1] if names else "")))
+
+
+def _check_model(framework: FrameworkSpec, manifest: Manifest) -> None:
+    """A framework that runs only some models of a source kind (`FrameworkSpec.model_refusal`) runs
+    one of those.
+
+    Raises:
+        UserError: its refusal, naming what it can run (field `model`).
+    """
+    if framework.model_refusal is not None:
+        why = load_object(framework.model_refusal)(manifest)
+        if why:
+            raise UserError(why, field="model")
 
 
 def variant_of(request: EvaluationRequest) -> dict[str, Any]:

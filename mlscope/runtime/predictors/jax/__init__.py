@@ -1,0 +1,26 @@
+"""JAX: the predictor (`predictor`), which builds a model as the PyTorch predictor does, copies its
+weights into the Flax NNX definition of its architecture (`models`) and runs that jitted by XLA on the
+CPU; which models have a definition (`support`); XLA's profiler events as layer spans (`profile`).
+docs/jax.md.
+
+Imports no framework: this registration is read wherever frameworks are listed.
+"""
+
+from mlscope.runtime.frameworks import FrameworkSpec
+
+FRAMEWORK = FrameworkSpec(
+    name="jax",
+    display="JAX",
+    import_name="jax",
+    distributions=("jax",),
+    predictor="mlscope.runtime.predictors.jax.predictor:JaxPredictor",
+    # The PyTorch sources of the architectures it has a Flax definition of (`support.SUPPORTED`): the
+    # PyTorch module is built to take its weights, so torch is needed too.
+    sources=frozenset({"torchvision", "transformers"}),
+    install_hint="pip install 'mlscope[jax]'",
+    order=27,
+    system_distributions=("jax", "jaxlib", "flax", "torch", "torchvision", "transformers"),
+    model_refusal="mlscope.runtime.predictors.jax.support:model_refusal",
+    # Run when named (-f jax): a model's run without -f measures what it measured before.
+    by_default=False,
+)

@@ -1,0 +1,40 @@
+"""Which models the JAX predictor has a Flax definition of (docs/jax.md): read at admission, so a
+model it cannot run is refused before anything is stored. Imports no framework."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mlscope.contract.manifest import Manifest
+
+__all__ = ["SUPPORTED", "model_refusal"]
+
+# Source kind → the targets `models.from_torch` has a definition of (each family's sizes share one).
+SUPPORTED: dict[str, tuple[str, ...]] = {
+    "torchvision": (
+        "resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
+        "vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14",
+    ),
+    "transformers": ("llama",),
+}  # fmt: skip
+
+
+def _listed() -> str:
+    return "; ".join(f"{kind} {', '.join(targets)}" for kind, targets in SUPPORTED.items())
+
+
+def model_refusal(manifest: Manifest) -> str | None:
+    """Why JAX cannot run the manifest's model, in one line naming what it can run; None when it can
+    (a transformers model also needs its last_hidden_state as the output and no weights directory)."""
+    source = manifest.source
+    if source.target in SUPPORTED.get(source.kind, ()):
+        if source.kind != "transformers":
+            return None
+        output = source.options.get("output") or manifest.outputs[0].name
+        if output == "last_hidden_state" and not source.options.get("directory"):
+            return None
+    return (
+        f"{manifest.name}: JAX has no Flax definition of {source.kind} {source.target}; "
+        f"it runs {_listed()} (a transformers decoder returning last_hidden_state)"
+    )
