@@ -44,8 +44,10 @@ def base_document() -> dict[str, Any]:
 # The architectures each further framework ships (Keras has no ResNet-18 or AlexNet; Gluon's model
 # zoo has no AlexNet manifest here; Caffe2 runs torchvision's ImageNet models converted to its nets;
 # TensorRT builds engines from the ImageNet graphs ONNX Runtime runs, on an NVIDIA GPU). TensorFlow also
-# ships MobileNetV3-Small, one of the networks benchmarks/runtimes.py compares.
+# ships MobileNetV3-Small, one of the networks benchmarks/runtimes.py compares. JAX's ViT-B/16 and tiny
+# Llama are the catalogue's torchvision:vit_b_16 and hf:llama on the others.
 OTHER_FRAMEWORKS = {
+    "jax": {"resnet18", "resnet50", "vit_b_16", "llama_tiny"},
     "tensorflow": {"resnet50", "mobilenet_v2", "mobilenet_v3_small", "vgg16"},
     "mxnet": {"resnet18", "resnet50", "mobilenet_v2", "vgg16"},
     "caffe2": {"resnet18", "resnet50", "mobilenet_v2", "vgg16"},
