@@ -35,6 +35,20 @@ def _version(distribution: str) -> str | None:
         return None
 
 
+# The event JAX records when a compile takes its executable from the persistent compilation cache.
+_CACHE_HIT = "/jax/compilation_cache/cache_hits"
+_cache_hits = 0
+
+
+def _count_cache_hits(event: str, **_: Any) -> None:
+    global _cache_hits
+    if event == _CACHE_HIT:
+        _cache_hits += 1
+
+
+jax.monitoring.register_event_listener(_count_cache_hits)
+
+
 def _shapes(batch: tuple[jax.Array, ...]) -> tuple[tuple[tuple[int, ...], str], ...]:
     """What an executable is compiled for: each input's shape and dtype."""
     return tuple((tuple(array.shape), str(array.dtype)) for array in batch)
@@ -47,6 +61,7 @@ class JaxPredictor(Predictor):
     _state: Any = None
     _forward: Any = None
     _executables: dict[Any, Any] | None = None
+    _hits_before = 0
 
     @classmethod
     def framework_version(cls) -> str:
@@ -77,6 +92,7 @@ class JaxPredictor(Predictor):
 
         self._forward = jax.jit(forward)
         self._executables = {}
+        self._hits_before = _cache_hits
 
     def compile(self, batch: tuple[jax.Array, ...]) -> bool:
         """XLA's compile of the jitted forward for `batch`'s shapes (`jit(...).lower(...).compile()`):
@@ -93,9 +109,10 @@ class JaxPredictor(Predictor):
         return 0 if self._executables is None else len(self._executables)
 
     def compile_cached(self) -> bool | None:
-        """False: JAX's persistent compilation cache is off unless configured, and mlscope configures
-        none, so every compile is a cold one."""
-        return bool(jax.config.values["jax_compilation_cache_dir"])
+        """Whether a compile since `load` took its executable from JAX's persistent compilation cache
+        (JAX's monitoring event for a cache hit). The cache is off unless the user configures it
+        (JAX_COMPILATION_CACHE_DIR): mlscope configures none."""
+        return _cache_hits > self._hits_before
 
     def prepare(self, arrays: dict[str, np.ndarray]) -> tuple[jax.Array, ...]:
         """The inputs in the manifest's order, on the CPU device; integers as int32 (JAX's own width
