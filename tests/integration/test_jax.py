@@ -26,36 +26,48 @@ from mlscope.runtime.predictors.jax.profile import profiled_layers
 from mlscope.runtime.predictors.pytorch.predictor import PyTorchPredictor
 from mlscope.runtime.trace.profiled import ProfiledPass
 from mlscope.runtime.trace.spans import Tracer
+from mlscope.store import open_store
 from tests.integration.test_run_cli import FAST, mlscope, printed_results, stored
 
 pytestmark = pytest.mark.slow
 
 
-def test_resnet18_runs_on_jax_with_pytorchs_outputs_and_its_jit_compile_timed(
+def test_resnet18_runs_on_jax_with_pytorchs_outputs_its_jit_compile_timed_and_xlas_layers_traced(
     mlscope_env: dict[str, str],
 ) -> None:
     # Given torchvision's ResNet-18, whose JAX manifest builds it in PyTorch and copies its weights
-    # When it runs on JAX at batch 1, checked against PyTorch on the same inputs
+    # When it runs on JAX at batch 1, checked against PyTorch on the same inputs, traced at FRAMEWORK level
     done = mlscope(
         mlscope_env, "run", "resnet18", "-f", "jax", "-b", "1", "--check-parity", "--parity-against",
-        "pytorch", "--json", *FAST,
+        "pytorch", "--trace-level", "FRAMEWORK", "--measure", "trace_iterations=2", "--measure",
+        "trace_warmup=1", "--json", *FAST,
     )  # fmt: skip
     # Then it succeeded on the installed JAX, as the Flax ResNet with ResNet-18's parameters
     (result,) = printed_results(done.stdout)
     assert result["status"] == "succeeded", done.stderr
     facts = result["framework"]
     assert facts["name"] == "jax" and facts["version"] == jax.__version__
-    assert (
-        facts["definition"] == "flax.nnx ResNet"
-        and facts["parameters"] == result["manifest"]["attributes"]["parameters"]
-    )
-    # And XLA's compile for batch 1 is the cold start's compile, not a cached one
+    assert facts["definition"] == "flax.nnx ResNet"
+    assert facts["parameters"] == result["manifest"]["attributes"]["parameters"]
+    # And XLA's compile for batch 1 is the cold start's compile, not a cached one, and nothing
+    # compiled while the point was measured
     assert result["cold_start"]["compile_ms"] > 0 and result["cold_start"]["compile_cached"] is False
     assert result["measurements"][0]["recompiles"] == 0
     # And its outputs are PyTorch's
-    assert result["parity"]["against"] == "pytorch" and result["parity"]["verdict"] == "same", result[
-        "parity"
-    ]
+    parity = result["parity"]
+    assert parity["against"] == "pytorch" and parity["verdict"] == "same", parity
+    # And each of the 2 traced inferences holds XLA's instructions of the jitted forward, inside it
+    with open_store(mlscope_env["MLSCOPE_STORE_URL"]) as store:
+        spans = store.get_spans(result["id"], limit=100_000)
+    inferences = {
+        s["span_id"]: s for s in spans if s["name"] == "inference" and s["attributes"]["pass"] == "FRAMEWORK"
+    }
+    layers = [s for s in spans if s["level"] == "FRAMEWORK"]
+    assert len(inferences) == 2 and {s["parent_id"] for s in layers} == set(inferences)
+    for span in layers:
+        assert span["attributes"]["hlo_module"] == "jit_forward" and span["attributes"]["kind"] == "layer"
+        inference = inferences[span["parent_id"]]
+        assert inference["start_ns"] <= span["start_ns"] <= span["end_ns"] <= inference["end_ns"]
 
 
 def _parity(reference: np.ndarray, candidate: np.ndarray) -> dict:
