@@ -21,11 +21,13 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "manifests"
 SHIPPED_NAMES = [
     "alexnet",
     "bert_base",
+    "llama_tiny",
     "mobilenet_v2",
     "mobilenet_v3_small",
     "resnet18",
     "resnet50",
     "vgg16",
+    "vit_b_16",
 ]
 # Every manifest file mlscope ships, one per (model, framework).
 SHIPPED_FILES = len(list(Path(models.__file__).resolve().parents[1].joinpath("manifests").rglob("*.yaml")))
@@ -56,6 +58,7 @@ def test_shipped_registry_lists_models_and_frameworks(shipped: ModelRegistry) ->
     assert shipped.frameworks_for("bert_base") == ["onnxruntime", "openvino", "pytorch"]
     assert shipped.frameworks_for("resnet50") == [
         "caffe2",
+        "jax",
         "mxnet",
         "onnxruntime",
         "openvino",
