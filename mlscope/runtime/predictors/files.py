@@ -4,8 +4,11 @@ Framework-neutral, so any predictor can use it without importing another's frame
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
 import re
+import subprocess
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -18,6 +21,7 @@ __all__ = [
     "directory_digest",
     "file_sha256",
     "local_file",
+    "made_by_child",
     "model_file",
     "model_files",
 ]
@@ -91,6 +95,57 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
         return digest.hexdigest()
+
+
+def made_by_child(
+    target: Path,
+    argv: list[str],
+    *,
+    stdin: str | None = None,
+    stdout_to: Path | None = None,
+    timeout_s: float,
+    unwritable: str,
+    failed: str,
+) -> None:
+    """Make `target` once, by a child process (`argv` and then the path of a partial file it writes),
+    for a converter or exporter the measuring process must not import: concurrent callers wait on a
+    lock instead of making it twice, and a partial file never becomes visible under the final name. A
+    file already there is only read: no lock, no write, so a cache mounted read-only serves it. What
+    the child prints is kept in `stdout_to` when given, written before `target` appears.
+
+    Raises:
+        PredictorError: `failed` followed by the child's last lines of standard error, when it exits
+            other than 0 or writes nothing; `unwritable` followed by the reason, when the file is not
+            there and its directory cannot be written.
+        subprocess.TimeoutExpired: the child ran longer than `timeout_s`.
+    """
+    if target.is_file():
+        return
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(target.with_suffix(".lock"), "w")  # noqa: SIM115 - closed by the with below
+    except OSError as exc:
+        raise PredictorError(f"{unwritable} ({exc.strerror or exc})") from exc
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.is_file():
+            return
+        partial = target.with_suffix(f".{os.getpid()}.partial")
+        completed = subprocess.run(
+            [*argv, str(partial)],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+        if completed.returncode != 0 or not partial.is_file():
+            partial.unlink(missing_ok=True)
+            tail = "\n".join(completed.stderr.strip().splitlines()[-5:])
+            raise PredictorError(f"{failed}: {tail}")
+        if stdout_to is not None:
+            stdout_to.write_text(completed.stdout)
+        partial.rename(target)
 
 
 def model_files(directory: Path) -> list[Path]:

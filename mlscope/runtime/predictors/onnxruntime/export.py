@@ -9,17 +9,13 @@ stay its own. Nothing here imports onnxruntime: the docker runner makes the grap
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 from mlscope.contract.manifest import Manifest, parse_manifest
 from mlscope.contract.options import PredictorOptions
-from mlscope.runtime.predictors.base import PredictorError
-from mlscope.runtime.predictors.files import UPLOAD_URL, model_file
+from mlscope.runtime.predictors.files import UPLOAD_URL, made_by_child, model_file
 
 __all__ = ["OPSET", "export_onnx", "exported_graph", "onnx_graph", "prefetch_on_host"]
 
@@ -38,35 +34,16 @@ def exported_graph(manifest: Manifest, cache_dir: Path, seed: int = 0, timeout_s
             graph is not cached and the cache cannot be written.
     """
     target = cache_dir / "onnx" / f"{manifest.sha256}-seed{seed}.onnx"
-    if target.is_file():
-        return target
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        lock = open(target.with_suffix(".lock"), "w")  # noqa: SIM115 - closed by the with below
-    except OSError as exc:
-        raise PredictorError(
-            f"{manifest.name} has no exported ONNX graph at {target}, and the cache cannot be written "
-            f"to export it ({exc.strerror or exc})"
-        ) from exc
-    with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if target.is_file():
-            return target
-        partial = target.with_suffix(f".{os.getpid()}.partial")
-        document = json.dumps({"manifest": manifest.to_dict(), "origin": manifest.origin, "seed": seed})
-        completed = subprocess.run(
-            [sys.executable, "-m", "mlscope.runtime.predictors.onnxruntime.export", str(partial)],
-            input=document,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-        if completed.returncode != 0 or not partial.is_file():
-            partial.unlink(missing_ok=True)
-            tail = "\n".join(completed.stderr.strip().splitlines()[-5:])
-            raise PredictorError(f"exporting {manifest.name} to ONNX failed: {tail}")
-        partial.rename(target)
+    document = json.dumps({"manifest": manifest.to_dict(), "origin": manifest.origin, "seed": seed})
+    made_by_child(
+        target,
+        [sys.executable, "-m", "mlscope.runtime.predictors.onnxruntime.export"],
+        stdin=document,
+        timeout_s=timeout_s,
+        unwritable=f"{manifest.name} has no exported ONNX graph at {target}, and the cache cannot be "
+        "written to export it",
+        failed=f"exporting {manifest.name} to ONNX failed",
+    )
     return target
 
 

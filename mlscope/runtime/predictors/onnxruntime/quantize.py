@@ -16,28 +16,16 @@ that measures ONNX Runtime does not import onnx and the quantiser.
 from __future__ import annotations
 
 import collections
-import fcntl
-import hashlib
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
-from mlscope.runtime.predictors.base import PredictorError
+from mlscope.runtime.predictors.files import file_sha256, made_by_child
 
 __all__ = ["QUANTISED_KINDS", "quantised_graph", "quantised_nodes", "recorded_nodes"]
 
 # The integer node kinds a dynamically quantised graph computes with.
 QUANTISED_KINDS = frozenset({"ConvInteger", "MatMulInteger", "DynamicQuantizeLSTM", "QAttention"})
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def quantised_graph(graph: Path, cache_dir: Path, timeout_s: float = 600) -> Path:
@@ -50,41 +38,16 @@ def quantised_graph(graph: Path, cache_dir: Path, timeout_s: float = 600) -> Pat
         PredictorError: the quantiser failed (its last lines), converted no node (the graph would run
             unchanged), or the graph is not cached and the cache cannot be written.
     """
-    target = cache_dir / "onnx" / f"{_sha256(graph)}-int8-dynamic.onnx"
-    if target.is_file():
-        return target
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        lock = open(target.with_suffix(".lock"), "w")  # noqa: SIM115 - closed by the with below
-    except OSError as exc:
-        raise PredictorError(
-            f"options.quantize: {graph.name} has no int8 graph at {target}, and the cache cannot be "
-            f"written to make it ({exc.strerror or exc})"
-        ) from exc
-    with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if target.is_file():
-            return target
-        partial = target.with_suffix(f".{os.getpid()}.partial")
-        completed = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "mlscope.runtime.predictors.onnxruntime.quantize",
-                str(graph),
-                str(partial),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-        if completed.returncode != 0 or not partial.is_file():
-            partial.unlink(missing_ok=True)
-            tail = "\n".join(completed.stderr.strip().splitlines()[-5:])
-            raise PredictorError(f"options.quantize: quantising {graph.name} to int8 failed: {tail}")
-        target.with_suffix(".json").write_text(completed.stdout)
-        partial.rename(target)
+    target = cache_dir / "onnx" / f"{file_sha256(graph)}-int8-dynamic.onnx"
+    made_by_child(
+        target,
+        [sys.executable, "-m", "mlscope.runtime.predictors.onnxruntime.quantize", str(graph)],
+        stdout_to=target.with_suffix(".json"),
+        timeout_s=timeout_s,
+        unwritable=f"options.quantize: {graph.name} has no int8 graph at {target}, and the cache cannot "
+        "be written to make it",
+        failed=f"options.quantize: quantising {graph.name} to int8 failed",
+    )
     return target
 
 
