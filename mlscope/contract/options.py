@@ -15,6 +15,8 @@ __all__ = [
     "COMPILE_MODES",
     "FRAMEWORK_OPTIONS",
     "FRAMEWORK_OPTION_DEFAULTS",
+    "GENERATE_OPTIONS",
+    "GGUF_TYPES",
     "GRAPH_OPTIMIZATION_LEVELS",
     "MAX_INPUT_POOL",
     "PERFORMANCE_HINTS",
@@ -38,6 +40,10 @@ QUANTIZATIONS = ("none", "int8")
 # OpenVINO's performance hints (docs/openvino.md): one inference at a time as fast as it goes, or as
 # many inferences per second as parallel streams give.
 PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT")
+# The tensor types llama.cpp's GGUF file is written in (docs/llamacpp.md): f32 (as loaded), f16, and
+# llama.cpp's block quantisations q8_0 and q4_0. Its own option, not `precision` or `quantize`: one
+# value names the whole file's format, and the block formats are not PyTorch's int8.
+GGUF_TYPES = ("f32", "f16", "q8_0", "q4_0")
 # Options only some frameworks take, each with the values that mean the framework as mlscope loads it
 # without the option: each framework names the ones it takes (FrameworkSpec.options), and a request
 # setting one on another framework is refused, naming the option. A request that sets one to its
@@ -45,11 +51,15 @@ PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT")
 # shared: a framework ignores those that mean nothing to it.
 FRAMEWORK_OPTION_DEFAULTS: dict[str, tuple[str, ...]] = {
     "compile": ("none",),
+    "gguf_type": ("f32",),
     "performance_hint": ("LATENCY",),
     "precision": ("fp32", "f32"),
     "quantize": ("none",),
 }
 FRAMEWORK_OPTIONS = frozenset(FRAMEWORK_OPTION_DEFAULTS)
+# Framework options the generate scenario honours: the framework's own generation loop runs the
+# model in the form the option names (llama.cpp's GGUF type); any other is refused with generate.
+GENERATE_OPTIONS = frozenset({"gguf_type"})
 
 
 def is_default_option(name: str, value: Any) -> bool:
@@ -101,6 +111,7 @@ class PredictorOptions:
         quantize: PyTorch: `int8`, dynamic quantisation of the Linear layers; ONNX Runtime: `int8`,
             dynamic quantisation of the graph's Conv, MatMul and Gemm nodes (None: `none`).
         performance_hint: OpenVINO's PERFORMANCE_HINT (PERFORMANCE_HINTS; None: LATENCY).
+        gguf_type: llama.cpp's GGUF tensor type (GGUF_TYPES; None: f32).
         seed: seeds random weights and inputs, so two runs build the same model. Not a request
             option: every evaluation of a model builds the same weights, which is what makes two
             runs (and two frameworks) comparable.
@@ -116,6 +127,7 @@ class PredictorOptions:
     precision: str | None = None
     quantize: str | None = None
     performance_hint: str | None = None
+    gguf_type: str | None = None
     seed: int = 0
 
     @property
@@ -147,6 +159,7 @@ class PredictorOptionsSchema(Schema):
     precision = schema_fields.String(validate=validate.OneOf(PRECISIONS), allow_none=True)
     quantize = schema_fields.String(validate=validate.OneOf(QUANTIZATIONS), allow_none=True)
     performance_hint = schema_fields.String(validate=validate.OneOf(PERFORMANCE_HINTS), allow_none=True)
+    gguf_type = schema_fields.String(validate=validate.OneOf(GGUF_TYPES), allow_none=True)
 
 
 # The options a request may set: every field of PredictorOptions but the seed. Checked at import, so

@@ -84,6 +84,11 @@ class FrameworkSpec:
             that installing it does not change what an existing command measures.
         model_refusal: `module:function(manifest)` saying in one line why it cannot run a manifest's
             model (None when it can), read at admission; None: it runs every model of its sources.
+        model_types: catalogue model types (the entries' `name`, e.g. "llama") it runs although the
+            generated catalogue does not list it for them: a framework that runs a few
+            architectures of a source, not the source (llama.cpp's GGUF writer); its manifests of
+            them are the catalogue's, with `model_version` as the framework's version constraint.
+        model_version: the version constraint of those manifests.
     """
 
     name: str
@@ -106,6 +111,9 @@ class FrameworkSpec:
     needs_gpu: bool = False
     by_default: bool = True
     model_refusal: str | None = None
+    model_types: frozenset[str] = frozenset()
+    model_version: str = ">=0"
+    generates_only: bool = False
 
     def prefetch_on_host(
         self, manifest: Manifest, options: PredictorOptions, cache_dir: Path, *, timeout_s: float
@@ -136,6 +144,7 @@ BUILTIN_FRAMEWORKS: dict[str, str] = {
     "caffe2": "mlscope.runtime.predictors.caffe2:FRAMEWORK",
     "endpoint": "mlscope.runtime.predictors.endpoint:FRAMEWORK",
     "tensorrt": "mlscope.runtime.predictors.tensorrt:FRAMEWORK",
+    "llamacpp": "mlscope.runtime.predictors.llamacpp:FRAMEWORK",
 }
 
 # Every framework, built-in and plugged in, in their `order` (then by name).

@@ -19,7 +19,13 @@ from mlscope.contract.generation import ENDPOINT_FRAMEWORK, GenerationSettings
 from mlscope.contract.job import Job
 from mlscope.contract.load import LoadSettings
 from mlscope.contract.manifest import Manifest
-from mlscope.contract.options import FRAMEWORK_OPTIONS, MAX_INPUT_POOL, is_default_option, variant_options
+from mlscope.contract.options import (
+    FRAMEWORK_OPTIONS,
+    GENERATE_OPTIONS,
+    MAX_INPUT_POOL,
+    is_default_option,
+    variant_options,
+)
 from mlscope.contract.request import EvaluationRequest, parse_request
 from mlscope.contract.settings import Settings
 from mlscope.registry.datasets import check_dataset_reference, resolve_dataset
@@ -184,6 +190,7 @@ def admit(
     _check_brick(request, framework, manifest)
     _check_framework_options(request, framework)
     _check_model(framework, manifest)
+    _check_generates_only(request, framework)
     if request.dataset is not None:
         check_dataset_reference(
             request.dataset, local_files=models.local_files, uploads=models.dataset_uploads
@@ -360,8 +367,9 @@ def _check_framework_options(request: EvaluationRequest, framework: FrameworkSpe
         if refusal:
             raise UserError(refusal, field=refusal.partition(":")[0])
     variant = variant_of(request)
-    if variant and "generate" in request.scenarios:
-        name = next(iter(variant))
+    not_generated = sorted(set(variant) - GENERATE_OPTIONS)
+    if not_generated and "generate" in request.scenarios:
+        name = not_generated[0]
         raise UserError(
             f"options.{name}: the generate scenario runs the model through transformers' generate loop "
             "as loaded; drop the option or the scenario",
@@ -391,6 +399,20 @@ def _check_model(framework: FrameworkSpec, manifest: Manifest) -> None:
         why = load_object(framework.model_refusal)(manifest)
         if why:
             raise UserError(why, field="model")
+
+
+def _check_generates_only(request: EvaluationRequest, framework: FrameworkSpec) -> None:
+    """A framework that runs only the generate scenario (`FrameworkSpec.generates_only`) is asked for it.
+
+    Raises:
+        UserError: naming `scenarios` and the scenario it runs.
+    """
+    if framework.generates_only and "generate" not in request.scenarios:
+        raise UserError(
+            f"scenarios: {framework.display} runs only the generate scenario; ask for it with "
+            "--scenario generate",
+            field="scenarios",
+        )
 
 
 def variant_of(request: EvaluationRequest) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from mlscope.contract.manifest import TASKS, parse_manifest
 from mlscope.registry.catalogue import LIBRARY_FILES, Catalogue, CatalogueEntry
 from mlscope.registry.catalogue.generate import check, main, render
 from mlscope.registry.models import ModelRegistry
+from mlscope.runtime.frameworks import FRAMEWORKS
 from tests.conftest import REPO
 
 CATALOGUE = Catalogue.load()
@@ -139,14 +140,22 @@ def test_every_entry_makes_a_valid_manifest_for_each_of_its_frameworks() -> None
     for entry in ENTRIES:
         # Every source kind here runs on PyTorch and is exported for ONNX Runtime and OpenVINO, unless
         # the export or the run was measured failing (then the entry says why)
+        # And on a framework that names its model type (llama.cpp: hf:llama), after those
         everywhere = ("pytorch", "onnxruntime", "openvino")
-        assert sorted(entry.frameworks + tuple(entry.unsupported)) == sorted(everywhere), entry.ref
-        assert entry.frameworks == tuple(name for name in everywhere if name in entry.frameworks), entry.ref
+        named = tuple(
+            name
+            for name, spec in FRAMEWORKS.items()
+            if entry.library == "transformers" and entry.name in spec.model_types
+        )
+        own = tuple(name for name in entry.frameworks if name not in named)
+        assert sorted(own + tuple(entry.unsupported)) == sorted(everywhere), entry.ref
+        assert entry.frameworks == tuple(name for name in everywhere if name in own) + named, entry.ref
         assert entry.task in TASKS
         for framework in entry.frameworks:
             manifest = CATALOGUE.manifest(entry.ref, framework)
             assert manifest.key == (entry.ref, framework)
-            assert manifest.framework.version == shipped[framework]
+            version = FRAMEWORKS[framework].model_version if framework in named else shipped[framework]
+            assert manifest.framework.version == version
             assert manifest.weights.kind == "random" and manifest.version == "1.0"
             assert [spec.name for spec in manifest.inputs] == [spec.name for spec in entry.inputs]
             assert tuple(spec.name for spec in manifest.outputs) == entry.outputs

@@ -13,6 +13,7 @@ hashed the same way.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import json
 from collections.abc import Iterable, Mapping
@@ -160,7 +161,7 @@ class Catalogue:
             document = json.loads(package.joinpath(filename).read_text(encoding="utf-8"))
             constraints.update(document["frameworks"])
             entries += [CatalogueEntry.from_document(entry) for entry in document["entries"]]
-        return cls(entries, constraints)
+        return cls(_with_model_types(entries, constraints), constraints)
 
     def __len__(self) -> int:
         return len(self._by_ref)
@@ -282,3 +283,25 @@ class Catalogue:
             "(names are 'torchvision:<builder>', 'timm:<model>', 'hf:<model_type>' or 'mlscope:<model>')",
             field="model",
         )
+
+
+def _with_model_types(entries: list[CatalogueEntry], constraints: dict[str, str]) -> list[CatalogueEntry]:
+    """The entries, each transformers one also meant for the frameworks that name its model type
+    (`FrameworkSpec.model_types`: llama.cpp runs Llama, not every transformers model); their
+    version constraints added to `constraints`."""
+    from mlscope.runtime.frameworks import FRAMEWORKS
+
+    takers = {name: spec for name, spec in FRAMEWORKS.items() if spec.model_types}
+    if not takers:
+        return entries
+    for name, spec in takers.items():
+        constraints.setdefault(name, spec.model_version)
+    extended = []
+    for entry in entries:
+        more = tuple(
+            name
+            for name, spec in takers.items()
+            if entry.library == "transformers" and entry.name in spec.model_types and name not in entry.frameworks
+        )
+        extended.append(dataclasses.replace(entry, frameworks=entry.frameworks + more) if more else entry)
+    return extended

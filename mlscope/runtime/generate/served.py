@@ -1,5 +1,6 @@
 """The served half of `--compare-served`: the model this job loaded, served from its directory on
-this machine by `transformers serve`, sent the same requests, and the difference per metric.
+this machine by `transformers serve` (or by the engine's own server: llama.cpp's on its GGUF file),
+sent the same requests, and the difference per metric.
 
 Both halves run the same weights (the engine loaded them from the directory the server loads), the
 same request lengths and seed, the same concurrency and arrivals; the served prompts are texts that
@@ -49,12 +50,16 @@ def add_served(
         )
     prompt_text = getattr(engine, "prompt_text", None)
     served_settings = dataclasses.replace(settings, compare_served=False)
-    with LocalServer(directory, device=device) as server:
+    # An engine with a server of its own (llama.cpp's) is served by it; any other by transformers serve.
+    own_server = getattr(engine, "server", None)
+    server: Any = own_server() if callable(own_server) else LocalServer(directory, device=device)
+    with server:
         client = EndpointEngine(
             server.base_url,
             server.model,
             api=settings.api,
             timeout_s=settings.request_timeout_s,
+            ignore_eos=bool(getattr(server, "ignore_eos", False)),
             prompt_text=prompt_text,
             tokenizer_directory=None if prompt_text is not None else directory,
             max_context=server.max_context,
@@ -69,7 +74,7 @@ def add_served(
     generation["served"] = {
         **served["generation"],
         "via": "endpoint",
-        "server": f"transformers serve ({described.get('version')})",
+        "server": getattr(server, "label", None) or f"transformers serve ({described.get('version')})",
         "validity": served["validity"],
         **({"load": served["load"]} if "load" in served else {}),
     }

@@ -1,0 +1,241 @@
+"""A GGUF file of a catalogue decoder, written with the `gguf` package from the model directory the
+transformers generate path builds (`pytorch.model_directory.materialise`): the very weights and
+tokenizer that PyTorch generates with and `transformers serve` serves, laid out as llama.cpp's
+`llama` architecture. docs/llamacpp.md.
+
+What is written, per GGUF type (`options.gguf_type`, `GGUF_TYPES`):
+
+- every matrix (embeddings, attention and MLP projections, the output head) in that type: f32, f16,
+  or one of llama.cpp's block formats, q8_0 (32 int8 values and one f16 scale per block) or q4_0
+  (32 4-bit values and one f16 scale), quantised by the `gguf` package's own reference code;
+- the norms' weights in f32 whatever the type, as llama.cpp's converter writes them;
+- the query and key projections' rows reordered from transformers' rotary layout (the two halves of
+  each head rotated together) to llama.cpp's (adjacent pairs), as llama.cpp's converter does, so
+  both compute the same attention;
+- the directory's byte-level BPE tokenizer as a `gpt2` vocabulary with its merges and the GPT-2
+  pre-tokeniser, its one special token (id 0) a control token serving as BOS, EOS and padding, no
+  BOS added to a prompt, and the directory's chat template (a chat prompt is its messages' text).
+
+The file is `<cache_dir>/gguf/<key>-<type>.gguf` beside the model directory it came from (the key is
+the directory's), written to a temporary name and renamed into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mlscope.contract.errors import UserError
+from mlscope.contract.options import GGUF_TYPES
+from mlscope.runtime.predictors.base import PredictorError
+
+if TYPE_CHECKING:
+    from mlscope.contract.manifest import Manifest
+
+__all__ = ["GGUF_MODEL_TYPES", "gguf_for", "write_gguf"]
+
+# The transformers model types this writer lays out (llama.cpp's `llama` architecture).
+GGUF_MODEL_TYPES = ("llama",)
+_DEFAULT_TYPE = "f32"
+
+
+def _check_type(gguf_type: str) -> None:
+    if gguf_type not in GGUF_TYPES:
+        raise UserError(
+            f"options.gguf_type: {gguf_type!r} is not a type the GGUF writer writes; it writes "
+            f"{', '.join(GGUF_TYPES)}",
+            field="options.gguf_type",
+        )
+
+
+def gguf_for(manifest: Manifest, cache_dir: Path, seed: int, gguf_type: str | None) -> tuple[Path, Path]:
+    """The manifest's decoder as a GGUF file of `gguf_type` (None: f32), written once and reused.
+
+    Returns:
+        (the GGUF file, the model directory it was written from).
+
+    Raises:
+        UserError: a GGUF type the writer does not write (field "options.gguf_type").
+        PredictorError: not a catalogue decoder of a model type the writer lays out.
+    """
+    from mlscope.runtime.predictors.pytorch import model_directory
+
+    kind = gguf_type or _DEFAULT_TYPE
+    _check_type(kind)
+    source = manifest.source
+    model_type = source.target if source.kind == "transformers" else None
+    if model_type not in GGUF_MODEL_TYPES or source.options.get("directory"):
+        raise PredictorError(
+            f"{manifest.name}: llama.cpp runs a GGUF file written from a catalogue decoder of model type "
+            f"{' or '.join(GGUF_MODEL_TYPES)} (e.g. hf:llama); this model is "
+            f"{source.kind} {model_type or source.target!s}"
+        )
+    directory = model_directory.materialise(manifest, cache_dir, seed)
+    path = cache_dir / "gguf" / f"{directory.name}-{kind}.gguf"
+    if path.is_file():
+        return path, directory
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, staging = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    os.close(handle)
+    try:
+        write_gguf(directory, Path(staging), kind)
+        os.replace(staging, path)
+    finally:
+        Path(staging).unlink(missing_ok=True)
+    return path, directory
+
+
+def _rotary_rows(weight: np.ndarray, heads: int) -> np.ndarray:
+    """A query or key projection's rows from transformers' rotary layout to llama.cpp's: within each
+    head, row i of the first half and row i of the second half become rows 2i and 2i+1."""
+    rows = weight.shape[0]
+    return weight.reshape(heads, 2, rows // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+
+
+def _tensor_names(layers: int) -> dict[str, str]:
+    """transformers' LlamaForCausalLM tensor names → GGUF's."""
+    names = {
+        "model.embed_tokens.weight": "token_embd.weight",
+        "model.norm.weight": "output_norm.weight",
+        "lm_head.weight": "output.weight",
+    }
+    per_layer = {
+        "input_layernorm": "attn_norm",
+        "self_attn.q_proj": "attn_q",
+        "self_attn.k_proj": "attn_k",
+        "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output",
+        "post_attention_layernorm": "ffn_norm",
+        "mlp.gate_proj": "ffn_gate",
+        "mlp.up_proj": "ffn_up",
+        "mlp.down_proj": "ffn_down",
+    }
+    for layer in range(layers):
+        for theirs, ours in per_layer.items():
+            names[f"model.layers.{layer}.{theirs}.weight"] = f"blk.{layer}.{ours}.weight"
+    return names
+
+
+def _rope_theta(config: dict[str, Any]) -> float:
+    parameters = config.get("rope_parameters") or {}
+    theta = parameters.get("rope_theta", config.get("rope_theta", 10000.0))
+    return float(theta)
+
+
+def write_gguf(directory: Path, path: Path, gguf_type: str) -> None:
+    """Write the Llama model directory `directory` (config.json, model.safetensors, tokenizer.json)
+    as a GGUF file of `gguf_type` at `path` (see the module docstring for the layout).
+
+    Raises:
+        UserError: a GGUF type the writer does not write.
+        PredictorError: the directory is not a Llama decoder this writer lays out (rotary scaling,
+            biases), or a matrix's rows do not split into the type's blocks.
+    """
+    import gguf
+    from safetensors.numpy import load_file
+
+    _check_type(gguf_type)
+    config = json.loads((directory / "config.json").read_text())
+    if config.get("model_type") not in GGUF_MODEL_TYPES:
+        raise PredictorError(f"{directory}: model type {config.get('model_type')!r} is not one the GGUF writer lays out")
+    scaling = (config.get("rope_parameters") or {}).get("rope_type", "default")
+    if scaling != "default" or config.get("attention_bias") or config.get("mlp_bias"):
+        raise PredictorError(
+            f"{directory}: the GGUF writer lays out Llama without rotary scaling or biases "
+            f"(rope_type {scaling!r}, attention_bias {config.get('attention_bias')}, mlp_bias {config.get('mlp_bias')})"
+        )
+    heads = int(config["num_attention_heads"])
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    width = int(config["hidden_size"])
+    head_dim = int(config.get("head_dim") or width // heads)
+    layers = int(config["num_hidden_layers"])
+    qtype = {
+        "f32": gguf.GGMLQuantizationType.F32,
+        "f16": gguf.GGMLQuantizationType.F16,
+        "q8_0": gguf.GGMLQuantizationType.Q8_0,
+        "q4_0": gguf.GGMLQuantizationType.Q4_0,
+    }[gguf_type]
+    file_type = {
+        "f32": gguf.LlamaFileType.ALL_F32,
+        "f16": gguf.LlamaFileType.MOSTLY_F16,
+        "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+        "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+    }[gguf_type]
+
+    writer = gguf.GGUFWriter(str(path), arch="llama")
+    writer.add_name(directory.name)
+    writer.add_file_type(int(file_type))
+    writer.add_context_length(int(config["max_position_embeddings"]))
+    writer.add_embedding_length(width)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(int(config["intermediate_size"]))
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_rope_freq_base(_rope_theta(config))
+    writer.add_layer_norm_rms_eps(float(config["rms_norm_eps"]))
+    writer.add_vocab_size(int(config["vocab_size"]))
+    _add_tokenizer(writer, directory, int(config["vocab_size"]))
+
+    state = load_file(str(directory / "model.safetensors"))
+    if "lm_head.weight" not in state:  # tied: the output head is the embedding matrix
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    names = _tensor_names(layers)
+    missing = sorted(set(names) - set(state))
+    if missing:
+        raise PredictorError(f"{directory}: not a Llama checkpoint the GGUF writer knows (no {missing[0]})")
+    for theirs, ours in names.items():
+        data = np.ascontiguousarray(state[theirs].astype(np.float32))
+        if theirs.endswith("q_proj.weight"):
+            data = _rotary_rows(data, heads)
+        elif theirs.endswith("k_proj.weight"):
+            data = _rotary_rows(data, kv_heads)
+        if data.ndim == 1 or qtype == gguf.GGMLQuantizationType.F32:
+            writer.add_tensor(ours, data)
+            continue
+        try:
+            packed = gguf.quants.quantize(data, qtype)
+        except ValueError as exc:  # a row that does not split into whole blocks
+            raise PredictorError(f"{directory}: {theirs} cannot be written as {gguf_type} ({exc})") from None
+        writer.add_tensor(ours, packed, raw_dtype=qtype if qtype != gguf.GGMLQuantizationType.F16 else None)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def _add_tokenizer(writer: Any, directory: Path, vocab_size: int) -> None:
+    """The directory's byte-level BPE (tokenizer.json) as a GGUF `gpt2` vocabulary."""
+    import gguf
+
+    from mlscope.runtime.predictors.pytorch.model_directory import CHAT_TEMPLATE
+
+    document = json.loads((directory / "tokenizer.json").read_text())
+    model = document["model"]
+    vocabulary: dict[str, int] = model["vocab"]
+    if sorted(vocabulary.values()) != list(range(vocab_size)):
+        raise PredictorError(f"{directory}: the tokenizer's ids are not 0..{vocab_size - 1}")
+    tokens = [""] * vocab_size
+    for token, index in vocabulary.items():
+        tokens[index] = token
+    special = {int(added["id"]) for added in document.get("added_tokens", []) if added.get("special")}
+    types = [gguf.TokenType.CONTROL if index in special else gguf.TokenType.NORMAL for index in range(vocab_size)]
+    merges = [merge if isinstance(merge, str) else " ".join(merge) for merge in model.get("merges", [])]
+    end = min(special) if special else 0
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt-2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(end)
+    writer.add_eos_token_id(end)
+    writer.add_pad_token_id(end)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(CHAT_TEMPLATE)

@@ -1,0 +1,90 @@
+"""The llama.cpp predictor: the generate scenario only, on a GGUF file written from the manifest's
+catalogue decoder (`gguf_file`), in the tensor type `options.gguf_type` names."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from mlscope.runtime.predictors.base import Predictor, PredictorError
+
+if TYPE_CHECKING:
+    from mlscope.contract.generation import GenerationSettings
+    from mlscope.runtime.generate.records import GenerateEngine
+
+__all__ = ["LlamaCppPredictor"]
+
+_ONLY_GENERATE = (
+    "llama.cpp runs only the generate scenario here (--scenario generate): its GGUF file is a decoder "
+    "that generates tokens, not the catalogue's graph of hidden states"
+)
+
+
+class LlamaCppPredictor(Predictor):
+    NAME: ClassVar[str] = "llamacpp"
+
+    @classmethod
+    def framework_version(cls) -> str:
+        import llama_cpp
+
+        return str(llama_cpp.__version__)
+
+    @classmethod
+    def libraries(cls) -> dict[str, Any]:
+        import gguf
+        import llama_cpp
+
+        info = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace").strip()
+        return {"gguf": _version("gguf", getattr(gguf, "__version__", None)), "system_info": info}
+
+    def load(self) -> None:
+        raise PredictorError(_ONLY_GENERATE)
+
+    def prepare(self, arrays: dict[str, Any]) -> Any:
+        raise PredictorError(_ONLY_GENERATE)
+
+    def predict(self, batch: Any) -> Any:
+        raise PredictorError(_ONLY_GENERATE)
+
+    def outputs_to_numpy(self, outputs: Any) -> dict[str, Any]:
+        raise PredictorError(_ONLY_GENERATE)
+
+    def generation_engine(self, settings: GenerationSettings) -> GenerateEngine:
+        """The manifest's decoder as a GGUF file (written once under the cache) in llama.cpp.
+
+        Raises:
+            PredictorError: a device other than the CPU, a model the GGUF writer does not lay out,
+                or a file llama.cpp cannot load.
+        """
+        from mlscope.runtime.predictors.llamacpp.engine import LlamaCppEngine, default_threads, open_llama
+        from mlscope.runtime.predictors.llamacpp.gguf_file import gguf_for
+        from mlscope.runtime.predictors.llamacpp.serve import LlamaCppServer
+
+        if self.device != "cpu":
+            raise PredictorError(f"device {self.device}: this llama.cpp build runs on the CPU only")
+        path, directory = gguf_for(self.manifest, self.cache_dir, self.options.seed, self.options.gguf_type)
+        threads = self.options.threads or default_threads()
+        n_ctx = _context(directory)
+        llama = open_llama(path, n_ctx=n_ctx, threads=threads)
+
+        def serve() -> LlamaCppServer:
+            return LlamaCppServer(path, n_ctx=n_ctx, threads=threads)
+
+        return LlamaCppEngine(
+            llama, path, directory, self.options.gguf_type or "f32", threads, self.describe, serve=serve
+        )
+
+
+def _context(directory: Any) -> int:
+    import json
+
+    config = json.loads((directory / "config.json").read_text())
+    return int(config["max_position_embeddings"])
+
+
+def _version(distribution: str, fallback: str | None) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return fallback
