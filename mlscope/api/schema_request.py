@@ -306,9 +306,11 @@ _OPTIONS_BRICK = {
 _NO_OPTIONS_BRICK = {"options": {"properties": {"brick": _NOT_TRUE}}}
 
 
-def request_rules(frameworks: list[str], brick_frameworks: list[str]) -> list[dict[str, Any]]:
+def request_rules(
+    frameworks: list[str], brick_frameworks: list[str], generate_only: list[str] | None = None
+) -> list[dict[str, Any]]:
     """The rules of an evaluation request (`frameworks`: those it may name; `brick_frameworks`: those
-    that measure bricks)."""
+    that measure bricks; `generate_only`: those that run the generate scenario alone, llama.cpp)."""
     others = [name for name in frameworks if name != ENDPOINT_FRAMEWORK]
     # An endpoint is measured on the endpoint framework, which measures nothing else.
     endpoint = {
@@ -336,8 +338,10 @@ def request_rules(frameworks: list[str], brick_frameworks: list[str]) -> list[di
         },
     }
     generate = {"allOf": [{"anyOf": [endpoint, in_process]}, {"anyOf": [_load(find_max_qps=_NOT_TRUE), slo]}]}
-    # Outside the generate scenario: no generation settings, no endpoint framework.
-    other = {"properties": {"generation": {"maxProperties": 0}, "framework": {"enum": others}}}
+    # Outside the generate scenario: no generation settings, no endpoint framework, none that only
+    # generates.
+    outside = [name for name in others if name not in (generate_only or ())]
+    other = {"properties": {"generation": {"maxProperties": 0}, "framework": {"enum": outside}}}
     brick_frameworks_only = {"properties": {"framework": {"enum": brick_frameworks}}}
     return _rules(generate, other, [_OPTIONS_BRICK], {"properties": _NO_OPTIONS_BRICK}, brick_frameworks_only)
 

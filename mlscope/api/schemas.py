@@ -122,6 +122,8 @@ def _documented(field: _F, **metadata: Any) -> _F:
 
 # The frameworks that measure bricks (options.brick).
 BRICK_FRAMEWORKS = [name for name in FRAMEWORK_NAMES if FRAMEWORKS[name].bricks is not None]
+# The frameworks that run the generate scenario and no other (FrameworkSpec.generates_only).
+GENERATE_ONLY_FRAMEWORKS = [name for name in FRAMEWORK_NAMES if FRAMEWORKS[name].generates_only]
 
 
 def _stated(name: str, schema: dict[str, Any]) -> Any:
@@ -133,7 +135,7 @@ class EvaluationRequestSchema(ContractRequestSchema):
     """The evaluation request (mlscope.contract.request), documented further: `framework` as one of
     FRAMEWORK_NAMES (the contract imports no runtime), settings and rules between fields (schema_request)."""
 
-    OPENAPI_RULES = request_rules(FRAMEWORK_NAMES, BRICK_FRAMEWORKS)
+    OPENAPI_RULES = request_rules(FRAMEWORK_NAMES, BRICK_FRAMEWORKS, GENERATE_ONLY_FRAMEWORKS)
 
     framework = _documented(
         cast(fields.String, ContractRequestSchema._declared_fields["framework"]), enum=FRAMEWORK_NAMES

@@ -31,14 +31,15 @@ _REQUEST_RULES = (
     "load.samples_per_query",  # ≤ options.input_pool, and ≤ the dataset's samples
     "generation.prompt_tokens",  # uniform:LOW-HIGH with LOW ≤ HIGH
     "generation.output_tokens",
-    # A framework-specific option (compile, precision, quantize, performance_hint) set to other than
-    # its plain value on a framework that does not take it, in the generate scenario, or int8 at a
-    # reduced precision: relations with `framework` and `scenarios` that, said in the document, make
-    # schemathesis give up on generating requests (UnsupportedSchema).
+    # A framework-specific option (compile, precision, quantize, performance_hint, gguf_type) set to
+    # other than its plain value on a framework that does not take it, in the generate scenario, or
+    # int8 at a reduced precision: relations with `framework` and `scenarios` that, said in the
+    # document, make schemathesis give up on generating requests (UnsupportedSchema).
     "options.compile",
     "options.precision",
     "options.quantize",
     "options.performance_hint",
+    "options.gguf_type",
 )
 REFUSABLE: dict[str, tuple[str, ...]] = {
     "POST /api/v1/evaluations": _REQUEST_RULES,

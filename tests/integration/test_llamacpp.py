@@ -137,8 +137,8 @@ def test_compare_served_runs_the_same_requests_against_llamacpps_own_server(env:
             ("options.gguf_type", "f32, f16, q8_0, q4_0"),
         ),
         # a GGUF of a model that is no decoder the writer lays out
-        (["hf:bert", "-f", "llamacpp", "--scenario", "generate"], ("framework", "pytorch")),
-        (["hf:gpt2", "-f", "llamacpp", "--scenario", "generate"], ("framework", "pytorch")),
+        (["hf:bert", "-f", "llamacpp", "--scenario", "generate"], ("framework", "llamacpp runs hf:llama")),
+        (["hf:gpt2", "-f", "llamacpp", "--scenario", "generate"], ("framework", "llamacpp runs hf:llama")),
         # the GGUF type on another framework
         (
             [MODEL, "-f", "pytorch", "--option", "gguf_type=q8_0", "--scenario", "generate"],

@@ -301,7 +301,9 @@ def _with_model_types(entries: list[CatalogueEntry], constraints: dict[str, str]
         more = tuple(
             name
             for name, spec in takers.items()
-            if entry.library == "transformers" and entry.name in spec.model_types and name not in entry.frameworks
+            if entry.library == "transformers"
+            and entry.name in spec.model_types
+            and name not in entry.frameworks
         )
         extended.append(dataclasses.replace(entry, frameworks=entry.frameworks + more) if more else entry)
     return extended

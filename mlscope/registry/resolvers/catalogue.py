@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cached_property
 
+from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest
 from mlscope.registry.catalogue import Catalogue
 from mlscope.registry.model_options import ModelOptions, apply_options
@@ -61,8 +62,24 @@ class CatalogueResolver(Resolver):
         assert self.catalogue is not None, "matches() is False without a catalogue"
         frameworks = self.frameworks(ref)
         if framework not in frameworks:
-            raise no_manifest_for(ref, framework, frameworks)
+            error = no_manifest_for(ref, framework, frameworks)
+            takes = _model_types(framework)
+            if takes:  # a framework of a few architectures says which (llama.cpp: hf:llama)
+                error = UserError(f"{error}; {framework} runs {takes}", field=error.field)
+            raise error
         return self.catalogue.manifest(ref, framework)
 
     def resolve(self, ref: str, framework: str, options: ModelOptions) -> Manifest:
         return apply_options(self.manifest(ref, framework), options)
+
+
+def _model_types(framework: str) -> str:
+    """The catalogue refs of the model types `framework` is limited to (FrameworkSpec.model_types),
+    "" for a framework that runs what its sources build (or an unknown one)."""
+    from mlscope.runtime.frameworks import FRAMEWORKS
+
+    try:
+        spec = FRAMEWORKS[framework]
+    except KeyError:
+        return ""
+    return " or ".join(f"hf:{name}" for name in sorted(spec.model_types))

@@ -94,7 +94,9 @@ def _rotary_rows(weight: np.ndarray, heads: int) -> np.ndarray:
     """A query or key projection's rows from transformers' rotary layout to llama.cpp's: within each
     head, row i of the first half and row i of the second half become rows 2i and 2i+1."""
     rows = weight.shape[0]
-    return weight.reshape(heads, 2, rows // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+    return (
+        weight.reshape(heads, 2, rows // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+    )
 
 
 def _tensor_names(layers: int) -> dict[str, str]:
@@ -142,12 +144,15 @@ def write_gguf(directory: Path, path: Path, gguf_type: str) -> None:
     _check_type(gguf_type)
     config = json.loads((directory / "config.json").read_text())
     if config.get("model_type") not in GGUF_MODEL_TYPES:
-        raise PredictorError(f"{directory}: model type {config.get('model_type')!r} is not one the GGUF writer lays out")
+        raise PredictorError(
+            f"{directory}: model type {config.get('model_type')!r} is not one the GGUF writer lays out"
+        )
     scaling = (config.get("rope_parameters") or {}).get("rope_type", "default")
     if scaling != "default" or config.get("attention_bias") or config.get("mlp_bias"):
         raise PredictorError(
             f"{directory}: the GGUF writer lays out Llama without rotary scaling or biases "
-            f"(rope_type {scaling!r}, attention_bias {config.get('attention_bias')}, mlp_bias {config.get('mlp_bias')})"
+            f"(rope_type {scaling!r}, attention_bias {config.get('attention_bias')}, "
+            f"mlp_bias {config.get('mlp_bias')})"
         )
     heads = int(config["num_attention_heads"])
     kv_heads = int(config.get("num_key_value_heads") or heads)
@@ -226,7 +231,9 @@ def _add_tokenizer(writer: Any, directory: Path, vocab_size: int) -> None:
     for token, index in vocabulary.items():
         tokens[index] = token
     special = {int(added["id"]) for added in document.get("added_tokens", []) if added.get("special")}
-    types = [gguf.TokenType.CONTROL if index in special else gguf.TokenType.NORMAL for index in range(vocab_size)]
+    types = [
+        gguf.TokenType.CONTROL if index in special else gguf.TokenType.NORMAL for index in range(vocab_size)
+    ]
     merges = [merge if isinstance(merge, str) else " ".join(merge) for merge in model.get("merges", [])]
     end = min(special) if special else 0
     writer.add_tokenizer_model("gpt2")
