@@ -171,3 +171,30 @@ def test_the_writer_refuses_a_type_it_does_not_write_and_a_non_llama_model(share
     gpt2 = ModelRegistry.load().get("hf:gpt2", "pytorch")
     with pytest.raises(PredictorError, match="model type llama"):
         gguf_for(gpt2, shared_cache, 0, "f16")
+
+
+def test_the_ggufs_vocabulary_tokenizes_the_prompts_as_transformers_and_decodes_every_token(
+    shared_cache: Path,
+) -> None:
+    from llama_cpp import Llama
+
+    from mlscope.runtime.predictors.pytorch import model_directory
+
+    # Given the tiny Llama's GGUF file and the model directory's tokenizer
+    path, directory = gguf_for(_manifest(), shared_cache, 0, "q8_0")
+    words = model_directory.PromptWords.of(model_directory.tokenizer_for(directory))
+    vocabulary = Llama(model_path=str(path), vocab_only=True, verbose=False)
+    try:
+        # When llama.cpp tokenizes the served prompts (texts) of a few requests
+        for index in range(5):
+            text = words.prompt_text(48, 0, index)
+            ids = vocabulary.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+            # Then it gets the very ids the in-process engines feed the model
+            assert ids == words.prompt_ids(48, 0, index)
+        # And every ordinary token decodes to whole UTF-8 text by itself (a server streams each
+        # token as its own chunk), the end-of-text token to nothing
+        assert vocabulary.detokenize([0]) == b""
+        for token in range(1, vocabulary.n_vocab()):
+            vocabulary.detokenize([token]).decode("utf-8")
+    finally:
+        vocabulary.close()

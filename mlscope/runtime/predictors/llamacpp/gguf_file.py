@@ -13,8 +13,9 @@ What is written, per GGUF type (`options.gguf_type`, `GGUF_TYPES`):
   each head rotated together) to llama.cpp's (adjacent pairs), as llama.cpp's converter does, so
   both compute the same attention;
 - the directory's byte-level BPE tokenizer as a `gpt2` vocabulary with its merges and the GPT-2
-  pre-tokeniser, its one special token (id 0) a control token serving as BOS, EOS and padding, no
-  BOS added to a prompt, and the directory's chat template (a chat prompt is its messages' text).
+  pre-tokeniser, its one special token (id 0) a control token serving as BOS, EOS and padding, its
+  lone bytes of multi-byte characters user-defined tokens (each decodes to text by itself), no BOS
+  added to a prompt, and the directory's chat template (a chat prompt is its messages' text).
 
 The file is `<cache_dir>/gguf/<key>-<type>.gguf` beside the model directory it came from (the key is
 the directory's), written to a temporary name and renamed into place.
@@ -42,6 +43,8 @@ __all__ = ["GGUF_MODEL_TYPES", "gguf_for", "write_gguf"]
 # The transformers model types this writer lays out (llama.cpp's `llama` architecture).
 GGUF_MODEL_TYPES = ("llama",)
 _DEFAULT_TYPE = "f32"
+# Bumped when what a file holds changes, so an old cached file is not taken for a new one.
+_LAYOUT = 2
 
 
 def _check_type(gguf_type: str) -> None:
@@ -76,7 +79,7 @@ def gguf_for(manifest: Manifest, cache_dir: Path, seed: int, gguf_type: str | No
             f"{source.kind} {model_type or source.target!s}"
         )
     directory = model_directory.materialise(manifest, cache_dir, seed)
-    path = cache_dir / "gguf" / f"{directory.name}-{kind}.gguf"
+    path = cache_dir / "gguf" / f"{directory.name}-v{_LAYOUT}-{kind}.gguf"
     if path.is_file():
         return path, directory
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -232,7 +235,12 @@ def _add_tokenizer(writer: Any, directory: Path, vocab_size: int) -> None:
         tokens[index] = token
     special = {int(added["id"]) for added in document.get("added_tokens", []) if added.get("special")}
     types = [
-        gguf.TokenType.CONTROL if index in special else gguf.TokenType.NORMAL for index in range(vocab_size)
+        gguf.TokenType.CONTROL
+        if index in special
+        else gguf.TokenType.USER_DEFINED
+        if not _whole_text(tokens[index])
+        else gguf.TokenType.NORMAL
+        for index in range(vocab_size)
     ]
     merges = [merge if isinstance(merge, str) else " ".join(merge) for merge in model.get("merges", [])]
     end = min(special) if special else 0
@@ -246,3 +254,32 @@ def _add_tokenizer(writer: Any, directory: Path, vocab_size: int) -> None:
     writer.add_pad_token_id(end)
     writer.add_add_bos_token(False)
     writer.add_chat_template(CHAT_TEMPLATE)
+
+
+def _byte_level_bytes() -> dict[str, int]:
+    """Byte-level BPE's spelling of each byte (GPT-2's table: printable bytes as themselves, the
+    others as the characters from U+0100 on), character → byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    spelled = {byte: chr(byte) for byte in printable}
+    extra = 0
+    for byte in range(256):
+        if byte not in spelled:
+            spelled[byte] = chr(256 + extra)
+            extra += 1
+    return {char: byte for byte, char in spelled.items()}
+
+
+_BYTES = _byte_level_bytes()
+
+
+def _whole_text(token: str) -> bool:
+    """Whether a byte-level token's bytes are whole UTF-8 text on their own. One that is a part of a
+    multi-byte character (a lone byte from 0x80 up) is written as a user-defined token, its piece
+    its byte-level spelling: it then decodes to text by itself, and llama.cpp's server streams it
+    as one chunk, as transformers serve streams it (decoded to U+FFFD), instead of holding it back
+    until a character completes."""
+    try:
+        bytes(_BYTES[char] for char in token).decode("utf-8")
+    except (KeyError, UnicodeDecodeError):
+        return False
+    return True
