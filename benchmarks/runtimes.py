@@ -74,8 +74,8 @@ KERAS_FRAMEWORKS = ("tensorflow", "litert")
 DECODER = "hf:llama"
 DECODER_ROWS = (
     ("transformers (PyTorch)", "pytorch", {}),
-    ("llama.cpp f16", "llamacpp", {"quantize": "f16"}),
-    ("llama.cpp q8_0", "llamacpp", {"quantize": "q8_0"}),
+    ("llama.cpp f16", "llamacpp", {"gguf_type": "f16"}),
+    ("llama.cpp q8_0", "llamacpp", {"gguf_type": "q8_0"}),
 )
 
 QUICK = ["--min-seconds", "0.5", "--min-count", "10", "--max-seconds", "2"]

@@ -89,6 +89,8 @@ class FrameworkSpec:
             architectures of a source, not the source (llama.cpp's GGUF writer); its manifests of
             them are the catalogue's, with `model_version` as the framework's version constraint.
         model_version: the version constraint of those manifests.
+        generates_only: it runs the generate scenario and no other (a request for another is
+            refused at admission).
     """
 
     name: str
