@@ -6,7 +6,10 @@ BIN    := $(VENV)/bin
 # The venv is rebuilt only when what it is made from changes.
 INPUTS_HASH := $(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 STAMP  := $(VENV)/.installed-$(INPUTS_HASH)
-EXTRAS := pytorch,onnxruntime,openvino,jax,tensorflow,postgresql,mongodb,farm,otlp,docker,datasets,pretrained,generate,plots,dev
+EXTRAS := pytorch,onnxruntime,openvino,jax,llamacpp,tensorflow,postgresql,mongodb,farm,otlp,docker,datasets,pretrained,generate,plots,dev
+# llama-cpp-python compiles llama.cpp when pip installs it (minutes; pip keeps the wheel it built):
+# for any x86-64 CPU, not only this one, and without llama.cpp's own tests, examples and server.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
 # Only mlscope's own lines by default; V=1 echoes each command and shows pip's output (its warnings too).
 Q    := $(if $(filter 1,$(V)),,@)
 PIPQ := $(if $(filter 1,$(V)),,--quiet --quiet)
@@ -22,7 +25,7 @@ $(STAMP):
 	@echo "venv: installing mlscope and its dependencies into $(VENV) (minutes the first time; V=1 shows pip)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(Q)$(BIN)/python -m pip install $(PIPQ) --upgrade pip setuptools wheel
-	$(Q)$(BIN)/python -m pip install $(PIPQ) -c constraints.txt -e '.[$(EXTRAS)]'
+	$(Q)CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install $(PIPQ) -c constraints.txt -e '.[$(EXTRAS)]'
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
