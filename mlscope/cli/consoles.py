@@ -40,7 +40,10 @@ class _LazyConsole:
             from rich.console import Console
 
             stream: TextIO = sys.stderr if self.__dict__["_stderr"] else sys.stdout
-            made = Console(stderr=self.__dict__["_stderr"], width=None if stream.isatty() else 160)
+            # No emoji codes: a model reference such as `hf:llama:` is text, not a llama.
+            made = Console(
+                stderr=self.__dict__["_stderr"], width=None if stream.isatty() else 160, emoji=False
+            )
             object.__setattr__(self, "_console", made)
         return cast("Console", made)
 

@@ -62,7 +62,7 @@ def progress_console(*, quiet: bool) -> Console | None:
     if mode == "always":
         from rich.console import Console
 
-        return Console(stderr=True, force_terminal=True, width=PIPED_WIDTH)
+        return Console(stderr=True, force_terminal=True, width=PIPED_WIDTH, emoji=False)
     return None
 
 

@@ -268,3 +268,20 @@ def test_a_wrong_mode_stops_any_verb_before_it_starts(
     err = capsys.readouterr().err
     assert "MLSCOPE_PROGRESS='yes': expected one of auto, always, never" in err
     assert "API" not in err and "Traceback" not in err
+
+
+def test_the_cli_consoles_print_a_model_reference_as_text_not_an_emoji(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlscope.cli.consoles import _LazyConsole
+
+    # Given the CLI's own consoles and the piped progress console
+    monkeypatch.setenv(PROGRESS_ENV, "always")
+    # When each prints a line naming the catalogue's Llama (rich reads `:llama:` as an emoji code)
+    _LazyConsole(stderr=False).print("0988051e hf:llama: llamacpp")
+    piped = progress_console(quiet=False)
+    assert piped is not None
+    piped.print("hf:llama: prefill")
+    # Then the reference is printed as it was written
+    out, err = capsys.readouterr()
+    assert "hf:llama: llamacpp" in out and "hf:llama: prefill" in err
