@@ -84,6 +84,10 @@ class FrameworkSpec:
             that installing it does not change what an existing command measures.
         model_refusal: `module:function(manifest)` saying in one line why it cannot run a manifest's
             model (None when it can), read at admission; None: it runs every model of its sources.
+        admit: `module:function(manifest, options, cache_dir)` run when a request for it is admitted
+            on the machine that will run it (not by a farm's api): it makes into the cache what its
+            predictor loads (a conversion), so that what cannot be made is refused before anything
+            is stored, raising UserError naming the field; None: nothing to make.
     """
 
     name: str
@@ -106,6 +110,7 @@ class FrameworkSpec:
     needs_gpu: bool = False
     by_default: bool = True
     model_refusal: str | None = None
+    admit: str | None = None
 
     def prefetch_on_host(
         self, manifest: Manifest, options: PredictorOptions, cache_dir: Path, *, timeout_s: float
@@ -131,6 +136,7 @@ BUILTIN_FRAMEWORKS: dict[str, str] = {
     "onnxruntime": "mlscope.runtime.predictors.onnxruntime:FRAMEWORK",
     "openvino": "mlscope.runtime.predictors.openvino:FRAMEWORK",
     "jax": "mlscope.runtime.predictors.jax:FRAMEWORK",
+    "litert": "mlscope.runtime.predictors.litert:FRAMEWORK",
     "tensorflow": "mlscope.runtime.predictors.tensorflow:FRAMEWORK",
     "mxnet": "mlscope.runtime.predictors.mxnet:FRAMEWORK",
     "caffe2": "mlscope.runtime.predictors.caffe2:FRAMEWORK",

@@ -19,7 +19,13 @@ from mlscope.contract.generation import ENDPOINT_FRAMEWORK, GenerationSettings
 from mlscope.contract.job import Job
 from mlscope.contract.load import LoadSettings
 from mlscope.contract.manifest import Manifest
-from mlscope.contract.options import FRAMEWORK_OPTIONS, MAX_INPUT_POOL, is_default_option, variant_options
+from mlscope.contract.options import (
+    FRAMEWORK_OPTIONS,
+    MAX_INPUT_POOL,
+    PredictorOptions,
+    is_default_option,
+    variant_options,
+)
 from mlscope.contract.request import EvaluationRequest, parse_request
 from mlscope.contract.settings import Settings
 from mlscope.registry.datasets import check_dataset_reference, resolve_dataset
@@ -203,6 +209,10 @@ def admit(
         )
 
     version = available(framework, manifest)
+    if framework.admit is not None:
+        load_object(framework.admit)(
+            manifest, PredictorOptions.from_dict(dict(request.options)), here.cache_dir
+        )
     if parity_manifest is not None:
         available(get_framework(parity_manifest.framework.name), parity_manifest)
     _check_device(request.device)
