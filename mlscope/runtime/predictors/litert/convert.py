@@ -46,13 +46,13 @@ _LOG_LINE = re.compile(r"^[IWE]\d{4} |^WARNING: All log messages")
 _REFUSED = 2
 
 
-class Refusal(Exception):
-    """A model the converter cannot make, explained in one line naming the field."""
+class Refusal(UserError):
+    """A model the converter cannot make, explained in one line naming the field (the child sends
+    its field and message to the parent, which raises them as a UserError)."""
 
     def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
+        super().__init__(message, field=field)
+        self.field: str = field
 
 
 def _quantize(options: PredictorOptions) -> str:
