@@ -252,7 +252,7 @@ def measurement_table(results: Sequence[Mapping[str, Any]], title: str | None = 
     caveats = any(
         m["validity"].get("valid") and m["validity"].get("reasons")
         for result in results
-        if result["status"] == "succeeded"
+        if result["status"] == "succeeded" and parity_failure(result.get("parity")) is None
         for m in result.get("measurements") or []
     )
     if caveats:
