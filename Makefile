@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # The venv is rebuilt only when what it is made from changes.
 INPUTS_HASH := $(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 STAMP  := $(VENV)/.installed-$(INPUTS_HASH)
-EXTRAS := pytorch,onnxruntime,openvino,jax,tensorflow,postgresql,mongodb,farm,otlp,docker,datasets,pretrained,generate,plots,dev
+EXTRAS := pytorch,onnxruntime,openvino,jax,tensorflow,litert,postgresql,mongodb,farm,otlp,docker,datasets,pretrained,generate,plots,dev
 # Only mlscope's own lines by default; V=1 echoes each command and shows pip's output (its warnings too).
 Q    := $(if $(filter 1,$(V)),,@)
 PIPQ := $(if $(filter 1,$(V)),,--quiet --quiet)
