@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # The venv is rebuilt only when what it is made from changes.
 INPUTS_HASH := $(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 STAMP  := $(VENV)/.installed-$(INPUTS_HASH)
-EXTRAS := pytorch,onnxruntime,openvino,jax,llamacpp,tensorflow,postgresql,mongodb,farm,otlp,docker,datasets,pretrained,generate,plots,dev
+EXTRAS := pytorch,onnxruntime,openvino,jax,llamacpp,tensorflow,litert,postgresql,mongodb,farm,otlp,docker,datasets,pretrained,generate,plots,dev
 # llama-cpp-python compiles llama.cpp when pip installs it (minutes; pip keeps the wheel it built):
 # for any x86-64 CPU, not only this one, and without llama.cpp's own tests, examples and server.
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF

@@ -276,9 +276,8 @@ _EVALUATION_OPTIONS = (
         help="A predictor option: threads, inter_op_threads, graph_optimization_level (disable, basic, "
         "extended, all), execution_providers (a JSON list), input_pool; PyTorch's compile (none, default, "
         "reduce-overhead, max-autotune: torch.compile; none,default runs both); OpenVINO's performance_hint "
-        "(LATENCY, THROUGHPUT) and precision (f32, bf16); quantize (none, int8) on PyTorch and ONNX Runtime; "
-        "llama.cpp's gguf_type (f32, f16, q8_0, q4_0) "
-        "(repeatable).",
+        "(LATENCY, THROUGHPUT) and precision (f32, bf16); quantize (none, int8) on PyTorch, ONNX Runtime "
+        "and LiteRT; llama.cpp's gguf_type (f32, f16, q8_0, q4_0) (repeatable).",
     ),
     click.option(
         "--timeout", type=float, default=1800, show_default=True, help="Time limit per evaluation, seconds."

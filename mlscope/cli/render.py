@@ -15,7 +15,7 @@ from mlscope.cli.consoles import console, err_console, escape
 from mlscope.cli.render_cost import resource_lines
 from mlscope.cli.render_generation import generation_lines, served_table
 from mlscope.cli.render_load import has_load_column, load_cell, search_lines
-from mlscope.contract.result import result_validity
+from mlscope.contract.result import parity_failure, result_validity
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
@@ -252,7 +252,7 @@ def measurement_table(results: Sequence[Mapping[str, Any]], title: str | None = 
     caveats = any(
         m["validity"].get("valid") and m["validity"].get("reasons")
         for result in results
-        if result["status"] == "succeeded"
+        if result["status"] == "succeeded" and parity_failure(result.get("parity")) is None
         for m in result.get("measurements") or []
     )
     if caveats:
@@ -260,6 +260,9 @@ def measurement_table(results: Sequence[Mapping[str, Any]], title: str | None = 
         table.caption_justify = "left"
     for result in results:
         name, framework = result["model"]["name"], framework_label(result)
+        # Outputs that differ from the reference's make every point of the result NOT valid, however
+        # well each was measured (an int8 model's speed is not the float model's).
+        parity_bad = parity_failure(result.get("parity")) is not None
         if result["status"] != "succeeded":
             error = result.get("error") or {}
             status = f"[red]{result['status']}[/red]"
@@ -285,7 +288,7 @@ def measurement_table(results: Sequence[Mapping[str, Any]], title: str | None = 
                 f"{m['throughput']:,.1f}",
                 str(lat.get("count", "-")),
                 *([load_cell(m)] if loaded else []),
-                _validity(m["validity"]),
+                "NO (parity)" if parity_bad else _validity(m["validity"]),
                 short_id(result["id"]),
             )
     return table

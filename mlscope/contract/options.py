@@ -35,7 +35,8 @@ COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 # The floating-point type the weights, inputs and arithmetic use: fp32 (as loaded; `f32` is
 # OpenVINO's name for it), bf16, fp16; a framework refuses one it or the CPU cannot compute in.
 PRECISIONS = ("fp32", "f32", "bf16", "fp16")
-# Post-training quantisation: `int8` is dynamic (weights int8 ahead, activations quantised per batch).
+# Post-training quantisation: `int8` is dynamic on PyTorch and ONNX Runtime (weights int8 ahead,
+# activations quantised per batch), full-integer on LiteRT (activation ranges calibrated ahead).
 QUANTIZATIONS = ("none", "int8")
 # OpenVINO's performance hints (docs/openvino.md): one inference at a time as fast as it goes, or as
 # many inferences per second as parallel streams give.
@@ -109,7 +110,8 @@ class PredictorOptions:
             itself pick bf16, so that its outputs compare with the others'. ONNX Runtime takes fp32
             alone (its refusal of the others says why).
         quantize: PyTorch: `int8`, dynamic quantisation of the Linear layers; ONNX Runtime: `int8`,
-            dynamic quantisation of the graph's Conv, MatMul and Gemm nodes (None: `none`).
+            dynamic quantisation of the graph's Conv, MatMul and Gemm nodes; LiteRT: `int8`, full-integer
+            post-training quantisation calibrated on the manifest's dataset (None: `none`).
         performance_hint: OpenVINO's PERFORMANCE_HINT (PERFORMANCE_HINTS; None: LATENCY).
         gguf_type: llama.cpp's GGUF tensor type (GGUF_TYPES; None: f32).
         seed: seeds random weights and inputs, so two runs build the same model. Not a request

@@ -91,6 +91,10 @@ class FrameworkSpec:
         model_version: the version constraint of those manifests.
         generates_only: it runs the generate scenario and no other (a request for another is
             refused at admission).
+        admit: `module:function(manifest, options, cache_dir)` run when a request for it is admitted
+            on the machine that will run it (not by a farm's api): it makes into the cache what its
+            predictor loads (a conversion), so that what cannot be made is refused before anything
+            is stored, raising UserError naming the field; None: nothing to make.
     """
 
     name: str
@@ -116,6 +120,7 @@ class FrameworkSpec:
     model_types: frozenset[str] = frozenset()
     model_version: str = ">=0"
     generates_only: bool = False
+    admit: str | None = None
 
     def prefetch_on_host(
         self, manifest: Manifest, options: PredictorOptions, cache_dir: Path, *, timeout_s: float
@@ -141,6 +146,7 @@ BUILTIN_FRAMEWORKS: dict[str, str] = {
     "onnxruntime": "mlscope.runtime.predictors.onnxruntime:FRAMEWORK",
     "openvino": "mlscope.runtime.predictors.openvino:FRAMEWORK",
     "jax": "mlscope.runtime.predictors.jax:FRAMEWORK",
+    "litert": "mlscope.runtime.predictors.litert:FRAMEWORK",
     "tensorflow": "mlscope.runtime.predictors.tensorflow:FRAMEWORK",
     "mxnet": "mlscope.runtime.predictors.mxnet:FRAMEWORK",
     "caffe2": "mlscope.runtime.predictors.caffe2:FRAMEWORK",

@@ -23,6 +23,7 @@ from mlscope.contract.options import (
     FRAMEWORK_OPTIONS,
     GENERATE_OPTIONS,
     MAX_INPUT_POOL,
+    PredictorOptions,
     is_default_option,
     variant_options,
 )
@@ -210,6 +211,10 @@ def admit(
         )
 
     version = available(framework, manifest)
+    if framework.admit is not None:
+        load_object(framework.admit)(
+            manifest, PredictorOptions.from_dict(dict(request.options)), here.cache_dir
+        )
     if parity_manifest is not None:
         available(get_framework(parity_manifest.framework.name), parity_manifest)
     _check_device(request.device)

@@ -202,6 +202,21 @@ def test_run_prints_the_same_lines_under_each_result(
     assert printed.count("accuracy ") == 1 and printed.count("parity     ") == 2
 
 
+def test_the_run_table_shows_every_point_of_a_different_parity_as_not_valid(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a result whose points were measured validly but whose outputs differ from the reference's
+    # (an int8 model checked against its float source), beside one without a parity check
+    results = [evaluated(store, "tensorflow", 1, parity=DIFFERENT), evaluated(store, "pytorch", 2)]
+    # When the run's measurement table is printed
+    render.console.print(render.measurement_table(results))
+    table = capsys.readouterr().out
+    # Then each of the first one's points reads "NO (parity)", never "yes"; the other's stay valid
+    differing = [line for line in table.splitlines() if "tensorflow" in line]
+    assert len(differing) == 2 and all("NO (parity)" in line and "yes" not in line for line in differing)
+    assert all("yes" in line for line in table.splitlines() if "pytorch" in line)
+
+
 # ----- compare -----------------------------------------------------------------------------------
 
 

@@ -49,6 +49,8 @@ def base_document() -> dict[str, Any]:
 OTHER_FRAMEWORKS = {
     "jax": {"resnet18", "resnet50", "vit_b_16", "llama_tiny"},
     "tensorflow": {"resnet50", "mobilenet_v2", "mobilenet_v3_small", "vgg16"},
+    # TensorFlow's converted, and mlscope's digits CNN as a Keras model (docs/litert.md).
+    "litert": {"resnet50", "mobilenet_v2", "mobilenet_v3_small", "vgg16", "digits_cnn"},
     "mxnet": {"resnet18", "resnet50", "mobilenet_v2", "vgg16"},
     "caffe2": {"resnet18", "resnet50", "mobilenet_v2", "vgg16"},
     "tensorrt": {"alexnet", "resnet18", "resnet50", "mobilenet_v2", "vgg16"},

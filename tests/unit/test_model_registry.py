@@ -21,6 +21,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "manifests"
 SHIPPED_NAMES = [
     "alexnet",
     "bert_base",
+    "digits_cnn",
     "llama_tiny",
     "mobilenet_v2",
     "mobilenet_v3_small",
@@ -59,6 +60,7 @@ def test_shipped_registry_lists_models_and_frameworks(shipped: ModelRegistry) ->
     assert shipped.frameworks_for("resnet50") == [
         "caffe2",
         "jax",
+        "litert",
         "mxnet",
         "onnxruntime",
         "openvino",

@@ -58,7 +58,7 @@ def test_a_hint_and_a_precision_are_openvinos() -> None:
         ),
         (
             ["-f", "openvino", "--option", "quantize=int8"],
-            ("options.quantize", "OpenVINO has no quantize option; PyTorch and ONNX Runtime have"),
+            ("options.quantize", "OpenVINO has no quantize option; PyTorch, ONNX Runtime and LiteRT have"),
         ),
         (
             ["-f", "openvino", "--option", "performance_hint=THROUGHPUT", "--scenario", "generate"],
