@@ -72,6 +72,20 @@ class RequestRecord:
     def ok(self) -> bool:
         return self.error is None
 
+    def failed(self, exc: BaseException) -> None:
+        """Record `exc` as this request's failure: its type and first line (one request's failure,
+        e.g. out of memory, is its record's, not the run's)."""
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        self.error = f"{type(exc).__name__}: {first}"
+
+    def counted_in_process(self) -> None:
+        """Count the tokens of an in-process engine, one per entry of `token_ns`, and say so when
+        fewer came than were asked for."""
+        self.output_tokens = len(self.token_ns)
+        self.chunk_tokens = [1] * self.output_tokens
+        if self.error is None and self.output_tokens != self.requested_tokens:
+            self.error = f"stopped early: {self.output_tokens} of {self.requested_tokens} tokens"
+
 
 class GenerateEngine(Protocol):
     """A model that generates tokens for requests, in this process or behind an endpoint.

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # annotations only: listing frameworks imports this module, a
 
     from mlscope.contract.manifest import Manifest
 
-__all__ = ["Predictor", "PredictorError", "PredictorOptions"]
+__all__ = ["GenerateOnlyPredictor", "Predictor", "PredictorError", "PredictorOptions"]
 
 
 class PredictorError(MlscopeError):
@@ -120,3 +120,22 @@ class Predictor(ABC):
 
     def close(self) -> None:  # noqa: B027 - nothing to release by default
         """Release the model and its memory."""
+
+
+class GenerateOnlyPredictor(Predictor):
+    """A predictor that runs only the generate scenario (`Predictor.generation_engine`): an endpoint,
+    llama.cpp. The other scenarios' methods refuse, saying why in `ONLY_GENERATE`."""
+
+    ONLY_GENERATE: ClassVar[str] = "this framework runs only the generate scenario (--scenario generate)"
+
+    def load(self) -> None:
+        raise PredictorError(self.ONLY_GENERATE)
+
+    def prepare(self, arrays: dict[str, np.ndarray]) -> Any:
+        raise PredictorError(self.ONLY_GENERATE)
+
+    def predict(self, batch: Any) -> Any:
+        raise PredictorError(self.ONLY_GENERATE)
+
+    def outputs_to_numpy(self, outputs: Any) -> dict[str, np.ndarray]:
+        raise PredictorError(self.ONLY_GENERATE)

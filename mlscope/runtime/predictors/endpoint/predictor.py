@@ -7,15 +7,14 @@ from typing import Any, ClassVar
 from mlscope.contract.generation import GenerationSettings
 from mlscope.runtime.generate.endpoint import EndpointEngine
 from mlscope.runtime.generate.records import GenerateEngine
-from mlscope.runtime.predictors.base import Predictor, PredictorError
+from mlscope.runtime.predictors.base import GenerateOnlyPredictor
 
 __all__ = ["EndpointPredictor"]
 
-_ONLY_GENERATE = "an endpoint runs only the generate scenario (--scenario generate)"
 
-
-class EndpointPredictor(Predictor):
+class EndpointPredictor(GenerateOnlyPredictor):
     NAME: ClassVar[str] = "endpoint"
+    ONLY_GENERATE: ClassVar[str] = "an endpoint runs only the generate scenario (--scenario generate)"
 
     @classmethod
     def framework_version(cls) -> str:
@@ -26,18 +25,6 @@ class EndpointPredictor(Predictor):
     @classmethod
     def libraries(cls) -> dict[str, Any]:
         return {}
-
-    def load(self) -> None:
-        raise PredictorError(_ONLY_GENERATE)
-
-    def prepare(self, arrays: dict[str, Any]) -> Any:
-        raise PredictorError(_ONLY_GENERATE)
-
-    def predict(self, batch: Any) -> Any:
-        raise PredictorError(_ONLY_GENERATE)
-
-    def outputs_to_numpy(self, outputs: Any) -> dict[str, Any]:
-        raise PredictorError(_ONLY_GENERATE)
 
     def generation_engine(self, settings: GenerationSettings) -> GenerateEngine:
         url = settings.endpoint or self.manifest.source.target

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from mlscope.runtime.predictors.base import Predictor, PredictorError
+from mlscope.runtime.predictors.base import GenerateOnlyPredictor, PredictorError
 
 if TYPE_CHECKING:
     from mlscope.contract.generation import GenerationSettings
@@ -13,14 +13,13 @@ if TYPE_CHECKING:
 
 __all__ = ["LlamaCppPredictor"]
 
-_ONLY_GENERATE = (
-    "llama.cpp runs only the generate scenario here (--scenario generate): its GGUF file is a decoder "
-    "that generates tokens, not the catalogue's graph of hidden states"
-)
 
-
-class LlamaCppPredictor(Predictor):
+class LlamaCppPredictor(GenerateOnlyPredictor):
     NAME: ClassVar[str] = "llamacpp"
+    ONLY_GENERATE: ClassVar[str] = (
+        "llama.cpp runs only the generate scenario here (--scenario generate): its GGUF file is a decoder "
+        "that generates tokens, not the catalogue's graph of hidden states"
+    )
 
     @classmethod
     def framework_version(cls) -> str:
@@ -35,18 +34,6 @@ class LlamaCppPredictor(Predictor):
 
         info = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace").strip()
         return {"gguf": _version("gguf", getattr(gguf, "__version__", None)), "system_info": info}
-
-    def load(self) -> None:
-        raise PredictorError(_ONLY_GENERATE)
-
-    def prepare(self, arrays: dict[str, Any]) -> Any:
-        raise PredictorError(_ONLY_GENERATE)
-
-    def predict(self, batch: Any) -> Any:
-        raise PredictorError(_ONLY_GENERATE)
-
-    def outputs_to_numpy(self, outputs: Any) -> dict[str, Any]:
-        raise PredictorError(_ONLY_GENERATE)
 
     def generation_engine(self, settings: GenerationSettings) -> GenerateEngine:
         """The manifest's decoder as a GGUF file (written once under the cache) in llama.cpp.

@@ -160,15 +160,11 @@ class InProcessEngine:
                 )
         except Exception as exc:  # one request's failure (e.g. out of memory) is its record's
             record.end_ns = time.perf_counter_ns()
-            first = (str(exc).strip().splitlines() or [""])[0][:300]
-            record.error = f"{type(exc).__name__}: {first}"
+            record.failed(exc)
         else:
             record.end_ns = time.perf_counter_ns()
         record.token_ns = timer.token_ns
-        record.output_tokens = len(timer.token_ns)
-        record.chunk_tokens = [1] * record.output_tokens
-        if record.error is None and record.output_tokens != request.output_tokens:
-            record.error = f"stopped early: {record.output_tokens} of {request.output_tokens} tokens"
+        record.counted_in_process()
         return record
 
     def describe(self) -> dict[str, Any]:
