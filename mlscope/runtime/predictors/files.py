@@ -9,6 +9,7 @@ import hashlib
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -103,20 +104,23 @@ def made_by_child(
     *,
     stdin: str | None = None,
     stdout_to: Path | None = None,
+    beside: tuple[str, ...] = (),
     timeout_s: float,
-    unwritable: str,
-    failed: str,
+    unwritable: str | Callable[[OSError], Exception],
+    failed: str | Callable[[subprocess.CompletedProcess[str]], Exception],
 ) -> None:
     """Make `target` once, by a child process (`argv` and then the path of a partial file it writes),
     for a converter or exporter the measuring process must not import: concurrent callers wait on a
     lock instead of making it twice, and a partial file never becomes visible under the final name. A
     file already there is only read: no lock, no write, so a cache mounted read-only serves it. What
-    the child prints is kept in `stdout_to` when given, written before `target` appears.
+    the child prints is kept in `stdout_to` when given, and the files it writes beside the partial one
+    (its name with each suffix of `beside`) are moved beside `target`, all before `target` appears.
 
     Raises:
         PredictorError: `failed` followed by the child's last lines of standard error, when it exits
             other than 0 or writes nothing; `unwritable` followed by the reason, when the file is not
-            there and its directory cannot be written.
+            there and its directory cannot be written. Where `failed` or `unwritable` is a function,
+            what it makes of the child's outcome or the OSError is raised instead.
         subprocess.TimeoutExpired: the child ran longer than `timeout_s`.
     """
     if target.is_file():
@@ -125,6 +129,8 @@ def made_by_child(
         target.parent.mkdir(parents=True, exist_ok=True)
         lock = open(target.with_suffix(".lock"), "w")  # noqa: SIM115 - closed by the with below
     except OSError as exc:
+        if callable(unwritable):
+            raise unwritable(exc) from exc
         raise PredictorError(f"{unwritable} ({exc.strerror or exc})") from exc
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -140,11 +146,16 @@ def made_by_child(
             check=False,
         )
         if completed.returncode != 0 or not partial.is_file():
-            partial.unlink(missing_ok=True)
+            for path in (partial, *(partial.with_suffix(suffix) for suffix in beside)):
+                path.unlink(missing_ok=True)
+            if callable(failed):
+                raise failed(completed)
             tail = "\n".join(completed.stderr.strip().splitlines()[-5:])
             raise PredictorError(f"{failed}: {tail}")
         if stdout_to is not None:
             stdout_to.write_text(completed.stdout)
+        for suffix in beside:
+            partial.with_suffix(suffix).rename(target.with_suffix(suffix))
         partial.rename(target)
 
 

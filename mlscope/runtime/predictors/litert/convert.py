@@ -19,7 +19,6 @@ the flatbuffer's facts say so.
 
 from __future__ import annotations
 
-import fcntl
 import io
 import json
 import os
@@ -35,6 +34,7 @@ from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest, parse_manifest
 from mlscope.contract.options import PredictorOptions
 from mlscope.contract.plugins import load_object
+from mlscope.runtime.predictors.files import made_by_child
 
 __all__ = ["CALIBRATION_SAMPLES", "Refusal", "admit", "convert", "converted_model", "facts_of"]
 
@@ -73,45 +73,27 @@ def converted_model(
     """
     quantize = _quantize(options)
     target = cache_dir / "litert" / f"{manifest.sha256}-seed{options.seed}-{quantize}.tflite"
-    if target.is_file():
-        return target
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        lock = open(target.with_suffix(".lock"), "w")  # noqa: SIM115 - closed by the with below
-    except OSError as exc:
-        raise UserError(
+    document = json.dumps(
+        {
+            "manifest": manifest.to_dict(),
+            "origin": manifest.origin,
+            "seed": options.seed,
+            "quantize": quantize,
+        }
+    )
+    made_by_child(
+        target,
+        [sys.executable, "-m", "mlscope.runtime.predictors.litert.convert"],
+        stdin=document,
+        beside=(".json",),
+        timeout_s=timeout_s,
+        unwritable=lambda exc: UserError(
             f"{manifest.name} has no LiteRT model at {target}, and the cache cannot be written to "
             f"convert it ({exc.strerror or exc})",
             field="framework",
-        ) from exc
-    with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if target.is_file():
-            return target
-        partial = target.with_suffix(f".{os.getpid()}.partial")
-        document = json.dumps(
-            {
-                "manifest": manifest.to_dict(),
-                "origin": manifest.origin,
-                "seed": options.seed,
-                "quantize": quantize,
-            }
-        )
-        completed = subprocess.run(
-            [sys.executable, "-m", "mlscope.runtime.predictors.litert.convert", str(partial)],
-            input=document,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-        facts_file = partial.with_suffix(".json")
-        if completed.returncode != 0 or not partial.is_file():
-            partial.unlink(missing_ok=True)
-            facts_file.unlink(missing_ok=True)
-            raise _failure(manifest, completed)
-        facts_file.rename(target.with_suffix(".json"))
-        partial.rename(target)
+        ),
+        failed=lambda completed: _failure(manifest, completed),
+    )
     return target
 
 
