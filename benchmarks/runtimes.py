@@ -20,7 +20,8 @@ shows what could not be measured as well as what was.
     python benchmarks/runtimes.py [--models resnet50,mobilenet_v3_small,bert_base]
                                   [--runtimes LABEL,...] [--batch-sizes 1,8] [--quick] [--json]
 
---quick measures each point for about a second (enough to see the table's shape, not to quote).
+--quick measures each point for at most 5 s (at least 10 inferences): a point whose median has not
+settled by then is shown NO (unstable) rather than given a figure it has not earned.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ DECODER_ROWS = (
     ("llama.cpp q8_0", "llamacpp", {"gguf_type": "q8_0"}),
 )
 
-QUICK = ["--min-seconds", "0.5", "--min-count", "10", "--max-seconds", "2"]
+QUICK = ["--min-seconds", "1", "--min-count", "10", "--max-seconds", "5"]
 
 
 def _mlscope() -> list[str]:
@@ -101,8 +102,36 @@ def _run(command: list[str], env: dict[str, str], timeout_s: float) -> tuple[lis
     results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     if not results:
         lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
-        return [], (lines[-1] if lines else f"exit {done.returncode}")[:160]
+        last = lines[-1] if lines else f"exit {done.returncode}"
+        if "has no manifest for framework" in last:  # the registry's refusal, at length
+            return [], f"no {command[command.index('-f') + 1]} manifest"
+        return [], last.removeprefix("mlscope: error: ")[:160]
     return results, ""
+
+
+def _validity(point: dict[str, Any], parity: dict[str, Any]) -> str:
+    """The point's verdict as the run's table gives it: a result whose outputs differ from its
+    reference's is not valid at any point; else the first reason a point is not valid, in short."""
+    if parity.get("verdict") == "different":
+        return "NO (parity)"
+    validity = point["validity"]
+    if validity["valid"]:
+        return "yes"
+    first = validity["reasons"][0] if validity["reasons"] else ""
+    for words, short in _SHORT_REASONS:
+        if first.startswith(words):
+            return f"NO ({short})"
+    return "NO"
+
+
+# The measurement's invalidating reasons (runtime/measure/validity.py), as the table abbreviates them.
+_SHORT_REASONS = (
+    ("did not stabilise", "unstable"),
+    ("unstable", "unstable"),
+    ("other processes used", "busy CPU"),
+    ("too few samples", "too few"),
+    ("CPU frequency fell", "throttled"),
+)
 
 
 def _model_name(model: str, framework: str) -> str | None:
@@ -140,7 +169,7 @@ def measure_row(
                 "batch": point["batch_size"],
                 "median_ms": latency["median"],
                 "ci_ms": latency.get("median_ci"),
-                "valid": point["validity"]["valid"],
+                "valid": _validity(point, parity),
                 "parity": f"{parity['verdict']} vs {parity['against']}" if parity else "-",
                 "import_ms": cold.get("import_ms"),
                 "load_ms": cold.get("load_ms"),
@@ -168,7 +197,7 @@ def measure_decoder(
         "runtime": label,
         "ttft_ms": (generation.get("ttft_ms") or {}).get("median"),
         "tpot_ms": (generation.get("tpot_ms") or {}).get("median"),
-        "valid": point["validity"]["valid"],
+        "valid": _validity(point, {}),
     }
 
 
@@ -204,7 +233,7 @@ def print_table(rows: list[dict[str, Any]], decoder: list[dict[str, Any]]) -> No
                 row["runtime"],
                 str(row["batch"]),
                 f"{_ms(row['median_ms'])} [{_ms(low)}-{_ms(high)}]",
-                "yes" if row["valid"] else "NOT VALID",
+                row["valid"],
                 row["parity"],
                 _ms(row["import_ms"]),
                 _ms(row["load_ms"]),
@@ -212,14 +241,17 @@ def print_table(rows: list[dict[str, Any]], decoder: list[dict[str, Any]]) -> No
             )
         )
     _print(lines)
-    print("\ncold start in ms (import, load, compile) is the first batch size's process's\n")
+    print(
+        "\ncold start in ms: the framework's import, the model's load and its compile, once per runtime and\n"
+        "model (one process measures both batch sizes); NO (parity): outputs differ from the reference's\n"
+        "beyond tolerance, which makes every point of the result not valid (an int8 model's usually do)\n"
+    )
     dec = [("tiny decoder (generate)", "TTFT ms", "TPOT ms", "valid")]
     for row in decoder:
         if "error" in row:
             dec.append((row["runtime"], f"not measured: {row['error']}", "", ""))
         else:
-            valid = "yes" if row["valid"] else "NOT VALID"
-            dec.append((row["runtime"], _ms(row["ttft_ms"]), _ms(row["tpot_ms"]), valid))
+            dec.append((row["runtime"], _ms(row["ttft_ms"]), _ms(row["tpot_ms"]), row["valid"]))
     _print(dec)
 
 
@@ -241,6 +273,7 @@ def main() -> None:
     parser.add_argument("--no-decoder", action="store_true")
     parser.add_argument("--timeout-s", type=float, default=1800)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--save", type=Path, help="also write the rows as JSON to this file")
     args = parser.parse_args()
     models = [m for m in args.models.split(",") if m]
     unknown = sorted(set(models) - set(MODELS))
@@ -267,6 +300,8 @@ def main() -> None:
         ]
         decoder = [] if args.no_decoder else [measure_decoder(r, env, args.timeout_s) for r in DECODER_ROWS]
         took = time.monotonic() - started
+    if args.save:
+        args.save.write_text(json.dumps({"rows": rows, "decoder": decoder}, indent=2))
     if args.json:
         print(json.dumps({"rows": rows, "decoder": decoder}, indent=2))
         return
