@@ -308,7 +308,7 @@ def test_a_batch_is_checked_whole_before_anything_is_stored(
     # When a batch names an unknown model second, or an unknown framework
     cases = [
         ({"models": [MODEL, "test_tiny_mpl"], "frameworks": ["pytorch"]}, "models.1"),
-        ({"models": [MODEL], "frameworks": ["pytorch", "jax"]}, "frameworks.1"),
+        ({"models": [MODEL], "frameworks": ["pytorch", "paddlepaddle"]}, "frameworks.1"),
         ({"models": [MODEL], "frameworks": ["pytorch"], "measure": {"min_count": 0}}, "measure.min_count"),
         ({"models": [MODEL], "frameworks": ["pytorch"], "targets": ["CPU!"]}, "targets.0"),
         ({"models": ["test_crashing"], "frameworks": ["onnxruntime"]}, "frameworks"),

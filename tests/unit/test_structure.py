@@ -211,6 +211,24 @@ def test_every_part_says_what_it_owns() -> None:
         assert re.match(r'\s*"""\S', text), f"{part.name}/__init__.py has no docstring"
 
 
+def test_every_framework_registration_defers_its_annotations() -> None:
+    # Given the registrations every predictor process imports (runtime/system.py lists them all),
+    # in framework environments as old as Caffe2's Python 3.9, where `str | None` in a function's
+    # annotations fails when the module is imported unless annotations are deferred
+    registrations = sorted((PACKAGE / "runtime" / "predictors").glob("*/__init__.py"))
+    assert len(registrations) >= len(FRAMEWORKS)
+    # Then each defers them
+    for path in registrations:
+        tree = ast.parse(path.read_text())
+        deferred = any(
+            isinstance(node, ast.ImportFrom)
+            and node.module == "__future__"
+            and any(alias.name == "annotations" for alias in node.names)
+            for node in tree.body
+        )
+        assert deferred, f"{path.relative_to(REPO)} lacks `from __future__ import annotations`"
+
+
 @pytest.mark.parametrize(
     "first", ["pytorch", "onnxruntime.export", "openvino", "tensorflow", "mxnet", "caffe2"]
 )

@@ -5,6 +5,8 @@ Imports no framework: this registration is read wherever frameworks are listed (
 Python 3.9 of the Caffe2 environment and image).
 """
 
+from __future__ import annotations
+
 from mlscope.runtime.frameworks import FrameworkSpec
 
 FRAMEWORK = FrameworkSpec(

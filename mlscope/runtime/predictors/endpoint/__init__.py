@@ -4,6 +4,8 @@
 Imports no HTTP client: this registration is read wherever frameworks are listed.
 """
 
+from __future__ import annotations
+
 from mlscope.runtime.frameworks import FrameworkSpec
 
 FRAMEWORK = FrameworkSpec(

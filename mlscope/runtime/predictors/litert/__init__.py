@@ -6,6 +6,8 @@ quantised, once per manifest and option, in a child process. docs/litert.md.
 Imports no framework: this registration is read wherever frameworks are listed.
 """
 
+from __future__ import annotations
+
 from mlscope.runtime.frameworks import FrameworkSpec
 
 FRAMEWORK = FrameworkSpec(

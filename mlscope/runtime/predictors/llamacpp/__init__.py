@@ -5,6 +5,8 @@ OpenAI-compatible server on the same file for `--compare-served` (`serve`). docs
 Imports no framework: this registration is read wherever frameworks are listed.
 """
 
+from __future__ import annotations
+
 from mlscope.runtime.frameworks import FrameworkSpec
 
 FRAMEWORK = FrameworkSpec(

@@ -5,6 +5,8 @@ ORT's session profile (`profile`).
 Imports no framework: this registration is read wherever frameworks are listed.
 """
 
+from __future__ import annotations
+
 from collections.abc import Mapping
 from typing import Any
 

@@ -5,6 +5,8 @@ per-layer performance counters into spans (`profile`). docs/openvino.md.
 Imports no framework: this registration is read wherever frameworks are listed.
 """
 
+from __future__ import annotations
+
 from mlscope.runtime.frameworks import FrameworkSpec
 
 FRAMEWORK = FrameworkSpec(

@@ -4,6 +4,8 @@ Runtime exporter builds too) and its profiled passes (`profile`).
 Imports no framework: this registration is read wherever frameworks are listed.
 """
 
+from __future__ import annotations
+
 from mlscope.runtime.frameworks import FrameworkSpec
 
 FRAMEWORK = FrameworkSpec(

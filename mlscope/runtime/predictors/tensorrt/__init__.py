@@ -5,6 +5,8 @@ an NVIDIA GPU. docs/gpu.md#tensorrt.
 Imports no framework: this registration is read wherever frameworks are listed.
 """
 
+from __future__ import annotations
+
 from mlscope.runtime.frameworks import FrameworkSpec
 
 FRAMEWORK = FrameworkSpec(
