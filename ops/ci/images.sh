@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the predictor images the container tests run in (ONNX Runtime, OpenVINO, TensorFlow, MXNet) on the
+# Builds the predictor images the container tests run in (ONNX Runtime, OpenVINO, TensorFlow, MXNet, LiteRT) on the
 # offline base image mlscope-base:bookworm (made by ops/ci/docker.sh), through
 # `mlscope image build`: pip inside the build reaches the index over the host's network, trusting
 # the host's CA bundle (it passes a TLS-intercepting proxy here). An image whose inputs (Dockerfiles,
@@ -10,7 +10,7 @@
 # PyTorch's image is not built here: PyPI's torch is the multi-GB CUDA build (ops/images/README.md).
 #
 # Environment: MLSCOPE_CA_BUNDLE (default: the host's bundle, when it exists) and MLSCOPE_CI_IMAGES
-# (default "onnxruntime openvino tensorflow mxnet").
+# (default "onnxruntime openvino tensorflow mxnet litert").
 set -euo pipefail
 
 readonly BASE_IMAGE=mlscope-base:bookworm
@@ -21,7 +21,7 @@ mlscope=$root/.venv/bin/mlscope
 args=(--base "$BASE_IMAGE" --network host)
 ca_bundle=${MLSCOPE_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 [[ -f $ca_bundle ]] && args+=(--ca-bundle "$ca_bundle")
-read -r -a frameworks <<<"${MLSCOPE_CI_IMAGES:-onnxruntime openvino tensorflow mxnet}"
+read -r -a frameworks <<<"${MLSCOPE_CI_IMAGES:-onnxruntime openvino tensorflow mxnet litert}"
 
 cd "$root"
 exec "$mlscope" image build "${args[@]}" "${frameworks[@]}"

@@ -19,6 +19,8 @@ FRAMEWORK = FrameworkSpec(
     # Keras models: a keras.applications architecture (TensorFlow's manifests), or a Python factory
     # returning a Keras model (mlscope's digits CNN); converting them needs TensorFlow too.
     sources=frozenset({"keras_applications", "python"}),
+    # Its image holds LiteRT alone (the .tflite is converted on the host at admission): small.
+    image_by_default=True,
     install_hint="pip install 'mlscope[litert]' (conversion also needs mlscope[tensorflow])",
     order=35,
     system_distributions=("ai-edge-litert", "tensorflow-cpu", "tensorflow"),
