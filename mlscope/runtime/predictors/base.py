@@ -17,6 +17,8 @@ from mlscope.contract.errors import MlscopeError
 from mlscope.contract.options import PredictorOptions
 
 if TYPE_CHECKING:  # annotations only: listing frameworks imports this module, and stays light
+    from collections.abc import Mapping
+
     import numpy as np
 
     from mlscope.contract.manifest import Manifest
@@ -37,6 +39,11 @@ class Predictor(ABC):
     """
 
     NAME: ClassVar[str]
+    # Trace levels ("FRAMEWORK", "LIBRARY") this framework has no profiler for, each with why, in one
+    # clause: a profiled pass it cannot trace says so in its note (`runtime.trace.passes`), so a
+    # trace without layers tells the reader whether the framework has none to give or mlscope has
+    # not wired one. A level not named here is noted without a why.
+    NO_PROFILER: ClassVar[Mapping[str, str]] = {}
 
     manifest: Manifest
     device: str = "cpu"

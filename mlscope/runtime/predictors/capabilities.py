@@ -87,6 +87,7 @@ class TracesPasses(Protocol):
             batch: a batch from `prepare`, of `profiled.batch_size` samples.
 
         Returns:
-            False when this framework cannot trace that level (nothing was recorded).
+            False when this framework cannot trace that level (nothing was recorded); the pass's
+            note then says why when the predictor's `NO_PROFILER` names the level.
         """
         ...

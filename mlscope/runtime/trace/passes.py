@@ -92,7 +92,9 @@ def run_traced_passes(
                 supported = isinstance(predictor, TracesPasses) and predictor.trace_pass(profiled, batch)
                 attributes["supported"] = supported
                 if not supported:
-                    attributes["note"] = f"{predictor.NAME} has no {level} profiler in mlscope"
+                    why = predictor.NO_PROFILER.get(level)
+                    note = f"{predictor.NAME} has no {level} profiler in mlscope"
+                    attributes["note"] = f"{note}: {why}" if why else note
     if not tracer.enabled("HARDWARE"):
         return
     for batch_size in batch_sizes:
