@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +67,17 @@ def _summary_tables(evaluation: Mapping[str, Any], summary: dict[str, Any]) -> l
     if hidden > 0:
         timeline.caption = f"… and {hidden} more (--format json has them all)"
     return [headline, levels, timeline]
+
+
+def _untraced_notes(spans: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The notes of the profiled passes the framework could not trace ("profile LEVEL" spans with
+    `supported` false: it has no profiler for that level), each once: why a level has no spans."""
+    notes = (
+        span["attributes"].get("note")
+        for span in spans
+        if span["name"].startswith("profile ") and span["attributes"].get("supported") is False
+    )
+    return list(dict.fromkeys(note for note in notes if note))
 
 
 def _table(title: str, columns: list[Column], rows: list[list[str]]) -> Table:
@@ -197,6 +208,7 @@ def trace_command(
         full_id = evaluation["id"]
         levels = ("MODEL", "FRAMEWORK", "LIBRARY") if layers else (None,)
         spans = [span for level in levels for span in iter_spans(store, full_id, level)]
+        notes = _untraced_notes(iter_spans(store, full_id, "APPLICATION")) if layers else []
     if layers:
         report = {
             "evaluation_id": full_id,
@@ -213,6 +225,8 @@ def trace_command(
             )
         for table in tables:
             console.print(table)
+        for line in notes:
+            console.print(f"[yellow]note[/yellow] {line}")
         return
     if output_format == "chrome":
         document = chrome_trace(evaluation, spans)
