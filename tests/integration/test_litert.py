@@ -1,8 +1,9 @@
 """LiteRT end to end: `mlscope run -f litert` in a child process (the process runner) on a Keras model
 converted to .tflite, its float outputs TensorFlow's on the same inputs and its int8 outputs shown
 as different from them (the result invalid), mlscope's digits CNN scored on the held-out digits float
-and int8 side by side, `quantize` refused on a framework without it, and a model LiteRT's converter
-cannot convert refused in one line before anything is stored."""
+and int8 side by side, a FRAMEWORK-level trace saying why it has no layers, `quantize` refused on a
+framework without it, and a model LiteRT's converter cannot convert refused in one line before
+anything is stored."""
 
 from __future__ import annotations
 
@@ -128,6 +129,28 @@ def test_the_digits_cnn_is_scored_float_and_int8_side_by_side(mlscope_env: dict[
     assert min(fp32["top1"], int8["top1"]) > 0.9
     # And the two are two workloads: the int8 one is labelled as such
     assert results["int8"]["request"]["options"]["quantize"] == "int8"
+
+
+def test_a_framework_trace_on_litert_says_why_it_records_no_layers(
+    mlscope_env: dict[str, str], tmp_path: Path
+) -> None:
+    # Given the test Keras model on LiteRT
+    manifests(tmp_path / "manifests", mlscope_env)
+    # When it runs traced at FRAMEWORK, in a child process
+    done = mlscope(
+        mlscope_env, "run", MODEL, "-f", "litert", "-b", "1", "--trace-level", "FRAMEWORK", "--json", *FAST
+    )  # fmt: skip
+    (result,) = ran_valid(done)
+    # Then its layers are none, and `mlscope trace --layers` says why in one line: LiteRT's interpreter
+    # has no profiler (docs/litert.md), not an empty answer left unexplained
+    layers = mlscope(mlscope_env, "trace", result["id"], "--layers")
+    assert layers.returncode == 0, layers.stderr[-2000:]
+    headline, *notes = layers.stdout.strip().splitlines()
+    assert headline.endswith("has no FRAMEWORK or LIBRARY spans (trace level FRAMEWORK)"), headline
+    assert notes == [
+        "note litert has no FRAMEWORK profiler in mlscope: ai-edge-litert's Python interpreter takes no "
+        "profiler and gives no per-op times (docs/litert.md)"
+    ]
 
 
 def test_quantize_is_refused_on_a_framework_without_it(mlscope_env: dict[str, str], tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import threading
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -23,8 +24,15 @@ from mlscope.runtime.predictors.litert.convert import converted_model, facts_of
 __all__ = ["LiteRtPredictor"]
 
 
+# Why neither profiled pass records anything (docs/litert.md, "No per-operator trace").
+_NO_PROFILER = (
+    "ai-edge-litert's Python interpreter takes no profiler and gives no per-op times (docs/litert.md)"
+)
+
+
 class LiteRtPredictor(Predictor):
     NAME: ClassVar[str] = "litert"
+    NO_PROFILER: ClassVar[Mapping[str, str]] = {"FRAMEWORK": _NO_PROFILER, "LIBRARY": _NO_PROFILER}
 
     _model: bytes | None = None
     _facts: dict[str, Any] | None = None
