@@ -3,12 +3,13 @@ weights into them (docs/jax.md).
 
 Each definition mirrors its PyTorch original layer by layer and names its layers as that module's
 `state_dict` does, so `load_torch_state` copies the weights by name: torchvision's ResNet (basic and
-bottleneck blocks) and VisionTransformer, and transformers' Llama decoder (`LlamaModel`, whose output
-is its last hidden state). Images enter in the manifest's NCHW layout and are transposed to NHWC,
-the layout XLA's convolutions take, inside the jitted function.
+bottleneck blocks), MobileNetV3 and VisionTransformer, and transformers' Llama decoder (`LlamaModel`)
+and BERT encoder (`BertModel`), both returning their last hidden state. Images enter in the manifest's
+NCHW layout and are transposed to NHWC, the layout XLA's convolutions take, inside the jitted function.
 
-The structure (depths, widths, heads) is read from the PyTorch module itself (`from_torch`), so every
-size of a family (resnet18 to resnet152, vit_b_16 to vit_h_14) is one definition.
+The structure (depths, widths, heads, each MobileNetV3 block's layers) is read from the PyTorch module
+itself (`from_torch`), so every size of a family (resnet18 to resnet152, mobilenet_v3_small and
+mobilenet_v3_large, vit_b_16 to vit_h_14) is one definition.
 """
 
 from __future__ import annotations
@@ -24,7 +25,15 @@ from flax import nnx
 
 from mlscope.runtime.predictors.base import PredictorError
 
-__all__ = ["Decoder", "ResNet", "VisionTransformer", "from_torch", "load_torch_state"]
+__all__ = [
+    "Bert",
+    "Decoder",
+    "MobileNetV3",
+    "ResNet",
+    "VisionTransformer",
+    "from_torch",
+    "load_torch_state",
+]
 
 
 def _abstract(make: Any) -> Any:
@@ -34,7 +43,15 @@ def _abstract(make: Any) -> Any:
 
 
 def _conv(
-    cin: int, cout: int, kernel: int, stride: int, padding: int, rngs: nnx.Rngs, bias: bool
+    cin: int,
+    cout: int,
+    kernel: int,
+    stride: int,
+    padding: int,
+    rngs: nnx.Rngs,
+    bias: bool,
+    groups: int = 1,
+    dilation: int = 1,
 ) -> nnx.Conv:
     return nnx.Conv(
         cin,
@@ -42,14 +59,17 @@ def _conv(
         (kernel, kernel),
         strides=(stride, stride),
         padding=((padding, padding), (padding, padding)),
+        kernel_dilation=(dilation, dilation),
+        feature_group_count=groups,
         use_bias=bias,
         rngs=rngs,
     )
 
 
-def _bn(features: int, rngs: nnx.Rngs) -> nnx.BatchNorm:
-    # torch.nn.BatchNorm2d's epsilon; evaluation mode: the running statistics.
-    return nnx.BatchNorm(features, use_running_average=True, epsilon=1e-5, rngs=rngs)
+def _bn(features: int, rngs: nnx.Rngs, epsilon: float = 1e-5) -> nnx.BatchNorm:
+    # torch.nn.BatchNorm2d's default epsilon unless the module set its own; evaluation mode: the
+    # running statistics.
+    return nnx.BatchNorm(features, use_running_average=True, epsilon=epsilon, rngs=rngs)
 
 
 class BasicBlock(nnx.Module):
@@ -133,6 +153,96 @@ class ResNet(nnx.Module):
             for block in getattr(self, f"layer{stage + 1}"):
                 x = block(x)
         return self.fc(jnp.mean(x, axis=(1, 2)))
+
+
+# An activation of torchvision's layers by its PyTorch class name (None: the layer has none).
+_ACTIVATIONS: dict[str | None, Any] = {
+    None: lambda x: x,
+    "ReLU": jax.nn.relu,
+    "Hardswish": jax.nn.hard_swish,  # x * relu6(x + 3) / 6, as torch.nn.Hardswish
+    "Hardsigmoid": jax.nn.hard_sigmoid,  # relu6(x + 3) / 6, as torch.nn.Hardsigmoid
+}
+
+
+def _conv_norm(spec: Mapping[str, Any], rngs: nnx.Rngs) -> nnx.List:
+    """torchvision's Conv2dNormActivation without its activation (torch's `<i>.0`, `<i>.1`): a
+    convolution without bias, grouped for a depthwise one, then a batch norm."""
+    conv = _conv(
+        spec["in"], spec["out"], spec["kernel"], spec["stride"], spec["padding"], rngs, False,
+        groups=spec["groups"], dilation=spec["dilation"],
+    )  # fmt: skip
+    return nnx.List([conv, _bn(spec["out"], rngs, spec["eps"])])
+
+
+class SqueezeExcitation(nnx.Module):
+    """torchvision's SqueezeExcitation: the channels' mean through two 1x1 convolutions (with bias),
+    the first's activation and the second's scale activation, multiplied into the input."""
+
+    def __init__(self, spec: Mapping[str, Any], rngs: nnx.Rngs) -> None:
+        self.fc1 = _conv(spec["channels"], spec["squeeze"], 1, 1, 0, rngs, True)
+        self.fc2 = _conv(spec["squeeze"], spec["channels"], 1, 1, 0, rngs, True)
+        self.activation, self.scale_activation = spec["activation"], spec["scale_activation"]
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        scale = _ACTIVATIONS[self.activation](self.fc1(jnp.mean(x, axis=(1, 2), keepdims=True)))
+        return _ACTIVATIONS[self.scale_activation](self.fc2(scale)) * x
+
+
+class InvertedResidual(nnx.Module):
+    """torchvision's MobileNetV3 InvertedResidual: its `block` (an expanding 1x1 convolution where
+    the width changes, the depthwise convolution, squeeze-excitation where the block has it, the
+    projecting 1x1 convolution without activation) and the shortcut where stride and width allow."""
+
+    def __init__(self, spec: Mapping[str, Any], rngs: nnx.Rngs) -> None:
+        layers = spec["layers"]
+        self.block = nnx.List(
+            [
+                SqueezeExcitation(layer, rngs) if layer["kind"] == "se" else _conv_norm(layer, rngs)
+                for layer in layers
+            ]
+        )
+        self.activations = tuple(layer.get("activation") for layer in layers)
+        self.residual = spec["residual"]
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        out = x
+        for layer, activation in zip(self.block, self.activations, strict=True):
+            if isinstance(layer, SqueezeExcitation):
+                out = layer(out)
+            else:
+                conv, norm = layer
+                out = _ACTIVATIONS[activation](norm(conv(out)))
+        return out + x if self.residual else out
+
+
+class MobileNetV3(nnx.Module):
+    """torchvision's MobileNetV3 (small and large): `features` (the stem convolution, the inverted
+    residual blocks, the last 1x1 convolution), the mean over the image, and the classifier (torch's
+    `classifier.0` and `classifier.3`: a linear layer, hardswish, the dropout evaluation skips, a
+    linear layer)."""
+
+    def __init__(self, config: Mapping[str, Any], rngs: nnx.Rngs) -> None:
+        features: list[Any] = []
+        for spec in config["features"]:
+            features.append(
+                InvertedResidual(spec, rngs) if spec["kind"] == "block" else _conv_norm(spec, rngs)
+            )
+        self.features = nnx.List(features)
+        self.activations = tuple(spec.get("activation") for spec in config["features"])
+        self.classifier_fc1 = nnx.Linear(config["pooled"], config["hidden"], rngs=rngs)
+        self.classifier_fc2 = nnx.Linear(config["hidden"], config["num_classes"], rngs=rngs)
+        self.classifier_activation = config["classifier_activation"]
+
+    def __call__(self, images: jax.Array) -> jax.Array:
+        x = jnp.transpose(images, (0, 2, 3, 1))  # NCHW (the manifest's) to NHWC
+        for layer, activation in zip(self.features, self.activations, strict=True):
+            if isinstance(layer, InvertedResidual):
+                x = layer(x)
+            else:
+                conv, norm = layer
+                x = _ACTIVATIONS[activation](norm(conv(x)))
+        x = _ACTIVATIONS[self.classifier_activation](self.classifier_fc1(jnp.mean(x, axis=(1, 2))))
+        return self.classifier_fc2(x)
 
 
 class SelfAttention(nnx.Module):
@@ -269,6 +379,77 @@ class Decoder(nnx.Module):
         return self.norm(x)
 
 
+class BertEmbeddings(nnx.Module):
+    """transformers' BertEmbeddings: word, absolute position and token type embeddings summed, then a
+    LayerNorm. Only token ids enter, so positions count from 0 and every token is of type 0, as
+    transformers takes them when it is given no position or token type ids."""
+
+    def __init__(self, config: Mapping[str, Any], rngs: nnx.Rngs) -> None:
+        dim = config["hidden_size"]
+        self.word_embeddings = nnx.Embed(config["vocab_size"], dim, rngs=rngs)
+        self.position_embeddings = nnx.Embed(config["max_position_embeddings"], dim, rngs=rngs)
+        self.token_type_embeddings = nnx.Embed(config["type_vocab_size"], dim, rngs=rngs)
+        self.LayerNorm = nnx.LayerNorm(dim, epsilon=config["layer_norm_eps"], rngs=rngs)
+
+    def __call__(self, input_ids: jax.Array) -> jax.Array:
+        positions = jnp.arange(input_ids.shape[1])[None, :]
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings(jnp.zeros_like(input_ids))
+        return self.LayerNorm(x + self.position_embeddings(positions))
+
+
+class BertLayer(nnx.Module):
+    """transformers' BertLayer: bidirectional self-attention (no mask: every token is real), its output
+    projection added to the input and normed (post-norm), then the intermediate layer with exact (erf)
+    GELU, transformers' "gelu", and the output projection, added and normed."""
+
+    def __init__(self, config: Mapping[str, Any], rngs: nnx.Rngs) -> None:
+        dim, width, eps = config["hidden_size"], config["intermediate_size"], config["layer_norm_eps"]
+        self.heads = config["num_attention_heads"]
+        self.query = nnx.Linear(dim, dim, rngs=rngs)
+        self.key = nnx.Linear(dim, dim, rngs=rngs)
+        self.value = nnx.Linear(dim, dim, rngs=rngs)
+        self.attention_dense = nnx.Linear(dim, dim, rngs=rngs)
+        self.attention_norm = nnx.LayerNorm(dim, epsilon=eps, rngs=rngs)
+        self.intermediate_dense = nnx.Linear(dim, width, rngs=rngs)
+        self.output_dense = nnx.Linear(width, dim, rngs=rngs)
+        self.output_norm = nnx.LayerNorm(dim, epsilon=eps, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        batch, length, dim = x.shape
+        split = lambda t: t.reshape(batch, length, self.heads, dim // self.heads)  # noqa: E731
+        out = jax.nn.dot_product_attention(split(self.query(x)), split(self.key(x)), split(self.value(x)))
+        x = self.attention_norm(x + self.attention_dense(out.reshape(batch, length, dim)))
+        hidden = jax.nn.gelu(self.intermediate_dense(x), approximate=False)
+        return self.output_norm(x + self.output_dense(hidden))
+
+
+class BertEncoder(nnx.Module):
+    """transformers' BertEncoder: its layers (`layer.<i>`)."""
+
+    def __init__(self, config: Mapping[str, Any], rngs: nnx.Rngs) -> None:
+        self.layer = nnx.List([BertLayer(config, rngs) for _ in range(config["num_hidden_layers"])])
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        for layer in self.layer:
+            x = layer(x)
+        return x
+
+
+class Bert(nnx.Module):
+    """transformers' BertModel: the embeddings and the encoder; the output is the last hidden state.
+    The pooler's weights are held, so that every PyTorch weight has its place, but the pooler is not
+    run: the last hidden state does not depend on it."""
+
+    def __init__(self, config: Mapping[str, Any], rngs: nnx.Rngs) -> None:
+        self.embeddings = BertEmbeddings(config, rngs)
+        self.encoder = BertEncoder(config, rngs)
+        dim = config["hidden_size"]
+        self.pooler_dense = nnx.Linear(dim, dim, rngs=rngs) if config["pooler"] else None
+
+    def __call__(self, input_ids: jax.Array) -> jax.Array:
+        return self.encoder(self.embeddings(input_ids))
+
+
 # Where a definition's names differ from the PyTorch module's `state_dict` keys: (Flax, PyTorch).
 _RENAMES = (
     (".mlp_fc1.", ".mlp.0."),
@@ -283,6 +464,17 @@ _RENAMES = (
     (".k_proj.", ".self_attn.k_proj."),
     (".v_proj.", ".self_attn.v_proj."),
     (".o_proj.", ".self_attn.o_proj."),
+    ("classifier_fc1.", "classifier.0."),
+    ("classifier_fc2.", "classifier.3."),
+    (".query.", ".attention.self.query."),
+    (".key.", ".attention.self.key."),
+    (".value.", ".attention.self.value."),
+    (".attention_dense.", ".attention.output.dense."),
+    (".attention_norm.", ".attention.output.LayerNorm."),
+    (".intermediate_dense.", ".intermediate.dense."),
+    (".output_dense.", ".output.dense."),
+    (".output_norm.", ".output.LayerNorm."),
+    ("pooler_dense.", "pooler.dense."),
 )
 
 # A Flax variable's name by the PyTorch one of its layer kind, and how the array is laid out.
@@ -359,6 +551,74 @@ def _resnet(torch_module: Any) -> ResNet:
     return _abstract(lambda rngs: ResNet(block, depths, torch_module.fc.out_features, rngs))
 
 
+def _conv_norm_spec(layer: Any) -> dict[str, Any]:
+    """What a torchvision Conv2dNormActivation (convolution, batch norm, optional activation) is made of.
+
+    Raises:
+        PredictorError: it is not such a sequence (a convolution with bias, another norm, padding
+            other than the symmetric one of one number).
+    """
+    conv, norm, *rest = layer
+    if type(conv).__name__ != "Conv2d" or type(norm).__name__ != "BatchNorm2d" or conv.bias is not None:
+        raise PredictorError("the JAX MobileNetV3 has convolutions without bias, each with a batch norm")
+    sizes = (conv.kernel_size, conv.stride, conv.padding, conv.dilation)
+    if isinstance(conv.padding, str) or any(len(set(pair)) > 1 for pair in sizes):
+        raise PredictorError("the JAX MobileNetV3 has square kernels, strides, paddings and dilations")
+    activation = type(rest[0]).__name__ if rest else None
+    if activation not in _ACTIVATIONS:
+        raise PredictorError(f"the JAX MobileNetV3 has no activation {activation}")
+    return {
+        "kind": "conv",
+        "in": conv.in_channels,
+        "out": conv.out_channels,
+        "kernel": conv.kernel_size[0],
+        "stride": conv.stride[0],
+        "padding": conv.padding[0],
+        "dilation": conv.dilation[0],
+        "groups": conv.groups,
+        "eps": norm.eps,
+        "activation": activation,
+    }
+
+
+def _mobilenet_v3(torch_module: Any) -> MobileNetV3:
+    features: list[dict[str, Any]] = []
+    for layer in torch_module.features:
+        if type(layer).__name__ != "InvertedResidual":
+            features.append(_conv_norm_spec(layer))
+            continue
+        specs = []
+        for part in layer.block:
+            if type(part).__name__ == "SqueezeExcitation":
+                activations = {type(part.activation).__name__, type(part.scale_activation).__name__}
+                if not activations <= set(_ACTIVATIONS):
+                    raise PredictorError(f"the JAX squeeze-excitation has no activation among {activations}")
+                specs.append({
+                    "kind": "se",
+                    "channels": part.fc1.in_channels,
+                    "squeeze": part.fc1.out_channels,
+                    "activation": type(part.activation).__name__,
+                    "scale_activation": type(part.scale_activation).__name__,
+                })  # fmt: skip
+            else:
+                specs.append(_conv_norm_spec(part))
+        features.append({"kind": "block", "layers": specs, "residual": bool(layer.use_res_connect)})
+    kinds = [type(part).__name__ for part in torch_module.classifier]
+    if kinds != ["Linear", kinds[1], "Dropout", "Linear"] or kinds[1] not in _ACTIVATIONS:
+        raise PredictorError(
+            f"the JAX MobileNetV3's classifier is linear, activation, dropout, linear, not {kinds}"
+        )
+    first, _, _, last = torch_module.classifier
+    config = {
+        "features": features,
+        "pooled": first.in_features,
+        "hidden": first.out_features,
+        "num_classes": last.out_features,
+        "classifier_activation": type(torch_module.classifier[1]).__name__,
+    }
+    return _abstract(lambda rngs: MobileNetV3(config, rngs))
+
+
 def _vit(torch_module: Any) -> VisionTransformer:
     if hasattr(torch_module.heads, "pre_logits"):
         raise PredictorError("the JAX ViT has no representation layer (representation_size)")
@@ -398,6 +658,28 @@ def _llama(torch_config: Any) -> Decoder:
     return _abstract(lambda rngs: Decoder(config, rngs))
 
 
+def _bert(torch_module: Any) -> Bert:
+    torch_config = torch_module.config
+    # transformers 5 has absolute positions only (no such setting: None).
+    position = getattr(torch_config, "position_embedding_type", None) or "absolute"
+    if position != "absolute" or getattr(torch_config, "is_decoder", False):
+        raise PredictorError(f"the JAX BERT is an encoder with absolute positions, not {position}")
+    if torch_config.hidden_act != "gelu":
+        raise PredictorError(f"the JAX BERT's MLP is exact GELU ('gelu'), not {torch_config.hidden_act}")
+    config = {
+        "vocab_size": torch_config.vocab_size,
+        "hidden_size": torch_config.hidden_size,
+        "intermediate_size": torch_config.intermediate_size,
+        "num_hidden_layers": torch_config.num_hidden_layers,
+        "num_attention_heads": torch_config.num_attention_heads,
+        "max_position_embeddings": torch_config.max_position_embeddings,
+        "type_vocab_size": torch_config.type_vocab_size,
+        "layer_norm_eps": torch_config.layer_norm_eps,
+        "pooler": getattr(torch_module, "pooler", None) is not None,
+    }
+    return _abstract(lambda rngs: Bert(config, rngs))
+
+
 def from_torch(torch_module: Any) -> nnx.Module:
     """The Flax definition of a PyTorch module mlscope built (`pytorch.models.build_module`), holding
     that module's weights.
@@ -410,12 +692,19 @@ def from_torch(torch_module: Any) -> nnx.Module:
     flax_module: nnx.Module
     if kind == "ResNet":
         flax_module, state = _resnet(torch_module), torch_module.state_dict()
+    elif kind == "MobileNetV3":
+        flax_module, state = _mobilenet_v3(torch_module), torch_module.state_dict()
     elif kind == "VisionTransformer":
         flax_module, state = _vit(torch_module), torch_module.state_dict()
-    elif inner is not None and type(inner).__name__ == "LlamaModel":
+    elif inner is not None and type(inner).__name__ in ("LlamaModel", "BertModel"):
         if torch_module.output != "last_hidden_state":
-            raise PredictorError(f"the JAX decoder returns last_hidden_state, not {torch_module.output}")
-        flax_module, state = _llama(inner.config), inner.state_dict()
+            raise PredictorError(
+                f"JAX's transformers models return last_hidden_state, not {torch_module.output}"
+            )
+        if type(inner).__name__ == "LlamaModel":
+            flax_module, state = _llama(inner.config), inner.state_dict()
+        else:
+            flax_module, state = _bert(inner), inner.state_dict()
     else:
         raise PredictorError(f"JAX has no Flax definition of {type(inner or torch_module).__name__}")
     load_torch_state(flax_module, state)
