@@ -84,10 +84,11 @@ class FrameworkSpec:
             that installing it does not change what an existing command measures.
         model_refusal: `module:function(manifest)` saying in one line why it cannot run a manifest's
             model (None when it can), read at admission; None: it runs every model of its sources.
-        model_types: catalogue model types (the entries' `name`, e.g. "llama") it runs although the
-            generated catalogue does not list it for them: a framework that runs a few
-            architectures of a source, not the source (llama.cpp's GGUF writer); its manifests of
-            them are the catalogue's, with `model_version` as the framework's version constraint.
+        model_types: catalogue architectures (the entries' `name`, e.g. "llama", "resnet18") of its
+            sources' libraries it runs although the generated catalogue does not list it for them: a
+            framework that runs a few architectures of a source, not the source (llama.cpp's GGUF
+            writer, JAX's Flax definitions); its manifests of them are the catalogue's, with
+            `model_version` as the framework's version constraint.
         model_version: the version constraint of those manifests.
         generates_only: it runs the generate scenario and no other (a request for another is
             refused at admission).

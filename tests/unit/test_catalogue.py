@@ -140,12 +140,13 @@ def test_every_entry_makes_a_valid_manifest_for_each_of_its_frameworks() -> None
     for entry in ENTRIES:
         # Every source kind here runs on PyTorch and is exported for ONNX Runtime and OpenVINO, unless
         # the export or the run was measured failing (then the entry says why)
-        # And on a framework that names its model type (llama.cpp: hf:llama), after those
+        # And on a framework that names its architecture among those of the entry's library it runs
+        # (llama.cpp: hf:llama; JAX: its Flax definitions), after those
         everywhere = ("pytorch", "onnxruntime", "openvino")
         named = tuple(
             name
             for name, spec in FRAMEWORKS.items()
-            if entry.library == "transformers" and entry.name in spec.model_types
+            if entry.library in spec.sources and entry.name in spec.model_types
         )
         own = tuple(name for name in entry.frameworks if name not in named)
         assert sorted(own + tuple(entry.unsupported)) == sorted(everywhere), entry.ref
@@ -205,7 +206,7 @@ def test_a_framework_the_entry_is_not_meant_for_is_refused_with_those_it_has() -
     assert caught.value.field == "framework"
     assert str(caught.value) == (
         "catalogue model 'hf:bert' is not meant for framework 'tensorflow'; it has: pytorch, onnxruntime, "
-        "openvino"
+        "openvino, jax"
     )
 
 

@@ -12,18 +12,44 @@ import pytest
 import yaml
 
 from mlscope.contract.errors import UserError
+from mlscope.registry.catalogue import Catalogue
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.predictors.jax.profile import XlaRun, xla_runs, xla_to_spans
-from mlscope.runtime.predictors.jax.support import model_refusal
+from mlscope.runtime.predictors.jax.support import SUPPORTED, model_refusal
 from mlscope.workers.admission import admit
 
 
-@pytest.mark.parametrize("name", ["resnet18", "resnet50", "vit_b_16", "llama_tiny"])
+@pytest.mark.parametrize(
+    "name", ["resnet18", "resnet50", "mobilenet_v3_small", "vit_b_16", "llama_tiny", "bert_base"]
+)
 def test_jaxs_shipped_manifests_are_models_it_has_a_definition_of(name: str) -> None:
     # Given a manifest shipped for JAX
     manifest = ModelRegistry.load().get(name, "jax")
     # When JAX's support is asked about it, Then it has a definition of it
     assert model_refusal(manifest) is None
+
+
+def test_the_catalogue_offers_jax_the_architectures_it_has_a_definition_of_and_no_other() -> None:
+    # Given the catalogue
+    catalogue = Catalogue.load()
+    # When its entries meant for JAX are listed
+    offered = {entry.ref: entry for entry in catalogue.find(framework="jax")}
+    # Then they are the torchvision and transformers architectures JAX has a Flax definition of
+    prefix = {"torchvision": "torchvision", "transformers": "hf"}
+    assert set(offered) == {f"{prefix[kind]}:{name}" for kind, names in SUPPORTED.items() for name in names}
+    # And each one's manifest for JAX is one JAX runs, under the shipped JAX manifests' version constraint
+    for ref in offered:
+        manifest = catalogue.manifest(ref, "jax")
+        assert model_refusal(manifest) is None, ref
+        assert manifest.framework.version == ModelRegistry.load().get("resnet18", "jax").framework.version
+    # And an architecture of the same library without a definition is not offered: asking for it on
+    # JAX is refused on the framework field, in one line naming the entries JAX runs
+    assert "jax" not in catalogue.get("hf:gpt2").frameworks
+    with pytest.raises(UserError) as refused:
+        ModelRegistry.load().get("torchvision:alexnet", "jax")
+    assert refused.value.field == "framework"
+    (line,) = str(refused.value).splitlines()
+    assert "jax runs " in line and "torchvision:mobilenet_v3_small" in line and "hf:bert" in line, line
 
 
 def test_a_torchvision_model_without_a_definition_is_refused_at_admission_naming_what_jax_runs(

@@ -286,9 +286,10 @@ class Catalogue:
 
 
 def _with_model_types(entries: list[CatalogueEntry], constraints: dict[str, str]) -> list[CatalogueEntry]:
-    """The entries, each transformers one also meant for the frameworks that name its model type
-    (`FrameworkSpec.model_types`: llama.cpp runs Llama, not every transformers model); their
-    version constraints added to `constraints`."""
+    """The entries, each also meant for the frameworks that name it among the architectures they run
+    of its library (`FrameworkSpec.model_types`: llama.cpp runs Llama, not every transformers model;
+    JAX runs the torchvision and transformers architectures it has Flax definitions of); their version
+    constraints added to `constraints`."""
     from mlscope.runtime.frameworks import FRAMEWORKS
 
     takers = {name: spec for name, spec in FRAMEWORKS.items() if spec.model_types}
@@ -301,7 +302,7 @@ def _with_model_types(entries: list[CatalogueEntry], constraints: dict[str, str]
         more = tuple(
             name
             for name, spec in takers.items()
-            if entry.library == "transformers"
+            if entry.library in spec.sources
             and entry.name in spec.model_types
             and name not in entry.frameworks
         )

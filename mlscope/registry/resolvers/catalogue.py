@@ -63,7 +63,7 @@ class CatalogueResolver(Resolver):
         frameworks = self.frameworks(ref)
         if framework not in frameworks:
             error = no_manifest_for(ref, framework, frameworks)
-            takes = _model_types(framework)
+            takes = self._model_types(framework)
             if takes:  # a framework of a few architectures says which (llama.cpp: hf:llama)
                 error = UserError(f"{error}; {framework} runs {takes}", field=error.field)
             raise error
@@ -72,14 +72,13 @@ class CatalogueResolver(Resolver):
     def resolve(self, ref: str, framework: str, options: ModelOptions) -> Manifest:
         return apply_options(self.manifest(ref, framework), options)
 
+    def _model_types(self, framework: str) -> str:
+        """The catalogue refs `framework` is meant for when it runs a few architectures of its sources
+        (FrameworkSpec.model_types), "" for a framework that runs what its sources build (or an
+        unknown one)."""
+        from mlscope.runtime.frameworks import FRAMEWORKS
 
-def _model_types(framework: str) -> str:
-    """The catalogue refs of the model types `framework` is limited to (FrameworkSpec.model_types),
-    "" for a framework that runs what its sources build (or an unknown one)."""
-    from mlscope.runtime.frameworks import FRAMEWORKS
-
-    try:
-        spec = FRAMEWORKS[framework]
-    except KeyError:
-        return ""
-    return " or ".join(f"hf:{name}" for name in sorted(spec.model_types))
+        spec = FRAMEWORKS.get(framework)
+        if spec is None or not spec.model_types or self.catalogue is None:
+            return ""
+        return ", ".join(entry.ref for entry in self.catalogue.find(framework=framework))

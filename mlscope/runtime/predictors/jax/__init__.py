@@ -9,6 +9,7 @@ Imports no framework: this registration is read wherever frameworks are listed.
 from __future__ import annotations
 
 from mlscope.runtime.frameworks import FrameworkSpec
+from mlscope.runtime.predictors.jax.support import SUPPORTED
 
 FRAMEWORK = FrameworkSpec(
     name="jax",
@@ -25,4 +26,8 @@ FRAMEWORK = FrameworkSpec(
     model_refusal="mlscope.runtime.predictors.jax.support:model_refusal",
     # Run when named (-f jax): a model's run without -f measures what it measured before.
     by_default=False,
+    # The catalogue offers JAX the entries it has a Flax definition of, not every torchvision and
+    # transformers entry; their manifests carry the shipped JAX manifests' version constraint.
+    model_types=frozenset(name for names in SUPPORTED.values() for name in names),
+    model_version=">=0.5",
 )

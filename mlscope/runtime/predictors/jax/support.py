@@ -11,12 +11,14 @@ if TYPE_CHECKING:
 __all__ = ["SUPPORTED", "model_refusal"]
 
 # Source kind → the targets `models.from_torch` has a definition of (each family's sizes share one).
+# These are also the catalogue entries offered for JAX (the registration's `model_types`).
 SUPPORTED: dict[str, tuple[str, ...]] = {
     "torchvision": (
         "resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
+        "mobilenet_v3_small", "mobilenet_v3_large",
         "vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14",
     ),
-    "transformers": ("llama",),
+    "transformers": ("llama", "bert"),
 }  # fmt: skip
 
 
@@ -26,15 +28,17 @@ def _listed() -> str:
 
 def model_refusal(manifest: Manifest) -> str | None:
     """Why JAX cannot run the manifest's model, in one line naming what it can run; None when it can
-    (a transformers model also needs its last_hidden_state as the output and no weights directory)."""
+    (a transformers model also needs token ids as its one input, its last_hidden_state as the output
+    and no weights directory)."""
     source = manifest.source
     if source.target in SUPPORTED.get(source.kind, ()):
         if source.kind != "transformers":
             return None
         output = source.options.get("output") or manifest.outputs[0].name
-        if output == "last_hidden_state" and not source.options.get("directory"):
+        inputs = [spec.name for spec in manifest.inputs]
+        if output == "last_hidden_state" and inputs == ["input_ids"] and not source.options.get("directory"):
             return None
     return (
         f"{manifest.name}: JAX has no Flax definition of {source.kind} {source.target}; "
-        f"it runs {_listed()} (a transformers decoder returning last_hidden_state)"
+        f"it runs {_listed()} (a transformers model taking input_ids, returning last_hidden_state)"
     )
