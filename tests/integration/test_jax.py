@@ -1,13 +1,15 @@
-"""JAX end to end: `mlscope run -f jax` in a child process on torchvision's ResNet-18, its outputs
-PyTorch's (the same weights, copied into the Flax definition), its jit compile timed as the cold
-start's compile; the Flax ViT and the tiny Llama decoder giving PyTorch's outputs in process; XLA's
-profiler events as layer spans; a model JAX has no definition of refused in one line; and JAX
-listed among the frameworks."""
+"""JAX end to end: `mlscope run -f jax` in a child process on torchvision's ResNet-18 and on the
+catalogue's MobileNetV3-Small, their outputs PyTorch's (the same weights, copied into the Flax
+definition), the jit compile timed as the cold start's compile; the Flax ViT, MobileNetV3 and BERT and
+the tiny Llama decoder giving PyTorch's outputs in process; XLA's profiler events as layer spans; a
+model JAX has no definition of refused in one line; and JAX listed among the frameworks."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from torchvision.models import mobilenet_v3_large, mobilenet_v3_small
 from torchvision.models.vision_transformer import VisionTransformer
 
 from mlscope.registry.models import ModelRegistry
@@ -23,6 +26,7 @@ from mlscope.runtime.predictors.inputs import synthetic_batches
 from mlscope.runtime.predictors.jax.models import from_torch
 from mlscope.runtime.predictors.jax.predictor import JaxPredictor
 from mlscope.runtime.predictors.jax.profile import profiled_layers
+from mlscope.runtime.predictors.pytorch.models import build_module
 from mlscope.runtime.predictors.pytorch.predictor import PyTorchPredictor
 from mlscope.runtime.trace.profiled import ProfiledPass
 from mlscope.runtime.trace.spans import Tracer
@@ -70,8 +74,27 @@ def test_resnet18_runs_on_jax_with_pytorchs_outputs_its_jit_compile_timed_and_xl
         assert inference["start_ns"] <= span["start_ns"] <= span["end_ns"] <= inference["end_ns"]
 
 
-def _parity(reference: np.ndarray, candidate: np.ndarray) -> dict:
-    return compare_outputs({"out": reference}, {"out": candidate}, against="pytorch")
+def test_the_catalogues_mobilenet_v3_small_runs_on_jax_with_pytorchs_outputs(
+    mlscope_env: dict[str, str],
+) -> None:
+    # Given the catalogue's torchvision:mobilenet_v3_small, which the catalogue offers JAX
+    # When it runs on JAX at batch 1, checked against the same entry on PyTorch
+    done = mlscope(
+        mlscope_env, "run", "torchvision:mobilenet_v3_small", "-f", "jax", "-b", "1", "--check-parity",
+        "--parity-against", "pytorch", "--json", *FAST,
+    )  # fmt: skip
+    # Then it succeeded as the Flax MobileNetV3 with torchvision's parameters, and its outputs are PyTorch's
+    (result,) = printed_results(done.stdout)
+    assert result["status"] == "succeeded", done.stderr
+    assert result["framework"]["definition"] == "flax.nnx MobileNetV3"
+    shipped = ModelRegistry.load().get("mobilenet_v3_small", "jax")
+    assert result["framework"]["parameters"] == shipped.attributes["parameters"]
+    parity = result["parity"]
+    assert parity["against"] == "pytorch" and parity["verdict"] == "same", parity
+
+
+def _parity(reference: np.ndarray, candidate: np.ndarray, rtol: float | None = None) -> dict:
+    return compare_outputs({"out": reference}, {"out": candidate}, against="pytorch", rtol=rtol)
 
 
 def test_the_flax_vit_gives_torchvisions_outputs() -> None:
@@ -93,6 +116,69 @@ def test_the_flax_vit_gives_torchvisions_outputs() -> None:
     # Then the logits are the same, and not all alike
     assert _parity(expected, got)["verdict"] == "same"
     assert np.ptp(expected) > 0.1
+
+
+@pytest.mark.parametrize("builder", [mobilenet_v3_small, mobilenet_v3_large], ids=["small", "large"])
+def test_the_flax_mobilenet_v3_gives_torchvisions_outputs(builder: Any) -> None:
+    # Given torchvision's MobileNetV3 (10 classes) with its batch norms' statistics those of the batch
+    # and every other weight random: torchvision starts biases at zero, batch norms at the identity and
+    # the classifier small, which leaves logits that hardly depend on the image and would hide a wrong
+    # operator
+    torch.manual_seed(0)
+    module = builder(num_classes=10)
+    images = np.random.default_rng(0).standard_normal((4, 3, 64, 64)).astype(np.float32)
+    with torch.no_grad():
+        for layer in module.modules():
+            if isinstance(layer, torch.nn.BatchNorm2d):
+                layer.momentum = 1.0
+        module.train()(torch.from_numpy(images))
+        module.eval()
+        for name, parameter in module.named_parameters():
+            if name.endswith("bias"):
+                parameter.normal_(std=0.1)
+            elif parameter.ndim == 1:  # batch norm scales
+                parameter.uniform_(0.5, 1.5)
+            elif parameter.ndim == 2:  # the classifier's linear layers
+                parameter.normal_(std=parameter.shape[1] ** -0.5)
+    # When its weights are copied into the Flax MobileNetV3 and both run on the same images
+    flax_net = from_torch(module)
+    with torch.no_grad():
+        expected = module(torch.from_numpy(images)).numpy()
+    got = np.asarray(jax.jit(lambda x: flax_net(x))(jnp.asarray(images)))
+    # Then it is the Flax MobileNetV3 and the logits are the same
+    assert type(flax_net).__name__ == "MobileNetV3"
+    assert _parity(expected, got)["verdict"] == "same"
+    # And they depend on the image: two images' logits differ by far more than the tolerance
+    assert np.abs(expected[0] - expected[1]).max() > 0.1 * np.abs(expected).max()
+
+
+def test_the_flax_bert_gives_transformers_last_hidden_state() -> None:
+    # Given JAX's bert_base manifest shrunk (2 layers, width 64), built as the PyTorch predictor builds
+    # it, with every weight random (transformers starts biases at zero and LayerNorms at the identity)
+    manifest = ModelRegistry.load().get("bert_base", "jax")
+    small = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128}
+    source = dataclasses.replace(manifest.source, options={**manifest.source.options, "config": small})
+    module = build_module(dataclasses.replace(manifest, source=source))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in module.named_parameters():
+            if "LayerNorm.weight" in name:
+                parameter.uniform_(0.5, 1.5)
+            elif parameter.ndim == 2 and "embeddings" not in name:
+                parameter.normal_(std=parameter.shape[1] ** -0.5)
+            else:
+                parameter.normal_(std=0.2)
+    ids = np.random.default_rng(0).integers(0, 30522, size=(2, 16))
+    # When its weights are copied into the Flax BERT and both run on the same token ids
+    flax_bert = from_torch(module)
+    with torch.no_grad():
+        expected = module(torch.from_numpy(ids)).numpy()
+    got = np.asarray(jax.jit(lambda x: flax_bert(x))(jnp.asarray(ids, dtype=jnp.int32)))
+    # Then it is the Flax BERT and the last hidden state is the same, of the shrunk width, even at a
+    # tolerance 100 times tighter than parity's default: GELU's tanh approximation instead of the exact
+    # erf one stays inside the default
+    assert type(flax_bert).__name__ == "Bert" and got.shape == (2, 16, 64)
+    assert _parity(expected, got, rtol=1e-5)["verdict"] == "same"
 
 
 def test_the_tiny_llama_decoder_on_jax_gives_pytorchs_last_hidden_state(tmp_path: Path) -> None:

@@ -44,10 +44,11 @@ def base_document() -> dict[str, Any]:
 # The architectures each further framework ships (Keras has no ResNet-18 or AlexNet; Gluon's model
 # zoo has no AlexNet manifest here; Caffe2 runs torchvision's ImageNet models converted to its nets;
 # TensorRT builds engines from the ImageNet graphs ONNX Runtime runs, on an NVIDIA GPU). TensorFlow also
-# ships MobileNetV3-Small, one of the networks benchmarks/runtimes.py compares. JAX's ViT-B/16 and tiny
-# Llama are the catalogue's torchvision:vit_b_16 and hf:llama on the others.
+# ships MobileNetV3-Small, one of the networks benchmarks/runtimes.py compares, and so does JAX, with
+# BERT-base. JAX's ViT-B/16 and tiny Llama are the catalogue's torchvision:vit_b_16 and hf:llama on the
+# others.
 OTHER_FRAMEWORKS = {
-    "jax": {"resnet18", "resnet50", "vit_b_16", "llama_tiny"},
+    "jax": {"resnet18", "resnet50", "mobilenet_v3_small", "vit_b_16", "llama_tiny", "bert_base"},
     "tensorflow": {"resnet50", "mobilenet_v2", "mobilenet_v3_small", "vgg16"},
     # TensorFlow's converted, and mlscope's digits CNN as a Keras model (docs/litert.md).
     "litert": {"resnet50", "mobilenet_v2", "mobilenet_v3_small", "vgg16", "digits_cnn"},

@@ -56,7 +56,7 @@ def test_shipped_registry_lists_models_and_frameworks(shipped: ModelRegistry) ->
     # Given the registry of shipped manifests
     # Then it knows every shipped model on PyTorch, ONNX Runtime and OpenVINO, sorted
     assert shipped.names() == SHIPPED_NAMES
-    assert shipped.frameworks_for("bert_base") == ["onnxruntime", "openvino", "pytorch"]
+    assert shipped.frameworks_for("bert_base") == ["jax", "onnxruntime", "openvino", "pytorch"]
     assert shipped.frameworks_for("resnet50") == [
         "caffe2",
         "jax",
@@ -94,7 +94,8 @@ def test_known_model_without_the_framework_lists_the_frameworks_it_has(shipped: 
     with pytest.raises(UserError) as caught:
         shipped.get("bert_base", "tensorflow")
     assert str(caught.value) == (
-        "model 'bert_base' has no manifest for framework 'tensorflow'; it has: onnxruntime, openvino, pytorch"
+        "model 'bert_base' has no manifest for framework 'tensorflow'; "
+        "it has: jax, onnxruntime, openvino, pytorch"
     )
     assert caught.value.field == "framework"
 
@@ -206,7 +207,7 @@ def test_a_path_is_resolved_without_reading_the_shipped_manifests_or_the_catalog
             registry.get(nowhere, "onnxruntime")
     assert reads == []
     # A name reads them, once each; what they hold is then as before.
-    assert registry.frameworks_for("bert_base") == ["onnxruntime", "openvino", "pytorch"]
+    assert registry.frameworks_for("bert_base") == ["jax", "onnxruntime", "openvino", "pytorch"]
     assert registry.get("resnet50", "onnxruntime").attributes["top1"] == 76.130
     assert registry.get("torchvision:resnet18", "onnxruntime").name == "torchvision:resnet18"
     assert registry.names() == SHIPPED_NAMES and len(registry) == SHIPPED_FILES
