@@ -49,6 +49,11 @@ lint: $(STAMP)
 	@# Modules over the soft size limit, as warnings (it always exits 0).
 	$(Q)$(BIN)/python ops/module_sizes.py
 
+# mypy's incremental cache lives with the user's caches, not in the checkout, so a fresh clone (CI's)
+# checks against what an earlier one learnt: mypy takes a cached module only when its source's hash
+# matches (a moved checkout or venv is re-hashed, not re-checked), so the verdict is the same.
+MYPY_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/mlscope/mypy
+typecheck: export MYPY_CACHE_DIR := $(MYPY_CACHE_DIR)
 typecheck: $(STAMP)
 	$(Q)$(BIN)/mypy
 
@@ -66,6 +71,7 @@ docker: $(STAMP)
 # Then the `quiet` tests, which hold the tool's timing to a known truth, run alone: on two cores a
 # parallel test's load would be measured as the tool's error.
 TEST_WORKERS ?= 2
+test: export PYTHONDONTWRITEBYTECODE =
 test: $(STAMP) $(VENDORED) services docker lint typecheck
 	$(Q)$(BIN)/python -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadscope -m "not quiet"
 	$(Q)$(BIN)/python -m pytest -q -n 0 -m quiet
@@ -74,7 +80,8 @@ test: $(STAMP) $(VENDORED) services docker lint typecheck
 # The fast tests that need no service: it runs with Redis, PostgreSQL, RabbitMQ and Docker stopped. On
 # `make test`'s two workers, then the `quiet` ones alone, collected from the modules that mark them.
 # Python keeps its compiled modules (and pytest its rewritten tests) in __pycache__ even where the
-# environment says not to: compiling every module again would be most of each run's start-up.
+# environment says not to, here and in `make test`: compiling every module again would be most of each
+# run's start-up, and of each of the hundreds of processes the tests start.
 UNIT_MARKERS := not slow and not postgres and not redis and not rabbitmq and not docker and not browser and not gpu
 QUIET_MODULES = $(shell grep -rlE --include='*.py' 'mark\.quiet' tests)
 unit: export PYTHONDONTWRITEBYTECODE =
