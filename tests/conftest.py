@@ -4,6 +4,7 @@ manifest directory), so no test reads or writes the user's real data."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,18 @@ RUNTIME_MANIFESTS = REPO / "tests" / "data" / "runtime-manifests"
 # unit and contract tests go wherever a worker is free. (xdist's own `--dist loadgroup` cannot do
 # this with pytest 9: it renames node ids through an attribute pytest no longer reads.)
 SHARED_SCOPE = "shared-redis-and-host-turn"
-_SHARED_MARKS = ("tests.integration.farm", "_REDIS_DB", "127.0.0.1:6379/")
+# What makes a module's tests share: the farm (its class, its fixtures, its Redis URL) or a fixed test
+# database. A module that takes only the farm module's helpers (wait_until, free_port) is a scope of
+# its own: the locked-down containers and the compose stack have brokers and host turns of their own.
+_SHARED_MARKS = re.compile(
+    r"\bFarm\b|\bREDIS_URL\b|_REDIS_DB|127\.0\.0\.1:6379/|\b(make_|shared_store_)?farm: "
+)
 _UNSCOPED = ("unit", "contract")
+
+
+def uses_the_farm_or_a_fixed_database(module_text: str) -> bool:
+    """Whether a test module's source puts it in SHARED_SCOPE."""
+    return _SHARED_MARKS.search(module_text) is not None
 
 
 def xdist_scope_of(path: Path) -> str | None:
@@ -32,7 +43,7 @@ def xdist_scope_of(path: Path) -> str | None:
     relative = path.resolve().relative_to(REPO / "tests")
     if relative.parts[0] in _UNSCOPED:
         return None
-    if any(mark in path.read_text(encoding="utf-8") for mark in _SHARED_MARKS):
+    if uses_the_farm_or_a_fixed_database(path.read_text(encoding="utf-8")):
         return SHARED_SCOPE
     return relative.as_posix()
 
