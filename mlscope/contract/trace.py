@@ -126,7 +126,7 @@ def _read_csv(text: str, name: str) -> tuple[int, list[tuple[float, int, int, li
     if missing:
         raise _bad(f"{name} line 1", f"missing column {missing[0]!r} (expected a header {','.join(_AZURE)})")
     columns = [header.index(key) for key in _AZURE]
-    rows = []
+    rows: list[tuple[float, int, int, list[int] | None]] = []
     first: datetime | None = None
     for number, cells in enumerate(lines[1:], 2):
         where = f"{name} line {number}"
