@@ -70,6 +70,16 @@ GENERATION_SECTION: dict[str, Any] = {
             "description": "per bounded metric, the early-stopping certificate of its percentile",
             "additionalProperties": {"type": "object"},
         },
+        "workload": {
+            "type": "object",
+            "description": "a trace replayed (its file's name, sha256, lines, speed), conversations "
+            "(turns, think_time_ms) or shared prefixes (tokens, groups); absent for drawn requests",
+        },
+        "turns": {
+            "type": "object",
+            "description": "conversations: TTFT of first turns and of later ones (first_ttft_ms, "
+            "later_ttft_ms: summaries) and the median TTFT per turn (ttft_median_ms)",
+        },
         "via": {"type": "string", "enum": ["in_process", "endpoint"]},
         "endpoint": {"type": "string", "description": "the endpoint measured, when via endpoint"},
         "served": {"type": "object", "description": "--compare-served: the same figures, served"},

@@ -152,6 +152,14 @@ GENERATION_SCHEMA: dict[str, Any] = {
             "endpoint": {"type": "string", "pattern": ENDPOINT_PATTERN, "nullable": True},
             "api": {"type": "string", "enum": list(APIS)},
             "endpoint_model": {"type": "string", "minLength": 1, "maxLength": 1000, "nullable": True},
+            "trace": {
+                "type": "object",
+                "nullable": True,
+                "description": "a trace to replay, as `mlscope run --trace FILE` sends it "
+                "(docs/generate.md): name, sha256, lines, first_line, block_tokens, arrivals_ms, "
+                "input_tokens, output_tokens and optionally hash_ids; each line's lengths and order "
+                "are checked (HTTP 422 names the line)",
+            },
         },
     ),
     "description": "the generate scenario's settings (docs/generate.md); only those given are kept",

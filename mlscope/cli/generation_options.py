@@ -1,8 +1,9 @@
 """The generate scenario's options (`--prompt-tokens`, `--slo`, `--endpoint`, ...), shared by `run`,
 `submit` and `compare`, and the request's `generation` document they make.
 
-A `file:PATH` length is read here, where it was typed, and sent as the list of lengths: a worker
-never reads a file named by a client.
+A `file:PATH` length is read here, where it was typed, and sent as the list of lengths, and so is a
+`--trace FILE` (as its arrivals, lengths and shared blocks): a worker never reads a file named by a
+client.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import click
 from mlscope.cli.key_values import parse_key_values, with_flags
 from mlscope.contract.errors import UserError
 from mlscope.contract.generation import ENDPOINT_FRAMEWORK, read_lengths_file
+from mlscope.contract.trace import read_trace
 
 __all__ = ["GENERATION_FLAGS", "GENERATION_OPTIONS", "generation_document"]
 
@@ -29,6 +31,12 @@ GENERATION_FLAGS = (
     ("endpoint_model", "endpoint_model"),
     ("ignore_eos", "ignore_eos"),
     ("compare_served", "compare_served"),
+    ("trace", "trace"),
+    ("trace_speed", "trace_speed"),
+    ("turns", "turns"),
+    ("think_time", "think_time_ms"),
+    ("shared_prefix_tokens", "shared_prefix_tokens"),
+    ("prefix_groups", "prefix_groups"),
 )
 
 
@@ -83,6 +91,42 @@ GENERATION_OPTIONS = (
         "report the serving overhead per metric.",
     ),
     click.option(
+        "--trace",
+        metavar="FILE",
+        help="generate: replay a trace: Mooncake JSON lines (timestamp ms, input_length, output_length, "
+        "hash_ids) or an Azure CSV (TIMESTAMP,ContextTokens,GeneratedTokens), on its arrival times.",
+    ),
+    click.option(
+        "--trace-speed",
+        type=float,
+        metavar="X",
+        help="generate: replay the trace X times as fast (its gaps divided by X) [default: 1].",
+    ),
+    click.option(
+        "--turns",
+        type=int,
+        metavar="N",
+        help="generate: conversations of N turns, each prompt carrying the turns before it [default: 1].",
+    ),
+    click.option(
+        "--think-time",
+        type=float,
+        metavar="MS",
+        help="generate: pause between a turn's answer and the next turn [default: 0].",
+    ),
+    click.option(
+        "--shared-prefix-tokens",
+        type=int,
+        metavar="T",
+        help="generate: every prompt starts with a shared prefix of T tokens [default: 0].",
+    ),
+    click.option(
+        "--prefix-groups",
+        type=int,
+        metavar="G",
+        help="generate: G distinct shared prefixes, request i has prefix i mod G [default: 1].",
+    ),
+    click.option(
         "--generation",
         "generation",
         multiple=True,
@@ -97,13 +141,16 @@ def generation_document(generation: dict[str, Any] | None, **flags: Any) -> dict
     """The request's `generation` from `--generation KEY=VALUE` pairs and the flags set (a flag wins).
 
     Raises:
-        UserError: a `file:PATH` length whose file cannot be read or holds no lengths.
+        UserError: a `file:PATH` length whose file cannot be read or holds no lengths; a trace file
+            that cannot be read or has a bad line (contract.trace).
     """
     document = with_flags(generation or {}, GENERATION_FLAGS, flags)
     for name in ("prompt_tokens", "output_tokens"):
         value = document.get(name)
         if isinstance(value, str) and value.startswith("file:"):
             document[name] = read_lengths_file(value[len("file:") :], f"generation.{name}")
+    if isinstance(document.get("trace"), str):
+        document["trace"] = read_trace(document["trace"])
     return document
 
 

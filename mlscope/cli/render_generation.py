@@ -83,14 +83,54 @@ def generation_lines(result: Mapping[str, Any]) -> list[str]:
         if not isinstance(generation, Mapping):
             continue
         where = escape(str(generation.get("endpoint"))) if generation.get("endpoint") else "in process"
+        load = m.get("load") or {}
         lines.append(
             f"[bold]generate[/bold]   {generation.get('requests')} requests ({where}), prompt "
             f"{_lengths(generation, 'prompt_tokens')} tokens, output {_lengths(generation, 'output_tokens')} "
             f"tokens, concurrency {generation.get('concurrency')}"
-            + (f", Poisson {m['load']['target_qps']:g}/s" if (m.get("load") or {}).get("target_qps") else "")
+            + (
+                f", Poisson {load['target_qps']:g}/s"
+                if load.get("target_qps") and not (generation.get("workload") or {}).get("trace")
+                else ""
+            )
         )
+        lines += _workload_lines(generation, load, "  ")
         lines += _point_lines(generation, "  ")
         lines += _search_lines(m)
+    return lines
+
+
+def _workload_lines(generation: Mapping[str, Any], load: Mapping[str, Any], indent: str) -> list[str]:
+    """A replayed trace with its intended vs achieved timing, conversations with TTFT of first and
+    later turns, shared prefixes (docs/generate.md); none for drawn requests."""
+    workload = generation.get("workload") or {}
+    lines: list[str] = []
+    trace = workload.get("trace")
+    if isinstance(trace, Mapping):
+        late = load.get("issue_lateness_ms") or {}
+        wait = load.get("queue_wait_ms") or {}
+        lines.append(
+            f"{indent}{'trace':<10} {escape(str(trace.get('name')))} ({trace.get('lines')} lines, sha256 "
+            f"{str(trace.get('sha256'))[:12]}) at {trace.get('speed'):g}x: intended "
+            f"{load.get('intended_span_s', 0.0):.3f} s at {_rate(load.get('scheduled_qps'))}/s, "
+            f"achieved {load.get('achieved_span_s', 0.0):.3f} s at {_rate(load.get('sent_qps'))}/s; "
+            f"issue lateness p99 {ms_text(late.get('p99'))} ms, wait for a slot median "
+            f"{ms_text(wait.get('median'))} ms, max {ms_text(wait.get('max'))} ms"
+        )
+    sessions = workload.get("sessions")
+    turns = generation.get("turns") or {}
+    if isinstance(sessions, Mapping):
+        first, later = turns.get("first_ttft_ms") or {}, turns.get("later_ttft_ms") or {}
+        lines.append(
+            f"{indent}{'turns':<10} {sessions.get('turns')} per conversation, think time "
+            f"{sessions.get('think_time_ms'):g} ms; TTFT median turn 1 {ms_text(first.get('median'))} ms, "
+            f"later turns {ms_text(later.get('median'))} ms"
+        )
+    prefix = workload.get("shared_prefix")
+    if isinstance(prefix, Mapping):
+        lines.append(
+            f"{indent}{'prefix':<10} {prefix.get('tokens')} shared tokens, {prefix.get('groups')} groups"
+        )
     return lines
 
 

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 from mlscope.contract.bounds import Bound
 from mlscope.contract.errors import UserError
 from mlscope.contract.section import SettingsSection
+from mlscope.contract.trace import check_trace, trace_identity
 
 __all__ = [
     "APIS",
@@ -89,6 +90,16 @@ class GenerationSettings(SettingsSection):
             serve`, started and stopped by the job), run the same requests against it, and report
             the serving overhead per metric (the measurement's generation.served and
             generation.serving_overhead).
+        trace: a trace to replay (contract.trace: arrivals, lengths, shared blocks), read by the
+            CLI from --trace FILE; its requests replace the drawn ones, sent on its schedule.
+        trace_speed: 1. The trace's replay speed: its gaps between arrivals divided by this.
+        turns: 1. Requests per conversation: each turn's prompt carries the turns before it (their
+            prompts and answers) and a new user text; the turns of one conversation go one after
+            the other, `concurrency` conversations at once.
+        think_time_ms: 0. The pause between a turn's answer and the next turn.
+        shared_prefix_tokens: 0. Tokens of a prefix every prompt starts with, one of
+            `prefix_groups` prefixes (request i has prefix i mod groups), before its own text.
+        prefix_groups: 1. Distinct shared prefixes.
     """
 
     SECTION: ClassVar[str] = "generation"
@@ -97,6 +108,11 @@ class GenerationSettings(SettingsSection):
         "concurrency": Bound(integer=True, low=1, high=4096),
         "warmup_requests": Bound(integer=True, low=0, high=1000),
         "request_timeout_s": Bound(low=0, low_open=True, high=86_400),
+        "trace_speed": Bound(low=0, low_open=True, high=1000),
+        "turns": Bound(integer=True, low=1, high=1000),
+        "think_time_ms": Bound(low=0, high=3_600_000),
+        "shared_prefix_tokens": Bound(integer=True, low=0, high=MAX_LENGTH),
+        "prefix_groups": Bound(integer=True, low=1, high=100_000),
     }
 
     requests: int = 32
@@ -111,6 +127,12 @@ class GenerationSettings(SettingsSection):
     ignore_eos: bool = False
     request_timeout_s: float = 120.0
     compare_served: bool = False
+    trace: dict[str, Any] | None = None
+    trace_speed: float = 1.0
+    turns: int = 1
+    think_time_ms: float = 0.0
+    shared_prefix_tokens: int = 0
+    prefix_groups: int = 1
 
     def __post_init__(self) -> None:
         self._check_bounds()
@@ -139,6 +161,39 @@ class GenerationSettings(SettingsSection):
                 "compare it with (drop one of them)",
                 field="compare_served",
             )
+        self._check_workload()
+
+    def _check_workload(self) -> None:
+        """The trace, conversation and shared-prefix settings: each valid, and only those that
+        combine (a trace sets every request itself)."""
+        if self.trace is not None:
+            object.__setattr__(self, "trace", check_trace(self.trace))
+            if self.turns > 1 or self.shared_prefix_tokens:
+                raise UserError(
+                    "a trace sets each request's prompt itself: drop turns and shared_prefix_tokens",
+                    field="trace",
+                )
+        elif self.trace_speed != 1.0:
+            raise UserError("trace_speed scales a trace's arrivals: give a trace too", field="trace_speed")
+        if self.prefix_groups > 1 and not self.shared_prefix_tokens:
+            raise UserError(
+                "prefix_groups groups the shared prefixes: give shared_prefix_tokens too",
+                field="prefix_groups",
+            )
+        if self.think_time_ms and self.turns == 1:
+            raise UserError("think_time_ms is the pause between turns: give turns > 1", field="think_time_ms")
+
+    def workload(self) -> dict[str, Any] | None:
+        """What the measurement records of a trace, conversation or shared-prefix workload (the
+        trace by its file's name, SHA-256 and line count); None for plain drawn requests."""
+        described: dict[str, Any] = {}
+        if self.trace is not None:
+            described["trace"] = {**trace_identity(self.trace), "speed": self.trace_speed}
+        if self.turns > 1:
+            described["sessions"] = {"turns": self.turns, "think_time_ms": self.think_time_ms}
+        if self.shared_prefix_tokens:
+            described["shared_prefix"] = {"tokens": self.shared_prefix_tokens, "groups": self.prefix_groups}
+        return described or None
 
     def lengths(self, count: int, seed: int) -> tuple[list[int], list[int]]:
         """The prompt and output lengths of `count` requests, drawn with `seed`."""

@@ -303,6 +303,18 @@ class ContractRequestSchema(Schema):
                 "(e.g. --slo ttft_ms=200,tpot_ms=50)",
                 "generation.slo",
             )
+        rated = load.get("qps") is not None or load.get("find_max_qps")
+        if rated and generation.get("trace") is not None:
+            raise ValidationError(
+                "a trace replays its own arrival times: drop qps and find_max_qps "
+                "(--trace-speed scales them)",
+                "generation.trace",
+            )
+        if rated and (generation.get("turns") or 1) > 1:
+            raise ValidationError(
+                "conversations (turns > 1) run closed-loop, concurrency at once: drop qps and find_max_qps",
+                "generation.turns",
+            )
         if load.get("max_in_flight") is not None:
             raise ValidationError(
                 "the generate scenario's requests in flight are generation.concurrency (--concurrency)",

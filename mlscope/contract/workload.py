@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mlscope.contract.trace import trace_identity
+
 __all__ = ["Difference", "display_name", "model_options", "workload_differences", "workload_key"]
 
 # The load settings that change the load itself (the rate, the queries, what a search looks for);
@@ -37,7 +39,22 @@ _LOAD_WORKLOAD = (
 # endpoint_model the name it knows the model by (a comparison of two servers is on purpose, like one
 # of two frameworks; the model itself is the evaluation's); requests, warm-up, timeout, slo and
 # compare_served change how much is measured or what else is reported, not the requests.
-_GENERATION_WORKLOAD = ("prompt_tokens", "output_tokens", "concurrency", "api", "ignore_eos")
+_GENERATION_WORKLOAD = (
+    "prompt_tokens",
+    "output_tokens",
+    "concurrency",
+    "api",
+    "ignore_eos",
+    "trace",
+    "trace_speed",
+    "turns",
+    "think_time_ms",
+    "shared_prefix_tokens",
+    "prefix_groups",
+)
+# Settings compared by what names them rather than whole: a trace by its file's name, SHA-256 and
+# line count (its thousands of arrivals and lengths would be the difference's text otherwise).
+_WORKLOAD_VIEWS = {("generation", "trace"): trace_identity}
 # The scenarios each request section applies to: a section's differences count only when a scenario
 # it shapes is compared.
 _LOAD_SCENARIOS = frozenset({"server", "multi_stream", "generate"})
@@ -128,7 +145,11 @@ def display_name(evaluation: Mapping[str, Any]) -> str:
 def _section(request: Mapping[str, Any], key: str, defaults: Mapping[str, Any]) -> dict[str, Any]:
     given = request.get(key)
     given = given if isinstance(given, Mapping) else {}
-    return {name: given.get(name, default) for name, default in defaults.items()}
+    section = {name: given.get(name, default) for name, default in defaults.items()}
+    for (where, name), view in _WORKLOAD_VIEWS.items():
+        if where == key and name in section:
+            section[name] = view(section[name])
+    return section
 
 
 def _defaults(settings: Any, names: Iterable[str]) -> dict[str, Any]:
@@ -201,7 +222,8 @@ def workload_differences(
     dataset, and where a compared scenario
     uses them the load settings (rate, queries in flight, multi_stream's query shape, a latency
     search's bound and percentile), the generation settings (prompt and output lengths, concurrency,
-    api, ignore_eos) and offline's concurrency. A manifest hash that differs because
+    api, ignore_eos, a replayed trace by name, SHA-256 and lines and its speed, turns and think time,
+    shared prefixes) and offline's concurrency. A manifest hash that differs because
     the model options do is not named twice.
 
     Args:

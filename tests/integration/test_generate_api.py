@@ -66,6 +66,9 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"load": {"find_max_qps": True}}, "generation.slo"),
     ({"generation": {"endpoint": "http://127.0.0.1:8001/v1"}}, "framework"),
     ({"scenarios": ["offline"], "generation": {"requests": 4}}, "generation"),
+    ({"generation": {"trace": {"name": "t.jsonl"}}}, "generation.trace"),
+    ({"generation": {"turns": 2}, "load": {"qps": 3}}, "generation.turns"),
+    ({"generation": {"prefix_groups": 4}}, "generation.prefix_groups"),
 ]
 
 

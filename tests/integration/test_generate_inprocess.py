@@ -14,11 +14,15 @@ import torch
 import transformers
 
 from mlscope.contract.generation import GenerationSettings
+from mlscope.contract.load import LoadSettings
 from mlscope.contract.manifest import Manifest
+from mlscope.contract.trace import TRACE_BLOCK_TOKENS
 from mlscope.registry.catalogue import Catalogue
 from mlscope.registry.models import ModelRegistry
 from mlscope.registry.references import ModelOptions, apply_options
+from mlscope.runtime.generate.driver import build_requests, run_generate
 from mlscope.runtime.generate.records import GenerationRequest
+from mlscope.runtime.measure.settings import MeasureSettings
 from mlscope.runtime.predictors.base import PredictorError
 from mlscope.runtime.predictors.pytorch.generate import InProcessEngine, context_length
 from mlscope.runtime.predictors.pytorch.model_directory import materialise, prompt_text, tokenizer_for
@@ -186,3 +190,36 @@ def test_a_damaged_directory_is_built_again(tmp_path: Path) -> None:
     again = materialise(manifest("hf:gpt2", GPT2), tmp_path, seed=0)
 
     assert again == directory and (again / "model.safetensors").is_file()
+
+
+def test_a_trace_and_a_conversation_run_in_process_their_shared_blocks_the_same_token_ids(
+    gpt2: InProcessEngine,
+) -> None:
+    block = TRACE_BLOCK_TOKENS
+    trace = {
+        "name": "shared.jsonl",
+        "sha256": "0" * 64,
+        "lines": 4,
+        "first_line": 1,
+        "block_tokens": block,
+        "arrivals_ms": [0.0, 20.0, 40.0, 60.0],
+        "input_tokens": [block + 6, block + 9, block + 6, 12],
+        "output_tokens": [3, 2, 4, 2],
+        "hash_ids": [[1, 2], [1, 3], [4, 2], []],
+    }
+    settings = GenerationSettings(trace=trace, concurrency=2, warmup_requests=0)
+    measurement = run_generate(gpt2, settings, LoadSettings(), MeasureSettings(min_count=2, max_seconds=30))
+    generation = measurement["generation"]
+    assert generation["failed_requests"]["count"] == 0
+    # The model saw each line's input length and generated its output length
+    assert generation["per_request"]["prompt_tokens"] == trace["input_tokens"]
+    assert generation["per_request"]["output_tokens"] == trace["output_tokens"]
+    assert measurement["load"]["trace"]["lines"] == 4
+    ids = [gpt2.prompt_ids(request) for request in build_requests(settings, 0, 0, gpt2.max_context)]
+    # Block 1 opens lines 1 and 2 with the same token ids; block 4 is other ids
+    assert ids[0][:block] == ids[1][:block] and ids[2][:block] != ids[0][:block]
+    assert ids[0][block:] != ids[1][block : block + 6]
+    # A conversation's second turn starts with its first turn's ids
+    talk = GenerationSettings(turns=2, prompt_tokens=5, output_tokens=3, requests=2)
+    first, second = (gpt2.prompt_ids(r) for r in build_requests(talk, 2, 0, gpt2.max_context))
+    assert len(second) == 5 + 3 + 5 and second[:5] == first

@@ -17,6 +17,7 @@ with the server scenario's bracket-and-bisect search.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -29,9 +30,9 @@ from mlscope.contract.errors import UserError
 from mlscope.contract.generation import GenerationSettings
 from mlscope.contract.load import LoadSettings
 from mlscope.runtime.generate.records import GenerateEngine, GenerationRequest, RequestRecord
-from mlscope.runtime.generate.reduce import MIN_REQUESTS, Point, per_request, reduce_records
+from mlscope.runtime.generate.reduce import MIN_REQUESTS, NS_PER_MS, Point, per_request, reduce_records
 from mlscope.runtime.measure.certify import min_queries
-from mlscope.runtime.measure.generator import Schedule, issue
+from mlscope.runtime.measure.generator import IssueRecord, Schedule, issue
 from mlscope.runtime.measure.loop import NS_PER_S
 from mlscope.runtime.measure.search import find_max_qps
 from mlscope.runtime.measure.settings import MeasureSettings
@@ -45,20 +46,28 @@ __all__ = ["Point", "build_requests", "issue_requests", "reduce_records", "run_g
 _GIVE_UP_AFTER = 8
 
 
+# Seed offsets of the prompt pieces that are not a request's own text, so none coincides with one:
+# an earlier turn's answer, a shared prefix, a trace's shared block.
+_ANSWER_SEED = 1 << 20
+_PREFIX_SEED = 2 << 20
+_BLOCK_SEED = 3 << 20
+
+
 def build_requests(
     settings: GenerationSettings, count: int, seed: int, max_context: int | None, *, first: int = 0
 ) -> list[GenerationRequest]:
-    """`count` requests with the settings' lengths drawn from `seed`, indices from `first`.
+    """`count` requests with the settings' lengths drawn from `seed`, indices from `first`: a
+    shared prefix before each prompt, the turns of conversations (`settings.turns` consecutive
+    indices each), or with a trace its lines (count and first then ignored).
 
     Raises:
         UserError: a request's prompt and output do not fit the model's context (field
-            generation.prompt_tokens), naming the first that does not.
+            generation.prompt_tokens, or the trace's line), naming the first that does not.
     """
+    if settings.trace is not None:
+        return _trace_requests(settings.trace, seed, max_context)
     prompts, outputs = settings.lengths(count + first, seed)
-    requests = [
-        GenerationRequest(index=i, prompt_tokens=prompts[i], output_tokens=outputs[i], seed=seed)
-        for i in range(first, first + count)
-    ]
+    requests = [_request(settings, i, prompts, outputs, seed) for i in range(first, first + count)]
     if max_context is not None:
         for request in requests:
             if request.prompt_tokens + request.output_tokens > max_context:
@@ -71,6 +80,69 @@ def build_requests(
     return requests
 
 
+def _request(
+    settings: GenerationSettings, index: int, prompts: list[int], outputs: list[int], seed: int
+) -> GenerationRequest:
+    """Request `index`: its shared prefix (its conversation's), the turns before it in its
+    conversation (each turn's user text and an answer of the length that turn asked for), then its
+    own user text."""
+    parts: list[tuple[str, int, int, int]] = []
+    if settings.shared_prefix_tokens:
+        group = index // settings.turns % settings.prefix_groups  # one prefix per conversation
+        parts.append(("user", settings.shared_prefix_tokens, seed + _PREFIX_SEED, group))
+    turn = None
+    if settings.turns > 1:
+        turn = index % settings.turns + 1
+        for earlier in range(index - turn + 1, index):
+            parts.append(("user", prompts[earlier], seed, earlier))
+            parts.append(("assistant", outputs[earlier], seed + _ANSWER_SEED, earlier))
+    parts.append(("user", prompts[index], seed, index))
+    total = sum(part[1] for part in parts)
+    return GenerationRequest(index, total, outputs[index], seed, tuple(parts) if len(parts) > 1 else (), turn)
+
+
+def _trace_requests(trace: dict[str, Any], seed: int, max_context: int | None) -> list[GenerationRequest]:
+    """One request per trace line: its prompt made of the line's shared blocks (one text per block
+    id, whichever request it is in) and then text of its own, to the line's input length."""
+    block = trace["block_tokens"]
+    hash_ids = trace.get("hash_ids") or [[] for _ in trace["input_tokens"]]
+    requests = []
+    for index, (size, output, ids) in enumerate(
+        zip(trace["input_tokens"], trace["output_tokens"], hash_ids, strict=True)
+    ):
+        if max_context is not None and size + output > max_context:
+            raise UserError(
+                f"trace {trace['name']} line {trace['first_line'] + index}: input_length {size} + "
+                f"output_length {output} exceed the model's context of {max_context} tokens",
+                field="generation.trace",
+            )
+        parts = [
+            ("user", min(block, size - position * block), seed + _BLOCK_SEED, block_id)
+            for position, block_id in enumerate(ids)
+        ]
+        own = size - sum(part[1] for part in parts)
+        if own > 0:
+            parts.append(("user", own, seed, index))
+        requests.append(GenerationRequest(index, size, output, seed, tuple(parts) if len(parts) > 1 else ()))
+    return requests
+
+
+def trace_schedule(trace: dict[str, Any], speed: float) -> Schedule:
+    """The trace's arrivals as the generator's schedule, its gaps divided by `speed`.
+
+    Raises:
+        UserError: fewer than 2 distinct arrival times (no schedule to replay).
+    """
+    arrivals = [round(ms * NS_PER_MS / speed) for ms in trace["arrivals_ms"]]
+    if len(arrivals) < 2 or arrivals[-1] == arrivals[0]:
+        raise UserError(
+            f"trace {trace['name']}: its requests all arrive at one time; a replay needs at least 2 "
+            "arrival times",
+            field="generation.trace",
+        )
+    return Schedule.replay(arrivals)
+
+
 def issue_requests(
     engine: GenerateEngine,
     requests: list[GenerationRequest],
@@ -79,9 +151,12 @@ def issue_requests(
     qps: float | None = None,
     seed: int = 0,
     on_done: Callable[[int], None] | None = None,
+    schedule: Schedule | None = None,
+    think_time_ms: float = 0.0,
 ) -> Point:
-    """Send `requests` closed-loop (qps None) or as Poisson arrivals at `qps`; their records in
-    request order."""
+    """Send `requests` closed-loop (qps and schedule None), as Poisson arrivals at `qps`, or on a
+    `schedule` (a trace's); their records in request order. Requests with a turn are conversations:
+    a client sends each one's turns in order, `think_time_ms` after the last turn's end."""
     records: list[RequestRecord | None] = [None] * len(requests)
     done = [0]
     failed = [0]
@@ -92,6 +167,7 @@ def issue_requests(
             return  # every request so far failed: the rest would too (a dead or refusing endpoint)
         record = engine.generate(requests[position])
         record.due_ns = due_ns
+        record.turn = requests[position].turn
         records[position] = record
         with lock:
             done[0] += 1
@@ -103,20 +179,25 @@ def issue_requests(
     monitor = EnvironmentMonitor()
     monitor.start()
     started = time.perf_counter_ns()
-    if qps is None:
-        cursor = iter(range(len(requests)))
+    issued: IssueRecord | None = None
+    if qps is None and schedule is None:
+        # A unit is one request, or one conversation's turns (consecutive, the first of turn 1).
+        firsts = [i for i, r in enumerate(requests) if r.turn is None or r.turn == 1 or i == 0]
+        units = [range(a, b) for a, b in zip(firsts, [*firsts[1:], len(requests)], strict=True)]
+        cursor = iter(units)
 
         def client() -> None:
             while True:
                 with lock:
-                    position = next(cursor, None)
-                if position is None:
+                    unit = next(cursor, None)
+                if unit is None:
                     return
-                run(position, None)
+                for position in unit:
+                    if position != unit[0] and think_time_ms:
+                        time.sleep(think_time_ms / 1000.0)
+                    run(position, None)
 
-        threads = [
-            threading.Thread(target=client, daemon=True) for _ in range(min(concurrency, len(requests)))
-        ]
+        threads = [threading.Thread(target=client, daemon=True) for _ in range(min(concurrency, len(units)))]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -127,7 +208,7 @@ def issue_requests(
         issued = issue(
             lambda position: run(position, None),
             range(len(requests)),
-            Schedule("poisson", qps, seed=seed),
+            schedule if schedule is not None else Schedule("poisson", qps or 1.0, seed=seed),
             max_in_flight=concurrency,
             max_seconds=float("inf"),
             check_every_seconds=1.0,
@@ -139,9 +220,11 @@ def issue_requests(
             if sent is not None:
                 sent.due_ns = issued.start_ns + int(due)
         started = issued.start_ns
+        if schedule is not None:
+            qps = schedule.rate
     wall_ns = time.perf_counter_ns() - started
     finished = [record for record in records if record is not None]
-    return Point(finished, wall_ns, qps, monitor.stop())
+    return Point(finished, wall_ns, qps, monitor.stop(), issued)
 
 
 def requests_needed(settings: GenerationSettings, load: LoadSettings) -> int:
@@ -186,8 +269,10 @@ def _until_stable(
         if sent >= _MAX_REQUESTS:
             break
         count = min(max(8, int(sent * _MORE)), _MAX_REQUESTS - sent)
+        # Whole conversations: a round starts at a first turn (sent counts whole ones).
+        count = -(-count // settings.turns) * settings.turns
         more = build_requests(settings, count, load.seed, engine.max_context, first=sent)
-        extra = issue_requests(engine, more, settings.concurrency)
+        extra = issue_requests(engine, more, settings.concurrency, think_time_ms=settings.think_time_ms)
         point = Point(point.records + extra.records, point.wall_ns + extra.wall_ns, None, point.environment)
     return point
 
@@ -235,19 +320,35 @@ def run_generate(
     Raises:
         UserError: a request does not fit the model's context; find_max_qps without an slo.
     """
+    _check_open_loop(settings, load)
     count = requests_needed(settings, load)
+    count = -(-count // settings.turns) * settings.turns  # whole conversations
     requests = build_requests(settings, count, load.seed, engine.max_context)
     if settings.warmup_requests:
-        warmup = build_requests(settings, settings.warmup_requests, load.seed + 7919, engine.max_context)
-        issue_requests(engine, warmup, settings.concurrency)
+        # A trace's warm-up requests are drawn ones (its lines are all measured).
+        drawn = dataclasses.replace(settings, trace=None, trace_speed=1.0) if settings.trace else settings
+        warmup = build_requests(drawn, settings.warmup_requests, load.seed + 7919, engine.max_context)
+        issue_requests(engine, warmup, settings.concurrency, think_time_ms=settings.think_time_ms)
 
     def progress(done: int) -> None:
         if on_progress is not None:
             on_progress(done / len(requests))
 
+    if settings.trace is not None:
+        schedule = trace_schedule(settings.trace, settings.trace_speed)
+        point = issue_requests(
+            engine, requests, settings.concurrency, schedule=schedule, seed=load.seed, on_done=progress
+        )
+        return reduce_records(point, settings, load, measure, remote=remote)
     if not load.find_max_qps:
         point = issue_requests(
-            engine, requests, settings.concurrency, qps=load.qps, seed=load.seed, on_done=progress
+            engine,
+            requests,
+            settings.concurrency,
+            qps=load.qps,
+            seed=load.seed,
+            on_done=progress,
+            think_time_ms=settings.think_time_ms,
         )
         if load.qps is None:
             point = _until_stable(engine, point, settings, load, measure)
@@ -259,6 +360,25 @@ def run_generate(
             field="generation.slo",
         )
     return _search(engine, requests, settings, load, measure, on_probe, remote)
+
+
+def _check_open_loop(settings: GenerationSettings, load: LoadSettings) -> None:
+    """A trace brings its own arrivals, and conversations run closed-loop: neither takes a rate.
+
+    Raises:
+        UserError: a trace or turns with load.qps or find_max_qps.
+    """
+    if load.qps is None and not load.find_max_qps:
+        return
+    flag = "load.qps" if load.qps is not None else "load.find_max_qps"
+    if settings.trace is not None:
+        raise UserError(
+            f"a trace replays its own arrival times: drop {flag} (--trace-speed scales them)", field=flag
+        )
+    if settings.turns > 1:
+        raise UserError(
+            f"conversations (turns > 1) run closed-loop, `concurrency` at once: drop {flag}", field=flag
+        )
 
 
 def _search(

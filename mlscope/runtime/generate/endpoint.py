@@ -237,12 +237,12 @@ class EndpointEngine:
     # -- one request -------------------------------------------------------------------------------
 
     def _body(self, request: GenerationRequest) -> dict[str, Any]:
-        text = self._prompt_text(request.prompt_tokens, request.seed, request.index)
+        messages = request.messages(self._prompt_text)
         body: dict[str, Any] = {"model": self.model}
         if self.api == "chat":
-            body["messages"] = [{"role": "user", "content": text}]
+            body["messages"] = [{"role": role, "content": text} for role, text in messages]
         else:
-            body["prompt"] = text
+            body["prompt"] = " ".join(text for _, text in messages)
         body.update(
             stream=True,
             max_tokens=request.output_tokens,

@@ -8,6 +8,7 @@ stream that stops early): it returns the record with `error` set, and the run co
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,12 +25,37 @@ class GenerationRequest:
             ids; an endpoint engine builds a text of about this many tokens).
         output_tokens: tokens to generate, forced (end-of-sequence ignored where the engine can).
         seed: seeds the prompt's content, so two runs send the same prompts.
+        parts: the prompt in pieces, each (role, tokens, seed, key): a piece's content is what a
+            one-piece prompt of that many tokens with (seed, index=key) would be, so pieces with one
+            (seed, key) are the same text or ids wherever they appear (a shared prefix, a trace's
+            shared block, a conversation's earlier turns). Role "user" or "assistant": an
+            assistant piece stands for an earlier answer (a chat API gets it as its own message).
+            Empty: one user piece (prompt_tokens, seed, index).
+        turn: the request's turn in its conversation (1 first), None outside one.
     """
 
     index: int
     prompt_tokens: int
     output_tokens: int
     seed: int = 0
+    parts: tuple[tuple[str, int, int, int], ...] = ()
+    turn: int | None = None
+
+    def pieces(self) -> tuple[tuple[str, int, int, int], ...]:
+        """The prompt's pieces (see `parts`), a plain request's one piece included."""
+        return self.parts or (("user", self.prompt_tokens, self.seed, self.index),)
+
+    def messages(self, text: Callable[[int, int, int], str]) -> list[tuple[str, str]]:
+        """The prompt as (role, text) messages, each piece made by `text(tokens, seed, key)` and
+        neighbouring pieces of one role joined by a space into one message."""
+        messages: list[tuple[str, str]] = []
+        for role, tokens, seed, key in self.pieces():
+            piece = text(tokens, seed, key)
+            if messages and messages[-1][0] == role:
+                messages[-1] = (role, f"{messages[-1][1]} {piece}")
+            else:
+                messages.append((role, piece))
+        return messages
 
 
 @dataclass
@@ -50,6 +76,7 @@ class RequestRecord:
             e.g. "stopped early: 3 of 16 tokens (finish_reason 'stop')".
         due_ns: when a load generator scheduled the request (its latencies then run from here, so
             queueing counts); None when issued back to back (they run from start_ns).
+        turn: the request's turn in its conversation, None outside one.
     """
 
     index: int
@@ -62,6 +89,7 @@ class RequestRecord:
     end_ns: int = 0
     error: str | None = None
     due_ns: int | None = None
+    turn: int | None = None
 
     @property
     def origin_ns(self) -> int:

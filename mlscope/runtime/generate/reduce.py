@@ -14,8 +14,11 @@ import numpy as np
 
 from mlscope.contract.generation import GenerationSettings
 from mlscope.contract.load import LoadSettings
+from mlscope.contract.trace import trace_identity
 from mlscope.runtime.generate.records import RequestRecord
 from mlscope.runtime.measure.certify import certify_bound
+from mlscope.runtime.measure.generator import IssueRecord
+from mlscope.runtime.measure.load_report import LATE_MS
 from mlscope.runtime.measure.loop import NS_PER_S, STOP_STABLE, LoopResult
 from mlscope.runtime.measure.settings import MeasureSettings
 from mlscope.runtime.measure.stats import summarize
@@ -33,12 +36,14 @@ _MAX_PER_REQUEST = 2_000
 
 @dataclass
 class Point:
-    """One run of the requests at one rate: the records and how long it took."""
+    """One run of the requests at one rate: the records and how long it took, and for an open
+    loop the generator's record (when each request was due and when it was handed over)."""
 
     records: list[RequestRecord]
     wall_ns: int
     qps: float | None
     environment: dict[str, Any]
+    issued: IssueRecord | None = None
 
 
 def per_request(record: RequestRecord) -> dict[str, float | None]:
@@ -72,6 +77,8 @@ def _per_request_lists(records: list[RequestRecord]) -> dict[str, list[Any]]:
             value = figures.get(metric)
             columns[metric].append(None if value is None else round(value, 6))
         columns["error"].append(record.error)
+    if any(record.turn is not None for record in records):
+        columns["turn"] = [record.turn for record in records]
     return columns
 
 
@@ -136,6 +143,11 @@ def reduce_records(
         if values:
             summaries[metric] = summarize(np.asarray(values) * NS_PER_MS, measure)
             generation[metric] = summaries[metric].to_dict()
+    workload = settings.workload()
+    if workload is not None:
+        generation["workload"] = workload
+    if settings.turns > 1:
+        generation["turns"] = _by_turn(ok, measure)
     gaps = [int(g) for r in ok for g in np.diff(np.asarray(r.token_ns, dtype=np.int64))]
     if gaps:
         generation["itl_ms"] = summarize(np.asarray(gaps, dtype=np.float64), measure).to_dict()
@@ -164,6 +176,8 @@ def reduce_records(
             "queries": len(records),
             "queue_wait_ms": {"median": float(np.median(late)), "max": float(max(late))} if late else None,
         }
+        if point.issued is not None:
+            load_section.update(_schedule_kept(point.issued, records, settings))
     e2e_ns = np.asarray([p["e2e_ms"] for p in per], dtype=np.float64) * NS_PER_MS
     tpot_ns = (
         np.asarray([p["tpot_ms"] for p in per if p["tpot_ms"] is not None], dtype=np.float64) * NS_PER_MS
@@ -264,3 +278,53 @@ def _certify(
         )
         certified[metric] = certificate.to_dict()
     return certified
+
+
+def _by_turn(ok: list[RequestRecord], measure: MeasureSettings) -> dict[str, Any]:
+    """TTFT of conversations' first turns and of their later ones (whose prompts carry the history
+    a server's prefix cache may hold), and the median per turn."""
+    ttft: dict[int, list[float]] = {}
+    for record in ok:
+        if record.turn is not None:
+            ttft.setdefault(record.turn, []).append(per_request(record)["ttft_ms"] or 0.0)
+    first = ttft.get(1, [])
+    later = [value for turn, values in ttft.items() if turn > 1 for value in values]
+    return {
+        "first_ttft_ms": summarize(np.asarray(first) * NS_PER_MS, measure).to_dict() if first else None,
+        "later_ttft_ms": summarize(np.asarray(later) * NS_PER_MS, measure).to_dict() if later else None,
+        "ttft_median_ms": {str(turn): float(np.median(ttft[turn])) for turn in sorted(ttft)},
+    }
+
+
+def _schedule_kept(
+    issued: IssueRecord, records: list[RequestRecord], settings: GenerationSettings
+) -> dict[str, Any]:
+    """How the schedule was kept: intended vs achieved rate and span (from the first request due to
+    the last, and from the first sent to the last), and each request's lateness as the generator
+    handed it over (`issue_lateness_ms`: the generator's own; the wait for a free slot after it is
+    in `queue_wait_ms`)."""
+    count = issued.issued
+    scheduled, sent = issued.scheduled[:count], issued.sent[:count]
+    lateness = (sent - scheduled).astype(np.float64) / NS_PER_MS
+    starts = [r.start_ns for r in records if r.due_ns is not None]
+
+    intended_s = float(scheduled[-1] - scheduled[0]) / NS_PER_S if count else 0.0
+    achieved_s = (max(starts) - min(starts)) / NS_PER_S if starts else 0.0
+    kept: dict[str, Any] = {
+        "scheduled_qps": (count - 1) / intended_s if intended_s > 0 else None,
+        "sent_qps": (len(starts) - 1) / achieved_s if achieved_s > 0 else None,
+        "intended_span_s": intended_s,
+        "achieved_span_s": achieved_s,
+        "issue_lateness_ms": {
+            "mean": float(lateness.mean()),
+            "p50": float(np.percentile(lateness, 50)),
+            "p99": float(np.percentile(lateness, 99)),
+            "max": float(lateness.max()),
+        }
+        if count
+        else None,
+        "late": int((lateness > LATE_MS).sum()),
+    }
+    if settings.trace is not None:
+        kept["trace"] = {**trace_identity(settings.trace), "speed": settings.trace_speed}
+    return kept

@@ -95,7 +95,8 @@ class LlamaCppEngine:
         return self._words.prompt_text
 
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
-        return self._words.prompt_ids(request.prompt_tokens, request.seed, request.index)
+        pieces = request.pieces()
+        return [i for _, tokens, seed, key in pieces for i in self._words.prompt_ids(tokens, seed, key)]
 
     def server(self) -> Any:
         """llama.cpp's own OpenAI-compatible server on the same GGUF file (`serve.LlamaCppServer`),

@@ -126,12 +126,18 @@ class InProcessEngine:
         return None if self._prompt_words is None else self._prompt_words.prompt_text
 
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
-        """Request's prompt as token ids (see the class docstring)."""
-        if self._prompt_words is not None:
-            return self._prompt_words.prompt_ids(request.prompt_tokens, request.seed, request.index)
-        generator = np.random.default_rng([request.seed, request.index])
-        allowed = np.setdiff1d(np.arange(self.vocab_size), np.array(sorted(self._special), dtype=np.int64))
-        return [int(value) for value in generator.choice(allowed, size=request.prompt_tokens)]
+        """Request's prompt as token ids (see the class docstring), its pieces (a shared prefix, a
+        conversation's earlier turns: `GenerationRequest.parts`) one after the other."""
+        ids: list[int] = []
+        special = np.array(sorted(self._special), dtype=np.int64)
+        for _, tokens, seed, key in request.pieces():
+            if self._prompt_words is not None:
+                ids += self._prompt_words.prompt_ids(tokens, seed, key)
+                continue
+            generator = np.random.default_rng([seed, key])
+            allowed = np.setdiff1d(np.arange(self.vocab_size), special)
+            ids += [int(value) for value in generator.choice(allowed, size=tokens)]
+        return ids
 
     def generate(self, request: GenerationRequest) -> RequestRecord:
         model = self.model
