@@ -152,6 +152,7 @@ GENERATION_SCHEMA: dict[str, Any] = {
             "endpoint": {"type": "string", "pattern": ENDPOINT_PATTERN, "nullable": True},
             "api": {"type": "string", "enum": list(APIS)},
             "endpoint_model": {"type": "string", "minLength": 1, "maxLength": 1000, "nullable": True},
+            "server_metrics": {"type": "string", "pattern": ENDPOINT_PATTERN, "nullable": True},
         },
     ),
     "description": "the generate scenario's settings (docs/generate.md); only those given are kept",
@@ -324,7 +325,13 @@ def request_rules(
         "required": ["framework"],
         "properties": {
             "framework": {"enum": others},
-            "generation": {"properties": {"endpoint": {"not": {"type": "string"}}}},
+            # server_metrics samples the endpoint's server: there is none in process.
+            "generation": {
+                "properties": {
+                    "endpoint": {"not": {"type": "string"}},
+                    "server_metrics": {"not": {"type": "string"}},
+                }
+            },
         },
     }
     # find_max_qps searches against the slo.

@@ -29,6 +29,7 @@ GENERATION_FLAGS = (
     ("endpoint_model", "endpoint_model"),
     ("ignore_eos", "ignore_eos"),
     ("compare_served", "compare_served"),
+    ("server_metrics", "server_metrics"),
 )
 
 
@@ -81,6 +82,13 @@ GENERATION_OPTIONS = (
         is_flag=True,
         help="generate: also serve the model here (transformers serve), send it the same requests and "
         "report the serving overhead per metric.",
+    ),
+    click.option(
+        "--server-metrics",
+        metavar="URL",
+        help="generate: sample the endpoint server's Prometheus metrics at this URL during the run "
+        "(vLLM, SGLang, TGI, llama.cpp: KV-cache use, requests running and waiting); every "
+        "--generation server_metrics_interval_s (default 0.5).",
     ),
     click.option(
         "--generation",

@@ -226,11 +226,13 @@ def run_generate(
     on_progress: Callable[[float], None] | None = None,
     on_probe: Callable[[dict[str, Any]], None] | None = None,
     remote: bool = False,
+    on_measure: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Warm up, then measure one point (closed loop, or at load.qps), or search the highest rate
     whose SLO certificates pass (load.find_max_qps). A closed loop sends `settings.requests` and then
     more, until the median TPOT is stable (`measure.stability`) or `measure.max_seconds` have passed,
-    as the other scenarios' timed loops do; `remote` as for `reduce_records`.
+    as the other scenarios' timed loops do; `remote` as for `reduce_records`; `on_measure` is called
+    once the warm-up requests are done, as the measured ones begin (a server metrics sampler starts).
 
     Raises:
         UserError: a request does not fit the model's context; find_max_qps without an slo.
@@ -240,6 +242,8 @@ def run_generate(
     if settings.warmup_requests:
         warmup = build_requests(settings, settings.warmup_requests, load.seed + 7919, engine.max_context)
         issue_requests(engine, warmup, settings.concurrency)
+    if on_measure is not None:
+        on_measure()
 
     def progress(done: int) -> None:
         if on_progress is not None:
