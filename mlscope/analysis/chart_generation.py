@@ -4,6 +4,10 @@ its requests' time to first token and time per output token, from `generation.pe
 Both are drawn as CDFs on one latency axis (logarithmic when they span more than CDF_LOG_SPREAD, as
 TTFT and TPOT usually do), a step series per metric and point; failed requests have no figures and are
 counted in a note, and an SLO's bounds are named in one.
+
+Beside them, the server's own metrics sampled during the requests (`generation.server_metrics`):
+requests running and waiting (and the batch, where the server gives it) against time, with the
+client's requests in flight on the same axis and the KV cache's use on the right.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from mlscope.analysis.chart_labels import INVALID, evaluation_label, invalid_not
 from mlscope.analysis.charts import Chart, Series
 from mlscope.contract.errors import UserError
 
-__all__ = ["request_cdf"]
+__all__ = ["request_cdf", "server_metrics_chart"]
 
 _METRICS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"))
 
@@ -68,4 +72,60 @@ def request_cdf(evaluation: Mapping[str, Any]) -> Chart:
         series=tuple(series),
         x_type="log" if wide else "linear",
         notes=(*invalid_note([(point_name(m), m) for m in drawn]), *notes),
+    )
+
+
+_COUNTS = (
+    ("requests_running", "running (server)"),
+    ("requests_waiting", "waiting (server)"),
+    ("batch_size", "batch (server)"),
+)
+
+
+def server_metrics_chart(evaluation: Mapping[str, Any]) -> Chart:
+    """The server's metrics against time, per point that sampled them: its requests running and
+    waiting, the client's requests in flight, and the KV cache's use (%, right axis).
+
+    Raises:
+        UserError: no measurement has a series of server metrics (none asked for, or none answered).
+    """
+    drawn = [
+        m
+        for m in evaluation.get("measurements") or []
+        if ((m.get("generation") or {}).get("server_metrics") or {}).get("t_s")
+    ]
+    if not drawn:
+        raise UserError(
+            f"evaluation {evaluation.get('id', '?')} has no server metrics: a generate run against an "
+            "endpoint samples them with --server-metrics URL",
+            field="kind",
+        )
+    series: list[Series] = []
+    notes: list[str] = []
+    for measurement in drawn:
+        metrics = measurement["generation"]["server_metrics"]
+        t_s, values = metrics["t_s"], metrics.get("series") or {}
+        name = point_name(measurement) if len(drawn) > 1 else ""
+        at = f" · {name}" if name else ""
+        if metrics.get("client_in_flight"):
+            series.append(Series(f"in flight (client){at}", t_s, metrics["client_in_flight"], kind="step"))
+        for key, label in _COUNTS:
+            if key in values:
+                series.append(Series(f"{label}{at}", t_s, values[key], kind="step"))
+        if "kv_cache_usage" in values:
+            usage = [None if v is None else 100.0 * v for v in values["kv_cache_usage"]]
+            series.append(Series(f"KV cache use (server){at}", t_s, usage, axis="y2"))
+        failed = metrics.get("failed_samples")
+        notes.append(
+            f"{name + ': ' if name else ''}{metrics.get('source')} metrics, {metrics.get('samples')} samples "
+            f"every {metrics.get('interval_s'):g} s" + (f", {failed} failed" if failed else "")
+        )
+    return Chart(
+        kind="server-metrics",
+        title=f"server metrics during the requests: {evaluation_label(evaluation)}",
+        x_label="s since the measured requests began",
+        y_label="requests",
+        y2_label="KV cache use (%)",
+        series=tuple(series),
+        notes=tuple(notes),
     )

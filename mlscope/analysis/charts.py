@@ -8,8 +8,9 @@ seen, and a test can count a chart's series and points from its description.
 
 Kinds (CHART_KINDS): latency (histogram per point), cdf, batch (percentiles and throughput against the
 batch size), throughput-latency, layers, compare (grouped bars with the median's interval as whiskers),
-cold-start, timeline (a stored trace's spans) and generation (a generate evaluation's TTFT and TPOT
-per request); the dashboard's /diff page draws a "diff" (analysis.chart_compare).
+cold-start, timeline (a stored trace's spans), generation (a generate evaluation's TTFT and TPOT
+per request) and server-metrics (the endpoint server's metrics sampled during those requests); the
+dashboard's /diff page draws a "diff" (analysis.chart_compare).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ __all__ = ["CHART_KINDS", "INVALID", "Chart", "Series", "to_plotly"]
 
 CHART_KINDS = (
     "latency", "cdf", "batch", "throughput-latency", "layers", "compare", "cold-start", "timeline",
-    "generation",
+    "generation", "server-metrics",
 )  # fmt: skip
 
 # The end of the name of a series holding points whose measurement is not valid.

@@ -38,6 +38,39 @@ _PER_METRIC = {
     },
 }
 
+_SERIES = {"type": "array", "items": {"type": "number", "nullable": True}}
+
+_SERVER_METRICS = {
+    "type": "object",
+    "description": "--server-metrics: the endpoint server's Prometheus metrics sampled during the measured "
+    "requests, in one vocabulary (docs/generate.md, 'Server metrics')",
+    "properties": {
+        "url": {"type": "string"},
+        "source": {
+            "type": "string",
+            "nullable": True,
+            "enum": ["vllm", "sglang", "tgi", "llamacpp", None],
+            "description": "the server whose metric names were recognised; null when none answered",
+        },
+        "interval_s": _number("seconds between samples"),
+        "samples": {"type": "integer", "minimum": 0, "description": "samples with a mapped metric"},
+        "failed_samples": {"type": "integer", "minimum": 0},
+        "first_error": {"type": "string", "description": "why the first failed sample failed"},
+        "missing": {"type": "string", "description": "why there is no series (the run went on)"},
+        "cpu_ms_per_sample": _number("the sampler thread's CPU time per sample", nullable=True),
+        "t_s": {**_SERIES, "description": "each sample's time, s after the measured requests began"},
+        "series": {
+            "type": "object",
+            "description": "per name (kv_cache_usage as a fraction, requests_running, requests_waiting, "
+            "batch_size, prompt_tokens_per_s, generation_tokens_per_s), a value per sample (null where "
+            "not given); only the names the server gives",
+            "additionalProperties": _SERIES,
+        },
+        "client_in_flight": {**_SERIES, "description": "this client's requests in flight at each sample"},
+        "peak": {"type": "object", "additionalProperties": {"type": "number"}},
+    },
+}
+
 GENERATION_SECTION: dict[str, Any] = {
     "type": "object",
     "description": "the generate scenario's figures (docs/generate.md); absent for other scenarios",
@@ -83,6 +116,7 @@ GENERATION_SECTION: dict[str, Any] = {
         "via": {"type": "string", "enum": ["in_process", "endpoint"]},
         "endpoint": {"type": "string", "description": "the endpoint measured, when via endpoint"},
         "served": {"type": "object", "description": "--compare-served: the same figures, served"},
+        "server_metrics": _SERVER_METRICS,
         "serving_overhead": {
             "type": "object",
             "description": "--compare-served: per metric, in process vs served",

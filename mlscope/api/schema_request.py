@@ -33,6 +33,7 @@ from mlscope.contract.load import DEFAULT_INTERVAL_MS, LoadSettings
 from mlscope.contract.names import SCENARIOS
 from mlscope.contract.options import MAX_INPUT_POOL
 from mlscope.contract.section import SettingsSection
+from mlscope.contract.trace import MAX_TRACE_LINES
 from mlscope.runtime.measure.settings import MEASURE_BOUNDS
 
 __all__ = [
@@ -142,6 +143,38 @@ LOAD_SCHEMA: dict[str, Any] = {
     },
 }
 
+_COLUMN = {"type": "array", "maxItems": MAX_TRACE_LINES}
+# A trace as `mlscope run --trace FILE` sends it. What the document cannot say is checked where it
+# arrives (HTTP 422 names the line): one value per line in every column, arrivals that never go back.
+_TRACE: dict[str, Any] = {
+    "type": "object",
+    "nullable": True,
+    "additionalProperties": False,
+    "required": [
+        "name",
+        "sha256",
+        "lines",
+        "first_line",
+        "block_tokens",
+        "arrivals_ms",
+        "input_tokens",
+        "output_tokens",
+    ],
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 255},
+        "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+        "lines": {"type": "integer", "minimum": 1, "maximum": MAX_TRACE_LINES},
+        "first_line": {"type": "integer", "minimum": 1, "maximum": MAX_LENGTH},
+        "block_tokens": {"type": "integer", "minimum": 1, "maximum": MAX_LENGTH},
+        "arrivals_ms": {**_COLUMN, "items": {"type": "number", "minimum": 0}},
+        "input_tokens": {**_COLUMN, "items": {"type": "integer", "minimum": 1, "maximum": MAX_LENGTH}},
+        "output_tokens": {**_COLUMN, "items": {"type": "integer", "minimum": 1, "maximum": MAX_LENGTH}},
+        "hash_ids": {**_COLUMN, "items": {"type": "array", "items": {"type": "integer", "minimum": 0}}},
+    },
+    "description": "a trace to replay, as `mlscope run --trace FILE` sends it (docs/generate.md); each "
+    "column lists one value per line and arrivals never go back (HTTP 422 names the line)",
+}
+
 GENERATION_SCHEMA: dict[str, Any] = {
     **_section(
         GenerationSettings,
@@ -152,22 +185,41 @@ GENERATION_SCHEMA: dict[str, Any] = {
             "endpoint": {"type": "string", "pattern": ENDPOINT_PATTERN, "nullable": True},
             "api": {"type": "string", "enum": list(APIS)},
             "endpoint_model": {"type": "string", "minLength": 1, "maxLength": 1000, "nullable": True},
-            "trace": {
-                "type": "object",
-                "nullable": True,
-                "description": "a trace to replay, as `mlscope run --trace FILE` sends it "
-                "(docs/generate.md): name, sha256, lines, first_line, block_tokens, arrivals_ms, "
-                "input_tokens, output_tokens and optionally hash_ids; each line's lengths and order "
-                "are checked (HTTP 422 names the line)",
-            },
+            "trace": _TRACE,
+            "server_metrics": {"type": "string", "pattern": ENDPOINT_PATTERN, "nullable": True},
         },
     ),
     "description": "the generate scenario's settings (docs/generate.md); only those given are kept",
-    # compare_served serves the model loaded here: there is none with an endpoint.
-    "not": {
-        "required": ["compare_served", "endpoint"],
-        "properties": {"compare_served": {"enum": [True]}, "endpoint": {"type": "string"}},
-    },
+    "allOf": [
+        # compare_served serves the model loaded here: there is none with an endpoint.
+        {
+            "not": {
+                "required": ["compare_served", "endpoint"],
+                "properties": {"compare_served": {"enum": [True]}, "endpoint": {"type": "string"}},
+            }
+        },
+        # trace_speed scales a trace's arrivals: not without a trace.
+        {
+            "not": {
+                "required": ["trace_speed"],
+                "properties": {"trace_speed": {"not": {"enum": [1]}}, "trace": {"not": {"type": "object"}}},
+            }
+        },
+        # a trace sets each request's prompt itself: no turns or shared prefix beside it.
+        {
+            "not": {
+                "required": ["trace", "turns"],
+                "properties": {"trace": {"type": "object"}, "turns": {"not": {"enum": [1]}}},
+            }
+        },
+        {
+            "not": {
+                "required": ["trace", "shared_prefix_tokens"],
+                "properties": {"trace": {"type": "object"}, "shared_prefix_tokens": {"not": {"enum": [0]}}},
+            }
+        },
+        # prefix_groups groups the shared prefixes: not without them.
+    ],
 }
 
 
@@ -332,7 +384,13 @@ def request_rules(
         "required": ["framework"],
         "properties": {
             "framework": {"enum": others},
-            "generation": {"properties": {"endpoint": {"not": {"type": "string"}}}},
+            # server_metrics samples the endpoint's server: there is none in process.
+            "generation": {
+                "properties": {
+                    "endpoint": {"not": {"type": "string"}},
+                    "server_metrics": {"not": {"type": "string"}},
+                }
+            },
         },
     }
     # find_max_qps searches against the slo.

@@ -37,6 +37,7 @@ GENERATION_FLAGS = (
     ("think_time", "think_time_ms"),
     ("shared_prefix_tokens", "shared_prefix_tokens"),
     ("prefix_groups", "prefix_groups"),
+    ("server_metrics", "server_metrics"),
 )
 
 
@@ -125,6 +126,13 @@ GENERATION_OPTIONS = (
         type=int,
         metavar="G",
         help="generate: G distinct shared prefixes, request i has prefix i mod G [default: 1].",
+    ),
+    click.option(
+        "--server-metrics",
+        metavar="URL",
+        help="generate: sample the endpoint server's Prometheus metrics at this URL during the run "
+        "(vLLM, SGLang, TGI, llama.cpp: KV-cache use, requests running and waiting); every "
+        "--generation server_metrics_interval_s (default 0.5).",
     ),
     click.option(
         "--generation",

@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 __all__ = ["build_chart", "plot", "results_chart", "write_plot"]
 
 # Kinds drawn from one evaluation; throughput-latency draws several, compare draws comparison rows.
-ONE_EVALUATION = ("latency", "cdf", "batch", "layers", "cold-start", "timeline", "generation")
+ONE_EVALUATION = (
+    "latency", "cdf", "batch", "layers", "cold-start", "timeline", "generation", "server-metrics",
+)  # fmt: skip
 # The setups a throughput-latency filter draws at most (the latest evaluation of each).
 MAX_EVALUATIONS = 8
 
@@ -40,7 +42,8 @@ MAX_EVALUATIONS = 8
     "latency (histogram per point), cdf, batch (percentiles and throughput by batch size), "
     "throughput-latency (several evaluations), layers (time per layer type, from a trace), compare "
     "(median per model @ batch, one bar per framework × system), cold-start, timeline (a trace's spans), "
-    "generation (TTFT and TPOT per request of a generate evaluation).",
+    "generation (TTFT and TPOT per request of a generate evaluation), server-metrics (the endpoint "
+    "server's metrics sampled during its requests: --server-metrics).",
 )
 @click.option(
     "-o",
@@ -147,13 +150,14 @@ def build_chart(
             build.timeline(spans, max_spans=max_spans),
             title=f"trace timeline: {build.evaluation_label(evaluation)}",
         )
-    from mlscope.analysis.chart_generation import request_cdf
+    from mlscope.analysis.chart_generation import request_cdf, server_metrics_chart
 
     one = {
         "latency": build.latency_histogram,
         "cdf": build.latency_cdf,
         "batch": build.batch_curve,
         "generation": request_cdf,
+        "server-metrics": server_metrics_chart,
     }
     return one.get(kind, build.cold_start_bars)(evaluation)
 

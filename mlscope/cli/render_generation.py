@@ -96,6 +96,7 @@ def generation_lines(result: Mapping[str, Any]) -> list[str]:
         )
         lines += _workload_lines(generation, load, "  ")
         lines += _point_lines(generation, "  ")
+        lines += _server_metrics_lines(generation.get("server_metrics"), "  ")
         lines += _search_lines(m)
     return lines
 
@@ -132,6 +133,32 @@ def _workload_lines(generation: Mapping[str, Any], load: Mapping[str, Any], inde
             f"{indent}{'prefix':<10} {prefix.get('tokens')} shared tokens, {prefix.get('groups')} groups"
         )
     return lines
+
+
+_SOURCES = {"vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI", "llamacpp": "llama.cpp"}
+_PEAKS = (
+    ("kv_cache_usage", "KV cache", lambda v: f"{v:.0%}"),
+    ("requests_running", "running", lambda v: f"{v:g}"),
+    ("requests_waiting", "waiting", lambda v: f"{v:g}"),
+    ("batch_size", "batch", lambda v: f"{v:g}"),
+    ("generation_tokens_per_s", "generation", lambda v: f"{v:,.0f} tokens/s"),
+)
+
+
+def _server_metrics_lines(metrics: Any, indent: str) -> list[str]:
+    """One line: the server's metrics' peaks, or why they are missing."""
+    if not isinstance(metrics, Mapping):
+        return []
+    if metrics.get("missing"):
+        return [f"{indent}{'server':<10} [red]metrics missing[/red]: {escape(str(metrics['missing']))}"]
+    peak = metrics.get("peak") or {}
+    peaks = ", ".join(f"{label} {text(peak[key])}" for key, label, text in _PEAKS if key in peak)
+    source = _SOURCES.get(str(metrics.get("source")), str(metrics.get("source")))
+    failed = f", {metrics['failed_samples']} failed" if metrics.get("failed_samples") else ""
+    return [
+        f"{indent}{'server':<10} {source} metrics, {metrics.get('samples')} samples every "
+        f"{metrics.get('interval_s'):g} s{failed}: peak {peaks or 'none given'}"
+    ]
 
 
 def _search_lines(measurement: Mapping[str, Any]) -> list[str]:

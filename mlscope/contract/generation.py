@@ -100,6 +100,12 @@ class GenerationSettings(SettingsSection):
         shared_prefix_tokens: 0. Tokens of a prefix every prompt starts with, one of
             `prefix_groups` prefixes (request i has prefix i mod groups), before its own text.
         prefix_groups: 1. Distinct shared prefixes.
+        server_metrics: the URL of the endpoint's Prometheus metrics (http://host:8000/metrics),
+            sampled while the measured requests run: KV-cache use, requests running and waiting,
+            batch size, token rates, in one vocabulary whatever the server (vLLM, SGLang, TGI,
+            llama.cpp). Needs `endpoint`: the servers --compare-served starts expose no metrics.
+            docs/generate.md, "Server metrics".
+        server_metrics_interval_s: 0.5. Seconds between two samples of server_metrics.
     """
 
     SECTION: ClassVar[str] = "generation"
@@ -113,6 +119,7 @@ class GenerationSettings(SettingsSection):
         "think_time_ms": Bound(low=0, high=3_600_000),
         "shared_prefix_tokens": Bound(integer=True, low=0, high=MAX_LENGTH),
         "prefix_groups": Bound(integer=True, low=1, high=100_000),
+        "server_metrics_interval_s": Bound(low=0.05, high=3600),
     }
 
     requests: int = 32
@@ -133,6 +140,8 @@ class GenerationSettings(SettingsSection):
     think_time_ms: float = 0.0
     shared_prefix_tokens: int = 0
     prefix_groups: int = 1
+    server_metrics: str | None = None
+    server_metrics_interval_s: float = 0.5
 
     def __post_init__(self) -> None:
         self._check_bounds()
@@ -155,6 +164,8 @@ class GenerationSettings(SettingsSection):
             raise UserError("generation setting ignore_eos must be true or false", field="ignore_eos")
         if not isinstance(self.compare_served, bool):
             raise UserError("generation setting compare_served must be true or false", field="compare_served")
+        if self.server_metrics is not None:
+            _check_server_metrics(self.server_metrics, self.endpoint)
         if self.compare_served and self.endpoint is not None:
             raise UserError(
                 "compare_served serves the model loaded here; with an endpoint there is nothing to "
@@ -334,4 +345,19 @@ def _check_endpoint(url: Any) -> None:
         raise UserError(
             f"endpoint {url!r} is not an http(s) URL: expected the API's base, e.g. http://127.0.0.1:8000/v1",
             field="endpoint",
+        )
+
+
+def _check_server_metrics(url: Any, endpoint: str | None) -> None:
+    if not isinstance(url, str) or not _ENDPOINT.match(url):
+        raise UserError(
+            f"server_metrics {url!r} is not an http(s) URL: expected the server's Prometheus metrics, "
+            "e.g. http://127.0.0.1:8000/metrics",
+            field="server_metrics",
+        )
+    if endpoint is None:
+        raise UserError(
+            "server_metrics samples the server the requests go to: give --endpoint too (the servers "
+            "--compare-served starts expose no Prometheus metrics)",
+            field="server_metrics",
         )

@@ -222,6 +222,50 @@ def test_an_evaluation_page_draws_its_points_with_a_chart_per_view(http: FlaskCl
     assert f'href="/api/v1/evaluations/{evaluation_id}"' in text
 
 
+def test_a_generate_evaluations_page_draws_the_servers_metrics_under_its_requests(
+    http: FlaskClient, store: Store
+) -> None:
+    # Given a generate evaluation whose run sampled the endpoint server's metrics
+    evaluation_id = store_submit(store, model="qwen3")
+    store.start_evaluation(evaluation_id)
+    point = _valid(make_measurement("generate", 1, mean=40.0))
+    point["generation"] = {
+        "per_request": {
+            "ttft_ms": [20.0, 25.0],
+            "tpot_ms": [1.0, 1.2],
+            "e2e_ms": [40.0, 45.0],
+            "error": [None, None],
+        },
+        "server_metrics": {
+            "url": "http://127.0.0.1:8000/metrics",
+            "source": "vllm",
+            "interval_s": 0.5,
+            "samples": 3,
+            "failed_samples": 0,
+            "t_s": [0.0, 0.5, 1.0],
+            "series": {"kv_cache_usage": [0.1, 0.5, 0.25], "requests_running": [1.0, 2.0, 2.0]},
+            "client_in_flight": [1, 2, 2],
+            "peak": {"kv_cache_usage": 0.5, "requests_running": 2.0},
+        },
+    }
+    store.finish_evaluation(
+        evaluation_id,
+        system=make_system(1),
+        framework={"name": "endpoint", "version": "1"},
+        cold_start=COLD_START,
+        measurements=[point],
+    )
+    # When its page is read, then the server's metrics are drawn right after the requests' chart
+    text = page(http, f"/evaluations/{evaluation_id}")
+    kinds = re.findall(r'class="chart-data" data-kind="([^"]+)"', text)
+    assert kinds.index("server-metrics") == kinds.index("generation") + 1
+    [drawn] = charts(text)["server-metrics"]
+    names = [trace["name"] for trace in drawn["figure"]["data"]]
+    assert names == ["in flight (client)", "running (server)", "KV cache use (server)"]
+    assert drawn["figure"]["data"][2]["y"] == [10.0, 50.0, 25.0]
+    assert drawn["figure"]["data"][2]["yaxis"] == "y2"
+
+
 def test_an_evaluation_pages_charts_bin_each_point_label_log_axes_and_say_each_note_once(
     http: FlaskClient, store: Store
 ) -> None:

@@ -60,6 +60,7 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"generation": {"slo": "ttft=5"}}, "generation.slo"),
     ({"generation": {"prompt_tokens": "poisson:3"}}, "generation.prompt_tokens"),
     ({"generation": {"endpoint": "not a url"}}, "generation.endpoint"),
+    ({"generation": {"server_metrics": "not a url"}}, "generation.server_metrics"),
     ({"generation": {"temperature": 1}}, "generation.temperature"),
     ({"scenarios": ["generate", "single_stream"]}, "scenarios"),
     ({"batch_sizes": [8]}, "batch_sizes"),

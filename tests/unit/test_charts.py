@@ -21,7 +21,7 @@ from mlscope.analysis.chart_builders import (
     throughput_latency,
     timeline,
 )
-from mlscope.analysis.chart_generation import request_cdf
+from mlscope.analysis.chart_generation import request_cdf, server_metrics_chart
 from mlscope.analysis.charts import CHART_KINDS, Chart, to_plotly
 from mlscope.contract.errors import UserError
 
@@ -415,6 +415,20 @@ GENERATED = evaluation(
                     "error": [None, None, "HTTP 500", None],
                 },
                 "slo": {"ttft_ms": 28.0},
+                "server_metrics": {
+                    "source": "vllm",
+                    "interval_s": 0.5,
+                    "samples": 3,
+                    "failed_samples": 1,
+                    "t_s": [0.0, 0.5, 1.0],
+                    "series": {
+                        "kv_cache_usage": [0.1, 0.4, None],
+                        "requests_running": [1.0, 2.0, 2.0],
+                        "requests_waiting": [0.0, 1.0, 0.0],
+                        "generation_tokens_per_s": [None, 80.0, 90.0],
+                    },
+                    "client_in_flight": [1, 3, 2],
+                },
             },
         }
     ]
@@ -433,6 +447,7 @@ def test_every_chart_kind_becomes_a_plotly_figure() -> None:
         cold_start_bars(TWO_POINTS),
         timeline(framework_pass()),
         request_cdf(GENERATED),
+        server_metrics_chart(GENERATED),
     ]
     assert sorted(c.kind for c in charts) == sorted(CHART_KINDS)
     for chart in charts:
@@ -514,3 +529,21 @@ def test_a_generate_evaluation_draws_ttft_and_tpot_per_request() -> None:
     # An evaluation of another scenario has no such figures: a clear error
     with pytest.raises(UserError, match="only the generate scenario keeps them"):
         request_cdf(TWO_POINTS)
+
+
+def test_a_generate_evaluation_draws_its_servers_metrics_against_time() -> None:
+    chart = server_metrics_chart(GENERATED)
+    # The client's requests in flight and the server's counts on one axis, the KV cache's use in %
+    # on the right; token rates are not drawn (another scale)
+    assert [(s.name, s.axis) for s in chart.series] == [
+        ("in flight (client)", "y"),
+        ("running (server)", "y"),
+        ("waiting (server)", "y"),
+        ("KV cache use (server)", "y2"),
+    ]
+    assert list(chart.series[0].x) == [0.0, 0.5, 1.0] and list(chart.series[0].y) == [1, 3, 2]
+    assert list(chart.series[3].y) == [pytest.approx(10.0), pytest.approx(40.0), None]
+    assert chart.notes == ("vllm metrics, 3 samples every 0.5 s, 1 failed",)
+    # Without a series (not asked for, or nothing answered): a clear error, no empty chart
+    with pytest.raises(UserError, match="--server-metrics URL"):
+        server_metrics_chart(TWO_POINTS)

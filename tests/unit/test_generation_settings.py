@@ -118,6 +118,12 @@ def test_a_generate_request_keeps_its_settings_and_may_take_poisson_arrivals() -
         ({"framework": "endpoint"}, "framework", "needs generation.endpoint"),
         ({"generation": {"slo": "ttft=1"}}, "generation.slo", "unknown metric"),
         ({"generation": {"output_tokens": 0}}, "generation.output_tokens", "expected a length"),
+        (
+            {"framework": "endpoint", "generation": {"endpoint": "http://h:1/v1", "server_metrics": "h:1"}},
+            "generation.server_metrics",
+            "is not an http(s) URL",
+        ),
+        ({"generation": {"server_metrics": "http://h:1/metrics"}}, "generation.server_metrics", "--endpoint"),
     ],
 )
 def test_a_bad_generate_request_names_its_field(fields: dict[str, object], field: str, words: str) -> None:
@@ -135,6 +141,11 @@ def test_a_bad_generate_request_names_its_field(fields: dict[str, object], field
         (["--endpoint", "http://127.0.0.1:9/v1", "-f", "pytorch"], "runs on the 'endpoint' framework"),
         (["-b", "1,2"], "batch_sizes: the generate scenario sends one sequence per request"),
         (["--find-max-qps"], "generation.slo: find_max_qps with the generate scenario needs an slo"),
+        (
+            ["--endpoint", "http://127.0.0.1:9/v1", "--server-metrics", "ftp://host/metrics"],
+            "generation.server_metrics: server_metrics 'ftp://host/metrics' is not an http(s) URL",
+        ),
+        (["--server-metrics", "http://127.0.0.1:9/metrics"], "server_metrics samples the server"),
     ],
 )
 def test_mlscope_run_generate_with_bad_input_exits_2_in_one_line_storing_nothing(

@@ -37,6 +37,12 @@ BEYOND_THE_DOCUMENT = (
     "generation.prompt_tokens",
     "generation.output_tokens",
     "model_options",
+    # a trace's columns hold one value per line and its arrivals never go back; prefix_groups needs
+    # shared_prefix_tokens, think_time_ms needs turns (the document states the other workload rules;
+    # written as rules too, these two made schemathesis refuse the section as unsupported)
+    "generation.trace",
+    "generation.prefix_groups",
+    "generation.think_time_ms",
 )
 _KEYED = "model_options."
 
@@ -162,6 +168,10 @@ REFUSED = [
         "generation.compare_served",
     ),
     ({"scenarios": ["generate"], "generation": {"requests": 0}}, "generation.requests"),
+    (
+        {"scenarios": ["generate"], "generation": {"server_metrics": "http://h:1/metrics"}},
+        "generation.server_metrics",
+    ),
     ({"scenarios": ["generate"], "generation": {"slo": {"ttft_ms": 0}}}, "generation.slo"),
     ({"scenarios": ["generate"], "generation": {"prompt_tokens": "uniform:0-5"}}, "generation.prompt_tokens"),
     ({"load": {"seed": -1}}, "load.seed"),
@@ -188,6 +198,15 @@ ACCEPTED = [
         "load": {"find_max_qps": True},
     },
     {"framework": ENDPOINT_FRAMEWORK, "scenarios": ["generate"], "generation": {"endpoint": "http://h:1/v1"}},
+    {
+        "framework": ENDPOINT_FRAMEWORK,
+        "scenarios": ["generate"],
+        "generation": {
+            "endpoint": "http://h:1/v1",
+            "server_metrics": "http://h:1/metrics",
+            "server_metrics_interval_s": 0.25,
+        },
+    },
     {"scenarios": ["server"], "load": {"find_max_qps": True, "latency_bound_ms": 5}},
     {"scenarios": ["multi_stream"], "load": {"back_to_back": True, "interval_ms": 50}},
     {"scenarios": ["generate"], "generation": {"prompt_tokens": "uniform:3-9", "output_tokens": [1, 2]}},

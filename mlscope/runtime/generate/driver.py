@@ -311,11 +311,13 @@ def run_generate(
     on_progress: Callable[[float], None] | None = None,
     on_probe: Callable[[dict[str, Any]], None] | None = None,
     remote: bool = False,
+    on_measure: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Warm up, then measure one point (closed loop, or at load.qps), or search the highest rate
     whose SLO certificates pass (load.find_max_qps). A closed loop sends `settings.requests` and then
     more, until the median TPOT is stable (`measure.stability`) or `measure.max_seconds` have passed,
-    as the other scenarios' timed loops do; `remote` as for `reduce_records`.
+    as the other scenarios' timed loops do; `remote` as for `reduce_records`; `on_measure` is called
+    once the warm-up requests are done, as the measured ones begin (a server metrics sampler starts).
 
     Raises:
         UserError: a request does not fit the model's context; find_max_qps without an slo.
@@ -329,6 +331,8 @@ def run_generate(
         drawn = dataclasses.replace(settings, trace=None, trace_speed=1.0) if settings.trace else settings
         warmup = build_requests(drawn, settings.warmup_requests, load.seed + 7919, engine.max_context)
         issue_requests(engine, warmup, settings.concurrency, think_time_ms=settings.think_time_ms)
+    if on_measure is not None:
+        on_measure()
 
     def progress(done: int) -> None:
         if on_progress is not None:

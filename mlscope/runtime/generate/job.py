@@ -7,6 +7,7 @@ or the endpoint framework's HTTP client. Either way the figures come from `drive
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -17,8 +18,9 @@ from mlscope.contract.job import Job
 from mlscope.contract.load import LoadSettings
 from mlscope.contract.result import ColdStart, ResultMeasurement
 from mlscope.runtime.generate.driver import run_generate
-from mlscope.runtime.generate.records import GenerationRequest
+from mlscope.runtime.generate.records import GenerateEngine, GenerationRequest, RequestRecord
 from mlscope.runtime.generate.served import add_served
+from mlscope.runtime.generate.server_metrics import MetricsSampler
 from mlscope.runtime.measure.scenario_base import JobRun
 from mlscope.runtime.measure.settings import MeasureSettings
 from mlscope.runtime.predictors.base import Predictor, PredictorError
@@ -87,16 +89,23 @@ def run_generate_job(
         def probe(point: dict[str, Any]) -> None:
             emit(cast(ProbeEvent, {"event": "probe", "scenario": "generate", "batch_size": 1, **point}))
 
+        sampler, counted = _sampled(engine, settings)
         with tracer.span("predict", scenario="generate", batch_size=1):
-            measurement = run_generate(
-                engine,
-                settings,
-                load,
-                measure,
-                on_progress=progress,
-                on_probe=probe,
-                remote=settings.endpoint is not None,
-            )
+            try:
+                measurement = run_generate(
+                    counted,
+                    settings,
+                    load,
+                    measure,
+                    on_progress=progress,
+                    on_probe=probe,
+                    remote=settings.endpoint is not None,
+                    on_measure=sampler.start if sampler is not None else None,
+                )
+            finally:
+                metrics = sampler.stop() if sampler is not None else None
+        if metrics is not None:
+            measurement["generation"]["server_metrics"] = metrics
         if settings.endpoint is not None:
             measurement["generation"]["endpoint"] = settings.endpoint
         measurement["generation"]["via"] = "endpoint" if settings.endpoint is not None else "in_process"
@@ -119,3 +128,42 @@ def run_generate_job(
         return JobRun(engine.describe(), cold_start, [cast(ResultMeasurement, measurement)])
     finally:
         engine.close()
+
+
+class _Counted:
+    """An engine whose requests in flight are counted (what a metrics sample is read beside)."""
+
+    def __init__(self, engine: GenerateEngine) -> None:
+        self.engine = engine
+        self.max_context = engine.max_context
+        self.in_flight = 0
+        self._lock = threading.Lock()
+
+    def generate(self, request: GenerationRequest) -> RequestRecord:
+        with self._lock:
+            self.in_flight += 1
+        try:
+            return self.engine.generate(request)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    def describe(self) -> dict[str, Any]:
+        return self.engine.describe()
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def _sampled(
+    engine: GenerateEngine, settings: GenerationSettings
+) -> tuple[MetricsSampler | None, GenerateEngine]:
+    """With settings.server_metrics, a sampler of the server's metrics and the engine counted for
+    it; else no sampler and the engine as it is."""
+    if settings.server_metrics is None:
+        return None, engine
+    counted = _Counted(engine)
+    sampler = MetricsSampler(
+        settings.server_metrics, settings.server_metrics_interval_s, lambda: counted.in_flight
+    )
+    return sampler, counted
