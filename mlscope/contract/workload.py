@@ -38,6 +38,9 @@ _LOAD_WORKLOAD = (
 # of two frameworks; the model itself is the evaluation's); requests, warm-up, timeout, slo and
 # compare_served change how much is measured or what else is reported, not the requests.
 _GENERATION_WORKLOAD = ("prompt_tokens", "output_tokens", "concurrency", "api", "ignore_eos")
+# ... and those that count only where a request set them to other than their default, so that a
+# result from before they existed keys as it did: a pooling API's inputs per request.
+_GENERATION_WHERE_SET = {"inputs_per_request": 1}
 # The scenarios each request section applies to: a section's differences count only when a scenario
 # it shapes is compared.
 _LOAD_SCENARIOS = frozenset({"server", "multi_stream", "generate"})
@@ -201,8 +204,8 @@ def workload_differences(
     dataset, and where a compared scenario
     uses them the load settings (rate, queries in flight, multi_stream's query shape, a latency
     search's bound and percentile), the generation settings (prompt and output lengths, concurrency,
-    api, ignore_eos) and offline's concurrency. A manifest hash that differs because
-    the model options do is not named twice.
+    api, ignore_eos, and a pooling API's inputs per request where set) and offline's concurrency. A
+    manifest hash that differs because the model options do is not named twice.
 
     Args:
         a, b: evaluations as the store returns them.
@@ -225,6 +228,13 @@ def workload_differences(
             for name in defaults
             if _plain(section_a[name]) != _plain(section_b[name])
         ]
+    if compared & _GENERATION_SCENARIOS:
+        set_a, set_b = _generation_where_set(request_a), _generation_where_set(request_b)
+        found += [
+            Difference(f"generation.{name}", set_a.get(name, default), set_b.get(name, default))
+            for name, default in _GENERATION_WHERE_SET.items()
+            if set_a.get(name, default) != set_b.get(name, default)
+        ]
     framework_a, framework_b = _framework_options(request_a), _framework_options(request_b)
     found += [
         Difference(f"options.{name}", framework_a.get(name), framework_b.get(name))
@@ -234,6 +244,17 @@ def workload_differences(
     if request_a.get("dataset") != request_b.get("dataset"):
         found.append(Difference("dataset", request_a.get("dataset"), request_b.get("dataset")))
     return found
+
+
+def _generation_where_set(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The generation settings of `_GENERATION_WHERE_SET` the request set to other than the default."""
+    given = request.get("generation")
+    given = given if isinstance(given, Mapping) else {}
+    return {
+        name: given[name]
+        for name, default in _GENERATION_WHERE_SET.items()
+        if given.get(name, default) != default
+    }
 
 
 def _framework_options(request: Mapping[str, Any]) -> dict[str, Any]:
@@ -312,5 +333,7 @@ def workload_key(evaluation: Mapping[str, Any], scenario: str) -> str:
     for key, defaults in _sections({scenario}):
         workload[key] = _section(request, key, defaults)
     workload["options"].update(_framework_options(request))
+    if "generation" in workload:
+        workload["generation"].update(_generation_where_set(request))
     text = json.dumps(_canonical(workload), sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
