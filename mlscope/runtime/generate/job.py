@@ -67,14 +67,14 @@ def run_generate_job(
     try:
         enter("first_inference")
         with tracer.span("first_inference", batch_size=1):
-            first = engine.generate(
-                GenerationRequest(0, _FIRST_PROMPT_TOKENS, _FIRST_OUTPUT_TOKENS, load.seed)
-            )
+            first = engine.generate(_first_request(settings, load.seed))
         cold_start: ColdStart = {"load_ms": load_ms, "first_inference_ms": None}
-        if first.ok and first.token_ns:
+        if first.succeeded:
             cold_start["first_inference_ms"] = round((first.end_ns - first.start_ns) / 1e6, 3)
+        if first.succeeded and first.token_ns:
             cold_start["first_token_ms"] = round((first.token_ns[0] - first.start_ns) / 1e6, 3)
-        else:  # counted, not fatal: the measured requests say how often it happens
+        elif not first.succeeded:
+            # counted, not fatal: the measured requests say how often it happens
             cold_start["first_inference_error"] = first.error
         qps = {"qps": load.qps} if load.qps is not None else {}
         enter("measure", scenario="generate", batch_size=1, **qps)
@@ -99,6 +99,7 @@ def run_generate_job(
             )
         if settings.endpoint is not None:
             measurement["generation"]["endpoint"] = settings.endpoint
+            measurement["generation"]["api"] = settings.api
         measurement["generation"]["via"] = "endpoint" if settings.endpoint is not None else "in_process"
         if settings.compare_served:
             enter("serve")
@@ -119,3 +120,13 @@ def run_generate_job(
         return JobRun(engine.describe(), cold_start, [cast(ResultMeasurement, measurement)])
     finally:
         engine.close()
+
+
+def _first_request(settings: GenerationSettings, seed: int) -> GenerationRequest:
+    """The first request: a short prompt and a few tokens; for a pooling API, one short input per
+    text a measured request sends (rerank: the query and each document)."""
+    if not settings.pooling:
+        return GenerationRequest(0, _FIRST_PROMPT_TOKENS, _FIRST_OUTPUT_TOKENS, seed)
+    texts = settings.inputs_per_request + (1 if settings.api == "rerank" else 0)
+    inputs = (_FIRST_PROMPT_TOKENS,) * texts
+    return GenerationRequest(0, sum(inputs), 0, seed, input_tokens=inputs)

@@ -24,12 +24,15 @@ class GenerationRequest:
             ids; an endpoint engine builds a text of about this many tokens).
         output_tokens: tokens to generate, forced (end-of-sequence ignored where the engine can).
         seed: seeds the prompt's content, so two runs send the same prompts.
+        input_tokens: for a pooling API (embeddings, rerank: output_tokens 0), the length of each
+            text sent, in order (rerank: the query, then each document); prompt_tokens is their sum.
     """
 
     index: int
     prompt_tokens: int
     output_tokens: int
     seed: int = 0
+    input_tokens: tuple[int, ...] = ()
 
 
 @dataclass
@@ -39,7 +42,8 @@ class RequestRecord:
     Attributes:
         index: the request's index.
         prompt_tokens: tokens in the prompt as the model saw it (a server's `usage` where reported).
-        requested_tokens: output tokens asked for.
+        requested_tokens: output tokens asked for (0 from a pooling API, which answers once with no
+            tokens: its request succeeds without any).
         output_tokens: output tokens received (a server's `usage` where reported, else counted).
         start_ns: when the request was sent (after any wait for a free slot: see due_ns).
         token_ns: when each output token arrived, in order; one entry per streamed chunk that
@@ -50,6 +54,7 @@ class RequestRecord:
             e.g. "stopped early: 3 of 16 tokens (finish_reason 'stop')".
         due_ns: when a load generator scheduled the request (its latencies then run from here, so
             queueing counts); None when issued back to back (they run from start_ns).
+        prompt_counted: prompt_tokens is the server's count (its `usage`), not the length asked.
     """
 
     index: int
@@ -62,6 +67,7 @@ class RequestRecord:
     end_ns: int = 0
     error: str | None = None
     due_ns: int | None = None
+    prompt_counted: bool = False
 
     @property
     def origin_ns(self) -> int:
@@ -71,6 +77,11 @@ class RequestRecord:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def succeeded(self) -> bool:
+        """No error, and a token timed where tokens were asked for (a pooling request asks none)."""
+        return self.error is None and (bool(self.token_ns) or self.requested_tokens == 0)
 
     def failed(self, exc: BaseException) -> None:
         """Record `exc` as this request's failure: its type and first line (one request's failure,
