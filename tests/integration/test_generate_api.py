@@ -66,6 +66,14 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"load": {"find_max_qps": True}}, "generation.slo"),
     ({"generation": {"endpoint": "http://127.0.0.1:8001/v1"}}, "framework"),
     ({"scenarios": ["offline"], "generation": {"requests": 4}}, "generation"),
+    ({"generation": {"api": "embeddings"}}, "generation.api"),
+    (
+        {
+            "framework": "endpoint",
+            "generation": {"endpoint": "http://h/v1", "api": "rerank", "output_tokens": 8},
+        },
+        "generation.output_tokens",
+    ),
 ]
 
 

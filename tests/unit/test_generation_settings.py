@@ -135,6 +135,15 @@ def test_a_bad_generate_request_names_its_field(fields: dict[str, object], field
         (["--endpoint", "http://127.0.0.1:9/v1", "-f", "pytorch"], "runs on the 'endpoint' framework"),
         (["-b", "1,2"], "batch_sizes: the generate scenario sends one sequence per request"),
         (["--find-max-qps"], "generation.slo: find_max_qps with the generate scenario needs an slo"),
+        (["--api", "embeddings"], "generation.api: generation setting api='embeddings' measures a served"),
+        (
+            ["--endpoint", "http://127.0.0.1:9/v1", "--api", "rerank", "--output-tokens", "8"],
+            "generation.output_tokens: generation setting output_tokens does not apply to api='rerank'",
+        ),
+        (
+            ["--endpoint", "http://127.0.0.1:9/v1", "--api", "embeddings", "--ignore-eos"],
+            "generation.ignore_eos: generation setting ignore_eos does not apply",
+        ),
     ],
 )
 def test_mlscope_run_generate_with_bad_input_exits_2_in_one_line_storing_nothing(
