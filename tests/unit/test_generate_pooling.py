@@ -256,3 +256,22 @@ def test_the_request_records_the_api_so_its_workload_differs() -> None:
     single = evaluation({"api": "embeddings", "inputs_per_request": 1})
     assert workload_key(single, "generate") == workload_key(embeddings, "generate")
     assert workload_differences(single, embeddings) == []
+
+
+def test_the_goodput_search_probes_rates_by_the_end_to_end_latency(server: MockEndpoint) -> None:
+    from mlscope.cli.render_load import probe_line
+
+    # Given a server that answers after 5 ms, 2 requests at once, and a generous bound
+    settings = _settings(server, api="embeddings", slo={"e2e_ms": 200.0}, concurrency=2)
+    engine = EndpointEngine(server.base_url, "ok", api="embeddings", concurrency=2)
+    load = LoadSettings(find_max_qps=True, resolution=0.5)
+    probes: list[dict[str, Any]] = []
+    with scripted(server, 0.005):
+        measurement = run_generate(engine, settings, load, MEASURE, on_probe=probes.append, remote=True)
+    engine.close()
+    search = measurement["load"]["search"]
+    # Then a rate passed, and each probe carries its end-to-end median (no TTFT to carry)
+    assert search["max_qps"] is not None and any(p["passed"] for p in search["probes"])
+    assert all(p["ttft_p50_ms"] is None and p["e2e_p50_ms"] >= 5.0 for p in probes)
+    line = probe_line("bge", {"event": "probe", **probes[0]})
+    assert "end-to-end p50" in line and "TTFT" not in line
