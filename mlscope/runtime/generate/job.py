@@ -11,13 +11,14 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
+from mlscope.contract.errors import UserError
 from mlscope.contract.events import Emit, ProbeEvent
-from mlscope.contract.generation import GenerationSettings
+from mlscope.contract.generation import APIS, GenerationSettings
 from mlscope.contract.job import Job
 from mlscope.contract.load import LoadSettings
 from mlscope.contract.result import ColdStart, ResultMeasurement
 from mlscope.runtime.generate.driver import run_generate
-from mlscope.runtime.generate.records import GenerationRequest
+from mlscope.runtime.generate.records import GenerationRequest, RequestRecord
 from mlscope.runtime.generate.served import add_served
 from mlscope.runtime.measure.scenario_base import JobRun
 from mlscope.runtime.measure.settings import MeasureSettings
@@ -49,7 +50,7 @@ def run_generate_job(
     Raises:
         PredictorError: the engine cannot be made (a model that cannot generate, an endpoint that
             cannot be reached).
-        UserError: a request does not fit the model's context.
+        UserError: a request does not fit the model's context; the endpoint does not serve the api.
     """
     settings = GenerationSettings.from_dict(job.generation)
     load = LoadSettings.from_dict(job.load)
@@ -68,6 +69,7 @@ def run_generate_job(
         enter("first_inference")
         with tracer.span("first_inference", batch_size=1):
             first = engine.generate(_first_request(settings, load.seed))
+        _check_served(first, settings)
         cold_start: ColdStart = {"load_ms": load_ms, "first_inference_ms": None}
         if first.succeeded:
             cold_start["first_inference_ms"] = round((first.end_ns - first.start_ns) / 1e6, 3)
@@ -130,3 +132,19 @@ def _first_request(settings: GenerationSettings, seed: int) -> GenerationRequest
     texts = settings.inputs_per_request + (1 if settings.api == "rerank" else 0)
     inputs = (_FIRST_PROMPT_TOKENS,) * texts
     return GenerationRequest(0, sum(inputs), 0, seed, input_tokens=inputs)
+
+
+def _check_served(first: RequestRecord, settings: GenerationSettings) -> None:
+    """Stop at once when the endpoint answered the first request that it has no such API (HTTP 404
+    or 405): every request would fail alike, and the setting to change is the api.
+
+    Raises:
+        UserError: naming generation.api, with the server's answer.
+    """
+    if settings.endpoint is None or not (first.error or "").startswith(("HTTP 404 ", "HTTP 405 ")):
+        return
+    raise UserError(
+        f"generation.api: the endpoint does not serve api {settings.api!r} ({first.error}); "
+        f"the apis: {', '.join(APIS)}",
+        field="generation.api",
+    )
