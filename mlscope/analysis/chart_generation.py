@@ -8,6 +8,8 @@ counted in a note, and an SLO's bounds are named in one.
 Beside them, the server's own metrics sampled during the requests (`generation.server_metrics`):
 requests running and waiting (and the batch, where the server gives it) against time, with the
 client's requests in flight on the same axis and the KV cache's use on the right.
+counted in a note, and an SLO's bounds are named in one. A point of embeddings or rerank, which has no
+tokens to time, draws its end-to-end latency instead.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from mlscope.contract.errors import UserError
 __all__ = ["request_cdf", "server_metrics_chart"]
 
 _METRICS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"))
+_POOLING_METRICS = (("e2e_ms", "end-to-end"),)
 
 
 def request_cdf(evaluation: Mapping[str, Any]) -> Chart:
@@ -47,7 +50,8 @@ def request_cdf(evaluation: Mapping[str, Any]) -> Chart:
     for measurement in drawn:
         requests = measurement["generation"]["per_request"]
         suffix = "" if is_valid(measurement) else f" {INVALID}"
-        for key, label in _METRICS:
+        pooling = "ttft_ms" in (measurement["generation"].get("not_applicable") or ())
+        for key, label in _POOLING_METRICS if pooling else _METRICS:
             values = np.array([v for v in requests.get(key) or [] if v is not None], dtype=float)
             if values.size == 0:
                 continue
@@ -60,13 +64,19 @@ def request_cdf(evaluation: Mapping[str, Any]) -> Chart:
     if not series:
         raise UserError(f"evaluation {evaluation.get('id', '?')}: every request failed", field="kind")
     slo = (drawn[0].get("generation") or {}).get("slo") or {}
-    bounds = [f"{label} ≤ {slo[key]:g} ms" for key, label in _METRICS if slo.get(key) is not None]
+    bounds = [
+        f"{label} ≤ {slo[key]:g} ms" for key, label in _METRICS + _POOLING_METRICS if slo.get(key) is not None
+    ]
     if bounds:
         notes.append("SLO: " + ", ".join(bounds))
     wide = lowest > 0 and highest / lowest >= CDF_LOG_SPREAD
     return Chart(
         kind="generation",
-        title=f"time to first token and per output token: {evaluation_label(evaluation)}",
+        title=(
+            f"end-to-end latency per request: {evaluation_label(evaluation)}"
+            if all("ttft_ms" in (m["generation"].get("not_applicable") or ()) for m in drawn)
+            else f"time to first token and per output token: {evaluation_label(evaluation)}"
+        ),
         x_label="ms",
         y_label="requests at or below (%)",
         series=tuple(series),

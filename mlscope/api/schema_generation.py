@@ -113,6 +113,21 @@ GENERATION_SECTION: dict[str, Any] = {
             "description": "conversations: TTFT of first turns and of later ones (first_ttft_ms, "
             "later_ttft_ms: summaries) and the median TTFT per turn (ttft_median_ms)",
         },
+        "api": {"type": "string", "description": "the endpoint's api: chat, completions, embeddings, rerank"},
+        "not_applicable": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "embeddings and rerank: the figures of generation left out (ttft_ms, tpot_ms, "
+            "itl_ms, output_tokens, output_tokens_per_s), never zero",
+        },
+        "inputs_per_request": {"type": "integer", "minimum": 1, "description": "embeddings and rerank"},
+        "input_tokens_per_s": _number("embeddings and rerank: input tokens of the successful requests per s"),
+        "inputs_per_s": _number("embeddings and rerank: texts embedded or documents ranked per second"),
+        "input_tokens_counted_by": {
+            "type": "string",
+            "enum": ["server", "request"],
+            "description": "whose count input_tokens_per_s is: the server's usage, else the lengths asked",
+        },
         "via": {"type": "string", "enum": ["in_process", "endpoint"]},
         "endpoint": {"type": "string", "description": "the endpoint measured, when via endpoint"},
         "served": {"type": "object", "description": "--compare-served: the same figures, served"},

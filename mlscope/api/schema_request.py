@@ -26,6 +26,8 @@ from mlscope.contract.generation import (
     ENDPOINT_PATTERN,
     MAX_LENGTH,
     MAX_LISTED_LENGTHS,
+    POOLING_APIS,
+    POOLING_SLO_METRICS,
     SLO_METRICS,
     GenerationSettings,
 )
@@ -83,20 +85,25 @@ def _lengths(name: str) -> dict[str, Any]:
     }
 
 
-_METRIC = "(?:" + "|".join(SLO_METRICS) + ")"
-_SLO = {
-    "nullable": True,
-    "description": 'per-request objectives in ms, {"ttft_ms": 200} or "ttft_ms=200,tpot_ms=50"',
-    "anyOf": [
-        {
-            "type": "object",
-            "properties": {name: Bound(low=0, low_open=True).schema() for name in SLO_METRICS},
-            "additionalProperties": False,
-            "minProperties": 1,
-        },
-        {"type": "string", "pattern": rf"^{_METRIC}={POSITIVE_NUMBER}(?:,{_METRIC}={POSITIVE_NUMBER})*$"},
-    ],
-}
+def _slo(metrics: tuple[str, ...]) -> dict[str, Any]:
+    """An slo bounding some of `metrics`, as a mapping or as text."""
+    metric = "(?:" + "|".join(metrics) + ")"
+    return {
+        "nullable": True,
+        "description": 'per-request objectives in ms, {"ttft_ms": 200} or "ttft_ms=200,tpot_ms=50"',
+        "anyOf": [
+            {
+                "type": "object",
+                "properties": {name: Bound(low=0, low_open=True).schema() for name in metrics},
+                "additionalProperties": False,
+                "minProperties": 1,
+            },
+            {"type": "string", "pattern": rf"^{metric}={POSITIVE_NUMBER}(?:,{metric}={POSITIVE_NUMBER})*$"},
+        ],
+    }
+
+
+_SLO = _slo(SLO_METRICS)
 
 
 def _section(cls: type[SettingsSection], others: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -206,19 +213,6 @@ GENERATION_SCHEMA: dict[str, Any] = {
             }
         },
         # a trace sets each request's prompt itself: no turns or shared prefix beside it.
-        {
-            "not": {
-                "required": ["trace", "turns"],
-                "properties": {"trace": {"type": "object"}, "turns": {"not": {"enum": [1]}}},
-            }
-        },
-        {
-            "not": {
-                "required": ["trace", "shared_prefix_tokens"],
-                "properties": {"trace": {"type": "object"}, "shared_prefix_tokens": {"not": {"enum": [0]}}},
-            }
-        },
-        # prefix_groups groups the shared prefixes: not without them.
     ],
 }
 
@@ -380,6 +374,7 @@ def request_rules(
             "generation": _given("endpoint", "string"),
         },
     }
+    generating = [api for api in APIS if api not in POOLING_APIS]
     in_process = {
         "required": ["framework"],
         "properties": {
@@ -389,8 +384,30 @@ def request_rules(
                 "properties": {
                     "endpoint": {"not": {"type": "string"}},
                     "server_metrics": {"not": {"type": "string"}},
+                    "api": {"enum": generating},
                 }
             },
+        },
+    }
+    # A generation request is one prompt; a pooling API (embeddings, rerank) generates no tokens: no
+    # output length, no ignore_eos, an slo on e2e_ms alone (and, as above, only behind an endpoint).
+    generation_api = {
+        "properties": {
+            "generation": {"properties": {"api": {"enum": generating}, "inputs_per_request": {"enum": [1]}}}
+        }
+    }
+    pooling_api = {
+        "required": ["generation"],
+        "properties": {
+            "generation": {
+                "required": ["api"],
+                "properties": {
+                    "api": {"enum": list(POOLING_APIS)},
+                    "output_tokens": {"not": {}},
+                    "ignore_eos": {"not": {}},
+                    "slo": _slo(POOLING_SLO_METRICS),
+                },
+            }
         },
     }
     # find_max_qps searches against the slo.
@@ -403,7 +420,13 @@ def request_rules(
             }
         },
     }
-    generate = {"allOf": [{"anyOf": [endpoint, in_process]}, {"anyOf": [_load(find_max_qps=_NOT_TRUE), slo]}]}
+    generate = {
+        "allOf": [
+            {"anyOf": [endpoint, in_process]},
+            {"anyOf": [generation_api, pooling_api]},
+            {"anyOf": [_load(find_max_qps=_NOT_TRUE), slo]},
+        ]
+    }
     # Outside the generate scenario: no generation settings, no endpoint framework, none that only
     # generates.
     outside = [name for name in others if name not in (generate_only or ())]

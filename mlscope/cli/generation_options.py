@@ -14,7 +14,7 @@ import click
 
 from mlscope.cli.key_values import parse_key_values, with_flags
 from mlscope.contract.errors import UserError
-from mlscope.contract.generation import ENDPOINT_FRAMEWORK, read_lengths_file
+from mlscope.contract.generation import APIS, ENDPOINT_FRAMEWORK, read_lengths_file
 from mlscope.contract.trace import read_trace
 
 __all__ = ["GENERATION_FLAGS", "GENERATION_OPTIONS", "generation_document"]
@@ -38,6 +38,7 @@ GENERATION_FLAGS = (
     ("shared_prefix_tokens", "shared_prefix_tokens"),
     ("prefix_groups", "prefix_groups"),
     ("server_metrics", "server_metrics"),
+    ("inputs_per_request", "inputs_per_request"),
 )
 
 
@@ -75,8 +76,16 @@ GENERATION_OPTIONS = (
     ),
     click.option(
         "--api",
-        type=click.Choice(["chat", "completions"]),
-        help="generate: the endpoint's API: chat (/chat/completions) or completions [default: chat].",
+        type=click.Choice(list(APIS)),
+        help="generate: the endpoint's API: chat (/chat/completions) or completions [default: chat]; "
+        "embeddings or rerank for a model that generates no tokens (timed end to end).",
+    ),
+    click.option(
+        "--inputs-per-request",
+        type=int,
+        metavar="N",
+        help="generate with --api embeddings: texts per request; with --api rerank: documents per "
+        "query [default: 1].",
     ),
     click.option("--endpoint-model", metavar="NAME", help="generate: the model name sent to the endpoint."),
     click.option(

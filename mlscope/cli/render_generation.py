@@ -1,7 +1,8 @@
 """How the CLI shows a generate measurement: per metric (TTFT, TPOT, ITL, end-to-end) the median with
-its interval and the p99, tokens and requests per second, goodput against the SLO with its
-certificates, the failed requests by reason, the goodput search's probes, and with --compare-served
-the in-process and served figures side by side."""
+its interval and the p99 (for embeddings and rerank, TTFT, TPOT and ITL said not to apply), tokens
+and requests per second, goodput against the SLO with its certificates, the failed requests by
+reason, the goodput search's probes, and with --compare-served the in-process and served figures
+side by side."""
 
 from __future__ import annotations
 
@@ -55,12 +56,29 @@ def _slo_text(generation: Mapping[str, Any]) -> str | None:
 
 
 def _point_lines(generation: Mapping[str, Any], indent: str) -> list[str]:
-    lines = [f"{indent}{label:<10} {_summary(generation.get(key))}" for label, key in _METRICS]
-    lines.append(
-        f"{indent}{'tokens/s':<10} {_rate(generation.get('output_tokens_per_s'))} output, "
-        f"{_rate(generation.get('total_tokens_per_s'))} with the prompts; "
-        f"{_rate(generation.get('requests_per_s'))} requests/s"
-    )
+    absent = set(generation.get("not_applicable") or ())
+    lines = [
+        f"{indent}{label:<10} "
+        + (
+            f"not applicable ({generation.get('api')}: no tokens)"
+            if key in absent
+            else _summary(generation.get(key))
+        )
+        for label, key in _METRICS
+    ]
+    if "output_tokens_per_s" in absent:
+        lines.append(
+            f"{indent}{'tokens/s':<10} {_rate(generation.get('input_tokens_per_s'))} input (counted by "
+            f"the {generation.get('input_tokens_counted_by')}); "
+            f"{_rate(generation.get('inputs_per_s'))} inputs/s, {_rate(generation.get('requests_per_s'))} "
+            "requests/s"
+        )
+    else:
+        lines.append(
+            f"{indent}{'tokens/s':<10} {_rate(generation.get('output_tokens_per_s'))} output, "
+            f"{_rate(generation.get('total_tokens_per_s'))} with the prompts; "
+            f"{_rate(generation.get('requests_per_s'))} requests/s"
+        )
     slo = _slo_text(generation)
     if slo:
         lines.append(f"{indent}{'slo':<10} {slo}")
@@ -84,10 +102,17 @@ def generation_lines(result: Mapping[str, Any]) -> list[str]:
             continue
         where = escape(str(generation.get("endpoint"))) if generation.get("endpoint") else "in process"
         load = m.get("load") or {}
+        shape = (
+            f"{generation.get('inputs_per_request')} inputs per request, "
+            f"{_lengths(generation, 'prompt_tokens')} tokens per request"
+            if "output_tokens" in (generation.get("not_applicable") or ())
+            else f"prompt {_lengths(generation, 'prompt_tokens')} tokens, output "
+            f"{_lengths(generation, 'output_tokens')} tokens"
+        )
+        api = f" {generation['api']}" if generation.get("api") else ""
         lines.append(
-            f"[bold]generate[/bold]   {generation.get('requests')} requests ({where}), prompt "
-            f"{_lengths(generation, 'prompt_tokens')} tokens, output {_lengths(generation, 'output_tokens')} "
-            f"tokens, concurrency {generation.get('concurrency')}"
+            f"[bold]generate[/bold]{api}   {generation.get('requests')} requests ({where}), {shape}, "
+            f"concurrency {generation.get('concurrency')}"
             + (
                 f", Poisson {load['target_qps']:g}/s"
                 if load.get("target_qps") and not (generation.get("workload") or {}).get("trace")
@@ -176,8 +201,14 @@ def _search_lines(measurement: Mapping[str, Any]) -> list[str]:
         )
         lines.append(
             f"    {_rate(probe.get('target_qps'))} qps → {_rate(probe.get('achieved_qps'))} achieved, "
-            f"goodput {_rate(probe.get('goodput'))}/s, TTFT p50 {ms_text(probe.get('ttft_p50_ms'))} ms, "
-            f"TPOT p50 {ms_text(probe.get('tpot_p50_ms'))} ms: {verdict}"
+            f"goodput {_rate(probe.get('goodput'))}/s, "
+            + (
+                f"TTFT p50 {ms_text(probe.get('ttft_p50_ms'))} ms, "
+                f"TPOT p50 {ms_text(probe.get('tpot_p50_ms'))} ms"
+                if probe.get("ttft_p50_ms") is not None or probe.get("e2e_p50_ms") is None
+                else f"end-to-end p50 {ms_text(probe.get('e2e_p50_ms'))} ms"
+            )
+            + f": {verdict}"
         )
     best = search.get("max_qps")
     lines.append(

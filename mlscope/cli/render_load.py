@@ -148,7 +148,12 @@ def probe_line(label: str, event: Mapping[str, Any]) -> str:
         return (
             f"{escape(label)}: generate probe {_number(event.get('target_qps'))} qps → "
             f"{_number(event.get('achieved_qps'))} achieved, goodput {_number(event.get('goodput'))}/s, "
-            f"TTFT p50 {ms_text(event.get('ttft_p50_ms'))} ms: {verdict}{reason}"
+            + (
+                f"end-to-end p50 {ms_text(event.get('e2e_p50_ms'))} ms"
+                if event.get("ttft_p50_ms") is None and event.get("e2e_p50_ms") is not None
+                else f"TTFT p50 {ms_text(event.get('ttft_p50_ms'))} ms"
+            )
+            + f": {verdict}{reason}"
         )
     return (
         f"{escape(label)}: {escape(str(event.get('scenario', 'server')))} batch {event.get('batch_size')} "

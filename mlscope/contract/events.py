@@ -88,6 +88,7 @@ class ProbeEvent(TypedDict):
     goodput: NotRequired[float | None]
     ttft_p50_ms: NotRequired[float | None]
     tpot_p50_ms: NotRequired[float | None]
+    e2e_p50_ms: NotRequired[float | None]
     failed: NotRequired[int | None]
 
 

@@ -31,6 +31,8 @@ __all__ = [
     "ENDPOINT_PATTERN",
     "MAX_LENGTH",
     "MAX_LISTED_LENGTHS",
+    "POOLING_APIS",
+    "POOLING_SLO_METRICS",
     "SLO_METRICS",
     "GenerationSettings",
     "draw_lengths",
@@ -42,9 +44,18 @@ __all__ = [
 # The framework name of an evaluation that measures a model behind an endpoint (nothing loads here).
 ENDPOINT_FRAMEWORK = "endpoint"
 # The OpenAI-compatible APIs an endpoint is asked through.
-APIS = ("chat", "completions")
+APIS = ("chat", "completions", "embeddings", "rerank")
+# The APIs that answer each request once, generating no tokens (embedding and reranking models, vLLM's
+# "pooling" models): no TTFT or TPOT, no output length, a batch of inputs per request.
+POOLING_APIS = ("embeddings", "rerank")
 # What a service-level objective may bound, per request.
 SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
+# ... and for a pooling API, whose answer has no tokens to time.
+POOLING_SLO_METRICS = ("e2e_ms",)
+# Inputs per request beyond this are a typo (servers cap a batch far lower).
+MAX_INPUTS_PER_REQUEST = 4096
+# Settings only generation has: given with a pooling API, they are refused rather than ignored.
+_GENERATE_ONLY = ("output_tokens", "ignore_eos")
 # A length beyond this is a typo (no model has a context of a million tokens here).
 MAX_LENGTH = 1_000_000
 MAX_LISTED_LENGTHS = 100_000
@@ -81,7 +92,12 @@ class GenerationSettings(SettingsSection):
             them counts toward goodput, and each bounded metric's percentile is certified.
         endpoint: an OpenAI-compatible base URL (http://host:port/v1): measure the model behind it,
             timed from this side, instead of loading it here.
-        api: "chat" (POST /chat/completions) or "completions" (POST /completions).
+        api: "chat" (POST /chat/completions), "completions" (POST /completions), or, for a model that
+            generates no tokens, "embeddings" (POST /embeddings) or "rerank" (POST /rerank): these
+            need an endpoint, time each answer end to end, and refuse the settings of generation
+            (output_tokens, ignore_eos) and SLO bounds other than e2e_ms (docs/generate.md).
+        inputs_per_request: 1. For embeddings, the texts embedded per request; for rerank, the
+            documents ranked against the query. Each is a prompt of a drawn prompt_tokens length.
         endpoint_model: the model name sent to the endpoint; None for the evaluation's model.
         ignore_eos: also send `ignore_eos` and `min_tokens` (vLLM's and SGLang's extensions), so the
             server cannot stop before output_tokens; a server that refuses unknown fields says so.
@@ -120,6 +136,7 @@ class GenerationSettings(SettingsSection):
         "shared_prefix_tokens": Bound(integer=True, low=0, high=MAX_LENGTH),
         "prefix_groups": Bound(integer=True, low=1, high=100_000),
         "server_metrics_interval_s": Bound(low=0.05, high=3600),
+        "inputs_per_request": Bound(integer=True, low=1, high=MAX_INPUTS_PER_REQUEST),
     }
 
     requests: int = 32
@@ -142,6 +159,32 @@ class GenerationSettings(SettingsSection):
     prefix_groups: int = 1
     server_metrics: str | None = None
     server_metrics_interval_s: float = 0.5
+    inputs_per_request: int = 1
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> GenerationSettings:
+        """Settings from a mapping (SettingsSection.from_dict), refusing a setting of generation
+        given with a pooling API: what does not apply is said, not ignored.
+
+        Raises:
+            UserError: as SettingsSection.from_dict; output_tokens or ignore_eos given with api
+                embeddings or rerank (`field` names the setting).
+        """
+        settings = super().from_dict(data)
+        if settings.api in POOLING_APIS:
+            for name in _GENERATE_ONLY:
+                if name in (data or {}):
+                    raise UserError(
+                        f"generation setting {name} does not apply to api={settings.api!r}: it "
+                        "generates no tokens (leave it out)",
+                        field=name,
+                    )
+        return settings
+
+    @property
+    def pooling(self) -> bool:
+        """Whether the API answers once, generating no tokens (embeddings, rerank)."""
+        return self.api in POOLING_APIS
 
     def __post_init__(self) -> None:
         self._check_bounds()
@@ -166,6 +209,14 @@ class GenerationSettings(SettingsSection):
             raise UserError("generation setting compare_served must be true or false", field="compare_served")
         if self.server_metrics is not None:
             _check_server_metrics(self.server_metrics, self.endpoint)
+        if self.api in POOLING_APIS:
+            self._check_pooling()
+        elif self.inputs_per_request != 1:
+            raise UserError(
+                f"generation setting inputs_per_request applies to api embeddings or rerank, not "
+                f"{self.api!r} (a generation request is one prompt)",
+                field="inputs_per_request",
+            )
         if self.compare_served and self.endpoint is not None:
             raise UserError(
                 "compare_served serves the model loaded here; with an endpoint there is nothing to "
@@ -205,6 +256,40 @@ class GenerationSettings(SettingsSection):
         if self.shared_prefix_tokens:
             described["shared_prefix"] = {"tokens": self.shared_prefix_tokens, "groups": self.prefix_groups}
         return described or None
+
+    def _check_pooling(self) -> None:
+        """What an embeddings or rerank API refuses: no endpoint, a bound on tokens' timing, forced
+        end-of-sequence (output_tokens given is refused by from_dict, where it is known given)."""
+        if self.endpoint is None:
+            raise UserError(
+                f"generation setting api={self.api!r} measures a served model: give endpoint "
+                "(--endpoint URL)",
+                field="api",
+            )
+        if self.ignore_eos:
+            raise UserError(
+                f"generation setting ignore_eos does not apply to api={self.api!r}: it generates no "
+                "tokens (leave it out)",
+                field="ignore_eos",
+            )
+        for name, given in (
+            ("trace", self.trace is not None),
+            ("turns", self.turns != 1),
+            ("shared_prefix_tokens", self.shared_prefix_tokens != 0),
+        ):
+            if given:
+                raise UserError(
+                    f"generation setting {name} shapes the prompts of a generation API, not "
+                    f"api={self.api!r} (leave it out)",
+                    field=name,
+                )
+        untimed = [metric for metric in self.slo or {} if metric not in POOLING_SLO_METRICS]
+        if untimed:
+            raise UserError(
+                f"slo: {', '.join(untimed)} cannot bound api={self.api!r}, which answers once with no "
+                f"tokens: bound {', '.join(POOLING_SLO_METRICS)}",
+                field="slo",
+            )
 
     def lengths(self, count: int, seed: int) -> tuple[list[int], list[int]]:
         """The prompt and output lengths of `count` requests, drawn with `seed`."""

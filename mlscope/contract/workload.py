@@ -39,19 +39,19 @@ _LOAD_WORKLOAD = (
 # endpoint_model the name it knows the model by (a comparison of two servers is on purpose, like one
 # of two frameworks; the model itself is the evaluation's); requests, warm-up, timeout, slo and
 # compare_served change how much is measured or what else is reported, not the requests.
-_GENERATION_WORKLOAD = (
-    "prompt_tokens",
-    "output_tokens",
-    "concurrency",
-    "api",
-    "ignore_eos",
-    "trace",
-    "trace_speed",
-    "turns",
-    "think_time_ms",
-    "shared_prefix_tokens",
-    "prefix_groups",
-)
+_GENERATION_WORKLOAD = ("prompt_tokens", "output_tokens", "concurrency", "api", "ignore_eos")
+# ... and those that count only where a request set them to other than their default, so that a
+# result from before they existed keys as it did: a pooling API's inputs per request, a replayed trace
+# and its speed, conversations and their think time, shared prefixes.
+_GENERATION_WHERE_SET: dict[str, Any] = {
+    "inputs_per_request": 1,
+    "trace": None,
+    "trace_speed": 1.0,
+    "turns": 1,
+    "think_time_ms": 0.0,
+    "shared_prefix_tokens": 0,
+    "prefix_groups": 1,
+}
 # Settings compared by what names them rather than whole: a trace by its file's name, SHA-256 and
 # line count (its thousands of arrivals and lengths would be the difference's text otherwise).
 _WORKLOAD_VIEWS = {("generation", "trace"): trace_identity}
@@ -222,9 +222,9 @@ def workload_differences(
     dataset, and where a compared scenario
     uses them the load settings (rate, queries in flight, multi_stream's query shape, a latency
     search's bound and percentile), the generation settings (prompt and output lengths, concurrency,
-    api, ignore_eos, a replayed trace by name, SHA-256 and lines and its speed, turns and think time,
-    shared prefixes) and offline's concurrency. A manifest hash that differs because
-    the model options do is not named twice.
+    api, ignore_eos, and where set a pooling API's inputs per request, a replayed trace by name,
+    SHA-256 and lines and its speed, turns and think time, shared prefixes) and offline's
+    concurrency. A manifest hash that differs because the model options do is not named twice.
 
     Args:
         a, b: evaluations as the store returns them.
@@ -247,6 +247,13 @@ def workload_differences(
             for name in defaults
             if _plain(section_a[name]) != _plain(section_b[name])
         ]
+    if compared & _GENERATION_SCENARIOS:
+        set_a, set_b = _generation_where_set(request_a), _generation_where_set(request_b)
+        found += [
+            Difference(f"generation.{name}", set_a.get(name, default), set_b.get(name, default))
+            for name, default in _GENERATION_WHERE_SET.items()
+            if set_a.get(name, default) != set_b.get(name, default)
+        ]
     framework_a, framework_b = _framework_options(request_a), _framework_options(request_b)
     found += [
         Difference(f"options.{name}", framework_a.get(name), framework_b.get(name))
@@ -256,6 +263,21 @@ def workload_differences(
     if request_a.get("dataset") != request_b.get("dataset"):
         found.append(Difference("dataset", request_a.get("dataset"), request_b.get("dataset")))
     return found
+
+
+def _generation_where_set(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The generation settings of `_GENERATION_WHERE_SET` the request set to other than the default."""
+    given = request.get("generation")
+    given = given if isinstance(given, Mapping) else {}
+    return {
+        name: _WORKLOAD_VIEWS.get(("generation", name), _same)(given[name])
+        for name, default in _GENERATION_WHERE_SET.items()
+        if given.get(name, default) != default
+    }
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _framework_options(request: Mapping[str, Any]) -> dict[str, Any]:
@@ -334,5 +356,7 @@ def workload_key(evaluation: Mapping[str, Any], scenario: str) -> str:
     for key, defaults in _sections({scenario}):
         workload[key] = _section(request, key, defaults)
     workload["options"].update(_framework_options(request))
+    if "generation" in workload:
+        workload["generation"].update(_generation_where_set(request))
     text = json.dumps(_canonical(workload), sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -70,6 +70,14 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"generation": {"trace": {"name": "t.jsonl"}}}, "generation.trace"),
     ({"generation": {"turns": 2}, "load": {"qps": 3}}, "generation.turns"),
     ({"generation": {"prefix_groups": 4}}, "generation.prefix_groups"),
+    ({"generation": {"api": "embeddings"}}, "generation.api"),
+    (
+        {
+            "framework": "endpoint",
+            "generation": {"endpoint": "http://h/v1", "api": "rerank", "output_tokens": 8},
+        },
+        "generation.output_tokens",
+    ),
 ]
 
 

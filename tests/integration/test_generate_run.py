@@ -74,3 +74,61 @@ def test_an_endpoint_that_drops_every_stream_gives_a_finished_run_with_its_failu
     # A chart of its requests has nothing to draw, and says why (exit 2), not an empty image
     plotted = mlscope(mlscope_env, "plot", result["id"], "--kind", "generation", "--json")
     assert plotted.returncode == 2 and "every request failed" in plotted.stderr
+
+
+def test_an_embeddings_endpoint_is_timed_end_to_end_with_its_api_recorded_and_no_tokens_shown(
+    mlscope_env: dict[str, str],
+) -> None:
+    from mlscope.analysis.chart_generation import request_cdf
+    from mlscope.cli.render_generation import generation_lines
+
+    with mock_endpoint() as server:
+        # Given a server that answers each embeddings request 10 ms after reading it
+        server.answer_delay_s = 0.01
+        done = mlscope(
+            mlscope_env,
+            "run", "bge-small", "--scenario", "generate", "--endpoint", server.base_url, "--api",
+            "embeddings", "--inputs-per-request", "4", "--prompt-tokens", "16", "--requests", "12",
+            "--slo", "e2e_ms=1000", "--json", *QUICK,
+        )  # fmt: skip
+        served = server.requests
+    # Exit 3 where the machine's load left the point unstable within QUICK's 3 s: stored all the same
+    assert done.returncode in (0, 3), done.stderr
+    [result] = json_lines(done.stdout)
+    [point] = result["measurements"]
+    generation = point["generation"]
+    # Then every request sent (and the first one, and the probe-free warm-up) reached the server
+    assert served == generation["requests"] + 1 + 2
+    assert generation["failed_requests"]["count"] == 0
+    assert point["latency_ms"]["min"] >= 10.0 and generation["goodput_fraction"] == 1.0
+    assert result["cold_start"]["first_inference_ms"] >= 10.0
+    # The api is the request's (so a diff tells it from a chat run) and the answer's
+    assert result["request"]["generation"]["api"] == "embeddings" and generation["api"] == "embeddings"
+    assert result["request"]["generation"]["inputs_per_request"] == 4
+    # TTFT and TPOT are said not to apply, never shown as 0
+    lines = generation_lines(result)
+    assert any(
+        line.split() == ["TTFT", "not", "applicable", "(embeddings:", "no", "tokens)"] for line in lines
+    )
+    assert "ttft_ms" not in generation and "ttft_ms" in generation["not_applicable"]
+    # Its chart draws the end-to-end latency, the one it has
+    chart = request_cdf(result)
+    assert [series.name.split(" · ")[0] for series in chart.series] == ["end-to-end"]
+    assert "SLO: end-to-end ≤ 1000 ms" in chart.notes
+
+
+def test_an_endpoint_without_the_api_stops_the_run_at_once_naming_the_setting(
+    mlscope_env: dict[str, str],
+) -> None:
+    with mock_endpoint() as server:
+        done = mlscope(
+            mlscope_env,
+            "run", "unserved", "--scenario", "generate", "--endpoint", server.base_url, "--api", "rerank",
+            "--json", *QUICK,
+        )  # fmt: skip
+        sent = server.requests
+    [result] = json_lines(done.stdout)
+    # Only the first request was sent: the run failed with one line naming generation.api
+    assert sent == 1 and result["status"] == "failed"
+    assert result["error"]["message"].startswith("generation.api: the endpoint does not serve api 'rerank'")
+    assert "HTTP 404" in result["error"]["message"] and "\n" not in result["error"]["message"]

@@ -124,6 +124,22 @@ def test_a_generate_request_keeps_its_settings_and_may_take_poisson_arrivals() -
             "is not an http(s) URL",
         ),
         ({"generation": {"server_metrics": "http://h:1/metrics"}}, "generation.server_metrics", "--endpoint"),
+        (
+            {
+                "framework": "endpoint",
+                "generation": {"endpoint": "http://h:1/v1", "api": "embeddings", "turns": 2},
+            },
+            "generation.turns",
+            "not api='embeddings'",
+        ),
+        (
+            {
+                "framework": "endpoint",
+                "generation": {"endpoint": "http://h:1/v1", "api": "rerank", "shared_prefix_tokens": 8},
+            },
+            "generation.shared_prefix_tokens",
+            "not api='rerank'",
+        ),
     ],
 )
 def test_a_bad_generate_request_names_its_field(fields: dict[str, object], field: str, words: str) -> None:
@@ -146,6 +162,15 @@ def test_a_bad_generate_request_names_its_field(fields: dict[str, object], field
             "generation.server_metrics: server_metrics 'ftp://host/metrics' is not an http(s) URL",
         ),
         (["--server-metrics", "http://127.0.0.1:9/metrics"], "server_metrics samples the server"),
+        (["--api", "embeddings"], "generation.api: generation setting api='embeddings' measures a served"),
+        (
+            ["--endpoint", "http://127.0.0.1:9/v1", "--api", "rerank", "--output-tokens", "8"],
+            "generation.output_tokens: generation setting output_tokens does not apply to api='rerank'",
+        ),
+        (
+            ["--endpoint", "http://127.0.0.1:9/v1", "--api", "embeddings", "--ignore-eos"],
+            "generation.ignore_eos: generation setting ignore_eos does not apply",
+        ),
     ],
 )
 def test_mlscope_run_generate_with_bad_input_exits_2_in_one_line_storing_nothing(

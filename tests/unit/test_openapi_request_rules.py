@@ -37,9 +37,9 @@ BEYOND_THE_DOCUMENT = (
     "generation.prompt_tokens",
     "generation.output_tokens",
     "model_options",
-    # a trace's columns hold one value per line and its arrivals never go back; prefix_groups needs
-    # shared_prefix_tokens, think_time_ms needs turns (the document states the other workload rules;
-    # written as rules too, these two made schemathesis refuse the section as unsupported)
+    # a trace's columns hold one value per line, its arrivals never go back and it takes no turns or
+    # shared prefix beside it; prefix_groups needs shared_prefix_tokens, think_time_ms needs turns
+    # (written as rules beside the others, these made schemathesis refuse the section as unsupported)
     "generation.trace",
     "generation.prefix_groups",
     "generation.think_time_ms",
@@ -143,6 +143,12 @@ def test_every_batch_the_document_allows_passes_the_contract_for_each_framework(
 
 
 BASE = {"model": "resnet18", "framework": "onnxruntime"}
+# An embeddings evaluation of an endpoint.
+_POOLED: dict[str, Any] = {
+    "framework": ENDPOINT_FRAMEWORK,
+    "scenarios": ["generate"],
+    "generation": {"endpoint": "http://h:1/v1", "api": "embeddings"},
+}
 # Each a request the contract refuses, naming the field, for a rule between fields.
 REFUSED = [
     ({"limit": 5}, "limit"),
@@ -174,6 +180,20 @@ REFUSED = [
     ),
     ({"scenarios": ["generate"], "generation": {"slo": {"ttft_ms": 0}}}, "generation.slo"),
     ({"scenarios": ["generate"], "generation": {"prompt_tokens": "uniform:0-5"}}, "generation.prompt_tokens"),
+    ({"scenarios": ["generate"], "generation": {"api": "embeddings"}}, "generation.api"),
+    (
+        {**_POOLED, "generation": {**_POOLED["generation"], "ignore_eos": True}},
+        "generation.ignore_eos",
+    ),
+    ({**_POOLED, "generation": {**_POOLED["generation"], "slo": "ttft_ms=5"}}, "generation.slo"),
+    (
+        {**_POOLED, "generation": {**_POOLED["generation"], "output_tokens": 8}},
+        "generation.output_tokens",
+    ),
+    (
+        {**_POOLED, "generation": {"endpoint": "http://h/v1", "inputs_per_request": 2}},
+        "generation.inputs_per_request",
+    ),
     ({"load": {"seed": -1}}, "load.seed"),
     ({"measure": {"stability": 1}}, "measure.stability"),
     ({"measure": {"warmup_count": 1.5}}, "measure.warmup_count"),
@@ -211,6 +231,7 @@ ACCEPTED = [
     {"scenarios": ["multi_stream"], "load": {"back_to_back": True, "interval_ms": 50}},
     {"scenarios": ["generate"], "generation": {"prompt_tokens": "uniform:3-9", "output_tokens": [1, 2]}},
     {"options": {"brick": True}, "batch_sizes": [8]},
+    {**_POOLED, "generation": {**_POOLED["generation"], "inputs_per_request": 8, "slo": "e2e_ms=50"}},
 ]
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from mlscope.contract.errors import UserError
-from mlscope.contract.generation import GenerationSettings
+from mlscope.contract.generation import GenerationSettings, draw_lengths
 from mlscope.contract.load import LoadSettings
 from mlscope.runtime.generate.records import GenerateEngine, GenerationRequest, RequestRecord
 from mlscope.runtime.generate.reduce import MIN_REQUESTS, NS_PER_MS, Point, per_request, reduce_records
@@ -66,6 +66,8 @@ def build_requests(
     """
     if settings.trace is not None:
         return _trace_requests(settings.trace, seed, max_context)
+    if settings.pooling:
+        return _pooling_requests(settings, count, seed, max_context, first)
     prompts, outputs = settings.lengths(count + first, seed)
     requests = [_request(settings, i, prompts, outputs, seed) for i in range(first, first + count)]
     if max_context is not None:
@@ -141,6 +143,30 @@ def trace_schedule(trace: dict[str, Any], speed: float) -> Schedule:
             field="generation.trace",
         )
     return Schedule.replay(arrivals)
+
+
+def _pooling_requests(
+    settings: GenerationSettings, count: int, seed: int, max_context: int | None, first: int
+) -> list[GenerationRequest]:
+    """Requests of a pooling API: each `inputs_per_request` texts (rerank: a query first, then that
+    many documents), every text of a length drawn from prompt_tokens in turn; no output.
+
+    Raises:
+        UserError: a text longer than the model's context (field generation.prompt_tokens).
+    """
+    texts = settings.inputs_per_request + (1 if settings.api == "rerank" else 0)
+    lengths = draw_lengths(settings.prompt_tokens, (count + first) * texts, seed)
+    requests = []
+    for index in range(first, first + count):
+        inputs = tuple(lengths[index * texts : (index + 1) * texts])
+        if max_context is not None and max(inputs) > max_context:
+            raise UserError(
+                f"request {index}: an input of {max(inputs)} tokens exceeds the model's context of "
+                f"{max_context} tokens: shorten generation.prompt_tokens",
+                field="generation.prompt_tokens",
+            )
+        requests.append(GenerationRequest(index, sum(inputs), 0, seed, input_tokens=inputs))
+    return requests
 
 
 def issue_requests(
@@ -247,7 +273,7 @@ def _stable(point: Point, measure: MeasureSettings) -> bool:
     it gets (more requests would not make it valid)."""
     if any(not r.ok for r in point.records):
         return True
-    per = [per_request(r) for r in point.records if r.token_ns]
+    per = [per_request(r) for r in point.records if r.succeeded]
     tpots = [p["tpot_ms"] for p in per]
     values = [v for v in tpots if v is not None] or [p["e2e_ms"] or 0.0 for p in per]
     if len(values) < MIN_REQUESTS:
@@ -296,6 +322,7 @@ class _Probe:
             "goodput": generation.get("goodput"),
             "ttft_p50_ms": (generation.get("ttft_ms") or {}).get("median"),
             "tpot_p50_ms": (generation.get("tpot_ms") or {}).get("median"),
+            "e2e_p50_ms": (generation.get("e2e_ms") or {}).get("median"),
             "failed": (generation.get("failed_requests") or {}).get("count"),
             "passed": self.passed,
             "reason": self.reason,

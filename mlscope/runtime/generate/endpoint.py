@@ -1,6 +1,7 @@
 """The generation engine behind an OpenAI-compatible HTTP endpoint (vLLM, SGLang, `transformers
 serve`, ...): each request is one streaming POST to `/chat/completions` or `/completions`, timed from
-this process as its Server-Sent Events arrive.
+this process as its Server-Sent Events arrive; or, for a model that generates no tokens, one POST to
+`/embeddings` or `/rerank`, timed end to end and its answer checked (`pooling`).
 
 What the user typed wrong (a URL that does not parse, an unknown api) raises `UserError` at
 construction; an endpoint that refuses every connection raises `PredictorError` from
@@ -24,6 +25,8 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from mlscope.contract.errors import MlscopeError, UserError
+from mlscope.contract.generation import POOLING_APIS
+from mlscope.runtime.generate.pooling import MalformedAnswer, check_answer, pooling_body
 from mlscope.runtime.generate.prompts import PromptText, synthetic_prompt, tokenizer_prompt
 from mlscope.runtime.generate.records import GenerationRequest, RequestRecord
 from mlscope.runtime.generate.sse import plain_text_chunk, sse_events, text_pattern
@@ -39,8 +42,14 @@ from mlscope.runtime.predictors.base import PredictorError
 
 __all__ = ["API_PATHS", "EndpointEngine", "PromptText", "synthetic_prompt", "tokenizer_prompt"]
 
-#: the path each supported api streams from, relative to the base URL (which ends in /v1).
-API_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
+#: the path of each supported api, relative to the base URL (which ends in /v1); the pooling ones
+#: (embeddings, rerank) answer once, without streaming.
+API_PATHS = {
+    "chat": "/chat/completions",
+    "completions": "/completions",
+    "embeddings": "/embeddings",
+    "rerank": "/rerank",
+}
 
 #: what a request sends when asked to ignore end-of-sequence (vLLM and SGLang extensions).
 IGNORE_EOS_FIELDS = ("ignore_eos", "min_tokens")
@@ -153,7 +162,7 @@ class EndpointEngine:
         self._url = self.base_url + API_PATHS[api]
         self._target = _target(self._url)
         self._models = _target(self.base_url + "/models")
-        self._text = text_pattern(api)
+        self._text = text_pattern(api) if api not in POOLING_APIS else None
         self._transport = open_transport(self.base_url, headers, self.timeout_s, concurrency, httpx)
         self._server = "unknown"
         self._server_lock = threading.Lock()
@@ -164,6 +173,8 @@ class EndpointEngine:
 
     def generate(self, request: GenerationRequest) -> RequestRecord:
         """Stream one request and time each chunk that carries output; never raises for it."""
+        if self.api in POOLING_APIS:
+            return self._pool(request)
         record = RequestRecord(
             index=request.index, prompt_tokens=request.prompt_tokens, requested_tokens=request.output_tokens
         )
@@ -233,6 +244,60 @@ class EndpointEngine:
         except TransportError as exc:
             raise PredictorError(f"cannot reach {self.base_url}: {exc}") from None
         self._note_server(response)
+
+    # -- one pooling request -----------------------------------------------------------------------
+
+    def _pool(self, request: GenerationRequest) -> RequestRecord:
+        """Send one embeddings or rerank request, time it to its answer's last byte, check the answer;
+        never raises for it."""
+        record = RequestRecord(index=request.index, prompt_tokens=request.prompt_tokens, requested_tokens=0)
+        lengths = request.input_tokens or (request.prompt_tokens,)
+        base = request.index * len(lengths)
+        texts = [self._prompt_text(n, request.seed, base + i) for i, n in enumerate(lengths)]
+        payload = _encode({**pooling_body(self.api, self.model, texts), **self.extra_body})
+        record.start_ns = time.perf_counter_ns()
+        try:
+            body = self._exchange(payload)
+            record.end_ns = time.perf_counter_ns()
+            counted = check_answer(self.api, body, len(texts))
+        except (_StreamError, MalformedAnswer) as exc:
+            record.end_ns = record.end_ns or time.perf_counter_ns()
+            record.error = str(exc)
+            return record
+        if counted is not None:
+            record.prompt_tokens = counted
+            record.prompt_counted = True
+        return record
+
+    def _exchange(self, payload: bytes) -> bytes:
+        """POST `payload` and read the whole answer; an HTTP error or a failure to get the answer
+        is a _StreamError worded as for a streamed request."""
+        answered = False
+        try:
+            response = self._transport.post(self._target, payload)
+            answered = True
+            try:
+                self._note_server(response)
+                body = response.read()
+            finally:
+                response.release()
+        except ConnectFailed as exc:
+            raise _StreamError(f"cannot connect to {self._url}: {_connect_reason(exc)}") from None
+        except TimedOut:
+            if not answered:
+                raise _StreamError(f"no response within {self.timeout_s:g} s") from None
+            raise _StreamError(f"the answer stalled {self.timeout_s:g} s before its end") from None
+        except Disconnected:
+            if not answered:
+                raise _StreamError(
+                    f"the server at {self._url} closed the connection without answering"
+                ) from None
+            raise _StreamError("the connection closed before the answer's end") from None
+        except TransportError as exc:
+            raise _StreamError(f"request failed: {exc}") from None
+        if response.status >= 400:
+            raise _StreamError(self._http_error(response.status, body))
+        return body
 
     # -- one request -------------------------------------------------------------------------------
 
@@ -316,7 +381,7 @@ class EndpointEngine:
             stream.done_ns = time.perf_counter_ns()
             return True
         now = time.perf_counter_ns()
-        if plain_text_chunk(data, self._text):
+        if self._text is not None and plain_text_chunk(data, self._text):
             stream.token_ns.append(now)  # a token and nothing else: no JSON parse needed
             return False
         decoded = data.decode("utf-8", "replace")

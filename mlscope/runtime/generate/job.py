@@ -12,8 +12,9 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
+from mlscope.contract.errors import UserError
 from mlscope.contract.events import Emit, ProbeEvent
-from mlscope.contract.generation import GenerationSettings
+from mlscope.contract.generation import APIS, GenerationSettings
 from mlscope.contract.job import Job
 from mlscope.contract.load import LoadSettings
 from mlscope.contract.result import ColdStart, ResultMeasurement
@@ -51,7 +52,7 @@ def run_generate_job(
     Raises:
         PredictorError: the engine cannot be made (a model that cannot generate, an endpoint that
             cannot be reached).
-        UserError: a request does not fit the model's context.
+        UserError: a request does not fit the model's context; the endpoint does not serve the api.
     """
     settings = GenerationSettings.from_dict(job.generation)
     load = LoadSettings.from_dict(job.load)
@@ -69,14 +70,15 @@ def run_generate_job(
     try:
         enter("first_inference")
         with tracer.span("first_inference", batch_size=1):
-            first = engine.generate(
-                GenerationRequest(0, _FIRST_PROMPT_TOKENS, _FIRST_OUTPUT_TOKENS, load.seed)
-            )
+            first = engine.generate(_first_request(settings, load.seed))
+        _check_served(first, settings)
         cold_start: ColdStart = {"load_ms": load_ms, "first_inference_ms": None}
-        if first.ok and first.token_ns:
+        if first.succeeded:
             cold_start["first_inference_ms"] = round((first.end_ns - first.start_ns) / 1e6, 3)
+        if first.succeeded and first.token_ns:
             cold_start["first_token_ms"] = round((first.token_ns[0] - first.start_ns) / 1e6, 3)
-        else:  # counted, not fatal: the measured requests say how often it happens
+        elif not first.succeeded:
+            # counted, not fatal: the measured requests say how often it happens
             cold_start["first_inference_error"] = first.error
         qps = {"qps": load.qps} if load.qps is not None else {}
         enter("measure", scenario="generate", batch_size=1, **qps)
@@ -108,6 +110,7 @@ def run_generate_job(
             measurement["generation"]["server_metrics"] = metrics
         if settings.endpoint is not None:
             measurement["generation"]["endpoint"] = settings.endpoint
+            measurement["generation"]["api"] = settings.api
         measurement["generation"]["via"] = "endpoint" if settings.endpoint is not None else "in_process"
         if settings.compare_served:
             enter("serve")
@@ -167,3 +170,29 @@ def _sampled(
         settings.server_metrics, settings.server_metrics_interval_s, lambda: counted.in_flight
     )
     return sampler, counted
+
+
+def _first_request(settings: GenerationSettings, seed: int) -> GenerationRequest:
+    """The first request: a short prompt and a few tokens; for a pooling API, one short input per
+    text a measured request sends (rerank: the query and each document)."""
+    if not settings.pooling:
+        return GenerationRequest(0, _FIRST_PROMPT_TOKENS, _FIRST_OUTPUT_TOKENS, seed)
+    texts = settings.inputs_per_request + (1 if settings.api == "rerank" else 0)
+    inputs = (_FIRST_PROMPT_TOKENS,) * texts
+    return GenerationRequest(0, sum(inputs), 0, seed, input_tokens=inputs)
+
+
+def _check_served(first: RequestRecord, settings: GenerationSettings) -> None:
+    """Stop at once when the endpoint answered the first request that it has no such API (HTTP 404
+    or 405): every request would fail alike, and the setting to change is the api.
+
+    Raises:
+        UserError: naming generation.api, with the server's answer.
+    """
+    if settings.endpoint is None or not (first.error or "").startswith(("HTTP 404 ", "HTTP 405 ")):
+        return
+    raise UserError(
+        f"generation.api: the endpoint does not serve api {settings.api!r} ({first.error}); "
+        f"the apis: {', '.join(APIS)}",
+        field="generation.api",
+    )

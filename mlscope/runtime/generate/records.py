@@ -32,6 +32,8 @@ class GenerationRequest:
             assistant piece stands for an earlier answer (a chat API gets it as its own message).
             Empty: one user piece (prompt_tokens, seed, index).
         turn: the request's turn in its conversation (1 first), None outside one.
+        input_tokens: for a pooling API (embeddings, rerank: output_tokens 0), the length of each
+            text sent, in order (rerank: the query, then each document); prompt_tokens is their sum.
     """
 
     index: int
@@ -57,6 +59,8 @@ class GenerationRequest:
                 messages.append((role, piece))
         return messages
 
+    input_tokens: tuple[int, ...] = ()
+
 
 @dataclass
 class RequestRecord:
@@ -65,7 +69,8 @@ class RequestRecord:
     Attributes:
         index: the request's index.
         prompt_tokens: tokens in the prompt as the model saw it (a server's `usage` where reported).
-        requested_tokens: output tokens asked for.
+        requested_tokens: output tokens asked for (0 from a pooling API, which answers once with no
+            tokens: its request succeeds without any).
         output_tokens: output tokens received (a server's `usage` where reported, else counted).
         start_ns: when the request was sent (after any wait for a free slot: see due_ns).
         token_ns: when each output token arrived, in order; one entry per streamed chunk that
@@ -77,6 +82,7 @@ class RequestRecord:
         due_ns: when a load generator scheduled the request (its latencies then run from here, so
             queueing counts); None when issued back to back (they run from start_ns).
         turn: the request's turn in its conversation, None outside one.
+        prompt_counted: prompt_tokens is the server's count (its `usage`), not the length asked.
     """
 
     index: int
@@ -90,6 +96,7 @@ class RequestRecord:
     error: str | None = None
     due_ns: int | None = None
     turn: int | None = None
+    prompt_counted: bool = False
 
     @property
     def origin_ns(self) -> int:
@@ -99,6 +106,11 @@ class RequestRecord:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def succeeded(self) -> bool:
+        """No error, and a token timed where tokens were asked for (a pooling request asks none)."""
+        return self.error is None and (bool(self.token_ns) or self.requested_tokens == 0)
 
     def failed(self, exc: BaseException) -> None:
         """Record `exc` as this request's failure: its type and first line (one request's failure,

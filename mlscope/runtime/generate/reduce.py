@@ -27,6 +27,8 @@ from mlscope.runtime.measure.validity import judge
 __all__ = ["MIN_REQUESTS", "NS_PER_MS", "Point", "per_request", "reduce_records"]
 
 NS_PER_MS = 1_000_000
+# The figures of generation a pooling API (embeddings, rerank) has none of: named, never zero.
+NOT_APPLICABLE_TO_POOLING = ("ttft_ms", "tpot_ms", "itl_ms", "output_tokens", "output_tokens_per_s")
 # Fewest successful requests a point's intervals are reported from.
 MIN_REQUESTS = 10
 # Up to this many requests, the measurement keeps each one's figures (`generation.per_request`), as
@@ -48,8 +50,10 @@ class Point:
 
 def per_request(record: RequestRecord) -> dict[str, float | None]:
     """TTFT, TPOT and end-to-end latency of one successful request, in ms (TPOT None for a single
-    output token)."""
+    output token; TTFT and TPOT None for a request that asked for no tokens, a pooling API's)."""
     origin = record.origin_ns
+    if not record.token_ns:
+        return {"ttft_ms": None, "tpot_ms": None, "e2e_ms": (record.end_ns - origin) / NS_PER_MS}
     first, last = record.token_ns[0], record.token_ns[-1]
     tokens = max(record.output_tokens, len(record.token_ns))
     return {
@@ -70,7 +74,7 @@ def _per_request_lists(records: list[RequestRecord]) -> dict[str, list[Any]]:
         "error": [],
     }
     for record in records:
-        figures = per_request(record) if record.ok and record.token_ns else {}
+        figures = per_request(record) if record.succeeded else {}
         columns["prompt_tokens"].append(record.prompt_tokens)
         columns["output_tokens"].append(record.output_tokens)
         for metric in ("ttft_ms", "tpot_ms", "e2e_ms"):
@@ -104,8 +108,8 @@ def reduce_records(
             (the server among them, when it is local) are not judged as contention.
     """
     records = point.records
-    ok = [r for r in records if r.ok and r.token_ns]
-    failed = [r for r in records if not (r.ok and r.token_ns)]
+    ok = [r for r in records if r.succeeded]
+    failed = [r for r in records if not r.succeeded]
     wall_s = max(point.wall_ns, 1) / NS_PER_S
     invalid: list[str] = []
     warnings: list[str] = []
@@ -135,6 +139,8 @@ def reduce_records(
         "requests_per_s": len(ok) / wall_s,
         "goodput": None,
     }
+    if settings.pooling:
+        _pooling_figures(generation, settings, ok, wall_s)
     if len(records) <= _MAX_PER_REQUEST:
         generation["per_request"] = _per_request_lists(records)
     summaries: dict[str, Any] = {}
@@ -219,6 +225,24 @@ def reduce_records(
     if load_section is not None:
         measurement["load"] = load_section
     return measurement
+
+
+def _pooling_figures(
+    generation: dict[str, Any], settings: GenerationSettings, ok: list[RequestRecord], wall_s: float
+) -> None:
+    """A pooling API's figures in `generation`: its api and inputs per request, input tokens and
+    inputs per second instead of output tokens, and the figures of generation named not applicable
+    (left out, never zero)."""
+    for key in ("output_tokens", "output_tokens_per_s", "total_tokens_per_s"):
+        generation.pop(key, None)
+    generation["api"] = settings.api
+    generation["inputs_per_request"] = settings.inputs_per_request
+    generation["input_tokens_per_s"] = sum(r.prompt_tokens for r in ok) / wall_s
+    generation["inputs_per_s"] = len(ok) * settings.inputs_per_request / wall_s
+    # Whose count the input tokens are: the server's usage where every answer gave it.
+    counted = bool(ok) and all(r.prompt_counted for r in ok)
+    generation["input_tokens_counted_by"] = "server" if counted else "request"
+    generation["not_applicable"] = list(NOT_APPLICABLE_TO_POOLING)
 
 
 def _failed_point(
