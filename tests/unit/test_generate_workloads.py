@@ -50,7 +50,7 @@ def _user_text(body: dict[str, Any]) -> str:
 
 
 # It holds the generator's lateness to its limit: beside the parallel tests' load on two cores it
-# measured that load (issue lateness 3.2 ms against 2 ms), so `make test` runs it alone.
+# measured that load (3.2 ms against its 2 ms limit), so `make test` runs it alone.
 @pytest.mark.quiet
 def test_a_trace_is_replayed_on_its_arrivals_scaled_by_its_speed_with_the_lateness_recorded(
     server: MockEndpoint, tmp_path: Path
