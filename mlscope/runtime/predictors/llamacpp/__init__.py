@@ -24,6 +24,9 @@ FRAMEWORK = FrameworkSpec(
     generates_only=True,
     # `--option gguf_type=f32|f16|q8_0|q4_0`: the GGUF file's tensor type.
     options=frozenset({"gguf_type"}),
+    # Written before the job runs, on the machine that admits it (it has transformers and gguf), into
+    # the cache: the predictor, in process or in its image (llama-cpp-python and numpy only), finds it.
+    admit="mlscope.runtime.predictors.llamacpp.gguf_file:admit",
     # Run when named (-f llamacpp): a model's run without -f measures what it measured before.
     by_default=False,
     # The catalogue's Llama, the one architecture the GGUF writer lays out.

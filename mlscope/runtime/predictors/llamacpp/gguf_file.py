@@ -19,32 +19,54 @@ What is written, per GGUF type (`options.gguf_type`, `GGUF_TYPES`):
 
 The file is `<cache_dir>/gguf/<key>-<type>.gguf` beside the model directory it came from (the key is
 the directory's), written to a temporary name and renamed into place.
+
+The files are made on the machine that admits the request (`admit`, the framework's `admit` hook),
+which has transformers and gguf: beside the file, `<cache_dir>/gguf/<manifest hash>-seed<seed>-<type>.json`
+(`prepare_gguf`) names it, its model directory, the model's context length and the prompts' words (the
+tokenizer's single-token words), so that the predictor needs neither transformers nor gguf to find and
+run the file (`find_gguf`): in a predictor image, whose cache is the host's, mounted read-only, it has
+llama-cpp-python and numpy only. docs/llamacpp.md#in-a-container.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mlscope.contract.errors import UserError
-from mlscope.contract.options import GGUF_TYPES
+from mlscope.contract.options import GGUF_TYPES, PredictorOptions
 from mlscope.runtime.predictors.base import PredictorError
+from mlscope.runtime.predictors.pytorch.model_directory import PromptWords
 
 if TYPE_CHECKING:
     from mlscope.contract.manifest import Manifest
 
-__all__ = ["GGUF_MODEL_TYPES", "gguf_for", "write_gguf"]
+__all__ = [
+    "GGUF_MODEL_TYPES",
+    "PreparedGguf",
+    "admit",
+    "find_gguf",
+    "gguf_for",
+    "prepare_gguf",
+    "write_gguf",
+]
 
 # The transformers model types this writer lays out (llama.cpp's `llama` architecture).
 GGUF_MODEL_TYPES = ("llama",)
 _DEFAULT_TYPE = "f32"
 # Bumped when what a file holds changes, so an old cached file is not taken for a new one.
 _LAYOUT = 2
+# Bumped when what a preparation record holds changes.
+_RECORD_LAYOUT = 1
+# What writes the files: without them, only a prepared file is found (`find_gguf`).
+_WRITER_MODULES = ("transformers", "gguf", "torch")
 
 
 def _check_type(gguf_type: str) -> None:
@@ -87,10 +109,140 @@ def gguf_for(manifest: Manifest, cache_dir: Path, seed: int, gguf_type: str | No
     os.close(handle)
     try:
         write_gguf(directory, Path(staging), kind)
+        # mkstemp's 0600 would keep out a container that reads the cache as another user.
+        os.chmod(staging, 0o644)
         os.replace(staging, path)
     finally:
         Path(staging).unlink(missing_ok=True)
     return path, directory
+
+
+@dataclass(frozen=True)
+class PreparedGguf:
+    """A GGUF file made for a request, with what its predictor needs besides llama.cpp.
+
+    Attributes:
+        path: the GGUF file.
+        directory: the model directory it was written from (config.json, tokenizer files).
+        context: the model's context length (config.json's max_position_embeddings).
+        words: the tokenizer's single-token words, which make the prompts (`PromptWords`).
+        writer: the versions of what wrote the files (gguf, transformers), by distribution.
+    """
+
+    path: Path
+    directory: Path
+    context: int
+    words: PromptWords
+    writer: dict[str, str | None]
+
+
+def _record_path(manifest: Manifest, cache_dir: Path, seed: int, kind: str) -> Path:
+    return cache_dir / "gguf" / f"{manifest.sha256}-seed{seed}-{kind}.json"
+
+
+def prepare_gguf(manifest: Manifest, cache_dir: Path, seed: int, gguf_type: str | None) -> PreparedGguf:
+    """Write (or reuse) the manifest's model directory and GGUF file of `gguf_type` (`gguf_for`), and
+    the record that lets `find_gguf` find them without transformers. Needs transformers and gguf.
+
+    Raises:
+        UserError: a GGUF type the writer does not write (field "options.gguf_type"); nothing is
+            written then.
+        PredictorError: not a catalogue decoder the writer lays out.
+    """
+    import importlib.metadata
+
+    from mlscope.runtime.predictors.pytorch import model_directory
+
+    kind = gguf_type or _DEFAULT_TYPE
+    _check_type(kind)
+    path, directory = gguf_for(manifest, cache_dir, seed, kind)
+    words = PromptWords.of(model_directory.tokenizer_for(directory))
+    context = int(json.loads((directory / "config.json").read_text())["max_position_embeddings"])
+    writer: dict[str, str | None] = {
+        name: importlib.metadata.version(name) for name in ("gguf", "transformers")
+    }
+    document = {
+        "layout": _RECORD_LAYOUT,
+        "file": path.relative_to(cache_dir).as_posix(),
+        "directory": directory.relative_to(cache_dir).as_posix(),
+        "context": context,
+        "prompt_words": {"ids": list(words.ids), "words": list(words.words)},
+        "writer": writer,
+    }
+    record = _record_path(manifest, cache_dir, seed, kind)
+    text = json.dumps(document, indent=1) + "\n"
+    if not record.is_file() or record.read_text() != text:
+        handle, staging = tempfile.mkstemp(prefix=f".{record.name}-", dir=record.parent)
+        try:
+            with os.fdopen(handle, "w") as out:
+                out.write(text)
+            os.chmod(staging, 0o644)
+            os.replace(staging, record)
+        finally:
+            Path(staging).unlink(missing_ok=True)
+    return PreparedGguf(path, directory, context, words, writer)
+
+
+def find_gguf(manifest: Manifest, cache_dir: Path, seed: int, gguf_type: str | None) -> PreparedGguf:
+    """The manifest's GGUF file of `gguf_type` as `prepare_gguf` recorded it; read only, so that a
+    read-only cache (a container's) serves it. Where it was not prepared, it is prepared now when
+    transformers and gguf are installed.
+
+    Raises:
+        UserError: a GGUF type the writer does not write (field "options.gguf_type").
+        PredictorError: not prepared, and transformers or gguf missing here (a predictor image); or
+            as `prepare_gguf`.
+    """
+    kind = gguf_type or _DEFAULT_TYPE
+    _check_type(kind)
+    record = _record_path(manifest, cache_dir, seed, kind)
+    found = _read_record(record, cache_dir)
+    if found is not None:
+        return found
+    missing = [name for name in _WRITER_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise PredictorError(
+            f"{manifest.name}: no GGUF file of type {kind} in the cache ({record.name}); it is written "
+            f"when the request is admitted, by a machine with transformers and gguf, and this one lacks "
+            f"{', '.join(missing)}"
+        )
+    return prepare_gguf(manifest, cache_dir, seed, kind)
+
+
+def _read_record(record: Path, cache_dir: Path) -> PreparedGguf | None:
+    """The record's files, or None when it, or a file it names, is missing or of another layout."""
+    try:
+        document = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(document, dict) or document.get("layout") != _RECORD_LAYOUT:
+        return None
+    path, directory = cache_dir / document["file"], cache_dir / document["directory"]
+    if not path.is_file() or not directory.is_dir():
+        return None
+    words = document["prompt_words"]
+    return PreparedGguf(
+        path,
+        directory,
+        int(document["context"]),
+        PromptWords(tuple(int(i) for i in words["ids"]), tuple(str(w) for w in words["words"])),
+        dict(document.get("writer") or {}),
+    )
+
+
+def admit(manifest: Manifest, options: PredictorOptions, cache_dir: Path) -> None:
+    """The framework's admission hook (`FrameworkSpec.admit`): write the GGUF file and its record
+    into the cache now, on the machine that admits the request, so that its predictor, here or in a
+    container that mounts the cache, only finds them.
+
+    Raises:
+        UserError: a GGUF type the writer does not write (field "options.gguf_type"), or a model it
+            does not lay out (field "model"), in one line; nothing is written then.
+    """
+    try:
+        prepare_gguf(manifest, cache_dir, options.seed, options.gguf_type)
+    except PredictorError as exc:
+        raise UserError(str(exc), field="model") from None
 
 
 def _rotary_rows(weight: np.ndarray, heads: int) -> np.ndarray:
