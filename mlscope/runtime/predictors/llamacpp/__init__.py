@@ -19,6 +19,9 @@ FRAMEWORK = FrameworkSpec(
     sources=frozenset({"transformers"}),
     install_hint="pip install 'mlscope[llamacpp]'",
     order=60,
+    # Its image installs llama-cpp-python from a wheel built on the host (pip's wheel cache: seconds
+    # once mlscope's venv has compiled it) and little else: minutes and about 360 MB.
+    image_by_default=True,
     system_distributions=("llama_cpp_python", "gguf"),
     generates=True,
     generates_only=True,
