@@ -104,6 +104,6 @@ def test_admission_refuses_a_type_or_model_the_writer_cannot_write_in_one_line_w
         gguf_file.admit(registry.get("hf:gpt2", "pytorch"), PredictorOptions(gguf_type="f16"), cache)
     # Then that is one line naming the model, and what the writer lays out
     assert refused.value.field == "model" and len(str(refused.value).splitlines()) == 1
-    assert "model type llama" in str(refused.value)
+    assert str(refused.value).startswith("model: hf:gpt2: ") and "model type llama" in str(refused.value)
     # And nothing was written into the cache: no model directory, no GGUF file, no record
     assert list(cache.rglob("*")) == []
