@@ -81,7 +81,7 @@ def local(tmp_path: Path, shared_cache: Path) -> Iterator[tuple[Settings, Any]]:
 
 def _evaluate(
     settings: Settings, store: Any, emit: Any, *, model: str, framework: str, **changes: Any
-) -> dict[str, Any]:
+) -> Any:
     registry = ModelRegistry.load([RUNTIME_MANIFESTS])
     document = {"model": model, "framework": framework, "runner": "docker", "measure": QUICK, **changes}
     admitted = admit(parse_request(document), registry, here=settings)

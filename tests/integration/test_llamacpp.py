@@ -15,6 +15,7 @@ import llama_cpp
 import pytest
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.manifest import Manifest
 from mlscope.contract.options import PredictorOptions
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.predictors.base import PredictorError
@@ -45,7 +46,7 @@ def env(mlscope_env: dict[str, str], shared_cache: Path) -> dict[str, str]:
     return {**mlscope_env, "MLSCOPE_CACHE_DIR": str(shared_cache)}
 
 
-def _manifest(layers: int = 2) -> object:
+def _manifest(layers: int = 2) -> Manifest:
     from mlscope.registry.model_options import ModelOptions
 
     options = ModelOptions.from_dict({"config": {"num_hidden_layers": layers}})

@@ -20,12 +20,13 @@ What is written, per GGUF type (`options.gguf_type`, `GGUF_TYPES`):
 The file is `<cache_dir>/gguf/<key>-<type>.gguf` beside the model directory it came from (the key is
 the directory's), written to a temporary name and renamed into place.
 
-The files are made on the machine that admits the request (`admit`, the framework's `admit` hook,
-which writes them in a child process), which has transformers and gguf: beside the file, `<cache_dir>/gguf/<manifest hash>-seed<seed>-<type>.json`
-(`prepare_gguf`) names it, its model directory, the model's context length and the prompts' words (the
-tokenizer's single-token words), so that the predictor needs neither transformers nor gguf to find and
-run the file (`find_gguf`): in a predictor image, whose cache is the host's, mounted read-only, it has
-llama-cpp-python and numpy only. docs/llamacpp.md#in-a-container.
+The files are made on the machine that admits the request, which has transformers and gguf (`admit`,
+the framework's `admit` hook, which writes them in a child process). Beside the file, a record
+`<cache_dir>/gguf/<manifest hash>-seed<seed>-<type>.json` (`prepare_gguf`) names it, its model
+directory, the model's context length and the prompts' words (the tokenizer's single-token words),
+so that the predictor needs neither transformers nor gguf to find and run the file (`find_gguf`): a
+predictor image, which reads the host's cache mounted read-only, has llama-cpp-python and numpy
+only. docs/llamacpp.md#in-a-container.
 """
 
 from __future__ import annotations
