@@ -8,8 +8,10 @@ INPUTS_HASH := $(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-
 STAMP  := $(VENV)/.installed-$(INPUTS_HASH)
 EXTRAS := pytorch,onnxruntime,openvino,jax,llamacpp,tensorflow,litert,postgresql,mongodb,farm,otlp,docker,datasets,pretrained,generate,plots,dev
 # llama-cpp-python compiles llama.cpp when pip installs it (minutes; pip keeps the wheel it built):
-# for any x86-64 CPU, not only this one, and without llama.cpp's own tests, examples and server.
-LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
+# for any x86-64 CPU, not only this one, and without llama.cpp's own tests, examples and server. The
+# flags are those its predictor image's wheel is built with (ops/images/llamacpp.requirements.txt),
+# so the wheel pip keeps is the one `mlscope image build llamacpp` takes from pip's cache.
+LLAMA_CMAKE_ARGS ?= $(shell sed -n 's/^\# host build env: CMAKE_ARGS=//p' ops/images/llamacpp.requirements.txt)
 # Only mlscope's own lines by default; V=1 echoes each command and shows pip's output (its warnings too).
 Q    := $(if $(filter 1,$(V)),,@)
 PIPQ := $(if $(filter 1,$(V)),,--quiet --quiet)

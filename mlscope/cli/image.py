@@ -25,6 +25,8 @@ def image() -> None:
 # deps image's line (up to date, or building) comes only when the predictor image is built.
 _PROGRESS_PREFIXES = (
     "deps image ",
+    "building on the host: ",
+    "Saved ",
     "building deps image ",
     "Step ",
     "Successfully installed",

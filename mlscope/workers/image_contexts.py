@@ -18,10 +18,13 @@ from mlscope.workers import envs
 
 __all__ = [
     "BuildContext",
+    "HostBuild",
     "assemble_context",
     "assemble_deps_context",
+    "check_host_wheels",
     "deps_inputs",
     "docker_frameworks",
+    "host_build",
     "image_inputs",
     "pinned_version",
     "source_checkout",
@@ -33,6 +36,13 @@ _DEPS_DOCKERFILE = "deps.Dockerfile"
 _CONTEXT_REQUIREMENTS = "build/requirements"
 _CONTEXT_SOURCE = "build/src"
 _CONTEXT_CA = "build/ca"
+_CONTEXT_WHEELS = "build/wheels"
+# Where deps.Dockerfile's build stage finds the context's build/wheels/ (its `COPY build/ /tmp/build/`).
+_CONTAINER_WHEELS = "/tmp/build/wheels"
+# The pins file's lines that say what is built on the host (a source distribution the base image,
+# which has no compiler, cannot build) and with what environment.
+_HOST_BUILT = re.compile(r"^#\s*built on the host:\s*(\S.*?)\s*$", re.MULTILINE)
+_HOST_BUILD_ENV = re.compile(r"^#\s*host build env:\s*([A-Za-z_][A-Za-z0-9_]*)=(.*?)\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,11 @@ class BuildContext:
     dockerfile: str
     inputs: str
     ca_name: str | None
+
+    @property
+    def wheels(self) -> Path:
+        """Where a deps context holds the wheels built on the host (`host_build`)."""
+        return self.path / _CONTEXT_WHEELS
 
 
 def source_checkout() -> Path:
@@ -88,18 +103,126 @@ def _canonical(distribution: str) -> str:
     return re.sub(r"[-_.]+", "-", distribution).lower()
 
 
+def _pins(path: Path) -> dict[str, str]:
+    """A pins file's `name==version` lines, by canonical name."""
+    pins = {}
+    for line in path.read_text().splitlines():
+        name, sep, version = line.split("#", 1)[0].strip().partition("==")
+        if sep:
+            pins[_canonical(name.strip())] = version.strip()
+    return pins
+
+
 def pinned_version(framework: str, checkout: Path | None = None) -> str | None:
     """The framework version `ops/images/<framework>.requirements.txt` pins, or None."""
     path = _images_dir(checkout) / f"{framework}.requirements.txt"
     if not path.is_file():
         return None
     wanted = [_canonical(d) for d in get_framework(framework).distributions]
-    pins = {}
-    for line in path.read_text().splitlines():
-        name, sep, version = line.split("#", 1)[0].strip().partition("==")
-        if sep:
-            pins[_canonical(name.strip())] = version.strip()
+    pins = _pins(path)
     return next((pins[d] for d in wanted if d in pins), None)
+
+
+@dataclass(frozen=True)
+class HostBuild:
+    """The distributions a pins file has built on the host into its deps image's build context.
+
+    A line `# built on the host: NAME[, NAME...]` names them: source distributions that the base
+    image, which has no compiler, cannot build (llama-cpp-python compiles llama.cpp). `mlscope image
+    build` makes their wheels on the host with `pip wheel --no-deps` (pip's wheel cache makes that
+    quick once an environment has built them) into the context's build/wheels/, and the deps image
+    installs them from there, offline. Lines `# host build env: NAME=value` set pip's environment
+    for that build (CMAKE_ARGS). A wheel for one CPython version (a `cpXY` tag) needs the line
+    `# python: X.Y` naming the image's Python; a `py3` wheel (llama-cpp-python's: ctypes, no
+    extension module) runs on any.
+
+    Attributes:
+        pins: the pins file.
+        requirements: `name==version` of each, as the file pins it.
+        env: the build's environment variables.
+        python: the image's Python, X.Y, when the pins name one.
+    """
+
+    pins: Path
+    requirements: tuple[str, ...]
+    env: dict[str, str]
+    python: str | None
+
+
+def host_build(framework: str, checkout: Path | None = None) -> HostBuild | None:
+    """What `ops/images/<framework>.requirements.txt` has built on the host, or None (nothing).
+
+    Raises:
+        UserError: a distribution it names is not pinned there.
+    """
+    path = _images_dir(checkout) / f"{framework}.requirements.txt"
+    if not path.is_file():
+        return None
+    text = path.read_text()
+    names = [name.strip() for line in _HOST_BUILT.findall(text) for name in line.split(",") if name.strip()]
+    if not names:
+        return None
+    pins = _pins(path)
+    unpinned = [name for name in names if _canonical(name) not in pins]
+    if unpinned:
+        raise UserError(
+            f"ops/images/{path.name} builds {', '.join(unpinned)} on the host but pins no version of it"
+        )
+    return HostBuild(
+        pins=path,
+        requirements=tuple(f"{name}=={pins[_canonical(name)]}" for name in names),
+        env=dict(_HOST_BUILD_ENV.findall(text)),
+        python=envs.pinned_python(envs.PinsFiles(path, path)),
+    )
+
+
+def _wheel_tags(wheel: Path) -> tuple[str, str, set[str]] | None:
+    """(canonical name, version, Python tags) of a wheel file, from its name; None for another file."""
+    parts = wheel.name.removesuffix(".whl").split("-")
+    if not wheel.name.endswith(".whl") or len(parts) not in (5, 6):
+        return None
+    return _canonical(parts[0]), parts[1], set(parts[-3].split("."))
+
+
+def check_host_wheels(directory: Path, build: HostBuild) -> list[Path]:
+    """The wheels in `directory` of each distribution `build` names, at its pinned version, each
+    for the image's Python: a `py3` wheel, or, where the pins name the image's Python X.Y, one
+    tagged `cpXY` or `pyXY`.
+
+    Raises:
+        UserError: one line: a distribution without a wheel there, or a wheel for another Python
+            (or for one CPython version when the pins name none).
+    """
+    fitting = {"py3"}
+    if build.python is not None:
+        version = "".join(build.python.split(".")[:2])
+        fitting |= {f"cp{version}", f"py{version}"}
+    wheels = []
+    for requirement in build.requirements:
+        name, _, version = requirement.partition("==")
+        found = [
+            (path, tags[2])
+            for path in sorted(directory.glob("*.whl"))
+            if (tags := _wheel_tags(path)) is not None and tags[:2] == (_canonical(name), version)
+        ]
+        if not found:
+            raise UserError(
+                f"ops/images/{build.pins.name}: no wheel of {requirement} was built on the host "
+                f"(none in {directory})"
+            )
+        for wheel, python_tags in found:
+            if not python_tags & fitting:
+                image = (
+                    f"the image runs Python {build.python} (`# python: {build.python}`)"
+                    if build.python is not None
+                    else "the pins name no Python for the image (`# python: X.Y`)"
+                )
+                raise UserError(
+                    f"ops/images/{build.pins.name}: the wheel built on the host, {wheel.name}, is for "
+                    f"{'.'.join(sorted(python_tags))}, but {image}"
+                )
+            wheels.append(wheel)
+    return wheels
 
 
 # The parts of mlscope a predictor image holds: what `python -m mlscope.runtime.execute` imports (the
@@ -143,12 +266,13 @@ def _copy_source(checkout: Path, dest: Path) -> None:
         shutil.copytree(package / part, copy / part, ignore=ignore)
 
 
-def _hash_tree(root: Path, *, exclude: str) -> str:
-    """sha256 over every file's relative path and bytes, in path order; `exclude` is skipped."""
+def _hash_tree(root: Path, *, exclude: tuple[str, ...]) -> str:
+    """sha256 over every file's relative path and bytes, in path order; the folders `exclude` names
+    are skipped."""
     digest = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         relative = path.relative_to(root).as_posix()
-        if relative.startswith(exclude + "/"):
+        if relative.startswith(tuple(folder + "/" for folder in exclude)):
             continue
         digest.update(relative.encode() + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())
@@ -176,9 +300,15 @@ def assemble_deps_context(
     `dest`: deps.Dockerfile, the runtime and framework requirements, and the CA bundle when one is
     given (under build/ca/, for pip in the build stage only).
 
+    Where the framework's pins have distributions built on the host (`host_build`), the context has
+    an empty build/wheels/ for them (`mlscope.workers.images` builds them there when the deps image
+    is to be built), and its copy of the pins file ends with the pip options that install them from
+    there and never from source: deps.Dockerfile stays every framework's, unchanged. The wheels are
+    not inputs: the pins and their build lines are, and they say what is built.
+
     Raises:
-        UserError: no Dockerfile, deps Dockerfile or requirements for `framework`, or no source
-            checkout.
+        UserError: no Dockerfile, deps Dockerfile or requirements for `framework`, no source
+            checkout, or a distribution built on the host that the pins do not pin.
     """
     checkout = checkout or source_checkout()
     images = _images_dir(checkout)
@@ -195,12 +325,24 @@ def assemble_deps_context(
     (dest / _CONTEXT_REQUIREMENTS).mkdir(parents=True)
     for path in requirements:
         shutil.copy2(path, dest / _CONTEXT_REQUIREMENTS / path.name)
+    build = host_build(framework, checkout)
+    if build is not None:
+        (dest / _CONTEXT_WHEELS).mkdir(parents=True)
+        # pip takes these options inside a requirements file (deps.Dockerfile installs it with -r).
+        names = " ".join(r.partition("==")[0] for r in build.requirements)
+        with (dest / _CONTEXT_REQUIREMENTS / build.pins.name).open("a") as pins:
+            pins.write(
+                "\n# Added by `mlscope image build`: the wheels it built on the host, never a build here.\n"
+                f"--find-links {_CONTAINER_WHEELS}\n"
+                f"--only-binary {names}\n"
+            )
     (dest / _CONTEXT_CA).mkdir(parents=True)
     ca_name = None
     if ca_bundle is not None:
         ca_name = "build-ca.crt"
         shutil.copyfile(ca_bundle, dest / _CONTEXT_CA / ca_name)
-    return BuildContext(dest, dockerfile.name, _hash_tree(dest, exclude=_CONTEXT_CA), ca_name)
+    inputs = _hash_tree(dest, exclude=(_CONTEXT_CA, _CONTEXT_WHEELS))
+    return BuildContext(dest, dockerfile.name, inputs, ca_name)
 
 
 def assemble_context(framework: str, dest: Path, *, checkout: Path | None = None) -> BuildContext:
@@ -216,7 +358,7 @@ def assemble_context(framework: str, dest: Path, *, checkout: Path | None = None
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy2(dockerfile, dest / dockerfile.name)
     _copy_source(checkout, dest / _CONTEXT_SOURCE)
-    return BuildContext(dest, dockerfile.name, _hash_tree(dest, exclude=_CONTEXT_CA), None)
+    return BuildContext(dest, dockerfile.name, _hash_tree(dest, exclude=(_CONTEXT_CA,)), None)
 
 
 def _sha256(*parts: str) -> str:

@@ -11,7 +11,9 @@ The framework's dependencies are an image of their own, `mlscope-predictor-<fram
 built from: the deps Dockerfile, the two pins files and the base image. The predictor image builds
 on it and only installs mlscope's source, offline, so an edit to the predictor runtime rebuilds no
 framework from the index; a change of pins or base makes a new deps image, and the old one goes.
-What each is built from, and its inputs hash, is `mlscope.workers.image_contexts`'s.
+What each is built from, and its inputs hash, is `mlscope.workers.image_contexts`'s. A source
+distribution the base image cannot build (it has no compiler: llama-cpp-python) is built on the host,
+into the deps image's build context, when its pins say so (`image_contexts.host_build`).
 
 The Docker SDK is imported only when an engine is needed; nothing here imports Celery, Flask or a
 database.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import tempfile
 from collections import deque
 from collections.abc import Callable
@@ -31,12 +34,16 @@ from typing import Any
 import mlscope
 from mlscope.contract.errors import MlscopeError, UserError
 from mlscope.runtime.frameworks import FRAMEWORKS, get_framework
+from mlscope.workers import envs
 from mlscope.workers.envs import file_lock
 from mlscope.workers.image_contexts import (
     BuildContext,
+    HostBuild,
     assemble_context,
     assemble_deps_context,
+    check_host_wheels,
     deps_inputs,
+    host_build,
     image_inputs,
     pinned_version,
     source_checkout,
@@ -51,6 +58,7 @@ __all__ = [
     "LABEL_VERSION",
     "ImageBuildError",
     "ImageInfo",
+    "build_host_wheels",
     "build_image",
     "deps_image_name",
     "docker_client",
@@ -270,8 +278,10 @@ def build_image(
 
     Raises:
         UserError: unknown framework, a framework that cannot run anywhere, no Dockerfile, no
-            source checkout, no CA bundle at that path, no Docker SDK or no engine.
-        ImageBuildError: a build failed; its `tail` holds the last output lines.
+            source checkout, no CA bundle at that path, no Docker SDK or no engine; a wheel built
+            on the host missing or for another Python than the image's (`check_host_wheels`).
+        ImageBuildError: a build failed (an image's, or pip's of a wheel built on the host); its
+            `tail` holds the last output lines.
     """
     spec = get_framework(framework)
     if spec.unavailable:
@@ -295,7 +305,15 @@ def build_image(
             log(f"{name} is up to date ({existing.short_id})")
             return existing
         deps = _deps_image(
-            client, framework, deps_context, deps_hash, base=base, network=network, rebuild=rebuild, log=log
+            client,
+            framework,
+            deps_context,
+            deps_hash,
+            base=base,
+            network=network,
+            rebuild=rebuild,
+            log=log,
+            host=host_build(framework, checkout),
         )
         # The Dockerfiles turn these into labels in one LABEL step before their last COPY (labels
         # the SDK adds become one step each after it: a full filesystem copy each under vfs).
@@ -330,10 +348,12 @@ def _deps_image(
     network: str | None,
     rebuild: bool,
     log: Log,
+    host: HostBuild | None = None,
 ) -> str:
     """The name of `framework`'s deps image of `inputs`, built unless the engine has it (or
-    `rebuild`). A new one replaces the framework's other deps images: they are removed, unless a
-    container uses one."""
+    `rebuild`), after the wheels its pins have built on the host (`host`) are put into its context.
+    A new one replaces the framework's other deps images: they are removed, unless a container uses
+    one."""
     from docker.errors import ImageNotFound
 
     name = deps_image_name(framework, inputs)
@@ -344,6 +364,8 @@ def _deps_image(
     if existing is not None and (existing.labels or {}).get(LABEL_INPUTS) == inputs and not rebuild:
         log(f"deps image {name} is up to date ({existing.id.removeprefix('sha256:')[:12]})")
         return name
+    if host is not None:
+        build_host_wheels(host, context.wheels, log=log)
     log(f"building deps image {name}")
     build_args = {"FRAMEWORK": framework, "MLSCOPE_INPUTS": inputs}
     if base:
@@ -357,6 +379,45 @@ def _deps_image(
     _remove_untagged(client, intermediates + replaced, keep=built_id)
     _remove_other_deps(client, framework, keep=name)
     return name
+
+
+def build_host_wheels(build: HostBuild, directory: Path, *, log: Log = lambda line: None) -> list[Path]:
+    """Build the wheels of the distributions `build` names into `directory`: `pip wheel --no-deps`
+    of each pinned version with the pins' build environment (CMAKE_ARGS), by the Python the pins name
+    (`envs.base_interpreter`). pip's own wheel cache, keyed by the distribution's download link and
+    the interpreter (not by the environment), serves a wheel an environment of the same pins built
+    before: no compile then.
+
+    Raises:
+        UserError: no Python of the pins' version here, or a wheel missing or for another Python
+            afterwards (`check_host_wheels`, one line).
+        ImageBuildError: pip failed (no compiler, no index); its `tail` holds pip's last lines.
+    """
+    python = envs.base_interpreter(envs.PinsFiles(build.pins, build.pins))
+    directory.mkdir(parents=True, exist_ok=True)
+    command = [
+        python, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "--progress-bar", "off",
+        "--wheel-dir", str(directory), *build.requirements,
+    ]  # fmt: skip
+    log(f"building on the host: {' '.join(build.requirements)} ({python} -m pip wheel)")
+    tail: deque[str] = deque(maxlen=_LOG_TAIL_LINES)
+    with subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **build.env},
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            tail.append(line.rstrip("\n"))
+            log(line.rstrip("\n"))
+        code = process.wait()
+    if code != 0:
+        raise ImageBuildError(
+            f"pip wheel {' '.join(build.requirements)} failed on the host with exit code {code}", list(tail)
+        )
+    return check_host_wheels(directory, build)
 
 
 def _remove_other_deps(client: Any, framework: str, keep: str) -> None:

@@ -2,7 +2,8 @@
 container is inspected (`docker inspect`: user, read-only root, capabilities, privileges, pids and
 memory limits, network) and probed from inside (`docker exec` as the container's user); and a real
 evaluation succeeds in the locked-down container of every framework image there is, traced at
-FRAMEWORK level so the frameworks' profilers write their temporary files too.
+FRAMEWORK level so the frameworks' profilers write their temporary files too; and llama.cpp generates
+there from the GGUF file its admission wrote on the host (the image has no transformers or gguf).
 
 The worker side runs as whoever runs the tests: as root (as here) the containers run as nobody,
 which is the case that matters. Without an engine or the image these tests skip locally and fail in
@@ -32,7 +33,7 @@ from tests.integration.farm import wait_until
 pytestmark = pytest.mark.slow
 
 # The images ops/ci/images.sh builds: in CI a missing one is a failure, any other only skips.
-CI_IMAGES = ("onnxruntime", "openvino", "tensorflow", "mxnet", "litert")
+CI_IMAGES = ("onnxruntime", "openvino", "tensorflow", "mxnet", "litert", "llamacpp")
 # Frameworks whose FRAMEWORK pass records no layers, by design (docs/litert.md: no per-operator times).
 NO_FRAMEWORK_PROFILER = ("litert",)
 QUICK = {"warmup_count": 2, "warmup_seconds": 0.0, "min_count": 10, "min_seconds": 0.2, "max_seconds": 5}
@@ -80,7 +81,7 @@ def local(tmp_path: Path, shared_cache: Path) -> Iterator[tuple[Settings, Any]]:
 
 def _evaluate(
     settings: Settings, store: Any, emit: Any, *, model: str, framework: str, **changes: Any
-) -> dict[str, Any]:
+) -> Any:
     registry = ModelRegistry.load([RUNTIME_MANIFESTS])
     document = {"model": model, "framework": framework, "runner": "docker", "measure": QUICK, **changes}
     admitted = admit(parse_request(document), registry, here=settings)
@@ -185,4 +186,44 @@ def test_a_traced_evaluation_succeeds_in_a_locked_down_container(
         assert passes and all(span["attributes"]["supported"] is False for span in passes)
     else:
         assert any(span["level"] == "FRAMEWORK" for span in spans)
+    assert _containers_of(engine, result["id"]) == []
+
+
+def test_llamacpp_generates_in_a_locked_down_container_from_the_gguf_admission_wrote(
+    engine: Any, local: tuple[Settings, Any]
+) -> None:
+    """The image has llama-cpp-python and numpy but no transformers, torch or gguf: the request's
+    admission, on the host, writes the GGUF file and its record into the cache the container mounts
+    read-only, and the predictor only finds them there."""
+    _need_image(engine, "llamacpp")
+    settings, store = local
+
+    # When the catalogue's tiny Llama (two layers) generates a few requests from its q8_0 GGUF file
+    # in llama.cpp's container
+    result = _evaluate(
+        settings,
+        store,
+        lambda event: None,
+        model="hf:llama",
+        framework="llamacpp",
+        scenarios=["generate"],
+        model_options={"config": {"num_hidden_layers": 2}},
+        options={"gguf_type": "q8_0"},
+        generation={"prompt_tokens": 16, "output_tokens": 8, "requests": 10},
+        timeout_s=600,
+    )
+
+    # Then it succeeded in the container, on the image's llama.cpp, from the file the host wrote with
+    # its gguf and transformers (the container has neither)
+    assert result["status"] == "succeeded", result["error"]
+    assert result["runner"] == "docker" and result["system"]["container"] is True
+    facts = result["framework"]
+    assert facts["gguf_type"] == "q8_0" and facts["gguf_bytes"] > 0
+    assert facts["gguf_writer"]["gguf"] and facts["gguf_writer"]["transformers"]
+    # And every request got every token, timed in process
+    (point,) = result["measurements"]
+    generation = point["generation"]
+    assert generation["via"] == "in_process" and generation["failed_requests"]["count"] == 0
+    assert generation["per_request"]["output_tokens"] == [8] * generation["requests"]
+    assert generation["ttft_ms"]["median"] > 0 and generation["tpot_ms"]["median"] > 0
     assert _containers_of(engine, result["id"]) == []

@@ -1,18 +1,25 @@
 """llama.cpp end to end: the catalogue's tiny Llama written as GGUF files and run by llama-cpp-python
 in the generate scenario (`mlscope run hf:llama -f llamacpp --scenario generate`) at f16 and q8_0,
 its logits against transformers' on the same token ids per GGUF type, llama.cpp's own server as the
-`--compare-served` target, and what it refuses in one line with nothing stored."""
+`--compare-served` target, what it refuses in one line with nothing stored, and the file admission
+writes found by a predictor that has no transformers, torch or gguf (a predictor image's)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import llama_cpp
 import pytest
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.manifest import Manifest
+from mlscope.contract.options import PredictorOptions
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.predictors.base import PredictorError
+from mlscope.runtime.predictors.llamacpp import gguf_file
 from mlscope.runtime.predictors.llamacpp.check import compare_logits
 from mlscope.runtime.predictors.llamacpp.gguf_file import gguf_for
 from mlscope.store import open_store
@@ -39,7 +46,7 @@ def env(mlscope_env: dict[str, str], shared_cache: Path) -> dict[str, str]:
     return {**mlscope_env, "MLSCOPE_CACHE_DIR": str(shared_cache)}
 
 
-def _manifest(layers: int = 2) -> object:
+def _manifest(layers: int = 2) -> Manifest:
     from mlscope.registry.model_options import ModelOptions
 
     options = ModelOptions.from_dict({"config": {"num_hidden_layers": layers}})
@@ -121,8 +128,12 @@ def test_compare_served_runs_the_same_requests_against_llamacpps_own_server(env:
     for half in (generation, served):
         assert half["failed_requests"]["count"] == 0, half["failed_requests"]
         assert half["per_request"]["output_tokens"] == [8] * half["requests"]
-    # And the prompts were the same tokens: the server counted exactly the in-process lengths
-    assert served["per_request"]["prompt_tokens"] == generation["per_request"]["prompt_tokens"]
+    # And the prompts were the same tokens: the server counted exactly the in-process lengths, request
+    # by request (each half runs until its own figures are stable, so one may run more requests)
+    served_lengths = served["per_request"]["prompt_tokens"]
+    lengths = generation["per_request"]["prompt_tokens"]
+    both = min(len(served_lengths), len(lengths))
+    assert both > 0 and served_lengths[:both] == lengths[:both]
     # And what serving adds (HTTP, JSON, detokenising) is reported per metric
     overhead = generation["serving_overhead"]["ttft_ms"]
     assert overhead["in_process_ms"] == generation["ttft_ms"]["median"] and overhead["served_ms"] > 0
@@ -198,3 +209,70 @@ def test_the_ggufs_vocabulary_tokenizes_the_prompts_as_transformers_and_decodes_
             vocabulary.detokenize([token]).decode("utf-8")
     finally:
         vocabulary.close()
+
+
+# A predictor without the writer's libraries, as in the llama.cpp image: they cannot be imported.
+WITHOUT_WRITER = """
+import json, sys
+from pathlib import Path
+for name in ("transformers", "torch", "gguf", "tokenizers", "safetensors"):
+    sys.modules[name] = None
+from mlscope.contract.manifest import parse_manifest
+from mlscope.runtime.predictors.base import PredictorError
+from mlscope.runtime.predictors.llamacpp.gguf_file import find_gguf
+job = json.loads(sys.stdin.read())
+manifest = parse_manifest(job["manifest"], origin=job["origin"])
+found = find_gguf(manifest, Path(job["cache"]), 0, "q8_0")
+try:
+    find_gguf(manifest, Path(job["empty"]), 0, "q8_0")
+    missing = None
+except PredictorError as exc:
+    missing = str(exc)
+print(json.dumps({
+    "path": str(found.path), "directory": str(found.directory), "context": found.context,
+    "prompt": found.words.prompt_ids(16, 0, 3), "writer": found.writer, "missing": missing,
+    "loaded": [m for m in ("transformers", "torch", "gguf") if sys.modules.get(m) is not None],
+}))
+"""
+
+
+def test_admission_writes_the_gguf_that_a_predictor_without_transformers_finds(
+    shared_cache: Path, tmp_path: Path
+) -> None:
+    from mlscope.runtime.predictors.pytorch import model_directory
+
+    manifest = _manifest()
+    # Given the tiny Llama admitted for llama.cpp at q8_0 (the framework's admission hook)
+    gguf_file.admit(manifest, PredictorOptions(gguf_type="q8_0"), shared_cache)
+    path, directory = gguf_for(manifest, shared_cache, 0, "q8_0")
+    words = model_directory.PromptWords.of(model_directory.tokenizer_for(directory))
+    # When a process that cannot import transformers, torch or gguf looks for that file, in the cache
+    # admission wrote and in an empty one
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    job = {
+        "manifest": manifest.to_dict(),
+        "origin": manifest.origin,
+        "cache": str(shared_cache),
+        "empty": str(empty),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_WRITER],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    # Then it found the file and directory admission wrote, and draws the prompts transformers' tokenizer
+    # makes, without importing any of them
+    assert (found["path"], found["directory"]) == (str(path), str(directory))
+    assert found["prompt"] == words.prompt_ids(16, 0, 3) and found["context"] > 16
+    assert found["writer"]["gguf"] and found["writer"]["transformers"] and found["loaded"] == []
+    # And where admission wrote nothing it says so in one line, naming what it lacks to write it
+    assert "no GGUF file of type q8_0" in found["missing"] and "transformers" in found["missing"]
+    assert len(found["missing"].splitlines()) == 1 and list(empty.iterdir()) == []
+    # And the files are readable by any user (a container reads the cache as another uid)
+    for written in (path, gguf_file._record_path(manifest, shared_cache, 0, "q8_0")):
+        assert written.stat().st_mode & 0o044 == 0o044, written

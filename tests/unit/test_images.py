@@ -327,3 +327,137 @@ def test_the_build_progress_shows_the_deps_images_line(capsys: pytest.CaptureFix
         "  Step 1/16 : ARG BASE=python:3.11-slim",
     ]
     assert progress.building
+
+
+def _host_built(checkout: Path, pins: str) -> image_contexts.HostBuild:
+    """The host build that the llamacpp pins file of `checkout`, rewritten to `pins`, declares."""
+    (checkout / "ops" / "images" / "llamacpp.requirements.txt").write_text(pins)
+    build = image_contexts.host_build("llamacpp", checkout)
+    assert build is not None
+    return build
+
+
+def _wheel(directory: Path, name: str) -> Path:
+    """A file named as a wheel: what `check_host_wheels` reads of one is its name."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip archive
+    return path
+
+
+def test_the_llamacpp_deps_context_installs_the_wheel_built_on_the_host_and_never_builds_it(
+    tmp_path: Path, checkout: Path
+) -> None:
+    pins = (REPO / "ops" / "images" / "llamacpp.requirements.txt").read_text()
+    # Given the llamacpp pins, which have llama-cpp-python built on the host with CMake flags
+    build = image_contexts.host_build("llamacpp")
+    assert build is not None and build.requirements == (f"llama-cpp-python=={pinned_version('llamacpp')}",)
+    assert "-DGGML_NATIVE=OFF" in build.env["CMAKE_ARGS"]
+    # When its deps context is assembled
+    context = assemble_deps_context("llamacpp", tmp_path / "deps", checkout=checkout)
+    # Then it has an empty folder for the wheel, and its copy of the pins ends with the options that
+    # install llama-cpp-python from there and from no source distribution
+    assert context.wheels.is_dir() and not list(context.wheels.iterdir())
+    copied = (context.path / "build" / "requirements" / "llamacpp.requirements.txt").read_text()
+    assert copied.startswith(pins)
+    assert copied.splitlines()[-2:] == ["--find-links /tmp/build/wheels", "--only-binary llama-cpp-python"]
+    # ... and the checkout's pins are unchanged (`mlscope env create llamacpp` reads them)
+    assert (checkout / "ops" / "images" / "llamacpp.requirements.txt").read_text() == pins
+    # When the wheel is in the context, the inputs are the same: the pins and flags say what it is
+    _wheel(context.wheels, "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl")
+    assert image_contexts._hash_tree(context.path, exclude=("build/ca", "build/wheels")) == context.inputs
+    # ... but other CMake flags are other inputs
+    _host_built(checkout, pins.replace("-DGGML_NATIVE=OFF", "-DGGML_NATIVE=ON"))
+    other = assemble_deps_context("llamacpp", tmp_path / "deps2", checkout=checkout)
+    assert other.inputs != context.inputs
+    # And a framework whose pins build nothing on the host has its pins copied as they are, and no
+    # wheels folder: its deps image's inputs are what they were before host builds existed
+    plain = assemble_deps_context("onnxruntime", tmp_path / "plain", checkout=checkout)
+    assert image_contexts.host_build("onnxruntime", checkout) is None and not plain.wheels.exists()
+    assert (plain.path / "build" / "requirements" / "onnxruntime.requirements.txt").read_bytes() == (
+        REPO / "ops" / "images" / "onnxruntime.requirements.txt"
+    ).read_bytes()
+
+
+def test_the_wheel_built_on_the_host_is_found_or_refused_in_one_line(tmp_path: Path, checkout: Path) -> None:
+    pins = "# built on the host: llama-cpp-python\nllama_cpp_python==0.3.36\nnumpy==2.4.6\n"
+    build = _host_built(checkout, pins)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+
+    def refusal(build: image_contexts.HostBuild) -> str:
+        with pytest.raises(UserError) as refused:
+            image_contexts.check_host_wheels(wheels, build)
+        message = str(refused.value)
+        assert len(message.splitlines()) == 1 and "llamacpp.requirements.txt" in message, message
+        return message
+
+    # When no wheel was built, or only one of another version: refused, naming the pin
+    assert "no wheel of llama-cpp-python==0.3.36" in refusal(build)
+    _wheel(wheels, "llama_cpp_python-0.3.35-py3-none-linux_x86_64.whl")
+    assert "no wheel of llama-cpp-python==0.3.36" in refusal(build)
+    # When the pinned version's py3 wheel is there (llama-cpp-python's: ctypes, any Python 3): found
+    found = _wheel(wheels, "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl")
+    assert image_contexts.check_host_wheels(wheels, build) == [found]
+    # When it is a CPython 3.12 wheel and the image runs Python 3.11: refused, naming both
+    found.unlink()
+    _wheel(wheels, "llama_cpp_python-0.3.36-cp312-cp312-linux_x86_64.whl")
+    pinned = _host_built(checkout, "# python: 3.11\n" + pins)
+    assert pinned.python == "3.11"
+    message = refusal(pinned)
+    assert "cp312" in message and "Python 3.11" in message
+    # ... and, the pins naming no Python for the image, a wheel for one CPython version is refused too
+    assert "name no Python" in refusal(build)
+    # When it is the image's CPython: found
+    cp311 = _wheel(wheels, "llama_cpp_python-0.3.36-cp311-cp311-linux_x86_64.whl")
+    (wheels / "llama_cpp_python-0.3.36-cp312-cp312-linux_x86_64.whl").unlink()
+    assert image_contexts.check_host_wheels(wheels, pinned) == [cp311]
+
+
+def test_a_host_build_of_an_unpinned_distribution_is_refused(checkout: Path) -> None:
+    (checkout / "ops" / "images" / "llamacpp.requirements.txt").write_text(
+        "# built on the host: llama-cpp-python, gguf\nllama_cpp_python==0.3.36\n"
+    )
+    with pytest.raises(UserError) as refused:
+        image_contexts.host_build("llamacpp", checkout)
+    assert str(refused.value) == (
+        "ops/images/llamacpp.requirements.txt builds gguf on the host but pins no version of it"
+    )
+
+
+def test_pip_builds_the_host_wheel_with_the_pins_environment(tmp_path: Path, checkout: Path) -> None:
+    """pip for real, offline: the environment the pins set (here PIP_NO_INDEX and PIP_FIND_LINKS; for
+    llama.cpp CMAKE_ARGS) is the one pip runs in."""
+    # Given a wheelhouse with one small pure-Python wheel, built offline here
+    package = tmp_path / "tinypkg"
+    (package / "tinypkg").mkdir(parents=True)
+    (package / "tinypkg" / "__init__.py").write_text("")
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "tinypkg"\nversion = "1.0"\n'
+    )
+    house = tmp_path / "house"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+         "--wheel-dir", str(house), str(package)],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    # And pins that have it built on the host, reaching the wheelhouse only through their environment
+    pins = (
+        "# built on the host: tinypkg\n# host build env: PIP_NO_INDEX=1\n"
+        f"# host build env: PIP_FIND_LINKS={house}\n"
+    )
+    build = _host_built(checkout, pins + "tinypkg==1.0\n")
+    assert build.env == {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(house)}
+    # When its wheel is built into a context's wheels folder
+    lines: list[str] = []
+    wheels = images.build_host_wheels(build, tmp_path / "context" / "wheels", log=lines.append)
+    # Then it is there, and the log said what was built
+    assert [w.name for w in wheels] == ["tinypkg-1.0-py3-none-any.whl"] and wheels[0].is_file()
+    assert lines[0].startswith("building on the host: tinypkg==1.0")
+    # And a pin pip cannot find fails as a build, with pip's last lines
+    missing = _host_built(checkout, pins + "tinypkg==2.0\n")
+    with pytest.raises(images.ImageBuildError) as failed:
+        images.build_host_wheels(missing, tmp_path / "context2" / "wheels")
+    assert "pip wheel tinypkg==2.0 failed" in str(failed.value)
+    assert any("tinypkg==2.0" in line for line in failed.value.tail)

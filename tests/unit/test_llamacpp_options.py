@@ -1,19 +1,25 @@
 """llama.cpp's `gguf_type` and the parts of it that need no llama.cpp: the option validated by the
 request schema, its default keying as unset and the other types named apart, the generate scenario
 taking it while still refusing the options transformers' generate loop would ignore, the catalogue
-listing llama.cpp for Llama alone, and the byte-level spelling the GGUF writer reads tokens with.
+listing llama.cpp for Llama alone, the byte-level spelling the GGUF writer reads tokens with, and the
+admission hook refusing what the writer cannot write before it writes anything.
 tests/integration/test_llamacpp.py runs llama.cpp."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from tokenizers import pre_tokenizers
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.options import PredictorOptions
 from mlscope.contract.request import parse_request
 from mlscope.contract.workload import workload_differences, workload_key
 from mlscope.registry.catalogue import Catalogue
 from mlscope.registry.models import ModelRegistry
+from mlscope.runtime.frameworks import get_framework
+from mlscope.runtime.predictors.llamacpp import gguf_file
 from mlscope.runtime.predictors.llamacpp.gguf_file import _BYTES, _whole_text
 from mlscope.workers.admission import admit
 from tests.unit.test_workload import evaluation
@@ -73,3 +79,31 @@ def test_the_writers_byte_table_is_byte_level_bpes_and_a_lone_high_byte_is_no_te
     # And a word, a space-prefixed word and the special token are text; a lone byte 0xC4 is not
     assert _whole_text("abc") and _whole_text("\u0120abc") and _whole_text("<|endoftext|>")
     assert not _whole_text("\u00c4")
+
+
+def test_admission_refuses_a_type_or_model_the_writer_cannot_write_in_one_line_writing_nothing(
+    tmp_path: Path,
+) -> None:
+    """The framework's admission hook, called as admission calls it (the request schema refuses an
+    unknown type first; a library caller or plugin reaching the hook directly meets this)."""
+    registry = ModelRegistry.load()
+    # Given llama.cpp's admission hook, the one its registration names
+    assert get_framework("llamacpp").admit == "mlscope.runtime.predictors.llamacpp.gguf_file:admit"
+    llama = registry.get("hf:llama", "llamacpp")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    # When it admits a GGUF type the writer does not write
+    with pytest.raises(UserError) as refused:
+        gguf_file.admit(llama, PredictorOptions(gguf_type="q2_k"), cache)
+    # Then it is refused in one line naming options.gguf_type and the types it writes
+    message = str(refused.value)
+    assert refused.value.field == "options.gguf_type" and len(message.splitlines()) == 1
+    assert message.startswith("options.gguf_type: 'q2_k'") and "f32, f16, q8_0, q4_0" in message
+    # When it admits a model the writer does not lay out (GPT-2)
+    with pytest.raises(UserError) as refused:
+        gguf_file.admit(registry.get("hf:gpt2", "pytorch"), PredictorOptions(gguf_type="f16"), cache)
+    # Then that is one line naming the model, and what the writer lays out
+    assert refused.value.field == "model" and len(str(refused.value).splitlines()) == 1
+    assert str(refused.value).startswith("model: hf:gpt2: ") and "model type llama" in str(refused.value)
+    # And nothing was written into the cache: no model directory, no GGUF file, no record
+    assert list(cache.rglob("*")) == []

@@ -16,7 +16,7 @@ import numpy as np
 
 from mlscope.runtime.generate.records import GenerationRequest, RequestRecord
 from mlscope.runtime.predictors.base import PredictorError
-from mlscope.runtime.predictors.pytorch import model_directory
+from mlscope.runtime.predictors.llamacpp.gguf_file import PreparedGguf
 
 __all__ = ["LlamaCppEngine", "default_threads", "open_llama"]
 
@@ -54,7 +54,8 @@ class LlamaCppEngine:
     """A GGUF model in llama.cpp in this process, implementing `GenerateEngine`.
 
     Prompts are drawn as `pytorch.generate.InProcessEngine` draws them (single-token words of the
-    model directory's tokenizer, seeded by the request), so both frameworks see the same ids. Each
+    model directory's tokenizer, seeded by the request), so both frameworks see the same ids; the
+    words come from the file's record (`gguf_file.prepare_gguf`), so no tokenizer library is needed. Each
     request starts from an empty KV cache (no prefix of an earlier prompt is reused), decodes
     greedily (temperature 0) and is stopped after exactly `output_tokens` tokens: the end-of-text
     token is one more token here, as in the transformers engine whose generation config has none.
@@ -63,7 +64,7 @@ class LlamaCppEngine:
     the time one waits is in its TTFT, as a client of a one-slot server sees it.
 
     Attributes:
-        directory: the model directory the GGUF was written from (its tokenizer makes the prompts).
+        directory: the model directory the GGUF was written from (its tokenizer made the prompts' words).
         path: the GGUF file.
         max_context: the model's context length (prompt + output).
     """
@@ -71,23 +72,23 @@ class LlamaCppEngine:
     def __init__(
         self,
         llama: Any,
-        path: Path,
-        directory: Path,
+        prepared: PreparedGguf,
         gguf_type: str,
         threads: int,
         describe: Callable[[], dict[str, Any]],
         serve: Callable[[], Any] | None = None,
     ) -> None:
         self._llama: Any = llama
-        self.path = path
-        self.directory = directory
+        self.path: Path = prepared.path
+        self.directory: Path = prepared.directory
+        self._writer = prepared.writer
         self.gguf_type = gguf_type
         self.threads = threads
         self.max_context: int | None = int(llama.n_ctx())
         self._describe = describe
         self._serve = serve
         self._lock = threading.Lock()
-        self._words = model_directory.PromptWords.of(model_directory.tokenizer_for(directory))
+        self._words = prepared.words
 
     @property
     def prompt_text(self) -> Callable[[int, int, int], str]:
@@ -136,6 +137,7 @@ class LlamaCppEngine:
         facts["gguf_type"] = self.gguf_type
         facts["gguf_bytes"] = self.path.stat().st_size if self.path.exists() else None
         facts["threads"] = self.threads
+        facts["gguf_writer"] = dict(self._writer)
         return facts
 
     def close(self) -> None:

@@ -19,32 +19,59 @@ What is written, per GGUF type (`options.gguf_type`, `GGUF_TYPES`):
 
 The file is `<cache_dir>/gguf/<key>-<type>.gguf` beside the model directory it came from (the key is
 the directory's), written to a temporary name and renamed into place.
+
+The files are made on the machine that admits the request, which has transformers and gguf (`admit`,
+the framework's `admit` hook, which writes them in a child process). Beside the file, a record
+`<cache_dir>/gguf/<manifest hash>-seed<seed>-<type>.json` (`prepare_gguf`) names it, its model
+directory, the model's context length and the prompts' words (the tokenizer's single-token words),
+so that the predictor needs neither transformers nor gguf to find and run the file (`find_gguf`): a
+predictor image, which reads the host's cache mounted read-only, has llama-cpp-python and numpy
+only. docs/llamacpp.md#in-a-container.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import subprocess
+import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mlscope.contract.errors import UserError
-from mlscope.contract.options import GGUF_TYPES
+from mlscope.contract.options import GGUF_TYPES, PredictorOptions
 from mlscope.runtime.predictors.base import PredictorError
+from mlscope.runtime.predictors.pytorch.model_directory import PromptWords
 
 if TYPE_CHECKING:
     from mlscope.contract.manifest import Manifest
 
-__all__ = ["GGUF_MODEL_TYPES", "gguf_for", "write_gguf"]
+__all__ = [
+    "GGUF_MODEL_TYPES",
+    "PreparedGguf",
+    "admit",
+    "find_gguf",
+    "gguf_for",
+    "prepare_gguf",
+    "write_gguf",
+]
 
 # The transformers model types this writer lays out (llama.cpp's `llama` architecture).
 GGUF_MODEL_TYPES = ("llama",)
 _DEFAULT_TYPE = "f32"
 # Bumped when what a file holds changes, so an old cached file is not taken for a new one.
 _LAYOUT = 2
+# Bumped when what a preparation record holds changes.
+_RECORD_LAYOUT = 1
+# What writes the files: without them, only a prepared file is found (`find_gguf`).
+_WRITER_MODULES = ("transformers", "gguf", "torch")
+# The exit status of `admit`'s child for a refusal it explains in one JSON line on standard output.
+_REFUSED = 2
 
 
 def _check_type(gguf_type: str) -> None:
@@ -53,6 +80,17 @@ def _check_type(gguf_type: str) -> None:
             f"options.gguf_type: {gguf_type!r} is not a type the GGUF writer writes; it writes "
             f"{', '.join(GGUF_TYPES)}",
             field="options.gguf_type",
+        )
+
+
+def _check_model(manifest: Manifest) -> None:
+    source = manifest.source
+    model_type = source.target if source.kind == "transformers" else None
+    if model_type not in GGUF_MODEL_TYPES or source.options.get("directory"):
+        raise PredictorError(
+            f"{manifest.name}: llama.cpp runs a GGUF file written from a catalogue decoder of model type "
+            f"{' or '.join(GGUF_MODEL_TYPES)} (e.g. hf:llama); this model is "
+            f"{source.kind} {model_type or source.target!s}"
         )
 
 
@@ -70,14 +108,7 @@ def gguf_for(manifest: Manifest, cache_dir: Path, seed: int, gguf_type: str | No
 
     kind = gguf_type or _DEFAULT_TYPE
     _check_type(kind)
-    source = manifest.source
-    model_type = source.target if source.kind == "transformers" else None
-    if model_type not in GGUF_MODEL_TYPES or source.options.get("directory"):
-        raise PredictorError(
-            f"{manifest.name}: llama.cpp runs a GGUF file written from a catalogue decoder of model type "
-            f"{' or '.join(GGUF_MODEL_TYPES)} (e.g. hf:llama); this model is "
-            f"{source.kind} {model_type or source.target!s}"
-        )
+    _check_model(manifest)
     directory = model_directory.materialise(manifest, cache_dir, seed)
     path = cache_dir / "gguf" / f"{directory.name}-v{_LAYOUT}-{kind}.gguf"
     if path.is_file():
@@ -87,10 +118,211 @@ def gguf_for(manifest: Manifest, cache_dir: Path, seed: int, gguf_type: str | No
     os.close(handle)
     try:
         write_gguf(directory, Path(staging), kind)
+        # mkstemp's 0600 would keep out a container that reads the cache as another user.
+        os.chmod(staging, 0o644)
         os.replace(staging, path)
     finally:
         Path(staging).unlink(missing_ok=True)
     return path, directory
+
+
+@dataclass(frozen=True)
+class PreparedGguf:
+    """A GGUF file made for a request, with what its predictor needs besides llama.cpp.
+
+    Attributes:
+        path: the GGUF file.
+        directory: the model directory it was written from (config.json, tokenizer files).
+        context: the model's context length (config.json's max_position_embeddings).
+        words: the tokenizer's single-token words, which make the prompts (`PromptWords`).
+        writer: the versions of what wrote the files (gguf, transformers), by distribution.
+    """
+
+    path: Path
+    directory: Path
+    context: int
+    words: PromptWords
+    writer: dict[str, str | None]
+
+
+def _record_path(manifest: Manifest, cache_dir: Path, seed: int, kind: str) -> Path:
+    return cache_dir / "gguf" / f"{manifest.sha256}-seed{seed}-{kind}.json"
+
+
+def prepare_gguf(manifest: Manifest, cache_dir: Path, seed: int, gguf_type: str | None) -> PreparedGguf:
+    """Write (or reuse) the manifest's model directory and GGUF file of `gguf_type` (`gguf_for`), and
+    the record that lets `find_gguf` find them without transformers. Needs transformers and gguf.
+
+    Raises:
+        UserError: a GGUF type the writer does not write (field "options.gguf_type"); nothing is
+            written then.
+        PredictorError: not a catalogue decoder the writer lays out.
+    """
+    from mlscope.runtime.predictors.pytorch import model_directory
+
+    kind = gguf_type or _DEFAULT_TYPE
+    _check_type(kind)
+    path, directory = gguf_for(manifest, cache_dir, seed, kind)
+    words = PromptWords.of(model_directory.tokenizer_for(directory))
+    context = int(json.loads((directory / "config.json").read_text())["max_position_embeddings"])
+    writer = _writer_versions()
+    document = {
+        "layout": _RECORD_LAYOUT,
+        "file": path.relative_to(cache_dir).as_posix(),
+        "directory": directory.relative_to(cache_dir).as_posix(),
+        "context": context,
+        "prompt_words": {"ids": list(words.ids), "words": list(words.words)},
+        "writer": writer,
+    }
+    record = _record_path(manifest, cache_dir, seed, kind)
+    text = json.dumps(document, indent=1) + "\n"
+    if not record.is_file() or record.read_text() != text:
+        handle, staging = tempfile.mkstemp(prefix=f".{record.name}-", dir=record.parent)
+        try:
+            with os.fdopen(handle, "w") as out:
+                out.write(text)
+            os.chmod(staging, 0o644)
+            os.replace(staging, record)
+        finally:
+            Path(staging).unlink(missing_ok=True)
+    return PreparedGguf(path, directory, context, words, writer)
+
+
+def find_gguf(manifest: Manifest, cache_dir: Path, seed: int, gguf_type: str | None) -> PreparedGguf:
+    """The manifest's GGUF file of `gguf_type` as `prepare_gguf` recorded it; read only, so that a
+    read-only cache (a container's) serves it. Where it was not prepared, it is prepared now when
+    transformers and gguf are installed.
+
+    Raises:
+        UserError: a GGUF type the writer does not write (field "options.gguf_type").
+        PredictorError: not prepared, and transformers or gguf missing here (a predictor image); or
+            as `prepare_gguf`.
+    """
+    kind = gguf_type or _DEFAULT_TYPE
+    _check_type(kind)
+    record = _record_path(manifest, cache_dir, seed, kind)
+    found = _read_record(record, cache_dir)
+    if found is not None:
+        return found
+    missing = [name for name in _WRITER_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise PredictorError(
+            f"{manifest.name}: no GGUF file of type {kind} in the cache ({record.name}); it is written "
+            f"when the request is admitted, by a machine with transformers and gguf, and this one lacks "
+            f"{', '.join(missing)}"
+        )
+    return prepare_gguf(manifest, cache_dir, seed, kind)
+
+
+def _read_record(record: Path, cache_dir: Path) -> PreparedGguf | None:
+    """The record's files, or None when it, or a file it names, is missing or of another layout."""
+    try:
+        document = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(document, dict) or document.get("layout") != _RECORD_LAYOUT:
+        return None
+    path, directory = cache_dir / document["file"], cache_dir / document["directory"]
+    if not path.is_file() or not directory.is_dir():
+        return None
+    words = document["prompt_words"]
+    return PreparedGguf(
+        path,
+        directory,
+        int(document["context"]),
+        PromptWords(tuple(int(i) for i in words["ids"]), tuple(str(w) for w in words["words"])),
+        dict(document.get("writer") or {}),
+    )
+
+
+def _writer_versions() -> dict[str, str | None]:
+    """The installed versions of what writes the files, read without importing them."""
+    import importlib.metadata
+
+    versions: dict[str, str | None] = {}
+    for name in ("gguf", "transformers"):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def admit(manifest: Manifest, options: PredictorOptions, cache_dir: Path, timeout_s: float = 1800) -> None:
+    """The framework's admission hook (`FrameworkSpec.admit`): write the GGUF file and its record
+    into the cache now, on the machine that admits the request, so that its predictor, here or in a
+    container that mounts the cache, only finds them.
+
+    The writing runs in a child process (`python -m mlscope.runtime.predictors.llamacpp.gguf_file`),
+    so the admitting process (the CLI, a worker) never imports torch or transformers, and what they
+    print stays out of its output. A record written by the same gguf and transformers versions, whose
+    files are there, is taken as it is, without a child.
+
+    Raises:
+        UserError: in one line: a GGUF type the writer does not write (field "options.gguf_type") or
+            a model it does not lay out (field "model"), nothing written then; or no transformers,
+            torch or gguf on this machine (field "framework").
+        PredictorError: the child failed otherwise; its last line.
+        subprocess.TimeoutExpired: the child ran longer than `timeout_s`.
+    """
+    kind = options.gguf_type or _DEFAULT_TYPE
+    _check_type(kind)
+    try:
+        _check_model(manifest)
+    except PredictorError as exc:
+        raise UserError(f"model: {exc}", field="model") from None
+    found = _read_record(_record_path(manifest, cache_dir, options.seed, kind), cache_dir)
+    if found is not None and found.writer == _writer_versions():
+        return
+    missing = [name for name in _WRITER_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UserError(
+            "framework: llama.cpp's GGUF file is written where the request is admitted, with transformers, "
+            f"torch and gguf; this machine lacks {', '.join(missing)} "
+            "(pip install 'mlscope[llamacpp,pytorch]')",
+            field="framework",
+        )
+    document = {
+        "manifest": manifest.to_dict(),
+        "origin": manifest.origin,
+        "seed": options.seed,
+        "gguf_type": kind,
+        "cache_dir": str(cache_dir),
+    }
+    completed = subprocess.run(
+        [sys.executable, "-m", "mlscope.runtime.predictors.llamacpp.gguf_file"],
+        input=json.dumps(document),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if completed.returncode == _REFUSED:
+        for line in reversed(completed.stdout.splitlines()):
+            if line.startswith("{"):
+                refusal = json.loads(line)
+                raise UserError(refusal["message"], field=refusal["field"])
+    if completed.returncode != 0:
+        lines = [line.strip() for line in completed.stderr.splitlines() if line.strip()]
+        last = lines[-1][:300] if lines else f"exit status {completed.returncode}"
+        raise PredictorError(f"writing the GGUF file of {manifest.name} failed: {last}")
+
+
+def _main() -> None:
+    """The child of `admit`: the job on standard input; a refusal as one JSON line on standard output
+    and exit status 2."""
+    from mlscope.contract.manifest import parse_manifest
+
+    job = json.loads(sys.stdin.read())
+    manifest = parse_manifest(job["manifest"], origin=job["origin"])
+    try:
+        prepare_gguf(manifest, Path(job["cache_dir"]), int(job["seed"]), job["gguf_type"])
+    except UserError as exc:
+        print(json.dumps({"field": exc.field or "options.gguf_type", "message": exc.message}))
+        sys.exit(_REFUSED)
+    except PredictorError as exc:
+        print(json.dumps({"field": "model", "message": f"model: {exc}"}))
+        sys.exit(_REFUSED)
 
 
 def _rotary_rows(weight: np.ndarray, heads: int) -> np.ndarray:
@@ -283,3 +515,7 @@ def _whole_text(token: str) -> bool:
     except (KeyError, UnicodeDecodeError):
         return False
     return True
+
+
+if __name__ == "__main__":
+    _main()

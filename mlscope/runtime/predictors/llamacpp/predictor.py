@@ -29,49 +29,42 @@ class LlamaCppPredictor(GenerateOnlyPredictor):
 
     @classmethod
     def libraries(cls) -> dict[str, Any]:
-        import gguf
         import llama_cpp
 
         info = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace").strip()
-        return {"gguf": _version("gguf", getattr(gguf, "__version__", None)), "system_info": info}
+        # gguf writes the file where the request is admitted; a predictor image has none (None then:
+        # the engine's facts name the version that wrote the file).
+        return {"gguf": _version("gguf"), "system_info": info}
 
     def generation_engine(self, settings: GenerationSettings) -> GenerateEngine:
-        """The manifest's decoder as a GGUF file (written once under the cache) in llama.cpp.
+        """The manifest's decoder as the GGUF file admission wrote under the cache, in llama.cpp.
 
         Raises:
             PredictorError: a device other than the CPU, a model the GGUF writer does not lay out,
-                or a file llama.cpp cannot load.
+                a file not written and no writer here, or a file llama.cpp cannot load.
         """
         from mlscope.runtime.predictors.llamacpp.engine import LlamaCppEngine, default_threads, open_llama
-        from mlscope.runtime.predictors.llamacpp.gguf_file import gguf_for
+        from mlscope.runtime.predictors.llamacpp.gguf_file import find_gguf
         from mlscope.runtime.predictors.llamacpp.serve import LlamaCppServer
 
         if self.device != "cpu":
             raise PredictorError(f"device {self.device}: this llama.cpp build runs on the CPU only")
-        path, directory = gguf_for(self.manifest, self.cache_dir, self.options.seed, self.options.gguf_type)
+        prepared = find_gguf(self.manifest, self.cache_dir, self.options.seed, self.options.gguf_type)
         threads = self.options.threads or default_threads()
-        n_ctx = _context(directory)
-        llama = open_llama(path, n_ctx=n_ctx, threads=threads)
+        llama = open_llama(prepared.path, n_ctx=prepared.context, threads=threads)
 
         def serve() -> LlamaCppServer:
-            return LlamaCppServer(path, n_ctx=n_ctx, threads=threads)
+            return LlamaCppServer(prepared.path, n_ctx=prepared.context, threads=threads)
 
         return LlamaCppEngine(
-            llama, path, directory, self.options.gguf_type or "f32", threads, self.describe, serve=serve
+            llama, prepared, self.options.gguf_type or "f32", threads, self.describe, serve=serve
         )
 
 
-def _context(directory: Any) -> int:
-    import json
-
-    config = json.loads((directory / "config.json").read_text())
-    return int(config["max_position_embeddings"])
-
-
-def _version(distribution: str, fallback: str | None) -> str | None:
+def _version(distribution: str) -> str | None:
     import importlib.metadata
 
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
-        return fallback
+        return None
