@@ -9,7 +9,18 @@ Imports no framework: this registration is read wherever frameworks are listed.
 from __future__ import annotations
 
 from mlscope.runtime.frameworks import FrameworkSpec
-from mlscope.runtime.predictors.jax.support import SUPPORTED
+
+# Source kind → the targets `models.from_torch` has a definition of (each family's sizes share one).
+# These are also the catalogue entries offered for JAX (the registration's `model_types`).
+SUPPORTED: dict[str, tuple[str, ...]] = {
+    "torchvision": (
+        "resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
+        "mobilenet_v3_small", "mobilenet_v3_large",
+        "vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14",
+    ),
+    "transformers": ("llama", "bert"),
+}  # fmt: skip
+
 
 FRAMEWORK = FrameworkSpec(
     name="jax",
@@ -17,7 +28,7 @@ FRAMEWORK = FrameworkSpec(
     import_name="jax",
     distributions=("jax",),
     predictor="mlscope.runtime.predictors.jax.predictor:JaxPredictor",
-    # The PyTorch sources of the architectures it has a Flax definition of (`support.SUPPORTED`): the
+    # The PyTorch sources of the architectures it has a Flax definition of (`SUPPORTED`): the
     # PyTorch module is built to take its weights, so torch is needed too.
     sources=frozenset({"torchvision", "transformers"}),
     install_hint="pip install 'mlscope[jax]'",

@@ -5,21 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mlscope.runtime.predictors.jax import SUPPORTED
+
 if TYPE_CHECKING:
     from mlscope.contract.manifest import Manifest
 
 __all__ = ["SUPPORTED", "model_refusal"]
-
-# Source kind → the targets `models.from_torch` has a definition of (each family's sizes share one).
-# These are also the catalogue entries offered for JAX (the registration's `model_types`).
-SUPPORTED: dict[str, tuple[str, ...]] = {
-    "torchvision": (
-        "resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
-        "mobilenet_v3_small", "mobilenet_v3_large",
-        "vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14",
-    ),
-    "transformers": ("llama", "bert"),
-}  # fmt: skip
 
 
 def _listed() -> str:
