@@ -57,15 +57,15 @@ def manifests(
     env["MLSCOPE_MANIFESTS"] = str(directory)
 
 
-def test_a_keras_model_runs_on_litert_with_the_outputs_tensorflow_gives(
+def test_a_keras_model_runs_on_litert_with_the_outputs_tensorflow_gives_and_says_why_it_traces_no_layers(
     mlscope_env: dict[str, str], tmp_path: Path
 ) -> None:
     # Given the test Keras model on LiteRT and TensorFlow
     manifests(tmp_path / "manifests", mlscope_env)
-    # When it runs on LiteRT (float), checked against TensorFlow on the same inputs
+    # When it runs on LiteRT (float), checked against TensorFlow on the same inputs, traced at FRAMEWORK
     done = mlscope(
         mlscope_env, "run", MODEL, "-f", "litert", "-b", "1,2", "--check-parity", "--parity-against",
-        "tensorflow", "--json", *FAST,
+        "tensorflow", "--trace-level", "FRAMEWORK", "--json", *FAST,
     )  # fmt: skip
     (result,) = ran_valid(done)
     # Then it ran on the installed LiteRT, from a float .tflite made by TensorFlow's converter
@@ -81,6 +81,16 @@ def test_a_keras_model_runs_on_litert_with_the_outputs_tensorflow_gives(
     parity = result["parity"]
     assert parity["against"] == "tensorflow" and parity["verdict"] == "same", parity
     assert parity["count"] > 0 and parity["cosine"] > 0.9999
+    # And its layers are none, and `mlscope trace --layers` says why in one line: LiteRT's interpreter
+    # has no profiler (docs/litert.md), not an empty answer left unexplained
+    layers = mlscope(mlscope_env, "trace", result["id"], "--layers")
+    assert layers.returncode == 0, layers.stderr[-2000:]
+    headline, *notes = layers.stdout.strip().splitlines()
+    assert headline.endswith("has no FRAMEWORK or LIBRARY spans (trace level FRAMEWORK)"), headline
+    assert notes == [
+        "note litert has no FRAMEWORK profiler in mlscope: ai-edge-litert's Python interpreter takes no "
+        "profiler and gives no per-op times (docs/litert.md)"
+    ]
 
 
 def test_int8_outputs_are_shown_as_different_from_tensorflows_and_the_result_invalid(
@@ -129,28 +139,6 @@ def test_the_digits_cnn_is_scored_float_and_int8_side_by_side(mlscope_env: dict[
     assert min(fp32["top1"], int8["top1"]) > 0.9
     # And the two are two workloads: the int8 one is labelled as such
     assert results["int8"]["request"]["options"]["quantize"] == "int8"
-
-
-def test_a_framework_trace_on_litert_says_why_it_records_no_layers(
-    mlscope_env: dict[str, str], tmp_path: Path
-) -> None:
-    # Given the test Keras model on LiteRT
-    manifests(tmp_path / "manifests", mlscope_env)
-    # When it runs traced at FRAMEWORK, in a child process
-    done = mlscope(
-        mlscope_env, "run", MODEL, "-f", "litert", "-b", "1", "--trace-level", "FRAMEWORK", "--json", *FAST
-    )  # fmt: skip
-    (result,) = ran_valid(done)
-    # Then its layers are none, and `mlscope trace --layers` says why in one line: LiteRT's interpreter
-    # has no profiler (docs/litert.md), not an empty answer left unexplained
-    layers = mlscope(mlscope_env, "trace", result["id"], "--layers")
-    assert layers.returncode == 0, layers.stderr[-2000:]
-    headline, *notes = layers.stdout.strip().splitlines()
-    assert headline.endswith("has no FRAMEWORK or LIBRARY spans (trace level FRAMEWORK)"), headline
-    assert notes == [
-        "note litert has no FRAMEWORK profiler in mlscope: ai-edge-litert's Python interpreter takes no "
-        "profiler and gives no per-op times (docs/litert.md)"
-    ]
 
 
 def test_quantize_is_refused_on_a_framework_without_it(mlscope_env: dict[str, str], tmp_path: Path) -> None:
