@@ -35,7 +35,7 @@ from mlscope.contract.load import DEFAULT_INTERVAL_MS, LoadSettings
 from mlscope.contract.names import SCENARIOS
 from mlscope.contract.options import MAX_INPUT_POOL
 from mlscope.contract.section import SettingsSection
-from mlscope.contract.trace import MAX_TRACE_LINES
+from mlscope.contract.trace import MAX_TRACE_LINES, TRACE_KEYS
 from mlscope.runtime.measure.settings import MEASURE_BOUNDS
 
 __all__ = [
@@ -157,16 +157,7 @@ _TRACE: dict[str, Any] = {
     "type": "object",
     "nullable": True,
     "additionalProperties": False,
-    "required": [
-        "name",
-        "sha256",
-        "lines",
-        "first_line",
-        "block_tokens",
-        "arrivals_ms",
-        "input_tokens",
-        "output_tokens",
-    ],
+    "required": list(TRACE_KEYS),
     "properties": {
         "name": {"type": "string", "minLength": 1, "maxLength": 255},
         "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},

@@ -25,7 +25,14 @@ from typing import Any
 
 from mlscope.contract.errors import UserError
 
-__all__ = ["MAX_TRACE_LINES", "TRACE_BLOCK_TOKENS", "check_trace", "read_trace", "trace_identity"]
+__all__ = [
+    "MAX_TRACE_LINES",
+    "TRACE_BLOCK_TOKENS",
+    "TRACE_KEYS",
+    "check_trace",
+    "read_trace",
+    "trace_identity",
+]
 
 # Mooncake's block: each hash id stands for this many prompt tokens.
 TRACE_BLOCK_TOKENS = 512
@@ -34,7 +41,8 @@ MAX_TRACE_LINES = 100_000
 _MAX_LENGTH = 1_000_000
 _FIELD = "generation.trace"
 _AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-_KEYS = (
+# The keys of a trace as a request carries it (hash_ids besides, optional).
+TRACE_KEYS = (
     "name",
     "sha256",
     "lines",
@@ -167,10 +175,10 @@ def check_trace(value: Any) -> dict[str, Any]:
     """
     if not isinstance(value, dict):
         raise UserError("trace must be an object: read a file with --trace FILE", field=_FIELD)
-    unknown = sorted(set(value) - {*_KEYS, "hash_ids"})
+    unknown = sorted(set(value) - {*TRACE_KEYS, "hash_ids"})
     if unknown:
         raise UserError(f"trace: unknown key {unknown[0]!r}", field=_FIELD)
-    missing = [key for key in _KEYS if key not in value]
+    missing = [key for key in TRACE_KEYS if key not in value]
     if missing:
         raise UserError(f"trace: missing key {missing[0]!r}", field=_FIELD)
     name, digest = value["name"], value["sha256"]
@@ -213,7 +221,7 @@ def check_trace(value: Any) -> dict[str, Any]:
                     f"hash_ids names {len(ids)} blocks of {block} tokens, more than input_length "
                     f"{size} holds",
                 )
-    return {key: value[key] for key in (*_KEYS, "hash_ids") if key in value}
+    return {key: value[key] for key in (*TRACE_KEYS, "hash_ids") if key in value}
 
 
 def trace_identity(trace: Any) -> Any:

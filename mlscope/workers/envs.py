@@ -47,6 +47,7 @@ __all__ = [
     "list_envs",
     "pins_hash",
     "read_env",
+    "run_streamed",
     "source_checkout",
 ]
 
@@ -309,17 +310,27 @@ def _run(command: list[str], log: Callable[[str], None], what: str) -> None:
     Raises:
         EnvBuildError: it failed; the error holds its last lines.
     """
-    tail: deque[str] = deque(maxlen=_LOG_TAIL)
+    code, tail = run_streamed(command, log, {}, _LOG_TAIL)
+    if code != 0:
+        raise EnvBuildError(f"{what} failed with exit code {code}", "\n".join(tail))
+
+
+def run_streamed(
+    command: list[str], log: Callable[[str], None], env: dict[str, str], keep: int
+) -> tuple[int, list[str]]:
+    """Run a tool with this process's environment and `env` over it, passing each line it prints
+    (stdout and stderr as one) to `log`: its exit code and its last `keep` lines, which say why it
+    failed when it did."""
+    tail: deque[str] = deque(maxlen=keep)
     with subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ)
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env}
     ) as process:
         assert process.stdout is not None
         for line in process.stdout:
             tail.append(line.rstrip("\n"))
             log(line.rstrip("\n"))
         code = process.wait()
-    if code != 0:
-        raise EnvBuildError(f"{what} failed with exit code {code}", "\n".join(tail))
+    return code, list(tail)
 
 
 def _framework_version(python: Path, spec: FrameworkSpec) -> str | None:

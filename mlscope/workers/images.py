@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import tempfile
 from collections import deque
 from collections.abc import Callable
@@ -400,22 +399,10 @@ def build_host_wheels(build: HostBuild, directory: Path, *, log: Log = lambda li
         "--wheel-dir", str(directory), *build.requirements,
     ]  # fmt: skip
     log(f"building on the host: {' '.join(build.requirements)} ({python} -m pip wheel)")
-    tail: deque[str] = deque(maxlen=_LOG_TAIL_LINES)
-    with subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, **build.env},
-    ) as process:
-        assert process.stdout is not None
-        for line in process.stdout:
-            tail.append(line.rstrip("\n"))
-            log(line.rstrip("\n"))
-        code = process.wait()
+    code, tail = envs.run_streamed(command, log, build.env, _LOG_TAIL_LINES)
     if code != 0:
         raise ImageBuildError(
-            f"pip wheel {' '.join(build.requirements)} failed on the host with exit code {code}", list(tail)
+            f"pip wheel {' '.join(build.requirements)} failed on the host with exit code {code}", tail
         )
     return check_host_wheels(directory, build)
 
