@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -222,6 +224,25 @@ def test_inline_runner_gives_the_same_shape_and_reports_a_warm_process(mlscope_e
     assert [r["cold_start"]["warm_process"] for r in results] == [False, False]
 
 
+@pytest.fixture(scope="module")
+def store_with_one_result(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
+    """A SQLite store holding one real run's result, made once for the module, and its listing: each
+    bad-input test starts from a copy of it."""
+    directory = tmp_path_factory.mktemp("one-result")
+    env = {
+        **os.environ,
+        "MLSCOPE_STORE_URL": f"sqlite:///{directory / 'store.db'}",
+        "MLSCOPE_CACHE_DIR": str(directory / "cache"),
+        "MLSCOPE_MANIFESTS": str(RUNTIME_MANIFESTS),
+        "MLSCOPE_SETTINGS": str(directory / "no-settings.toml"),
+    }
+    good = mlscope(env, "run", "test_tiny_mlp", "-f", "onnxruntime", *FAST)
+    assert good.returncode == 0, good.stderr
+    listed = stored(env)
+    assert [r["status"] for r in listed] == ["succeeded"]
+    return directory / "store.db", listed
+
+
 @pytest.mark.parametrize(
     ("args", "words"),
     [
@@ -245,11 +266,13 @@ def test_inline_runner_gives_the_same_shape_and_reports_a_warm_process(mlscope_e
     ],
 )
 def test_bad_input_exits_2_with_one_line_and_keeps_the_store(
-    mlscope_env: dict[str, str], args: list[str], words: str
+    mlscope_env: dict[str, str], store_with_one_result: tuple[Path, list[dict]], args: list[str], words: str
 ) -> None:
     # Given a store with one result
-    good = mlscope(mlscope_env, "run", "test_tiny_mlp", "-f", "onnxruntime", *FAST)
-    assert good.returncode == 0, good.stderr
+    made, listed = store_with_one_result
+    store = Path(mlscope_env["MLSCOPE_STORE_URL"].removeprefix("sqlite:///"))
+    for part in made.parent.glob(f"{made.name}*"):  # the database and any journal beside it
+        shutil.copy2(part, store.with_name(part.name))
     # When the user makes a mistake
     done = mlscope(mlscope_env, *args)
     # Then the answer is exit code 2 with a short message naming the problem, never a traceback
@@ -257,7 +280,7 @@ def test_bad_input_exits_2_with_one_line_and_keeps_the_store(
     assert words in done.stderr
     assert "Traceback" not in done.stderr
     # And the store still holds exactly what it held
-    assert [r["status"] for r in stored(mlscope_env)] == ["succeeded"]
+    assert stored(mlscope_env) == listed
 
 
 def test_a_malformed_manifest_names_its_file_and_field(mlscope_env: dict[str, str], tmp_path: Path) -> None:
