@@ -234,7 +234,8 @@ _EVALUATION_OPTIONS = (
         metavar="NAMES",
         help="Comma-separated scenarios: single_stream (back-to-back latency), offline (throughput), "
         "server (Poisson arrivals at --qps), multi_stream (--samples-per-query samples every --interval-ms), "
-        "generate (a generative model's requests token by token: TTFT, TPOT, goodput; docs/generate.md).",
+        "generate (a generative model's requests token by token: TTFT, TPOT, goodput; docs/generate.md), "
+        "interactive (generate under MLPerf's Interactive p99 TTFT/TPOT caps for the model, or --slo).",
     ),
     click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N."),
     click.option(
@@ -357,9 +358,14 @@ def request_fields(
     for name, value in (("min_seconds", min_seconds), ("max_seconds", max_seconds), ("min_count", min_count)):
         if value is not None:
             measure[name] = value
+    named = split_csv(scenarios)
+    if "interactive" in named:
+        # A preset of the generate scenario (contract.interactive), asked for as a scenario.
+        named = ["generate" if name == "interactive" else name for name in named]
+        generation = {**generation, "preset": "interactive"}
     return {
         "batch_sizes": batch_sizes or [1],
-        "scenarios": split_csv(scenarios),
+        "scenarios": named,
         "device": device,
         "runner": runner,
         "trace_level": trace_level.upper(),

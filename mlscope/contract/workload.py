@@ -42,7 +42,7 @@ _LOAD_WORKLOAD = (
 _GENERATION_WORKLOAD = ("prompt_tokens", "output_tokens", "concurrency", "api", "ignore_eos")
 # ... and those that count only where a request set them to other than their default, so that a
 # result from before they existed keys as it did: a pooling API's inputs per request, a replayed trace
-# and its speed, conversations and their think time, shared prefixes.
+# and its speed, conversations and their think time, shared prefixes, a sweep's setting and values.
 _GENERATION_WHERE_SET: dict[str, Any] = {
     "inputs_per_request": 1,
     "trace": None,
@@ -51,6 +51,7 @@ _GENERATION_WHERE_SET: dict[str, Any] = {
     "think_time_ms": 0.0,
     "shared_prefix_tokens": 0,
     "prefix_groups": 1,
+    "sweep": None,
 }
 # Settings compared by what names them rather than whole: a trace by its file's name, SHA-256 and
 # line count (its thousands of arrivals and lengths would be the difference's text otherwise).
