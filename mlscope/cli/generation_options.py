@@ -39,7 +39,6 @@ GENERATION_FLAGS = (
     ("prefix_groups", "prefix_groups"),
     ("server_metrics", "server_metrics"),
     ("inputs_per_request", "inputs_per_request"),
-    ("sweep", "sweep"),
 )
 
 
@@ -143,13 +142,6 @@ GENERATION_OPTIONS = (
         help="generate: sample the endpoint server's Prometheus metrics at this URL during the run "
         "(vLLM, SGLang, TGI, llama.cpp: KV-cache use, requests running and waiting); every "
         "--generation server_metrics_interval_s (default 0.5).",
-    ),
-    click.option(
-        "--sweep",
-        metavar="SETTING=V1,V2,...",
-        help="generate: one point per value, concurrency=1,2,4,8 (closed loop) or qps=1,2,4 (Poisson, "
-        "--concurrency in flight at most), stored as one evaluation with its throughput-latency "
-        "Pareto front.",
     ),
     click.option(
         "--generation",

@@ -11,6 +11,8 @@ import click
 
 from mlscope.cli.generation_options import GENERATION_FLAGS, GENERATION_OPTIONS, generation_document
 from mlscope.cli.key_values import parse_key_values, with_flags
+from mlscope.contract.errors import UserError
+from mlscope.contract.interactive import parse_sweep
 
 __all__ = [
     "evaluation_options",
@@ -157,6 +159,7 @@ _LOAD_FLAGS = (
     ("interval_ms", "interval_ms"),
     ("back_to_back", "back_to_back"),
     ("load_seed", "seed"),
+    ("sweep", "sweep"),
 )
 
 LOAD_OPTIONS = (
@@ -201,6 +204,13 @@ LOAD_OPTIONS = (
     ),
     click.option("--load-seed", type=int, metavar="N", help="Seeds the arrival times [default: 0]."),
     click.option(
+        "--sweep",
+        metavar="SETTING=V1,V2,...",
+        help="generate: one point per value, concurrency=1,2,4,8 (closed loop) or qps=1,2,4 (Poisson, "
+        "--concurrency in flight at most), stored as one evaluation with its throughput-latency "
+        "Pareto front.",
+    ),
+    click.option(
         "--load",
         "load",
         multiple=True,
@@ -213,8 +223,19 @@ LOAD_OPTIONS = (
 
 def load_document(load: dict[str, Any], **flags: Any) -> dict[str, Any]:
     """The request's `load` from `--load KEY=VALUE` pairs and the load flags set (a flag wins; an
-    unset flag, None or a switch left off, says nothing)."""
-    return with_flags(load, _LOAD_FLAGS, flags)
+    unset flag, None or a switch left off, says nothing); a sweep's text in the form the document
+    states (contract.interactive.parse_sweep).
+
+    Raises:
+        UserError: a sweep that does not parse (field load.sweep).
+    """
+    document = with_flags(load, _LOAD_FLAGS, flags)
+    if isinstance(document.get("sweep"), str):
+        try:
+            document["sweep"] = parse_sweep(document["sweep"])
+        except UserError as exc:
+            raise UserError(f"load.{exc.message}", field="load.sweep") from None
+    return document
 
 
 _EVALUATION_OPTIONS = (

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from mlscope.contract.bounds import Bound
 from mlscope.contract.errors import UserError
-from mlscope.contract.interactive import PRESETS, parse_sweep
+from mlscope.contract.interactive import PRESETS
 from mlscope.contract.section import SettingsSection
 from mlscope.contract.trace import check_trace, trace_identity
 
@@ -126,9 +126,6 @@ class GenerationSettings(SettingsSection):
         preset: "interactive" (MLPerf Inference's Interactive scenario): the slo defaults to the
             model's p99 TTFT and TPOT caps (contract.interactive), certified at the 99th
             percentile; what the request fills in, the request check does (docs/generate.md).
-        sweep: one point per value of a setting: "concurrency=1,2,4,8" or "qps=1,2,4" (or
-            {"setting": ..., "values": [...]}); the points are stored as one measurement's
-            generation.sweep, with their throughput-latency Pareto front (docs/generate.md).
     """
 
     SECTION: ClassVar[str] = "generation"
@@ -168,7 +165,6 @@ class GenerationSettings(SettingsSection):
     server_metrics_interval_s: float = 0.5
     inputs_per_request: int = 1
     preset: str | None = None
-    sweep: Any = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> GenerationSettings:
@@ -180,12 +176,6 @@ class GenerationSettings(SettingsSection):
                 embeddings or rerank (`field` names the setting).
         """
         settings = super().from_dict(data)
-        if settings.sweep is not None and settings.sweep["setting"] in (data or {}):
-            name = settings.sweep["setting"]
-            raise UserError(
-                f"generation setting {name} is what the sweep varies: give it in the sweep alone",
-                field="sweep",
-            )
         if settings.api in POOLING_APIS:
             for name in _GENERATE_ONLY:
                 if name in (data or {}):
@@ -224,7 +214,7 @@ class GenerationSettings(SettingsSection):
             raise UserError("generation setting compare_served must be true or false", field="compare_served")
         if self.server_metrics is not None:
             _check_server_metrics(self.server_metrics, self.endpoint)
-        self._check_preset_and_sweep()
+        self._check_preset()
         if self.api in POOLING_APIS:
             self._check_pooling()
         elif self.inputs_per_request != 1:
@@ -241,28 +231,19 @@ class GenerationSettings(SettingsSection):
             )
         self._check_workload()
 
-    def _check_preset_and_sweep(self) -> None:
-        """The preset is a known one, for a generation API; the sweep parses and suits the
-        workload (a trace sets its own arrivals, conversations run closed-loop)."""
-        if self.preset is not None:
-            if self.preset not in PRESETS:
-                raise UserError(
-                    f"generation setting preset={self.preset!r} is invalid: expected one of {', '.join(PRESETS)}",
-                    field="preset",
-                )
-            if self.api in POOLING_APIS:
-                raise UserError(
-                    f"preset {self.preset} caps TTFT and TPOT: api={self.api!r} generates no tokens",
-                    field="preset",
-                )
-        if self.sweep is None:
+    def _check_preset(self) -> None:
+        """The preset is a known one, for a generation API."""
+        if self.preset is None:
             return
-        object.__setattr__(self, "sweep", parse_sweep(self.sweep))
-        if self.trace is not None:
-            raise UserError("a trace replays its own arrivals at one load: drop the sweep", field="sweep")
-        if self.sweep["setting"] == "qps" and self.turns > 1:
+        if self.preset not in PRESETS:
             raise UserError(
-                "conversations (turns > 1) run closed-loop: sweep concurrency, not qps", field="sweep"
+                f"generation setting preset={self.preset!r} is invalid: expected one of {', '.join(PRESETS)}",
+                field="preset",
+            )
+        if self.api in POOLING_APIS:
+            raise UserError(
+                f"preset {self.preset} caps TTFT and TPOT: api={self.api!r} generates no tokens",
+                field="preset",
             )
 
     def _check_workload(self) -> None:

@@ -350,12 +350,18 @@ class ContractRequestSchema(Schema):
                 "does: drop percentile",
                 "load.percentile",
             )
-        sweep = generation.get("sweep")
-        if sweep and (load.get("qps") is not None or load.get("find_max_qps")):
-            flag = "qps" if load.get("qps") is not None else "find_max_qps"
+        sweep = load.get("sweep")
+        if sweep and sweep["setting"] in generation:
             raise ValidationError(
-                f"a sweep measures one point per {sweep['setting']} value: drop {flag} (--{flag.replace('_', '-')})",
-                "generation.sweep",
+                f"generation.{sweep['setting']} is what the sweep varies: give it in the sweep alone "
+                "(drop --concurrency)",
+                "load.sweep",
+            )
+        if sweep and generation.get("trace") is not None:
+            raise ValidationError("a trace replays its own arrivals at one load: drop the sweep", "load.sweep")
+        if sweep and sweep["setting"] == "qps" and (generation.get("turns") or 1) > 1:
+            raise ValidationError(
+                "conversations (turns > 1) run closed-loop: sweep concurrency, not qps", "load.sweep"
             )
 
     @validates_schema(skip_on_field_errors=True)

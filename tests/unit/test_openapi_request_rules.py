@@ -43,6 +43,12 @@ BEYOND_THE_DOCUMENT = (
     "generation.trace",
     "generation.prefix_groups",
     "generation.think_time_ms",
+    # a preset's caps come from a table of model names unless an slo is given, and it certifies the
+    # 99th percentile; a sweep's values are distinct, integers for concurrency, and it is given
+    # without the setting it varies, qps or find_max_qps, in the generate scenario alone
+    "generation.slo",
+    "load.percentile",
+    "load.sweep",
 )
 _KEYED = "model_options."
 

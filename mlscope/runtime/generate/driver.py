@@ -347,12 +347,12 @@ def run_generate(
     as the other scenarios' timed loops do; `remote` as for `reduce_records`; `on_measure` is called
     once the warm-up requests are done, as the measured ones begin (a server metrics sampler starts).
 
-    With settings.sweep, one such point per value, kept as one measurement (generate.sweep).
+    With load.sweep, one such point per value, kept as one measurement (generate.sweep).
 
     Raises:
         UserError: a request does not fit the model's context; find_max_qps without an slo.
     """
-    if settings.sweep is not None:
+    if load.sweep is not None:
         started = [False]
 
         def measure_point(here: GenerationSettings, at: LoadSettings) -> dict[str, Any]:

@@ -84,17 +84,17 @@ def run_sweep(
     measure_point: Callable[[GenerationSettings, LoadSettings], dict[str, Any]],
     on_point: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Measure one point per value of `settings.sweep` with `measure_point` (the generate scenario's
+    """Measure one point per value of `load.sweep` with `measure_point` (the generate scenario's
     one-point run) and keep them as one measurement (see the module); `on_point` hears of each."""
-    assert settings.sweep is not None
-    setting, values = settings.sweep["setting"], settings.sweep["values"]
+    assert load.sweep is not None
+    setting, values = load.sweep["setting"], load.sweep["values"]
     points, last = [], None
     for value in values:
         if setting == "concurrency":
-            here = dataclasses.replace(settings, sweep=None, concurrency=int(value))
-            at = load
+            here = dataclasses.replace(settings, concurrency=int(value))
+            at = dataclasses.replace(load, sweep=None)
         else:
-            here, at = dataclasses.replace(settings, sweep=None), dataclasses.replace(load, qps=float(value))
+            here, at = settings, dataclasses.replace(load, sweep=None, qps=float(value))
         last = measure_point(here, at)
         points.append(sweep_point(setting, value, last))
         if on_point is not None:
