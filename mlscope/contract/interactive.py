@@ -46,9 +46,11 @@ _DROPPED = re.compile(r"-(instruct|chat|hf|interactive)\b")
 
 
 def _benchmark_name(model: str) -> str:
-    """A model's name as MLPerf's benchmarks spell it: `meta-llama/Llama-3.1-8B-Instruct` and
-    `llama-3.1-8b` become `llama3.1-8b`, `Llama-2-70b-chat-hf` becomes `llama2-70b`."""
-    name = model.strip().lower().rsplit("/", 1)[-1].replace("_", "-").removeprefix("meta-")
+    """A model's name as MLPerf's benchmarks spell it: `meta-llama/Llama-3.1-8B-Instruct`, its
+    endpoint manifest's `endpoint:meta-llama-llama-3.1-8b-instruct` and `llama-3.1-8b` become
+    `llama3.1-8b`; `Llama-2-70b-chat-hf` becomes `llama2-70b`."""
+    name = re.split(r"[/:]", model.strip().lower())[-1].replace("_", "-")
+    name = re.sub(r"^meta-(llama-)?(?=llama)", "", name)
     name = _DROPPED.sub("", name)
     return re.sub(r"^llama-(\d)", r"llama\1", name)
 
