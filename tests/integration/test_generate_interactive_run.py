@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mlscope.api.dashboard.figures import evaluation_charts
 from mlscope.cli.render_generation import generation_lines
 from mlscope.contract.interactive import INTERACTIVE_CAPS
 from mlscope.runtime.generate.sweep import pareto_front
@@ -106,6 +107,9 @@ def test_a_concurrency_sweep_is_one_measurement_with_a_point_per_value_and_its_p
     plotted = mlscope(mlscope_env, "plot", result["id"], "--kind", "pareto", "-o", str(drawn))
     assert plotted.returncode == 0, plotted.stderr
     assert "Pareto front: concurrency = " in drawn.read_text()
+    # And the dashboard's evaluation page draws it too: each point once, an invalid one on the front twice
+    [chart] = [chart for chart in evaluation_charts(result) if chart["kind"] == "pareto"]
+    assert chart["points"] == len(values) + sum(p["pareto"] and not p["valid"] for p in points)
 
 
 @pytest.mark.parametrize(
