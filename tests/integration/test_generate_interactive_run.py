@@ -22,7 +22,7 @@ QUICK = ("--min-seconds", "0.1", "--max-seconds", "3")
 CAPS = INTERACTIVE_CAPS["llama3.1-8b"]
 
 
-def _interactive(env: dict[str, str], url: str) -> dict:
+def _interactive(env: dict[str, str], url: str) -> tuple[int, dict]:
     done = mlscope(
         env,
         "run", "meta-llama/Llama-3.1-8B-Instruct", "--endpoint", url, "--endpoint-model", "slow",
@@ -32,7 +32,7 @@ def _interactive(env: dict[str, str], url: str) -> dict:
     assert done.returncode in (0, 3), done.stderr
     [result] = json_lines(done.stdout)
     assert result["status"] == "succeeded", result["error"]
-    return result
+    return done.returncode, result
 
 
 @pytest.mark.parametrize(("delay_ms", "passes"), [(CAPS["tpot_ms"] / 6, True), (CAPS["tpot_ms"] * 1.5, False)])
@@ -42,7 +42,7 @@ def test_interactive_certifies_the_models_mlperf_caps_at_p99(
     with mock_endpoint() as server:
         # Given an endpoint whose every token after the first comes delay_ms after the one before
         server.token_delay_s = delay_ms / 1000
-        result = _interactive(mlscope_env, server.base_url)
+        returncode, result = _interactive(mlscope_env, server.base_url)
     [point] = result["measurements"]
     generation = point["generation"]
     # The request says what ran: the table's caps for the model, at the 99th percentile
@@ -62,6 +62,11 @@ def test_interactive_certifies_the_models_mlperf_caps_at_p99(
     assert certified["ttft_ms"]["ok"]
     assert certified["tpot_ms"]["ok"] is passes
     assert (generation["tpot_ms"]["median"] < CAPS["tpot_ms"]) is passes
+    # A run over the caps is not valid (exit 3), as MLPerf's is not
+    reasons = point["validity"]["reasons"]
+    assert any(reason.startswith("tpot_ms p99 not certified ≤ 30 ms") for reason in reasons) is not passes
+    if not passes:
+        assert point["validity"]["valid"] is False and returncode == 3
 
 
 def test_interactive_for_a_model_without_caps_needs_an_slo(mlscope_env: dict[str, str]) -> None:
