@@ -152,7 +152,7 @@ _AXES = {
 
 def sweep_lines(generation: Mapping[str, Any]) -> list[str]:
     """A sweep's points as a small table: the value, the per-user and overall throughput, the
-    latencies' p99, validity, and `*` on the points of the Pareto front."""
+    latencies' p99, validity and the SLO's certificates, and `*` on the points of the Pareto front."""
     sweep = generation.get("sweep")
     if not isinstance(sweep, Mapping):
         return []
@@ -172,8 +172,17 @@ def sweep_lines(generation: Mapping[str, Any]) -> list[str]:
             f"{ms_text((point.get('ttft_ms') or {}).get('p99')):>10} "
             f"{ms_text((point.get('tpot_ms') or {}).get('p99')):>10}  "
             + ("yes" if point.get("valid") else "[red]no[/red]")
+            + _certified_text(point.get("certified"))
         )
     return lines
+
+
+def _certified_text(certified: Any) -> str:
+    """A point's SLO certificates in a few words: ", slo certified" or the metrics not certified."""
+    if not isinstance(certified, Mapping) or not certified:
+        return ""
+    failing = [metric for metric, c in certified.items() if not (c or {}).get("ok")]
+    return f", slo [red]{', '.join(failing)} not certified[/red]" if failing else ", slo certified"
 
 
 def _workload_lines(generation: Mapping[str, Any], load: Mapping[str, Any], indent: str) -> list[str]:
