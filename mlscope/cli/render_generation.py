@@ -135,7 +135,11 @@ def _preset_lines(generation: Mapping[str, Any]) -> list[str]:
         return []
     caps = ", ".join(f"{metric} ≤ {bound:g}" for metric, bound in (preset.get("caps") or {}).items())
     origin = str(preset.get("caps_from") or "")
-    source = f"MLPerf Inference's caps for {origin.removeprefix('mlperf:')}" if origin.startswith("mlperf:") else "--slo"
+    source = (
+        f"MLPerf Inference's caps for {origin.removeprefix('mlperf:')}"
+        if origin.startswith("mlperf:")
+        else "--slo"
+    )
     return [
         f"  {'preset':<10} {escape(str(preset.get('name')))}: p{preset.get('percentile', 0):g} {caps} "
         f"({escape(source)})"

@@ -78,7 +78,9 @@ def parse_sweep(value: Any) -> dict[str, Any]:
     if isinstance(value, str):
         key, sep, listed = value.partition("=")
         if not sep:
-            raise UserError(f"sweep {value!r} is not SETTING=V1,V2,... (e.g. concurrency=1,2,4,8)", field="sweep")
+            raise UserError(
+                f"sweep {value!r} is not SETTING=V1,V2,... (e.g. concurrency=1,2,4,8)", field="sweep"
+            )
         value = {"setting": key.strip(), "values": [v.strip() for v in listed.split(",") if v.strip()]}
     if not isinstance(value, dict) or set(value) != {"setting", "values"}:
         raise UserError(f"sweep must be SETTING=V1,V2,... with SETTING {keys}", field="sweep")

@@ -161,7 +161,9 @@ class LoadSettings(SettingsSection):
                 field="latency_bound_ms",
             )
         if self.sweep is not None and "generate" not in scenarios:
-            raise UserError("sweep applies only to the generate scenario (--scenario generate)", field="sweep")
+            raise UserError(
+                "sweep applies only to the generate scenario (--scenario generate)", field="sweep"
+            )
         if "generate" in scenarios:
             return  # qps: Poisson arrivals of requests; find_max_qps: against the slo (checked with it)
         where = "the server scenario (--scenario server) and the generate scenario"

@@ -333,16 +333,18 @@ class ContractRequestSchema(Schema):
             raise ValidationError(message, "framework")
 
     @staticmethod
-    def _check_preset_and_sweep(data: dict[str, Any], generation: dict[str, Any], load: dict[str, Any]) -> None:
+    def _check_preset_and_sweep(
+        data: dict[str, Any], generation: dict[str, Any], load: dict[str, Any]
+    ) -> None:
         """A preset's caps are known (the model's in the table, or an slo given) and its
         percentile is its own; a sweep is the only source of the setting it varies."""
-        if generation.get("preset") and not generation.get("slo"):
-            if interactive_caps(data.get("model"), generation.get("endpoint_model")) is None:
-                raise ValidationError(
-                    f"model {data.get('model')!r} has no MLPerf Interactive caps (the table has "
-                    f"{', '.join(INTERACTIVE_CAPS)}): give them, e.g. --slo ttft_ms=500,tpot_ms=30",
-                    "generation.slo",
-                )
+        uncapped = interactive_caps(data.get("model"), generation.get("endpoint_model")) is None
+        if generation.get("preset") and not generation.get("slo") and uncapped:
+            raise ValidationError(
+                f"model {data.get('model')!r} has no MLPerf Interactive caps (the table has "
+                f"{', '.join(INTERACTIVE_CAPS)}): give them, e.g. --slo ttft_ms=500,tpot_ms=30",
+                "generation.slo",
+            )
         percentile = load.get("percentile")
         if generation.get("preset") and percentile is not None and percentile != INTERACTIVE_PERCENTILE:
             raise ValidationError(
@@ -358,7 +360,9 @@ class ContractRequestSchema(Schema):
                 "load.sweep",
             )
         if sweep and generation.get("trace") is not None:
-            raise ValidationError("a trace replays its own arrivals at one load: drop the sweep", "load.sweep")
+            raise ValidationError(
+                "a trace replays its own arrivals at one load: drop the sweep", "load.sweep"
+            )
         if sweep and sweep["setting"] == "qps" and (generation.get("turns") or 1) > 1:
             raise ValidationError(
                 "conversations (turns > 1) run closed-loop: sweep concurrency, not qps", "load.sweep"

@@ -251,7 +251,10 @@ def workload_differences(
             if _plain(section_a[name]) != _plain(section_b[name])
         ]
     if compared & _LOAD_SCENARIOS:
-        load_a, load_b = _where_set(request_a, "load", _LOAD_WHERE_SET), _where_set(request_b, "load", _LOAD_WHERE_SET)
+        load_a, load_b = (
+            _where_set(request_a, "load", _LOAD_WHERE_SET),
+            _where_set(request_b, "load", _LOAD_WHERE_SET),
+        )
         found += [
             Difference(f"load.{name}", load_a.get(name, default), load_b.get(name, default))
             for name, default in _LOAD_WHERE_SET.items()

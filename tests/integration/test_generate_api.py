@@ -72,7 +72,10 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"generation": {"prefix_groups": 4}}, "generation.prefix_groups"),
     ({"generation": {"api": "embeddings"}}, "generation.api"),
     ({"generation": {"preset": "interactive"}}, "generation.slo"),
-    ({"generation": {"preset": "interactive", "slo": "tpot_ms=30"}, "load": {"percentile": 90}}, "load.percentile"),
+    (
+        {"generation": {"preset": "interactive", "slo": "tpot_ms=30"}, "load": {"percentile": 90}},
+        "load.percentile",
+    ),
     ({"load": {"sweep": {"setting": "batch", "values": [1]}}}, "load.sweep"),
     ({"load": {"sweep": {"setting": "qps", "values": []}}}, "load.sweep"),
     ({"load": {"sweep": {"setting": "qps", "values": ["x"]}}}, "load.sweep"),

@@ -35,7 +35,9 @@ def _interactive(env: dict[str, str], url: str) -> tuple[int, dict]:
     return done.returncode, result
 
 
-@pytest.mark.parametrize(("delay_ms", "passes"), [(CAPS["tpot_ms"] / 6, True), (CAPS["tpot_ms"] * 1.5, False)])
+@pytest.mark.parametrize(
+    ("delay_ms", "passes"), [(CAPS["tpot_ms"] / 6, True), (CAPS["tpot_ms"] * 1.5, False)]
+)
 def test_interactive_certifies_the_models_mlperf_caps_at_p99(
     mlscope_env: dict[str, str], delay_ms: float, passes: bool
 ) -> None:
@@ -71,7 +73,14 @@ def test_interactive_certifies_the_models_mlperf_caps_at_p99(
 
 def test_interactive_for_a_model_without_caps_needs_an_slo(mlscope_env: dict[str, str]) -> None:
     done = mlscope(
-        mlscope_env, "run", "gpt2", "--endpoint", "http://127.0.0.1:9/v1", "--scenario", "interactive", "--json"
+        mlscope_env,
+        "run",
+        "gpt2",
+        "--endpoint",
+        "http://127.0.0.1:9/v1",
+        "--scenario",
+        "interactive",
+        "--json",
     )
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
@@ -87,7 +96,8 @@ def test_a_concurrency_sweep_is_one_measurement_with_a_point_per_value_and_its_p
         done = mlscope(
             mlscope_env,
             "run", "slow", "--scenario", "generate", "--endpoint", server.base_url, "--prompt-tokens", "8",
-            "--output-tokens", "8", "--requests", "16", "--sweep", "concurrency=" + ",".join(map(str, values)), "--json", *QUICK,
+            "--output-tokens", "8", "--requests", "16", "--sweep",
+            "concurrency=" + ",".join(map(str, values)), "--json", *QUICK,
         )  # fmt: skip
     assert done.returncode in (0, 3), done.stderr
     [result] = json_lines(done.stdout)
@@ -105,7 +115,9 @@ def test_a_concurrency_sweep_is_one_measurement_with_a_point_per_value_and_its_p
     assert xy[-1][1] > xy[0][1]
     # The CLI's table marks the same points
     lines = generation_lines(result)
-    rows = [line.split() for line in lines if line.strip().split()[:1] in (["*"], *[[str(v)] for v in values])]
+    rows = [
+        line.split() for line in lines if line.strip().split()[:1] in (["*"], *[[str(v)] for v in values])
+    ]
     assert [row[0] == "*" for row in rows] == [p["pareto"] for p in points]
     # And `mlscope plot --kind pareto` draws it
     drawn = tmp_path / "pareto.svg"
@@ -123,12 +135,19 @@ def test_a_concurrency_sweep_is_one_measurement_with_a_point_per_value_and_its_p
         (("--sweep", "batch=1,2"), "load.sweep: unknown setting 'batch'"),
         (("--sweep", "qps="), "load.sweep qps: no values"),
         (("--sweep", "concurrency=1,two"), "load.sweep concurrency: 'two' is not an integer"),
-        (("--sweep", "qps=1,2", "--qps", "3"), "load.sweep: a sweep measures one point per qps value: drop qps"),
+        (
+            ("--sweep", "qps=1,2", "--qps", "3"),
+            "load.sweep: a sweep measures one point per qps value: drop qps",
+        ),
         (("--sweep", "concurrency=1,2", "--concurrency", "4"), "load.sweep: generation.concurrency is what"),
     ],
 )
-def test_a_bad_sweep_is_one_line_and_exit_2(mlscope_env: dict[str, str], flags: tuple[str, ...], words: str) -> None:
-    done = mlscope(mlscope_env, "run", "slow", "--scenario", "generate", "--endpoint", "http://127.0.0.1:9/v1", *flags)
+def test_a_bad_sweep_is_one_line_and_exit_2(
+    mlscope_env: dict[str, str], flags: tuple[str, ...], words: str
+) -> None:
+    done = mlscope(
+        mlscope_env, "run", "slow", "--scenario", "generate", "--endpoint", "http://127.0.0.1:9/v1", *flags
+    )
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
     assert words in line

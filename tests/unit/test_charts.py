@@ -452,7 +452,9 @@ def _swept_point(settings: GenerationSettings, load: LoadSettings) -> dict[str, 
     }
 
 
-SWEPT = evaluation([run_sweep(GenerationSettings(), LoadSettings(sweep="concurrency=1,2,4,8,16"), _swept_point)])
+SWEPT = evaluation(
+    [run_sweep(GenerationSettings(), LoadSettings(sweep="concurrency=1,2,4,8,16"), _swept_point)]
+)
 
 
 def test_a_sweeps_chart_joins_its_pareto_front_and_marks_the_others() -> None:

@@ -87,11 +87,21 @@ def test_the_interactive_preset_writes_the_models_caps_and_the_99th_percentile_i
         (_request(load={"sweep": "concurrency=2,2"}), "load.sweep", "repeated"),
         (_request(load={"sweep": "qps=1,2", "qps": 4}), "load.sweep", "drop qps"),
         (_request(load={"sweep": "qps=1,2", "find_max_qps": True}), "load.sweep", "drop find_max_qps"),
-        (_request("mock", {"concurrency": 4}, load={"sweep": "concurrency=1,2"}), "load.sweep", "drop --concurrency"),
-        (_request("mock", {"turns": 2}, load={"sweep": "qps=1,2"}), "load.sweep", "sweep concurrency, not qps"),
+        (
+            _request("mock", {"concurrency": 4}, load={"sweep": "concurrency=1,2"}),
+            "load.sweep",
+            "drop --concurrency",
+        ),
+        (
+            _request("mock", {"turns": 2}, load={"sweep": "qps=1,2"}),
+            "load.sweep",
+            "sweep concurrency, not qps",
+        ),
     ],
 )
-def test_bad_preset_or_sweep_is_one_line_naming_the_field(document: dict[str, Any], field: str, words: str) -> None:
+def test_bad_preset_or_sweep_is_one_line_naming_the_field(
+    document: dict[str, Any], field: str, words: str
+) -> None:
     with pytest.raises(UserError) as raised:
         parse_request(document)
     assert raised.value.field == field and words in str(raised.value)

@@ -104,12 +104,21 @@ def run_sweep(
     front = pareto_front([(p[x], p[y]) for p in points])
     for index, point in enumerate(points):
         point["pareto"] = index in front
-    last["generation"]["sweep"] = {"setting": setting, "values": list(values), "x": x, "y": y, "points": points}
+    last["generation"]["sweep"] = {
+        "setting": setting,
+        "values": list(values),
+        "x": x,
+        "y": y,
+        "points": points,
+    }
     # The last point's own reasons are its measurement's; the others' first reasons are added.
     for point in points[:-1]:
         if not point["valid"]:
             first = point["reasons"][0] if point["reasons"] else "not valid"
             validity = last["validity"]
             validity["valid"] = False
-            validity["reasons"] = [*validity.get("reasons", []), f"sweep point {setting}={point[setting]:g}: {first}"]
+            validity["reasons"] = [
+                *validity.get("reasons", []),
+                f"sweep point {setting}={point[setting]:g}: {first}",
+            ]
     return last
