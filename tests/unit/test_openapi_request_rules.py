@@ -49,6 +49,11 @@ BEYOND_THE_DOCUMENT = (
     "generation.slo",
     "load.percentile",
     "load.sweep",
+    # a pooling API (embeddings, rerank) takes no turns, shared prefix or preset (whose caps are on
+    # tokens): stated beside the pooling rule, they too made the document too large for schemathesis
+    "generation.shared_prefix_tokens",
+    "generation.turns",
+    "generation.preset",
 )
 _KEYED = "model_options."
 
