@@ -24,7 +24,7 @@ from mlscope.analysis.chart_labels import INVALID, evaluation_label, invalid_not
 from mlscope.analysis.charts import Chart, Series
 from mlscope.contract.errors import UserError
 
-__all__ = ["request_cdf", "server_metrics_chart"]
+__all__ = ["pareto_chart", "request_cdf", "server_metrics_chart"]
 
 _METRICS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"))
 _POOLING_METRICS = (("e2e_ms", "end-to-end"),)
@@ -136,6 +136,75 @@ def server_metrics_chart(evaluation: Mapping[str, Any]) -> Chart:
         x_label="s since the measured requests began",
         y_label="requests",
         y2_label="KV cache use (%)",
+        series=tuple(series),
+        notes=tuple(notes),
+    )
+
+
+_SWEEP_AXES = {
+    "output_tokens_per_s_per_user": "output tokens/s per user (1000 / median TPOT)",
+    "output_tokens_per_s": "output tokens/s in all",
+    "requests_per_s_per_user": "requests/s per user (1000 / median end-to-end)",
+    "requests_per_s": "requests/s in all",
+}
+
+
+def pareto_chart(evaluation: Mapping[str, Any]) -> Chart:
+    """A sweep's throughput against latency (`generation.sweep`, runtime.generate.sweep): the Pareto
+    front's points joined by a line, the other points as markers (those not valid in a series of
+    their own), each labelled with its setting's value.
+
+    Raises:
+        UserError: no measurement of the evaluation holds a sweep (`--sweep` not asked for).
+    """
+    swept = [m for m in evaluation.get("measurements") or [] if (m.get("generation") or {}).get("sweep")]
+    if not swept:
+        raise UserError(
+            f"evaluation {evaluation.get('id', '?')} has no sweep: a generate run draws one with "
+            "--sweep concurrency=1,2,4 or --sweep qps=1,2,4",
+            field="kind",
+        )
+    sweep = swept[0]["generation"]["sweep"]
+    setting, x, y = sweep["setting"], sweep["x"], sweep["y"]
+    points = [p for p in sweep["points"] if p.get(x) is not None and p.get(y) is not None]
+    series: list[Series] = []
+    for name, chosen in (
+        ("points off the front", [p for p in points if p.get("valid") and not p.get("pareto")]),
+        (f"points {INVALID}", [p for p in points if not p.get("valid")]),
+    ):
+        if chosen:
+            series.append(
+                Series(
+                    name,
+                    [p[x] for p in chosen],
+                    [p[y] for p in chosen],
+                    kind="scatter",
+                    text=[f"{setting}={p[setting]:g}" for p in chosen],
+                )
+            )
+    front = sorted((p for p in points if p.get("pareto")), key=lambda p: p[x])
+    if front:
+        series.append(
+            Series(
+                "Pareto front",
+                [p[x] for p in front],
+                [p[y] for p in front],
+                kind="line",
+                text=[f"{setting}={p[setting]:g}" for p in front],
+            )
+        )
+    left_out = len(sweep["points"]) - len(points)
+    notes = [
+        f"{setting} = " + ", ".join(f"{p[setting]:g}" for p in sweep["points"]),
+        f"Pareto front: {setting} = " + (", ".join(f"{p[setting]:g}" for p in front) or "none"),
+    ]
+    if left_out:
+        notes.append(f"{left_out} point(s) without figures (every request failed) not drawn")
+    return Chart(
+        kind="pareto",
+        title=f"throughput against latency, sweep of {setting}: {evaluation_label(evaluation)}",
+        x_label=_SWEEP_AXES.get(x, x),
+        y_label=_SWEEP_AXES.get(y, y),
         series=tuple(series),
         notes=tuple(notes),
     )

@@ -9,7 +9,8 @@ seen, and a test can count a chart's series and points from its description.
 Kinds (CHART_KINDS): latency (histogram per point), cdf, batch (percentiles and throughput against the
 batch size), throughput-latency, layers, compare (grouped bars with the median's interval as whiskers),
 cold-start, timeline (a stored trace's spans), generation (a generate evaluation's TTFT and TPOT
-per request) and server-metrics (the endpoint server's metrics sampled during those requests); the
+per request), server-metrics (the endpoint server's metrics sampled during those requests) and pareto
+(a generate sweep's throughput against latency with its Pareto front); the
 dashboard's /diff page draws a "diff" (analysis.chart_compare).
 """
 
@@ -23,7 +24,7 @@ __all__ = ["CHART_KINDS", "INVALID", "Chart", "Series", "to_plotly"]
 
 CHART_KINDS = (
     "latency", "cdf", "batch", "throughput-latency", "layers", "compare", "cold-start", "timeline",
-    "generation", "server-metrics",
+    "generation", "server-metrics", "pareto",
 )  # fmt: skip
 
 # The end of the name of a series holding points whose measurement is not valid.

@@ -31,6 +31,7 @@ from mlscope.contract.generation import (
     SLO_METRICS,
     GenerationSettings,
 )
+from mlscope.contract.interactive import MAX_SWEEP_POINTS, PRESETS, SWEEP_KEYS
 from mlscope.contract.load import DEFAULT_INTERVAL_MS, LoadSettings
 from mlscope.contract.names import SCENARIOS
 from mlscope.contract.options import MAX_INPUT_POOL
@@ -136,8 +137,30 @@ def _given(name: str, kind: str) -> dict[str, Any]:
 _NOT_NUMBER = {"not": {"type": "number"}}  # null (with the property's own schema)
 _NOT_TRUE = {"enum": [False]}
 
+# A sweep as `--sweep SETTING=V1,V2` sends it (the contract also reads that text). Said loosely: its
+# text form in an anyOf, a bound on its values or a closed set of keys each made the request's
+# document too large for schemathesis to draw from. Positive and distinct values, integers for
+# concurrency, the two keys alone and no qps beside it are checked where it arrives (HTTP 422 names
+# load.sweep).
+_SWEEP: dict[str, Any] = {
+    "type": "object",
+    "nullable": True,
+    "required": ["setting", "values"],
+    "properties": {
+        "setting": {"type": "string", "enum": list(SWEEP_KEYS)},
+        "values": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_SWEEP_POINTS,
+            "items": {"type": "number"},
+        },
+    },
+    "description": 'generate: one point per value, e.g. {"setting": "concurrency", "values": [1, 2]} '
+    '(docs/generate.md, "Sweeps")',
+}
+
 LOAD_SCHEMA: dict[str, Any] = {
-    **_section(LoadSettings, {}),
+    **_section(LoadSettings, {"sweep": _SWEEP}),
     "description": "the load settings of the server and multi_stream scenarios (docs/load.md); only "
     "those given are kept",
     # back_to_back issues each query when the previous one completes: no interval applies.
@@ -185,6 +208,7 @@ GENERATION_SCHEMA: dict[str, Any] = {
             "endpoint_model": {"type": "string", "minLength": 1, "maxLength": 1000, "nullable": True},
             "trace": _TRACE,
             "server_metrics": {"type": "string", "pattern": ENDPOINT_PATTERN, "nullable": True},
+            "preset": {"type": "string", "enum": list(PRESETS), "nullable": True},
         },
     ),
     "description": "the generate scenario's settings (docs/generate.md); only those given are kept",
@@ -401,7 +425,9 @@ def request_rules(
             }
         },
     }
-    # find_max_qps searches against the slo.
+    # find_max_qps searches against the slo. (A preset's caps stand for it where the request names
+    # none, which the contract takes; stated here, the rule made the document too large for
+    # schemathesis to draw from, so the document asks for the slo.)
     slo = {
         "required": ["generation"],
         "properties": {

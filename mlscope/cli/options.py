@@ -11,6 +11,8 @@ import click
 
 from mlscope.cli.generation_options import GENERATION_FLAGS, GENERATION_OPTIONS, generation_document
 from mlscope.cli.key_values import parse_key_values, with_flags
+from mlscope.contract.errors import UserError
+from mlscope.contract.interactive import parse_sweep
 
 __all__ = [
     "evaluation_options",
@@ -157,6 +159,7 @@ _LOAD_FLAGS = (
     ("interval_ms", "interval_ms"),
     ("back_to_back", "back_to_back"),
     ("load_seed", "seed"),
+    ("sweep", "sweep"),
 )
 
 LOAD_OPTIONS = (
@@ -201,6 +204,13 @@ LOAD_OPTIONS = (
     ),
     click.option("--load-seed", type=int, metavar="N", help="Seeds the arrival times [default: 0]."),
     click.option(
+        "--sweep",
+        metavar="SETTING=V1,V2,...",
+        help="generate: one point per value, concurrency=1,2,4,8 (closed loop) or qps=1,2,4 (Poisson, "
+        "--concurrency in flight at most), stored as one evaluation with its throughput-latency "
+        "Pareto front.",
+    ),
+    click.option(
         "--load",
         "load",
         multiple=True,
@@ -213,8 +223,19 @@ LOAD_OPTIONS = (
 
 def load_document(load: dict[str, Any], **flags: Any) -> dict[str, Any]:
     """The request's `load` from `--load KEY=VALUE` pairs and the load flags set (a flag wins; an
-    unset flag, None or a switch left off, says nothing)."""
-    return with_flags(load, _LOAD_FLAGS, flags)
+    unset flag, None or a switch left off, says nothing); a sweep's text in the form the document
+    states (contract.interactive.parse_sweep).
+
+    Raises:
+        UserError: a sweep that does not parse (field load.sweep).
+    """
+    document = with_flags(load, _LOAD_FLAGS, flags)
+    if isinstance(document.get("sweep"), str):
+        try:
+            document["sweep"] = parse_sweep(document["sweep"])
+        except UserError as exc:
+            raise UserError(f"load.{exc.message}", field="load.sweep") from None
+    return document
 
 
 _EVALUATION_OPTIONS = (
@@ -234,7 +255,8 @@ _EVALUATION_OPTIONS = (
         metavar="NAMES",
         help="Comma-separated scenarios: single_stream (back-to-back latency), offline (throughput), "
         "server (Poisson arrivals at --qps), multi_stream (--samples-per-query samples every --interval-ms), "
-        "generate (a generative model's requests token by token: TTFT, TPOT, goodput; docs/generate.md).",
+        "generate (a generative model's requests token by token: TTFT, TPOT, goodput; docs/generate.md), "
+        "interactive (generate under MLPerf's Interactive p99 TTFT/TPOT caps for the model, or --slo).",
     ),
     click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N."),
     click.option(
@@ -357,9 +379,14 @@ def request_fields(
     for name, value in (("min_seconds", min_seconds), ("max_seconds", max_seconds), ("min_count", min_count)):
         if value is not None:
             measure[name] = value
+    named = split_csv(scenarios)
+    if "interactive" in named:
+        # A preset of the generate scenario (contract.interactive), asked for as a scenario.
+        named = ["generate" if name == "interactive" else name for name in named]
+        generation = {**generation, "preset": "interactive"}
     return {
         "batch_sizes": batch_sizes or [1],
-        "scenarios": split_csv(scenarios),
+        "scenarios": named,
         "device": device,
         "runner": runner,
         "trace_level": trace_level.upper(),

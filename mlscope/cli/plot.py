@@ -25,7 +25,7 @@ __all__ = ["build_chart", "plot", "results_chart", "write_plot"]
 
 # Kinds drawn from one evaluation; throughput-latency draws several, compare draws comparison rows.
 ONE_EVALUATION = (
-    "latency", "cdf", "batch", "layers", "cold-start", "timeline", "generation", "server-metrics",
+    "latency", "cdf", "batch", "layers", "cold-start", "timeline", "generation", "server-metrics", "pareto",
 )  # fmt: skip
 # The setups a throughput-latency filter draws at most (the latest evaluation of each).
 MAX_EVALUATIONS = 8
@@ -43,7 +43,8 @@ MAX_EVALUATIONS = 8
     "throughput-latency (several evaluations), layers (time per layer type, from a trace), compare "
     "(median per model @ batch, one bar per framework × system), cold-start, timeline (a trace's spans), "
     "generation (TTFT and TPOT per request of a generate evaluation), server-metrics (the endpoint "
-    "server's metrics sampled during its requests: --server-metrics).",
+    "server's metrics sampled during its requests: --server-metrics), pareto (a --sweep's tokens/s per "
+    "user against tokens/s in all, its Pareto front joined).",
 )
 @click.option(
     "-o",
@@ -150,9 +151,10 @@ def build_chart(
             build.timeline(spans, max_spans=max_spans),
             title=f"trace timeline: {build.evaluation_label(evaluation)}",
         )
-    from mlscope.analysis.chart_generation import request_cdf, server_metrics_chart
+    from mlscope.analysis.chart_generation import pareto_chart, request_cdf, server_metrics_chart
 
     one = {
+        "pareto": pareto_chart,
         "latency": build.latency_histogram,
         "cdf": build.latency_cdf,
         "batch": build.batch_curve,

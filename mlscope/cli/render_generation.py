@@ -15,7 +15,7 @@ from mlscope.cli.render_load import ms_text
 if TYPE_CHECKING:
     from rich.table import Table
 
-__all__ = ["generation_lines", "served_table"]
+__all__ = ["generation_lines", "served_table", "sweep_lines"]
 
 _METRICS = (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"), ("end-to-end", "e2e_ms"))
 
@@ -122,8 +122,71 @@ def generation_lines(result: Mapping[str, Any]) -> list[str]:
         lines += _workload_lines(generation, load, "  ")
         lines += _point_lines(generation, "  ")
         lines += _server_metrics_lines(generation.get("server_metrics"), "  ")
+        lines += _preset_lines(generation)
         lines += _search_lines(m)
+        lines += sweep_lines(generation)
     return lines
+
+
+def _preset_lines(generation: Mapping[str, Any]) -> list[str]:
+    """The preset run under: its caps, their percentile and where they came from."""
+    preset = generation.get("preset")
+    if not isinstance(preset, Mapping):
+        return []
+    caps = ", ".join(f"{metric} ≤ {bound:g}" for metric, bound in (preset.get("caps") or {}).items())
+    origin = str(preset.get("caps_from") or "")
+    source = (
+        f"MLPerf Inference's caps for {origin.removeprefix('mlperf:')}"
+        if origin.startswith("mlperf:")
+        else "--slo"
+    )
+    return [
+        f"  {'preset':<10} {escape(str(preset.get('name')))}: p{preset.get('percentile', 0):g} {caps} "
+        f"({escape(source)})"
+    ]
+
+
+_AXES = {
+    "output_tokens_per_s_per_user": "tokens/s/user",
+    "output_tokens_per_s": "tokens/s",
+    "requests_per_s_per_user": "req/s/user",
+    "requests_per_s": "req/s",
+}
+
+
+def sweep_lines(generation: Mapping[str, Any]) -> list[str]:
+    """A sweep's points as a small table: the value, the per-user and overall throughput, the
+    latencies' p99, validity and the SLO's certificates, and `*` on the points of the Pareto front."""
+    sweep = generation.get("sweep")
+    if not isinstance(sweep, Mapping):
+        return []
+    setting, x, y = str(sweep.get("setting")), str(sweep.get("x")), str(sweep.get("y"))
+    points = sweep.get("points") or []
+    lines = [
+        f"  [bold]sweep[/bold] {setting}: {len(points)} points; * on the Pareto front "
+        f"({_AXES.get(x, x)} against {_AXES.get(y, y)}, both better higher)",
+        f"    {'':1} {setting:>11} {_AXES.get(x, x):>13} {_AXES.get(y, y):>11} {'TTFT p99':>10} "
+        f"{'TPOT p99':>10}  valid",
+    ]
+    for point in points:
+        mark = "*" if point.get("pareto") else " "
+        value = point.get(setting)
+        lines.append(
+            f"    {mark} {value:>11g} {_rate(point.get(x)):>13} {_rate(point.get(y)):>11} "
+            f"{ms_text((point.get('ttft_ms') or {}).get('p99')):>10} "
+            f"{ms_text((point.get('tpot_ms') or {}).get('p99')):>10}  "
+            + ("yes" if point.get("valid") else "[red]no[/red]")
+            + _certified_text(point.get("certified"))
+        )
+    return lines
+
+
+def _certified_text(certified: Any) -> str:
+    """A point's SLO certificates in a few words: ", slo certified" or the metrics not certified."""
+    if not isinstance(certified, Mapping) or not certified:
+        return ""
+    failing = [metric for metric, c in certified.items() if not (c or {}).get("ok")]
+    return f", slo [red]{', '.join(failing)} not certified[/red]" if failing else ", slo certified"
 
 
 def _workload_lines(generation: Mapping[str, Any], load: Mapping[str, Any], indent: str) -> list[str]:

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from mlscope.contract.bounds import Bound
 from mlscope.contract.errors import UserError
+from mlscope.contract.interactive import PRESETS
 from mlscope.contract.section import SettingsSection
 from mlscope.contract.trace import check_trace, trace_identity
 
@@ -122,6 +123,9 @@ class GenerationSettings(SettingsSection):
             llama.cpp). Needs `endpoint`: the servers --compare-served starts expose no metrics.
             docs/generate.md, "Server metrics".
         server_metrics_interval_s: 0.5. Seconds between two samples of server_metrics.
+        preset: "interactive" (MLPerf Inference's Interactive scenario): the slo defaults to the
+            model's p99 TTFT and TPOT caps (contract.interactive), certified at the 99th
+            percentile; what the request fills in, the request check does (docs/generate.md).
     """
 
     SECTION: ClassVar[str] = "generation"
@@ -160,6 +164,7 @@ class GenerationSettings(SettingsSection):
     server_metrics: str | None = None
     server_metrics_interval_s: float = 0.5
     inputs_per_request: int = 1
+    preset: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> GenerationSettings:
@@ -209,6 +214,7 @@ class GenerationSettings(SettingsSection):
             raise UserError("generation setting compare_served must be true or false", field="compare_served")
         if self.server_metrics is not None:
             _check_server_metrics(self.server_metrics, self.endpoint)
+        self._check_preset()
         if self.api in POOLING_APIS:
             self._check_pooling()
         elif self.inputs_per_request != 1:
@@ -224,6 +230,21 @@ class GenerationSettings(SettingsSection):
                 field="compare_served",
             )
         self._check_workload()
+
+    def _check_preset(self) -> None:
+        """The preset is a known one, for a generation API."""
+        if self.preset is None:
+            return
+        if self.preset not in PRESETS:
+            raise UserError(
+                f"generation setting preset={self.preset!r} is invalid: expected one of {', '.join(PRESETS)}",
+                field="preset",
+            )
+        if self.api in POOLING_APIS:
+            raise UserError(
+                f"preset {self.preset} caps TTFT and TPOT: api={self.api!r} generates no tokens",
+                field="preset",
+            )
 
     def _check_workload(self) -> None:
         """The trace, conversation and shared-prefix settings: each valid, and only those that

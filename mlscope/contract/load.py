@@ -10,10 +10,11 @@ throughput); a multi_stream query holds 8 samples.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from mlscope.contract.bounds import Bound
 from mlscope.contract.errors import UserError
+from mlscope.contract.interactive import parse_sweep
 from mlscope.contract.section import SettingsSection
 
 __all__ = ["DEFAULT_INTERVAL_MS", "DEFAULT_PERCENTILES", "LOAD_SCENARIOS", "MAX_QPS", "LoadSettings"]
@@ -60,6 +61,10 @@ class LoadSettings(SettingsSection):
         confidence: 0.99. Confidence of the early-stopping certificate (LoadGen's).
         seed: 0. Seeds the arrival times, so two runs issue the same schedule.
         resolution: 0.05. The search stops when its bracket is narrower than this fraction.
+        sweep: generate: one point per value of a setting, "concurrency=1,2,4,8" (closed loop) or
+            "qps=1,2,4" (Poisson arrivals), or {"setting": ..., "values": [...]}; the points are
+            kept as one measurement's generation.sweep with their throughput-latency Pareto front
+            (docs/generate.md, "Sweeps"). Not with qps or find_max_qps, which set one load.
     """
 
     SECTION: ClassVar[str] = "load"
@@ -91,9 +96,19 @@ class LoadSettings(SettingsSection):
     confidence: float = 0.99
     seed: int = 0
     resolution: float = 0.05
+    sweep: Any = None
 
     def __post_init__(self) -> None:
         self._check_bounds()
+        if self.sweep is not None:
+            object.__setattr__(self, "sweep", parse_sweep(self.sweep))
+            if self.qps is not None or self.find_max_qps:
+                flag = "qps" if self.qps is not None else "find_max_qps"
+                raise UserError(
+                    f"a sweep measures one point per {self.sweep['setting']} value: drop {flag} "
+                    f"(--{flag.replace('_', '-')})",
+                    field="sweep",
+                )
         for name in ("find_max_qps", "back_to_back"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(
@@ -144,6 +159,10 @@ class LoadSettings(SettingsSection):
                 "latency_bound_ms applies only to the server scenario (--scenario server; the generate "
                 "scenario's bounds are its slo)",
                 field="latency_bound_ms",
+            )
+        if self.sweep is not None and "generate" not in scenarios:
+            raise UserError(
+                "sweep applies only to the generate scenario (--scenario generate)", field="sweep"
             )
         if "generate" in scenarios:
             return  # qps: Poisson arrivals of requests; find_max_qps: against the slo (checked with it)

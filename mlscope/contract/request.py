@@ -17,6 +17,7 @@ from marshmallow import RAISE, Schema, ValidationError, fields, post_load, valid
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.generation import ENDPOINT_FRAMEWORK, GenerationSettings
+from mlscope.contract.interactive import INTERACTIVE_CAPS, INTERACTIVE_PERCENTILE, interactive_caps
 from mlscope.contract.load import LoadSettings
 from mlscope.contract.names import RUNNERS, TRACE_LEVELS, runner_names, scenario_names
 from mlscope.contract.options import PredictorOptionsSchema
@@ -297,7 +298,8 @@ class ContractRequestSchema(Schema):
                 "batch_sizes",
             )
         load = data.get("load_settings") or {}
-        if load.get("find_max_qps") and not generation.get("slo"):
+        self._check_preset_and_sweep(data, generation, load)
+        if load.get("find_max_qps") and not generation.get("slo") and not generation.get("preset"):
             raise ValidationError(
                 "find_max_qps with the generate scenario needs an slo to search against "
                 "(e.g. --slo ttft_ms=200,tpot_ms=50)",
@@ -330,6 +332,42 @@ class ContractRequestSchema(Schema):
             message = "the endpoint framework needs generation.endpoint (--endpoint URL)"
             raise ValidationError(message, "framework")
 
+    @staticmethod
+    def _check_preset_and_sweep(
+        data: dict[str, Any], generation: dict[str, Any], load: dict[str, Any]
+    ) -> None:
+        """A preset's caps are known (the model's in the table, or an slo given) and its
+        percentile is its own; a sweep is the only source of the setting it varies."""
+        uncapped = interactive_caps(data.get("model"), generation.get("endpoint_model")) is None
+        if generation.get("preset") and not generation.get("slo") and uncapped:
+            raise ValidationError(
+                f"model {data.get('model')!r} has no MLPerf Interactive caps (the table has "
+                f"{', '.join(INTERACTIVE_CAPS)}): give them, e.g. --slo ttft_ms=500,tpot_ms=30",
+                "generation.slo",
+            )
+        percentile = load.get("percentile")
+        if generation.get("preset") and percentile is not None and percentile != INTERACTIVE_PERCENTILE:
+            raise ValidationError(
+                f"the interactive preset certifies the {INTERACTIVE_PERCENTILE:g}th percentile, as MLPerf "
+                "does: drop percentile",
+                "load.percentile",
+            )
+        sweep = load.get("sweep")
+        if sweep and sweep["setting"] in generation:
+            raise ValidationError(
+                f"generation.{sweep['setting']} is what the sweep varies: give it in the sweep alone "
+                "(drop --concurrency)",
+                "load.sweep",
+            )
+        if sweep and generation.get("trace") is not None:
+            raise ValidationError(
+                "a trace replays its own arrivals at one load: drop the sweep", "load.sweep"
+            )
+        if sweep and sweep["setting"] == "qps" and (generation.get("turns") or 1) > 1:
+            raise ValidationError(
+                "conversations (turns > 1) run closed-loop: sweep concurrency, not qps", "load.sweep"
+            )
+
     @validates_schema(skip_on_field_errors=True)
     def _check_dataset_options(self, data: dict[str, Any], **_: Any) -> None:
         if data.get("limit") is not None and data.get("dataset") is None:
@@ -349,6 +387,14 @@ class ContractRequestSchema(Schema):
         data["batch_sizes"] = tuple(dict.fromkeys(data["batch_sizes"]))
         data["scenarios"] = tuple(dict.fromkeys(data["scenarios"]))
         data["load"] = data.pop("load_settings")
+        generation = data.get("generation") or {}
+        if generation.get("preset"):
+            # The preset's caps and percentile, written into the request so that it says what ran.
+            if not generation.get("slo"):
+                found = interactive_caps(data["model"], generation.get("endpoint_model"))
+                assert found is not None  # _check_preset_and_sweep refused a model without caps
+                generation["slo"] = found[1]
+            data["load"] = {**data["load"], "percentile": INTERACTIVE_PERCENTILE}
         return EvaluationRequest(**data)
 
 

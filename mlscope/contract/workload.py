@@ -52,6 +52,9 @@ _GENERATION_WHERE_SET: dict[str, Any] = {
     "shared_prefix_tokens": 0,
     "prefix_groups": 1,
 }
+# The load settings that count only where a request set them (a generate sweep's setting and values),
+# so that a result from before they existed keys as it did.
+_LOAD_WHERE_SET: dict[str, Any] = {"sweep": None}
 # Settings compared by what names them rather than whole: a trace by its file's name, SHA-256 and
 # line count (its thousands of arrivals and lengths would be the difference's text otherwise).
 _WORKLOAD_VIEWS = {("generation", "trace"): trace_identity}
@@ -247,6 +250,16 @@ def workload_differences(
             for name in defaults
             if _plain(section_a[name]) != _plain(section_b[name])
         ]
+    if compared & _LOAD_SCENARIOS:
+        load_a, load_b = (
+            _where_set(request_a, "load", _LOAD_WHERE_SET),
+            _where_set(request_b, "load", _LOAD_WHERE_SET),
+        )
+        found += [
+            Difference(f"load.{name}", load_a.get(name, default), load_b.get(name, default))
+            for name, default in _LOAD_WHERE_SET.items()
+            if load_a.get(name, default) != load_b.get(name, default)
+        ]
     if compared & _GENERATION_SCENARIOS:
         set_a, set_b = _generation_where_set(request_a), _generation_where_set(request_b)
         found += [
@@ -274,6 +287,13 @@ def _generation_where_set(request: Mapping[str, Any]) -> dict[str, Any]:
         for name, default in _GENERATION_WHERE_SET.items()
         if given.get(name, default) != default
     }
+
+
+def _where_set(request: Mapping[str, Any], key: str, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of section `key` among `defaults` the request set to other than the default."""
+    given = request.get(key)
+    given = given if isinstance(given, Mapping) else {}
+    return {name: given[name] for name, default in defaults.items() if given.get(name, default) != default}
 
 
 def _same(value: Any) -> Any:
@@ -356,6 +376,8 @@ def workload_key(evaluation: Mapping[str, Any], scenario: str) -> str:
     for key, defaults in _sections({scenario}):
         workload[key] = _section(request, key, defaults)
     workload["options"].update(_framework_options(request))
+    if "load" in workload:
+        workload["load"].update(_where_set(request, "load", _LOAD_WHERE_SET))
     if "generation" in workload:
         workload["generation"].update(_generation_where_set(request))
     text = json.dumps(_canonical(workload), sort_keys=True, separators=(",", ":"), default=str)

@@ -71,6 +71,16 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"generation": {"turns": 2}, "load": {"qps": 3}}, "generation.turns"),
     ({"generation": {"prefix_groups": 4}}, "generation.prefix_groups"),
     ({"generation": {"api": "embeddings"}}, "generation.api"),
+    ({"generation": {"preset": "interactive"}}, "generation.slo"),
+    (
+        {"generation": {"preset": "interactive", "slo": "tpot_ms=30"}, "load": {"percentile": 90}},
+        "load.percentile",
+    ),
+    ({"load": {"sweep": {"setting": "batch", "values": [1]}}}, "load.sweep"),
+    ({"load": {"sweep": {"setting": "qps", "values": []}}}, "load.sweep"),
+    ({"load": {"sweep": {"setting": "qps", "values": ["x"]}}}, "load.sweep"),
+    ({"load": {"sweep": {"setting": "qps", "values": [1, 2]}, "qps": 3}}, "load.sweep"),
+    ({"generation": {"concurrency": 4}, "load": {"sweep": "concurrency=1,2"}}, "load.sweep"),
     (
         {
             "framework": "endpoint",

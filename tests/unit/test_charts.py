@@ -21,9 +21,12 @@ from mlscope.analysis.chart_builders import (
     throughput_latency,
     timeline,
 )
-from mlscope.analysis.chart_generation import request_cdf, server_metrics_chart
+from mlscope.analysis.chart_generation import pareto_chart, request_cdf, server_metrics_chart
 from mlscope.analysis.charts import CHART_KINDS, Chart, to_plotly
 from mlscope.contract.errors import UserError
+from mlscope.contract.generation import GenerationSettings
+from mlscope.contract.load import LoadSettings
+from mlscope.runtime.generate.sweep import run_sweep
 
 MS = 1_000_000
 T0 = 1_700_000_000_000_000_000
@@ -435,6 +438,41 @@ GENERATED = evaluation(
 )
 
 
+# A concurrency sweep's points, (median TPOT ms, output tokens/s in all) per concurrency: 4 is beaten by
+# 8 on both axes, 16 is not valid.
+_SWEPT_FIGURES = {1: (5.0, 200.0), 2: (6.0, 330.0), 4: (10.0, 390.0), 8: (8.0, 800.0), 16: (20.0, 900.0)}
+
+
+def _swept_point(settings: GenerationSettings, load: LoadSettings) -> dict[str, Any]:
+    tpot, tokens = _SWEPT_FIGURES[settings.concurrency]
+    valid = settings.concurrency != 16
+    return {
+        **measurement(1, FAST, scenario="generate", reasons=() if valid else ("unstable",)),
+        "generation": {"tpot_ms": {"median": tpot}, "output_tokens_per_s": tokens, "requests": 32},
+    }
+
+
+SWEPT = evaluation(
+    [run_sweep(GenerationSettings(), LoadSettings(sweep="concurrency=1,2,4,8,16"), _swept_point)]
+)
+
+
+def test_a_sweeps_chart_joins_its_pareto_front_and_marks_the_others() -> None:
+    chart = pareto_chart(SWEPT)
+    series = {s.name: s for s in chart.series}
+    # x is each point's output tokens/s per user (1000 / median TPOT), y its tokens/s in all
+    front = series["Pareto front"]
+    assert list(front.x) == [1000 / 20.0, 1000 / 8.0, 1000 / 6.0, 1000 / 5.0]
+    assert list(front.y) == [900.0, 800.0, 330.0, 200.0]
+    assert list(series["points off the front"].text or []) == ["concurrency=4"]
+    assert list(series["points (invalid)"].text or []) == ["concurrency=16"]
+    assert "Pareto front: concurrency = 16, 8, 2, 1" in chart.notes
+    # The measurement kept is the last point's, not valid since one point is not
+    assert SWEPT["measurements"][0]["validity"]["valid"] is False
+    with pytest.raises(UserError, match="has no sweep"):
+        pareto_chart(GENERATED)
+
+
 def test_every_chart_kind_becomes_a_plotly_figure() -> None:
     # Given a chart of every kind, then each is JSON-able data and plotly traces named as its series
     charts: list[Chart] = [
@@ -448,6 +486,7 @@ def test_every_chart_kind_becomes_a_plotly_figure() -> None:
         timeline(framework_pass()),
         request_cdf(GENERATED),
         server_metrics_chart(GENERATED),
+        pareto_chart(SWEPT),
     ]
     assert sorted(c.kind for c in charts) == sorted(CHART_KINDS)
     for chart in charts:

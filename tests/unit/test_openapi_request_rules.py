@@ -43,6 +43,17 @@ BEYOND_THE_DOCUMENT = (
     "generation.trace",
     "generation.prefix_groups",
     "generation.think_time_ms",
+    # a preset's caps come from a table of model names unless an slo is given, and it certifies the
+    # 99th percentile; a sweep's values are distinct, integers for concurrency, and it is given
+    # without the setting it varies, qps or find_max_qps, in the generate scenario alone
+    "generation.slo",
+    "load.percentile",
+    "load.sweep",
+    # a pooling API (embeddings, rerank) takes no turns, shared prefix or preset (whose caps are on
+    # tokens): stated beside the pooling rule, they too made the document too large for schemathesis
+    "generation.shared_prefix_tokens",
+    "generation.turns",
+    "generation.preset",
 )
 _KEYED = "model_options."
 

@@ -40,7 +40,7 @@ from mlscope.analysis.chart_builders import (
     throughput_latency,
     timeline,
 )
-from mlscope.analysis.chart_generation import request_cdf, server_metrics_chart
+from mlscope.analysis.chart_generation import pareto_chart, request_cdf, server_metrics_chart
 from mlscope.analysis.chart_labels import point_name
 from mlscope.analysis.charts import Chart, Series, to_plotly
 from mlscope.contract.errors import UserError
@@ -202,7 +202,7 @@ def evaluation_charts(evaluation: Mapping[str, Any]) -> list[dict[str, Any]]:
     """An evaluation's charts of its measurements: latency histogram (bins per point) and CDF per point
     (from its raw latencies), percentiles and throughput against the batch size, a load search's
     curve, a generate evaluation's TTFT and TPOT per request and the server's metrics under them,
-    cold start. A note several charts share
+    a sweep's throughput against latency with its Pareto front, cold start. A note several charts share
     (the invalid points) is given under the first only."""
     said: set[str] = set()
     return [
@@ -212,6 +212,7 @@ def evaluation_charts(evaluation: Mapping[str, Any]) -> list[dict[str, Any]]:
         *_drawn(lambda: _of_this_page(throughput_latency([evaluation]), evaluation), said),
         *_drawn(lambda: request_cdf(evaluation), said),
         *_drawn(lambda: server_metrics_chart(evaluation), said),
+        *_drawn(lambda: pareto_chart(evaluation), said),
         *_drawn(lambda: cold_start_bars(evaluation), said),
     ]
 

@@ -31,6 +31,7 @@ from mlscope.contract.generation import GenerationSettings, draw_lengths
 from mlscope.contract.load import LoadSettings
 from mlscope.runtime.generate.records import GenerateEngine, GenerationRequest, RequestRecord
 from mlscope.runtime.generate.reduce import MIN_REQUESTS, NS_PER_MS, Point, per_request, reduce_records
+from mlscope.runtime.generate.sweep import run_sweep
 from mlscope.runtime.measure.certify import min_queries
 from mlscope.runtime.measure.generator import IssueRecord, Schedule, issue
 from mlscope.runtime.measure.loop import NS_PER_S
@@ -346,9 +347,27 @@ def run_generate(
     as the other scenarios' timed loops do; `remote` as for `reduce_records`; `on_measure` is called
     once the warm-up requests are done, as the measured ones begin (a server metrics sampler starts).
 
+    With load.sweep, one such point per value, kept as one measurement (generate.sweep).
+
     Raises:
         UserError: a request does not fit the model's context; find_max_qps without an slo.
     """
+    if load.sweep is not None:
+        started = [False]
+
+        def measure_point(here: GenerationSettings, at: LoadSettings) -> dict[str, Any]:
+            first, started[0] = not started[0], True
+            return run_generate(
+                engine,
+                here,
+                at,
+                measure,
+                on_progress=on_progress,
+                remote=remote,
+                on_measure=on_measure if first else None,
+            )
+
+        return run_sweep(settings, load, measure_point)
     _check_open_loop(settings, load)
     count = requests_needed(settings, load)
     count = -(-count // settings.turns) * settings.turns  # whole conversations

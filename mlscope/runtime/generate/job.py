@@ -15,6 +15,7 @@ from typing import Any, cast
 from mlscope.contract.errors import UserError
 from mlscope.contract.events import Emit, ProbeEvent
 from mlscope.contract.generation import APIS, GenerationSettings
+from mlscope.contract.interactive import interactive_caps
 from mlscope.contract.job import Job
 from mlscope.contract.load import LoadSettings
 from mlscope.contract.result import ColdStart, ResultMeasurement
@@ -112,6 +113,8 @@ def run_generate_job(
             measurement["generation"]["endpoint"] = settings.endpoint
             measurement["generation"]["api"] = settings.api
         measurement["generation"]["via"] = "endpoint" if settings.endpoint is not None else "in_process"
+        if settings.preset is not None:
+            measurement["generation"]["preset"] = _preset_record(job, settings, load)
         if settings.compare_served:
             enter("serve")
             with tracer.span("serve"):
@@ -170,6 +173,19 @@ def _sampled(
         settings.server_metrics, settings.server_metrics_interval_s, lambda: counted.in_flight
     )
     return sampler, counted
+
+
+def _preset_record(job: Job, settings: GenerationSettings, load: LoadSettings) -> dict[str, Any]:
+    """What the measurement records of its preset: the name, the caps held and at which percentile,
+    and where the caps came from (MLPerf's table under the benchmark's model name, or the slo)."""
+    found = interactive_caps(str(job.manifest.get("name") or ""), settings.endpoint_model)
+    from_table = found is not None and found[1] == settings.slo
+    return {
+        "name": settings.preset,
+        "caps": dict(settings.slo or {}),
+        "percentile": load.percentile_for("generate"),
+        "caps_from": f"mlperf:{found[0]}" if from_table and found is not None else "slo",
+    }
 
 
 def _first_request(settings: GenerationSettings, seed: int) -> GenerationRequest:
