@@ -35,6 +35,9 @@ def _interactive(env: dict[str, str], url: str) -> tuple[int, dict]:
     return done.returncode, result
 
 
+# It holds the client's TPOT to the endpoint's scripted truth at p99: beside a load average of 13 on
+# two cores the 5 ms tokens' p99 passed the 30 ms cap, so `make test` runs it alone.
+@pytest.mark.quiet
 @pytest.mark.parametrize(
     ("delay_ms", "passes"), [(CAPS["tpot_ms"] / 6, True), (CAPS["tpot_ms"] * 1.5, False)]
 )
