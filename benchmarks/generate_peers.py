@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +52,10 @@ OUTPUT_TOKENS = 16
 CEILING_CONCURRENCY = 16
 #: the environment GuideLLM runs in: nothing from the hub (the tokenizer is a local directory).
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+class PeerMissing(RuntimeError):
+    """GuideLLM is not where --guidellm says, or does not run there (exit 2, one line)."""
 
 
 class ReportError(ValueError):
@@ -151,17 +155,17 @@ def guidellm_command(path: Path) -> list[str]:
     """How to run GuideLLM from its environment's `guidellm` executable or its python.
 
     Raises:
-        SystemExit: the path does not exist, or its GuideLLM does not run; one line saying how to
+        PeerMissing: the path does not exist, or its GuideLLM does not run; one line saying how to
             create the environment.
     """
     hint = "create its environment with: python benchmarks/generate_peers.py --setup DIR"
     if not path.is_file():
-        raise SystemExit(f"generate_peers: --guidellm {path}: no such file; {hint}")
+        raise PeerMissing(f"--guidellm {path}: no such file; {hint}")
     command = [str(path), "-m", "guidellm"] if path.name.startswith("python") else [str(path)]
     probe = subprocess.run([*command, "--version"], capture_output=True, text=True, env=_env())
-    if probe.returncode != 0:
-        last = (probe.stderr.strip().splitlines() or ["(no message)"])[-1]
-        raise SystemExit(f"generate_peers: --guidellm {path} does not run GuideLLM ({last}); {hint}")
+    if probe.returncode != 0 or "guidellm" not in probe.stdout.lower():
+        last = ((probe.stderr or probe.stdout).strip().splitlines() or ["(no message)"])[-1]
+        raise PeerMissing(f"--guidellm {path} does not run GuideLLM ({last}); {hint}")
     return command
 
 
@@ -311,47 +315,74 @@ def tiny_llama(cache: Path) -> Path:
 # -- the table ------------------------------------------------------------------------------------
 
 
-Truth = tuple[tuple[float, float], tuple[float, float]]
-
-
-def server_truth(base_url: str, since: int) -> tuple[tuple[float, float], int]:
-    """The test endpoint's own medians of TTFT and TPOT (from the request read to the first chunk
-    written; the mean gap from the first chunk written to the last) over its requests from number
-    `since` on, and how many requests it has timed."""
+def endpoint_timings(base_url: str) -> list[dict[str, float]]:
+    """The test endpoint's own timing of each "slow" request so far: from the request read to the
+    first chunk written (TTFT), and the mean gap from the first chunk written to the last (TPOT)."""
     with urllib.request.urlopen(base_url + "/timings", timeout=10) as answer:
-        timings = json.load(answer)["timings"]
-    mine = timings[since:]
-    medians = (
-        statistics.median(t["ttft_ms"] for t in mine),
-        statistics.median(t["tpot_ms"] for t in mine),
-    )
-    return medians, len(timings)
+        timings: list[dict[str, float]] = json.load(answer)["timings"]
+    return timings
 
 
-def latency_rows(label: str, own: OwnFigures, peer: PeerFigures, truth: Truth | None) -> None:
-    """Each client's medians; with `truth` (per client: the server's own medians over that
-    client's requests), each one's distance from it and the targets."""
+def truth_of(timings: list[dict[str, float]]) -> tuple[float, float]:
+    """The medians of TTFT and TPOT of the endpoint's own timings."""
+    return statistics.median(t["ttft_ms"] for t in timings), statistics.median(t["tpot_ms"] for t in timings)
+
+
+def alternate(
+    rounds: int, own: Callable[[int], Any], peer: Callable[[int], Any]
+) -> tuple[list[Any], list[Any]]:
+    """`rounds` runs of each client, in the order mlscope, GuideLLM, GuideLLM, mlscope, ...: a
+    machine that slows down for a while (it is shared) slows both alike."""
+    mine: list[Any] = []
+    theirs: list[Any] = []
+    for number in range(rounds):
+        if number % 2 == 0:
+            mine.append(own(number))
+            theirs.append(peer(number))
+        else:
+            theirs.append(peer(number))
+            mine.append(own(number))
+    return mine, theirs
+
+
+def _spread(values: list[float]) -> str:
+    middle = statistics.median(values)
+    return f"{middle:8.3f} ({min(values):.3f}-{max(values):.3f})" if len(values) > 1 else f"{middle:8.3f}"
+
+
+def latency_rows(
+    label: str,
+    own: list[OwnFigures],
+    peer: list[PeerFigures],
+    truth: tuple[list[tuple[float, float]], list[tuple[float, float]]] | None,
+) -> None:
+    """Each client's medians (the median over the rounds, their range in brackets); with `truth`
+    (per client and round: the endpoint's own medians over that client's requests), each one's
+    distance from it (the median over the rounds) and the targets."""
     print(f"  {label}")
-    for name, mine, theirs, index in (
-        ("TTFT", own.ttft_ms, peer.ttft_ms, 0),
-        ("TPOT", own.tpot_ms, peer.tpot_ms, 1),
-    ):
-        line = f"    {name} median ms   mlscope {mine:8.3f}   GuideLLM {theirs:8.3f}"
+    for name, index in (("TTFT", 0), ("TPOT", 1)):
+        mine = [(o.ttft_ms, o.tpot_ms)[index] for o in own]
+        theirs = [(p.ttft_ms, p.tpot_ms)[index] for p in peer]
+        line = f"    {name} median ms   mlscope {_spread(mine)}   GuideLLM {_spread(theirs)}"
         if truth is not None:
-            known, peer_known = truth[0][index], truth[1][index]
-            off, peer_off = (mine - known) / known, (theirs - peer_known) / peer_known
+            known = [t[index] for t in truth[0]]
+            peer_known = [t[index] for t in truth[1]]
+            off = statistics.median((m - k) / k for m, k in zip(mine, known, strict=True))
+            peer_off = statistics.median((m - k) / k for m, k in zip(theirs, peer_known, strict=True))
             within = abs(off) <= 0.02
             closer = abs(off) <= abs(peer_off)
             line += (
-                f"   truth {known:7.3f} / {peer_known:7.3f}   off mlscope {off * 100:+6.2f}%  "
-                f"GuideLLM {peer_off * 100:+6.2f}%   ({'within 2%' if within else 'NOT within 2%'}, "
+                f"   truth {statistics.median(known):7.3f} / {statistics.median(peer_known):7.3f}   "
+                f"off mlscope {off * 100:+6.2f}%  GuideLLM {peer_off * 100:+6.2f}%   "
+                f"({'within 2%' if within else 'NOT within 2%'}, "
                 f"{'no further than the peer' if closer else 'further than the peer'})"
             )
         print(line)
     print(
-        f"    requests   mlscope {own.successful} ok, {own.failed} failed   "
-        f"GuideLLM {peer.successful} ok, {peer.errored} errored (GuideLLM's own TPOT, first token "
-        f"included: {peer.tpot_with_first_ms:.3f} ms)",
+        f"    requests   mlscope {sum(o.successful for o in own)} ok, {sum(o.failed for o in own)} failed   "
+        f"GuideLLM {sum(p.successful for p in peer)} ok, {sum(p.errored for p in peer)} errored, in "
+        f"{len(own)} rounds each (GuideLLM's own TPOT, first token included: "
+        f"{statistics.median(p.tpot_with_first_ms for p in peer):.3f} ms)",
         flush=True,
     )
 
@@ -360,12 +391,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--setup", type=Path, metavar="DIR", help="create GuideLLM's environment at DIR")
     parser.add_argument("--guidellm", type=Path, help="GuideLLM's environment's guidellm (or python)")
-    parser.add_argument("--requests", type=int, default=48, help="requests per client in (a) and (b)")
+    parser.add_argument("--requests", type=int, default=48, help="requests per client and round in (a), (b)")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each client, alternating")
     parser.add_argument("--concurrency", type=int, default=4, help="requests in flight in (a)")
     parser.add_argument("--serve-concurrency", type=int, default=1, help="requests in flight in (b)")
     parser.add_argument("--first-token-ms", type=float, default=50.0, help="(a): the scripted TTFT")
     parser.add_argument("--token-ms", type=float, default=20.0, help="(a): the scripted gap between tokens")
-    parser.add_argument("--ceiling-requests", type=int, default=3000, help="requests per client in (c)")
+    parser.add_argument(
+        "--ceiling-requests", type=int, default=3000, help="requests per client and round (c)"
+    )
     parser.add_argument("--skip-serve", action="store_true", help="no transformers serve (b)")
     parser.add_argument("--skip-ceiling", action="store_true", help="no ceiling (c)")
     parser.add_argument("--cache", type=Path, help="where the tiny Llama's directory goes")
@@ -375,45 +409,50 @@ def main() -> None:
         print(f"GuideLLM {GUIDELLM_VERSION}: {setup(args.setup)}")
         return
     if args.guidellm is None:
-        raise SystemExit(
+        parser.exit(
+            2,
             "generate_peers: --guidellm PATH is required (GuideLLM's guidellm or python); "
-            "create its environment with: python benchmarks/generate_peers.py --setup DIR"
+            "create its environment with: python benchmarks/generate_peers.py --setup DIR\n",
         )
-    command = guidellm_command(args.guidellm)
+    try:
+        command = guidellm_command(args.guidellm)
+    except PeerMissing as exc:
+        parser.exit(2, f"generate_peers: {exc}\n")
     version = subprocess.run(
         [*command, "--version"], capture_output=True, text=True, env=_env()
     ).stdout.strip()
     cache = args.cache or Path(tempfile.mkdtemp(prefix="mlscope-peers-"))
     llama = tiny_llama(cache)
-    load = " ".join(f"{value:.2f}" for value in os.getloadavg())
     print(
         f"mlscope against {version} on the same servers: prompt {PROMPT_TOKENS} tokens, output "
-        f"{OUTPUT_TOKENS}, hub offline (load average {load})"
+        f"{OUTPUT_TOKENS}, hub offline (load average {load_average()})"
     )
     with tempfile.TemporaryDirectory() as scratch:
         work = args.reports or Path(scratch)
         work.mkdir(parents=True, exist_ok=True)
         with mock_process(args.token_ms, args.first_token_ms) as base_url:
-            own = run_mlscope(base_url, "slow", args.requests, args.concurrency)
-            own_truth, timed = server_truth(base_url, 0)
-            peer, _ = run_guidellm(
-                "timed",
-                command,
-                base_url.removesuffix("/v1"),
-                "slow",
-                llama,
-                args.requests,
-                args.concurrency,
-                work,
-            )
-            peer_truth, _ = server_truth(base_url, timed)
+            target = base_url.removesuffix("/v1")
+
+            def own_timed(number: int) -> tuple[OwnFigures, tuple[float, float]]:
+                before = len(endpoint_timings(base_url))
+                figures = run_mlscope(base_url, "slow", args.requests, args.concurrency)
+                return figures, truth_of(endpoint_timings(base_url)[before:])
+
+            def peer_timed(number: int) -> tuple[PeerFigures, tuple[float, float]]:
+                before = len(endpoint_timings(base_url))
+                figures, _ = run_guidellm(
+                    f"timed-{number}", command, target, "slow", llama, args.requests, args.concurrency, work
+                )
+                return figures, truth_of(endpoint_timings(base_url)[before:])
+
+            mine, theirs = alternate(args.rounds, own_timed, peer_timed)
         latency_rows(
             f"(a) test endpoint scripted to a first token {args.first_token_ms:g} ms after the request, then "
             f"{args.token_ms:g} ms per token; concurrency {args.concurrency}; truth: the endpoint's own "
             "timing of each client's requests (mlscope's / GuideLLM's)",
-            own,
-            peer,
-            (own_truth, peer_truth),
+            [figures for figures, _ in mine],
+            [figures for figures, _ in theirs],
+            ([truth for _, truth in mine], [truth for _, truth in theirs]),
         )
         if not args.skip_serve:
             from mlscope.runtime.generate.serve import LocalServer
@@ -421,48 +460,60 @@ def main() -> None:
 
             words = PromptWords.of(tokenizer_for(llama))  # prompts of exactly PROMPT_TOKENS tokens
             with LocalServer(llama) as served:
-                own = run_mlscope(
-                    served.base_url, served.model, args.requests, args.serve_concurrency, words.prompt_text
-                )
-                peer, _ = run_guidellm(
-                    "serve",
-                    command,
-                    served.base_url.removesuffix("/v1"),
-                    served.model,
-                    llama,
-                    args.requests,
-                    args.serve_concurrency,
-                    work,
-                    force_output=False,
+                url, model, concurrency = served.base_url, served.model, args.serve_concurrency
+                mine, theirs = alternate(
+                    args.rounds,
+                    lambda number: run_mlscope(url, model, args.requests, concurrency, words.prompt_text),
+                    lambda number: run_guidellm(
+                        f"serve-{number}",
+                        command,
+                        url.removesuffix("/v1"),
+                        model,
+                        llama,
+                        args.requests,
+                        concurrency,
+                        work,
+                        force_output=False,
+                    )[0],
                 )
             latency_rows(
-                f"(b) transformers serve, tiny Llama (hf:llama), concurrency {args.serve_concurrency}",
-                own,
-                peer,
+                f"(b) transformers serve, tiny Llama (hf:llama), concurrency {concurrency}",
+                mine,
+                theirs,
                 None,
             )
         if args.skip_ceiling:
             return
         with mock_process() as base_url:
-            own = run_mlscope(base_url, "ok", args.ceiling_requests, CEILING_CONCURRENCY)
-            peer, _ = run_guidellm(
-                "ceiling",
-                command,
-                base_url.removesuffix("/v1"),
-                "ok",
-                llama,
-                args.ceiling_requests,
-                CEILING_CONCURRENCY,
-                work,
+            mine, theirs = alternate(
+                args.rounds,
+                lambda number: run_mlscope(base_url, "ok", args.ceiling_requests, CEILING_CONCURRENCY),
+                lambda number: run_guidellm(
+                    f"ceiling-{number}",
+                    command,
+                    base_url.removesuffix("/v1"),
+                    "ok",
+                    llama,
+                    args.ceiling_requests,
+                    CEILING_CONCURRENCY,
+                    work,
+                )[0],
             )
-        load = " ".join(f"{value:.2f}" for value in os.getloadavg())
+        ours = [o.requests_per_s for o in mine]
+        peers = [p.requests_per_s for p in theirs]
         print(f"  (c) ceiling at concurrency {CEILING_CONCURRENCY}, the test endpoint answering at once")
         print(
-            f"    requests/s   mlscope {own.requests_per_s:8.1f} "
-            f"({own.successful} ok, {own.failed} failed)   "
-            f"GuideLLM {peer.requests_per_s:8.1f} ({peer.successful} ok, {peer.errored} errored)   "
-            f"ratio {own.requests_per_s / peer.requests_per_s:.2f} (load average {load})"
+            f"    requests/s   mlscope {_spread(ours)}   GuideLLM {_spread(peers)}   ratio "
+            f"{statistics.median(ours) / statistics.median(peers):.2f}   "
+            f"(mlscope {sum(o.successful for o in mine)} ok, {sum(o.failed for o in mine)} failed; "
+            f"GuideLLM {sum(p.successful for p in theirs)} ok, {sum(p.errored for p in theirs)} errored; "
+            f"load average {load_average()})"
         )
+
+
+def load_average() -> str:
+    """The 1-, 5- and 15-minute load averages: the machine is shared, and a rate is CPU-bound."""
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 if __name__ == "__main__":

@@ -85,7 +85,7 @@ def test_no_successful_request_is_refused(peers: ModuleType, report: dict[str, A
 
 
 def test_a_missing_guidellm_fails_in_one_line(peers: ModuleType, tmp_path: Path) -> None:
-    with pytest.raises(SystemExit) as stopped:
+    with pytest.raises(peers.PeerMissing) as stopped:
         peers.guidellm_command(tmp_path / "env" / "bin" / "guidellm")
     message = str(stopped.value)
     assert "no such file" in message and "--setup" in message and "\n" not in message
