@@ -2,11 +2,13 @@
 
 Runs GuideLLM (the `guidellm` package, in an environment of its own: its dependencies are not
 mlscope's) and mlscope's generate scenario (`run_generate` over `EndpointEngine`, what `mlscope run
---scenario generate --endpoint URL` runs) against the same servers, one client after the other:
+--scenario generate --endpoint URL` runs) against the same servers, one client after the other in
+alternating rounds (`--rounds`; the median over them, their range in brackets):
 
   (a) the project's test endpoint (`tests/fixtures/mock_endpoint.py`, in a process of its own) with
       known timing: the first token `--first-token-ms` after the request, then one token every
-      `--token-ms`. The medians of TTFT and TPOT from both clients, beside that truth and each one's
+      `--token-ms`. The medians of TTFT and TPOT from both clients, beside the truth (the endpoint's
+      own timing of that client's requests, the scripted sleeps' overshoot included) and each one's
       distance from it (target: mlscope within 2% of the truth and no further from it than the peer);
   (b) `transformers serve` on the catalogue's tiny Llama (hf:llama, random weights, the model
       directory mlscope materialises): the same medians, side by side (no truth here);
@@ -22,7 +24,7 @@ tokenizer), the one `transformers serve` loads.
 
 Usage:
     python benchmarks/generate_peers.py --setup ENV_DIR        # creates GuideLLM's environment
-    python benchmarks/generate_peers.py --guidellm ENV_DIR/bin/guidellm [--requests 48] [--skip-serve]
+    python benchmarks/generate_peers.py --guidellm ENV_DIR/bin/guidellm [--rounds 3] [--skip-serve]
 """
 
 from __future__ import annotations
