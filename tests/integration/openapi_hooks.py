@@ -26,6 +26,7 @@ _REQUEST_RULES = (
     "parity_against",  # a framework the model also has a manifest for
     "check_parity",  # the model has a manifest for a second framework
     "batch_sizes",  # the model's graph may fix its batch size
+    "device",  # a device this host has, that the framework runs on (TensorRT: an NVIDIA GPU only)
     "model_options.*",  # the inputs the model has, by name; a map's keys (OpenAPI 3.0 has no propertyNames)
     "measure.max_seconds",  # ≥ measure.min_seconds
     "load.samples_per_query",  # ≤ options.input_pool, and ≤ the dataset's samples
@@ -40,6 +41,21 @@ _REQUEST_RULES = (
     "options.quantize",
     "options.performance_hint",
     "options.gguf_type",
+    # The generate workloads' relations the document leaves to the contract, as the request document's
+    # own test lists them (tests/unit/test_openapi_request_rules.py, BEYOND_THE_DOCUMENT): a trace's
+    # columns one value per line and its arrivals in order, settings that need another (prefix_groups,
+    # think_time_ms, trace_speed), a preset's caps by model name, a sweep's values, and what a pooling
+    # API does not take.
+    "generation.trace",
+    "generation.trace_speed",
+    "generation.prefix_groups",
+    "generation.think_time_ms",
+    "generation.slo",
+    "generation.shared_prefix_tokens",
+    "generation.turns",
+    "generation.preset",
+    "load.percentile",
+    "load.sweep",
 )
 REFUSABLE: dict[str, tuple[str, ...]] = {
     "POST /api/v1/evaluations": _REQUEST_RULES,
