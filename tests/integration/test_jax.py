@@ -23,7 +23,7 @@ from torchvision.models.vision_transformer import VisionTransformer
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.measure.parity import compare_outputs
 from mlscope.runtime.predictors.inputs import synthetic_batches
-from mlscope.runtime.predictors.jax.models import from_torch
+from mlscope.runtime.predictors.jax.from_torch import from_torch
 from mlscope.runtime.predictors.jax.predictor import JaxPredictor
 from mlscope.runtime.predictors.jax.profile import profiled_layers
 from mlscope.runtime.predictors.pytorch.models import build_module

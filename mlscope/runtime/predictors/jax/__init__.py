@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mlscope.runtime.frameworks import FrameworkSpec
 
-# Source kind → the targets `models.from_torch` has a definition of (each family's sizes share one).
+# Source kind → the targets `from_torch.from_torch` has a definition of (each family's sizes share one).
 # These are also the catalogue entries offered for JAX (the registration's `model_types`).
 SUPPORTED: dict[str, tuple[str, ...]] = {
     "torchvision": (

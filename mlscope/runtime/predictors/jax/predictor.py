@@ -1,6 +1,6 @@
 """The JAX predictor (docs/jax.md): the manifest's model built as the PyTorch predictor builds it (the
 same seeded random weights, `pytorch.models.build_module`), its weights copied into the Flax NNX
-definition of its architecture (`models.from_torch`), and that module's forward jitted by XLA on the
+definition of its architecture (`from_torch`), and that module's forward jitted by XLA on the
 CPU. The jit compile of each batch size's shapes is the compile phase (`compile`), timed by the
 runtime as cold_start.compile_ms and before each later batch size, so no compile is timed as an
 inference.
@@ -20,7 +20,7 @@ import numpy as np
 from flax import nnx
 
 from mlscope.runtime.predictors.base import Predictor, PredictorError
-from mlscope.runtime.predictors.jax.models import from_torch, parameters
+from mlscope.runtime.predictors.jax.from_torch import from_torch, parameters
 from mlscope.runtime.predictors.jax.profile import PROFILE_LEVELS, profiled_layers
 from mlscope.runtime.predictors.jax.support import model_refusal
 from mlscope.runtime.trace.profiled import ProfiledPass
