@@ -29,6 +29,7 @@ __all__ = [
     "MAX_TRACE_LINES",
     "TRACE_BLOCK_TOKENS",
     "TRACE_KEYS",
+    "check_fits",
     "check_trace",
     "read_trace",
     "trace_identity",
@@ -222,6 +223,22 @@ def check_trace(value: Any) -> dict[str, Any]:
                     f"{size} holds",
                 )
     return {key: value[key] for key in (*TRACE_KEYS, "hash_ids") if key in value}
+
+
+def check_fits(trace: dict[str, Any], context: int) -> None:
+    """Every line's prompt and output fit a model's context of `context` tokens.
+
+    Raises:
+        UserError: naming the first line that does not, its lengths and the context.
+    """
+    lengths = zip(trace["input_tokens"], trace["output_tokens"], strict=True)
+    for position, (size, output) in enumerate(lengths):
+        if size + output > context:
+            raise _bad(
+                f"{trace['name']} line {trace['first_line'] + position}",
+                f"input_length {size} + output_length {output} exceed the model's context of "
+                f"{context} tokens",
+            )
 
 
 def trace_identity(trace: Any) -> Any:

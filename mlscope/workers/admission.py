@@ -178,7 +178,9 @@ def admit(
             unrunnable framework (`framework`), an unknown model or one without a manifest for the
             framework (`model`, with suggestions), a bad measurement setting (`measure.<name>`),
             and here: a framework the runner cannot run (not installed, no environment or image,
-            the wrong version), an unknown runner, a device this machine lacks (`device`).
+            the wrong version), an unknown runner, a device this machine lacks (`device`); a
+            generate request's trace over the model's context (`generation.trace`), and here an
+            api its endpoint has no route for (`generation.api`).
     """
     if not isinstance(request, EvaluationRequest):
         request = parse_request(dict(request))
@@ -198,6 +200,7 @@ def admit(
         )
     parity_manifest = _parity_manifest(request, models) if request.check_parity else None
     if here is None:
+        _check_generation(request, manifest, False)
         return Admission(request, manifest, parity_manifest=parity_manifest)
     runner = get_runner(request.runner, here)
 
@@ -229,6 +232,7 @@ def admit(
         )
         check_takes_dataset(manifest, dataset)
         _check_multi_stream(request, dataset)
+    _check_generation(request, manifest, True)
     return Admission(request, manifest, version, dataset, parity_manifest)
 
 
@@ -418,6 +422,21 @@ def _check_generates_only(request: EvaluationRequest, framework: FrameworkSpec) 
             "--scenario generate",
             field="scenarios",
         )
+
+
+def _check_generation(request: EvaluationRequest, manifest: Manifest, here: bool) -> None:
+    """A generate request's trace fits the model's context and its endpoint serves its API, where
+    that can be known before anything is stored (runtime/generate/preflight.py says where).
+
+    Raises:
+        UserError: naming generation.trace (the line) or generation.api (the server's answer).
+    """
+    if "generate" not in request.scenarios:
+        return
+    from mlscope.runtime.generate.preflight import check_generation
+
+    settings = GenerationSettings.from_dict(request.generation)
+    check_generation(settings, manifest, reach=here, seed=LoadSettings.from_dict(request.load).seed)
 
 
 def variant_of(request: EvaluationRequest) -> dict[str, Any]:

@@ -43,7 +43,8 @@ _REQUEST_RULES = (
     "options.gguf_type",
     # The generate workloads' relations the document leaves to the contract, as the request document's
     # own test lists them (tests/unit/test_openapi_request_rules.py, BEYOND_THE_DOCUMENT): a trace's
-    # columns one value per line and its arrivals in order, settings that need another (prefix_groups,
+    # columns one value per line, its arrivals in order and its lines within the model's context
+    # (the registry's model says it), settings that need another (prefix_groups,
     # think_time_ms, trace_speed), a preset's caps by model name, a sweep's values, and what a pooling
     # API does not take.
     "generation.trace",

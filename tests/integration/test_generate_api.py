@@ -25,6 +25,20 @@ from tests.integration.test_api import (  # noqa: F401 (fixtures)
 )
 
 
+def _trace(inputs: list[int]) -> dict[str, Any]:
+    """A trace document of one line per input length, each asking for 8 tokens of output."""
+    return {
+        "name": "t.jsonl",
+        "sha256": "0" * 64,
+        "lines": len(inputs),
+        "first_line": 1,
+        "block_tokens": 512,
+        "arrivals_ms": [10.0 * i for i in range(len(inputs))],
+        "input_tokens": inputs,
+        "output_tokens": [8] * len(inputs),
+    }
+
+
 def _submit(http: FlaskClient, **fields: Any) -> Any:
     body = {"model": "hf:gpt2", "framework": "pytorch", "scenarios": ["generate"], **fields}
     return http.post("/api/v1/evaluations", json=body, headers=AUTH)
@@ -68,6 +82,11 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"generation": {"endpoint": "http://127.0.0.1:8001/v1"}}, "framework"),
     ({"scenarios": ["offline"], "generation": {"requests": 4}}, "generation"),
     ({"generation": {"trace": {"name": "t.jsonl"}}}, "generation.trace"),
+    ({"generation": {"trace": _trace([10, 1020])}}, "generation.trace"),  # GPT-2's context: 1024
+    (
+        {"generation": {"trace": _trace([60])}, "model_options": {"config": {"n_positions": 64}}},
+        "generation.trace",
+    ),
     ({"generation": {"turns": 2}, "load": {"qps": 3}}, "generation.turns"),
     ({"generation": {"prefix_groups": 4}}, "generation.prefix_groups"),
     ({"generation": {"api": "embeddings"}}, "generation.api"),

@@ -117,9 +117,34 @@ def test_an_embeddings_endpoint_is_timed_end_to_end_with_its_api_recorded_and_no
     assert "SLO: end-to-end ≤ 1000 ms" in chart.notes
 
 
-def test_an_endpoint_without_the_api_stops_the_run_at_once_naming_the_setting(
+def test_an_endpoint_without_the_api_is_refused_in_one_line_before_anything_is_stored_or_sent(
     mlscope_env: dict[str, str],
 ) -> None:
+    # Given a server with routes for chat and completions only
+    with mock_endpoint() as server:
+        server.apis = {"chat", "completions"}
+        done = mlscope(
+            mlscope_env,
+            "run", "ok", "--scenario", "generate", "--endpoint", server.base_url, "--api", "rerank",
+            "--json", *QUICK,
+        )  # fmt: skip
+        sent = server.requests
+    # Then exit 2 with one line naming generation.api and the server's answer; nothing stored, and
+    # the one request sent to settle it (its GET answered 404) is all that was sent
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().startswith(
+        "mlscope: error: generation.api: the endpoint does not serve api 'rerank' (HTTP 404"
+    ), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and json_lines(done.stdout) == []
+    assert sent == 1
+    listed = mlscope(mlscope_env, "results", "list", "--json")
+    assert listed.returncode == 0 and json_lines(listed.stdout) == []
+
+
+def test_a_route_that_answers_the_first_request_404_stops_the_run_at_once_naming_the_setting(
+    mlscope_env: dict[str, str],
+) -> None:
+    # Given a server with a rerank route (a GET of it answers 405) that answers its requests 404
     with mock_endpoint() as server:
         done = mlscope(
             mlscope_env,

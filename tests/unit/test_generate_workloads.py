@@ -289,6 +289,30 @@ def test_a_trace_line_beyond_the_models_context_is_named_before_any_request_is_s
     assert server.bodies == []
 
 
+def test_a_trace_line_beyond_the_endpoints_context_exits_2_before_anything_is_stored_or_sent(
+    server: MockEndpoint, mlscope_env: dict[str, str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Given an endpoint whose GET /models says a context of 2048 tokens, and a trace whose third
+    # line asks for more
+    lines = [
+        {"timestamp": 0, "input_length": 100, "output_length": 8},
+        {"timestamp": 5, "input_length": 200, "output_length": 8},
+        {"timestamp": 9, "input_length": server.max_model_len - 4, "output_length": 8},
+    ]
+    path = _write_jsonl(tmp_path / "long.jsonl", lines)
+    with pytest.raises(SystemExit) as ended:
+        main(["run", "ok", "--scenario", "generate", "--endpoint", server.base_url, "--trace", str(path)])
+    # Then one line names the line and the lengths, exit 2, and nothing was stored or sent
+    assert ended.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "mlscope: error: trace long.jsonl line 3: input_length 2044 + output_length 8 exceed the "
+        "model's context of 2048 tokens"
+    ), err
+    assert open_store(mlscope_env["MLSCOPE_STORE_URL"]).count_evaluations() == 0
+    assert server.bodies == []
+
+
 @pytest.mark.parametrize(
     ("fields", "field", "words"),
     [

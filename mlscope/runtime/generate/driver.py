@@ -29,6 +29,7 @@ import numpy as np
 from mlscope.contract.errors import UserError
 from mlscope.contract.generation import GenerationSettings, draw_lengths
 from mlscope.contract.load import LoadSettings
+from mlscope.contract.trace import check_fits
 from mlscope.runtime.generate.records import GenerateEngine, GenerationRequest, RequestRecord
 from mlscope.runtime.generate.reduce import MIN_REQUESTS, NS_PER_MS, Point, per_request, reduce_records
 from mlscope.runtime.generate.sweep import run_sweep
@@ -109,16 +110,12 @@ def _trace_requests(trace: dict[str, Any], seed: int, max_context: int | None) -
     id, whichever request it is in) and then text of its own, to the line's input length."""
     block = trace["block_tokens"]
     hash_ids = trace.get("hash_ids") or [[] for _ in trace["input_tokens"]]
+    if max_context is not None:
+        check_fits(trace, max_context)
     requests = []
     for index, (size, output, ids) in enumerate(
         zip(trace["input_tokens"], trace["output_tokens"], hash_ids, strict=True)
     ):
-        if max_context is not None and size + output > max_context:
-            raise UserError(
-                f"trace {trace['name']} line {trace['first_line'] + index}: input_length {size} + "
-                f"output_length {output} exceed the model's context of {max_context} tokens",
-                field="generation.trace",
-            )
         parts = [
             ("user", min(block, size - position * block), seed + _BLOCK_SEED, block_id)
             for position, block_id in enumerate(ids)

@@ -245,6 +245,22 @@ class EndpointEngine:
             raise PredictorError(f"cannot reach {self.base_url}: {exc}") from None
         self._note_server(response)
 
+    def route_status(self) -> int | None:
+        """The HTTP status a GET of the API's path answers, None when no answer came: 405 (or any
+        answer but 404) from a server with the route, which serves it to POST only; 404 from one
+        without it, or from a server that answers 404 to a GET of any POST route (the request
+        itself then settles it)."""
+        try:
+            response = self._transport.get(self._target, min(self.timeout_s, 10.0))
+            try:
+                response.read()
+            finally:
+                response.release()
+        except TransportError:
+            return None
+        self._note_server(response)
+        return response.status
+
     # -- one pooling request -----------------------------------------------------------------------
 
     def _pool(self, request: GenerationRequest) -> RequestRecord:

@@ -12,14 +12,14 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
-from mlscope.contract.errors import UserError
 from mlscope.contract.events import Emit, ProbeEvent
-from mlscope.contract.generation import APIS, GenerationSettings
+from mlscope.contract.generation import GenerationSettings
 from mlscope.contract.interactive import interactive_caps
 from mlscope.contract.job import Job
 from mlscope.contract.load import LoadSettings
 from mlscope.contract.result import ColdStart, ResultMeasurement
 from mlscope.runtime.generate.driver import run_generate
+from mlscope.runtime.generate.preflight import check_served, first_request
 from mlscope.runtime.generate.records import GenerateEngine, GenerationRequest, RequestRecord
 from mlscope.runtime.generate.served import add_served
 from mlscope.runtime.generate.server_metrics import MetricsSampler
@@ -30,10 +30,6 @@ from mlscope.runtime.predictors.capabilities import Generates
 from mlscope.runtime.trace.spans import Tracer
 
 __all__ = ["run_generate_job"]
-
-# The first request: a short prompt and a few tokens, enough to run every code path once.
-_FIRST_PROMPT_TOKENS = 8
-_FIRST_OUTPUT_TOKENS = 4
 
 
 def run_generate_job(
@@ -71,8 +67,8 @@ def run_generate_job(
     try:
         enter("first_inference")
         with tracer.span("first_inference", batch_size=1):
-            first = engine.generate(_first_request(settings, load.seed))
-        _check_served(first, settings)
+            first = engine.generate(first_request(settings, load.seed))
+        check_served(first, settings)
         cold_start: ColdStart = {"load_ms": load_ms, "first_inference_ms": None}
         if first.succeeded:
             cold_start["first_inference_ms"] = round((first.end_ns - first.start_ns) / 1e6, 3)
@@ -186,29 +182,3 @@ def _preset_record(job: Job, settings: GenerationSettings, load: LoadSettings) -
         "percentile": load.percentile_for("generate"),
         "caps_from": f"mlperf:{found[0]}" if from_table and found is not None else "slo",
     }
-
-
-def _first_request(settings: GenerationSettings, seed: int) -> GenerationRequest:
-    """The first request: a short prompt and a few tokens; for a pooling API, one short input per
-    text a measured request sends (rerank: the query and each document)."""
-    if not settings.pooling:
-        return GenerationRequest(0, _FIRST_PROMPT_TOKENS, _FIRST_OUTPUT_TOKENS, seed)
-    texts = settings.inputs_per_request + (1 if settings.api == "rerank" else 0)
-    inputs = (_FIRST_PROMPT_TOKENS,) * texts
-    return GenerationRequest(0, sum(inputs), 0, seed, input_tokens=inputs)
-
-
-def _check_served(first: RequestRecord, settings: GenerationSettings) -> None:
-    """Stop at once when the endpoint answered the first request that it has no such API (HTTP 404
-    or 405): every request would fail alike, and the setting to change is the api.
-
-    Raises:
-        UserError: naming generation.api, with the server's answer.
-    """
-    if settings.endpoint is None or not (first.error or "").startswith(("HTTP 404 ", "HTTP 405 ")):
-        return
-    raise UserError(
-        f"generation.api: the endpoint does not serve api {settings.api!r} ({first.error}); "
-        f"the apis: {', '.join(APIS)}",
-        field="generation.api",
-    )

@@ -8,11 +8,32 @@ stream that stops early): it returns the record with `error` set, and the run co
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["GenerateEngine", "GenerationRequest", "RequestRecord"]
+__all__ = ["CONTEXT_KEYS", "GenerateEngine", "GenerationRequest", "RequestRecord", "context_of"]
+
+#: The names model families give their context length (prompt + output tokens) in a Hugging Face
+#: config, in the order they are looked for.
+CONTEXT_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "max_sequence_length",
+    "n_ctx",
+    "seq_length",
+)
+
+
+def context_of(config: Any) -> int | None:
+    """The context length a Hugging Face config declares, as a config.json mapping or a config
+    object; None where it declares none (T5's relative positions, Mamba's recurrence)."""
+    for key in CONTEXT_KEYS:
+        value = config.get(key) if isinstance(config, Mapping) else getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 @dataclass(frozen=True)

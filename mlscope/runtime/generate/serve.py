@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 
 from mlscope.contract.errors import UserError
+from mlscope.runtime.generate.records import context_of
 from mlscope.runtime.predictors.base import PredictorError
 
 __all__ = ["LocalServer", "ServerProcess", "free_port"]
@@ -211,13 +212,7 @@ def _context_length(config_path: Path) -> int | None:
         config = json.loads(config_path.read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(config, dict):
-        return None
-    for key in ("max_position_embeddings", "n_positions", "n_ctx", "seq_length"):
-        value = config.get(key)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
+    return context_of(config) if isinstance(config, dict) else None
 
 
 def free_port() -> int:

@@ -6,6 +6,7 @@ from typing import Any, ClassVar
 
 from mlscope.contract.generation import GenerationSettings
 from mlscope.runtime.generate.endpoint import EndpointEngine
+from mlscope.runtime.generate.preflight import endpoint_url, served_model
 from mlscope.runtime.generate.records import GenerateEngine
 from mlscope.runtime.predictors.base import GenerateOnlyPredictor
 
@@ -27,13 +28,9 @@ class EndpointPredictor(GenerateOnlyPredictor):
         return {}
 
     def generation_engine(self, settings: GenerationSettings) -> GenerateEngine:
-        url = settings.endpoint or self.manifest.source.target
-        served = settings.endpoint_model or str(
-            self.manifest.attributes.get("served_model") or self.manifest.name
-        )
         engine = EndpointEngine(
-            url,
-            served,
+            endpoint_url(settings, self.manifest),
+            served_model(settings, self.manifest),
             api=settings.api,
             timeout_s=settings.request_timeout_s,
             ignore_eos=settings.ignore_eos,

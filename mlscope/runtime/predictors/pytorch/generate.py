@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from transformers.generation.streamers import BaseStreamer
 
-from mlscope.runtime.generate.records import GenerationRequest, RequestRecord
+from mlscope.runtime.generate.records import GenerationRequest, RequestRecord, context_of
 from mlscope.runtime.predictors.base import PredictorError
 from mlscope.runtime.predictors.files import directory_digest, model_files
 from mlscope.runtime.predictors.pytorch import model_directory
@@ -28,15 +28,6 @@ if TYPE_CHECKING:
     from mlscope.contract.manifest import Manifest
 
 __all__ = ["InProcessEngine", "TokenTimer", "context_length", "open_engine"]
-
-# Config attributes that hold a model's context length, by the names model families give it.
-_CONTEXT_ATTRIBUTES = (
-    "max_position_embeddings",
-    "n_positions",
-    "max_seq_len",
-    "max_sequence_length",
-    "n_ctx",
-)
 
 
 class TokenTimer(BaseStreamer):
@@ -67,11 +58,7 @@ class TokenTimer(BaseStreamer):
 def context_length(config: Any) -> int | None:
     """Prompt + output tokens the model's positions allow, None where it has no fixed limit (T5's
     relative positions, Mamba's recurrence)."""
-    for name in _CONTEXT_ATTRIBUTES:
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
+    return context_of(config)
 
 
 class InProcessEngine:
