@@ -30,7 +30,7 @@ import yaml
 
 from mlscope.cli.api import api as api_command
 from mlscope.cli.worker import worker as worker_command
-from mlscope.contract.queues import agent_queue, check_capability, queues_for
+from mlscope.contract.queues import agent_queue, check_agent_id, check_capability, queues_for
 from mlscope.contract.settings import Settings
 from mlscope.runtime.frameworks import get_framework
 
@@ -291,7 +291,7 @@ def test_each_pool_is_scaled_on_the_queues_mlscope_derives_from_its_labels(overl
             get_framework(framework)
         assert options["runners"] == "process", name
         # And KEDA scales that Deployment, from zero, on every queue mlscope derives for the pool
-        agent_id = options["agent_id"]
+        agent_id = check_agent_id(options["agent_id"])
         derived = queues_for(frameworks, [capability], agent_id)
         assert derived[-1] == agent_queue(agent_id)
         spec = scaled_objects[name]["spec"]
@@ -423,6 +423,23 @@ def test_the_guide_creates_every_secret_key_the_manifests_read() -> None:
                             assert reference["name"] == "mlscope"
                             read.add(reference["key"])
         assert read <= created, (overlay, sorted(read - created))
+
+
+def test_the_guide_builds_every_image_the_manifests_run_from_files_that_exist() -> None:
+    guide = (REPO / "docs" / "kubernetes.md").read_text()
+    builds = re.findall(r"docker build -f (\S+) .*?-t (\S+) ([^\s`]+)", guide)
+    built = {tag for _, tag, _ in builds}
+    for dockerfile, _, context in builds:
+        assert (REPO / dockerfile).is_file() and (REPO / context).is_dir(), (dockerfile, context)
+    for overlay in DEPLOYABLE:
+        documents = rendered(overlay)
+        images = {
+            c["image"]
+            for kind in ("Deployment", "StatefulSet")
+            for d in by_kind(documents, kind).values()
+            for c in containers(d)
+        }
+        assert images <= built, (overlay, sorted(images - built))
 
 
 def test_the_renderer_refuses_what_it_does_not_render(tmp_path: Path) -> None:
