@@ -21,6 +21,14 @@ __all__ = ["worker"]
     help="Serve as a machine with this capability instead of the detected ones, e.g. "
     "cpu.x86_64.avx2 (repeatable; to act as several systems on one machine).",
 )
+@click.option(
+    "--extra-capability",
+    "extra_capabilities",
+    multiple=True,
+    metavar="CAP",
+    help="Serve this capability as well as the detected (or --capability) ones, e.g. slurm.a100 for "
+    "the Slurm partition the worker runs in (repeatable).",
+)
 @click.option("-f", "--frameworks", metavar="NAMES", help="Serve only these installed frameworks.")
 @click.option(
     "--runner",
@@ -48,6 +56,7 @@ __all__ = ["worker"]
 def worker(
     agent_id: str | None,
     capabilities: tuple[str, ...],
+    extra_capabilities: tuple[str, ...],
     frameworks: str | None,
     runners: str,
     heartbeat_ttl: float,
@@ -56,8 +65,9 @@ def worker(
 ) -> None:
     """Join the farm: serve the queues this machine's capabilities and frameworks can serve.
 
-    Stops on SIGTERM or Ctrl-C after finishing the running job (a second signal stops at once; the
-    job then goes back to the queue).
+    Stops on SIGTERM or Ctrl-C after finishing the running job (a second Ctrl-C, or SIGQUIT, stops
+    at once; the job then goes back to the queue). Describes only the GPUs CUDA_VISIBLE_DEVICES
+    shows it.
     """
     from mlscope.workers.worker import Worker
 
@@ -66,6 +76,7 @@ def worker(
         load_settings(),
         agent_id=agent_id,
         capabilities=list(capabilities) or None,
+        extra_capabilities=extra_capabilities,
         frameworks=split_csv(frameworks) or None,
         runners=split_csv(runners) or ("process", "inline"),
         heartbeat_ttl_s=heartbeat_ttl,

@@ -4,7 +4,9 @@
     gpu, gpu.nvidia, gpu.nvidia.sm90, gpu.nvidia.h100-80gb
 
 A worker consumes `<framework>@<prefix>` for every prefix of these (broker.queues), so a job aimed at
-`cpu` reaches any CPU worker and one aimed at `cpu.x86_64.avx512` only those with AVX-512.
+`cpu` reaches any CPU worker and one aimed at `cpu.x86_64.avx512` only those with AVX-512. A worker
+describes only the GPUs its predictors may use (CUDA_VISIBLE_DEVICES), and may serve capabilities the
+hardware does not say (a Slurm partition: `slurm.a100`) besides the detected ones.
 """
 
 from __future__ import annotations
@@ -13,7 +15,13 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["cpu_capability", "detect_capabilities", "gpu_capabilities"]
+__all__ = [
+    "cpu_capability",
+    "detect_capabilities",
+    "gpu_capabilities",
+    "serving_capabilities",
+    "visible_gpus",
+]
 
 # The widest vector extension names the CPU's level; checked from widest to narrowest.
 _X86_LEVELS = (("avx512", "avx512f"), ("avx2", "avx2"), ("avx", "avx"), ("sse4", "sse4_2"))
@@ -53,3 +61,42 @@ def gpu_capabilities(gpus: Sequence[Mapping[str, Any]]) -> list[str]:
 def detect_capabilities(cpu: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]]) -> list[str]:
     """Every capability of a machine with this CPU and these GPUs (the most specific of each kind)."""
     return [cpu_capability(cpu), *gpu_capabilities(gpus)]
+
+
+def visible_gpus(
+    gpus: Sequence[Mapping[str, Any]], cuda_visible_devices: str | None
+) -> list[Mapping[str, Any]]:
+    """The GPUs of `gpus` (NVML's, in its order) that a process with this CUDA_VISIBLE_DEVICES may use.
+
+    Read as CUDA reads it: unset, every GPU; a comma-separated list of indices or `GPU-<uuid>`
+    prefixes, up to the first entry that names none (so "", "-1" and Slurm's "NoDevFiles" hide them
+    all). Indices are NVML's order, which is CUDA's under CUDA_DEVICE_ORDER=PCI_BUS_ID.
+    """
+    if cuda_visible_devices is None:
+        return list(gpus)
+    visible: list[Mapping[str, Any]] = []
+    for entry in (e.strip() for e in cuda_visible_devices.split(",")):
+        if entry.isdigit():
+            found = [g for i, g in enumerate(gpus) if g.get("index", i) == int(entry)]
+        elif entry.startswith("GPU-"):
+            found = [g for g in gpus if str(g.get("uuid") or "").startswith(entry)]
+        else:
+            found = []
+        if len(found) != 1 or found[0] in visible:
+            break
+        visible.append(found[0])
+    return visible
+
+
+def serving_capabilities(
+    cpu: Mapping[str, Any],
+    gpus: Sequence[Mapping[str, Any]],
+    *,
+    explicit: Sequence[str] = (),
+    extra: Sequence[str] = (),
+    cuda_visible_devices: str | None = None,
+) -> list[str]:
+    """What a worker serves: `explicit` (instead of detecting), else the CPU's and the visible GPUs',
+    then `extra` (capabilities the hardware does not say, e.g. `slurm.<partition>`), each once."""
+    base = list(explicit) or detect_capabilities(cpu, visible_gpus(gpus, cuda_visible_devices))
+    return list(dict.fromkeys([*base, *extra]))

@@ -9,8 +9,8 @@ Delivery: one job at a time (prefetch of one, Celery's solo pool: the job runs i
 main thread, its predictor in a child process or container). A job is acknowledged when it has ended;
 if this process dies, the broker hands the job to another worker, which continues the same
 evaluation (running → running) and the store keeps one result. SIGTERM (or Ctrl-C) is a warm
-shutdown: the running job is finished first; a second signal ends it at once, and the job goes back
-to the broker.
+shutdown: the running job is finished first; a second Ctrl-C, or SIGQUIT, ends it at once, and the
+job goes back to the broker (Celery ignores a second SIGTERM).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from mlscope.runtime.trace.spans import TraceContext, Tracer
 from mlscope.store import EvaluationNotFound, InvalidTransition, Store, open_store
 from mlscope.workers.admission import Admission, admit
 from mlscope.workers.brick_jobs import admit_group, evaluate_bricks
-from mlscope.workers.capabilities import detect_capabilities
+from mlscope.workers.capabilities import serving_capabilities, visible_gpus
 from mlscope.workers.dataset_fetch import DatasetFetcher
 from mlscope.workers.host_turn import HOST_LOCK, ConsumerGate, HostTurn
 from mlscope.workers.leases import Lease
@@ -81,6 +81,8 @@ class Worker:
         settings: broker, store, registry, cache and manifests.
         agent_id: this agent's id (default: the host name); must be unique among live agents.
         capabilities: override the detected capabilities (to act as several systems on one machine).
+        extra_capabilities: serve these as well as the detected (or overriding) ones: what the
+            hardware does not say, e.g. the Slurm partition a worker runs in (`slurm.a100`).
         frameworks: serve only these of the installed frameworks (default: every installed one).
         runners: the runners requests may ask for here.
         heartbeat_ttl_s: the registry entry expires this long after the last heartbeat.
@@ -100,6 +102,7 @@ class Worker:
         *,
         agent_id: str | None = None,
         capabilities: Sequence[str] | None = None,
+        extra_capabilities: Sequence[str] = (),
         frameworks: Sequence[str] | None = None,
         runners: Sequence[str] = ("process", "inline"),
         heartbeat_ttl_s: float = DEFAULT_TTL_S,
@@ -108,9 +111,17 @@ class Worker:
         self.settings = settings
         self.exclusive = exclusive
         self.agent_id = check_agent_id(agent_id or default_agent_id(), "agent_id")
-        cpu, gpus = cpu_facts(), gpu_facts()
+        # The GPUs its predictors may use (they inherit CUDA_VISIBLE_DEVICES): one worker per GPU
+        # describes its own GPU, and a worker shown none claims no GPU capability.
+        cpu = cpu_facts()
+        gpus = visible_gpus(gpu_facts(), os.environ.get("CUDA_VISIBLE_DEVICES"))
         self.capabilities = tuple(
-            check_capability(c, "capability") for c in (capabilities or detect_capabilities(cpu, gpus))
+            serving_capabilities(
+                cpu,
+                gpus,
+                explicit=[check_capability(c, "capability") for c in capabilities or ()],
+                extra=[check_capability(c, "extra_capability") for c in extra_capabilities],
+            )
         )
         unknown = [r for r in runners if r not in RUNNERS]
         if unknown or not runners:

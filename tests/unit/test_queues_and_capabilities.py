@@ -12,7 +12,13 @@ from mlscope.contract.errors import UserError
 from mlscope.contract.queues import Target, capability_prefixes, parse_target, queues_for
 from mlscope.contract.request import MAX_TIMEOUT_S, parse_request
 from mlscope.contract.settings import load_settings
-from mlscope.workers.capabilities import cpu_capability, detect_capabilities, gpu_capabilities
+from mlscope.workers.capabilities import (
+    cpu_capability,
+    detect_capabilities,
+    gpu_capabilities,
+    serving_capabilities,
+    visible_gpus,
+)
 
 
 def test_a_worker_serves_every_prefix_of_every_capability_for_each_framework() -> None:
@@ -120,3 +126,45 @@ def test_redis_visibility_timeout_follows_the_longest_job_limit_unless_set(tmp_p
     assert visibility_timeout_s(unset) >= MAX_TIMEOUT_S + TIME_LIMIT_MARGIN_S
     assert explicit_options["visibility_timeout"] == 600.0
     assert explicit_options["unacked_restore_interval"] == 10
+
+
+_TWO_GPUS = [
+    {"index": 0, "name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-aaaa", "compute_capability": "8.0"},
+    {"index": 1, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-bbbb", "compute_capability": "9.0"},
+]
+
+
+@pytest.mark.parametrize(
+    ("cuda_visible_devices", "names"),
+    [
+        (None, ["A100", "H100"]),  # unset: every GPU
+        ("1", ["H100"]),
+        ("1,0", ["H100", "A100"]),  # CUDA's order, not NVML's
+        ("GPU-bbbb", ["H100"]),  # a UUID, or a unique prefix of one
+        ("GPU-b", ["H100"]),
+        ("", []),  # CUDA then sees no device
+        ("-1", []),
+        ("NoDevFiles", []),  # what Slurm once set for a job without GPUs
+        ("0,7,1", ["A100"]),  # an entry that names none ends the list, as in CUDA
+        ("0,0", ["A100"]),
+    ],
+)
+def test_a_process_sees_the_gpus_cuda_visible_devices_names(
+    cuda_visible_devices: str | None, names: list[str]
+) -> None:
+    seen = visible_gpus(_TWO_GPUS, cuda_visible_devices)
+
+    assert [g["name"].split()[1].split("-")[0] for g in seen] == names
+
+
+def test_a_worker_serves_its_visible_gpus_plus_the_extra_capabilities() -> None:
+    cpu = {"arch": "x86_64", "flags": ["avx2"]}
+
+    one_gpu = serving_capabilities(cpu, _TWO_GPUS, extra=["slurm.a100"], cuda_visible_devices="1")
+    no_gpu = serving_capabilities(cpu, _TWO_GPUS, extra=["slurm.cpu"], cuda_visible_devices="")
+    explicit = serving_capabilities(cpu, _TWO_GPUS, explicit=["cpu.x86_64.avx512"], extra=["slurm.a"])
+
+    assert one_gpu == [cpu_capability(cpu), *gpu_capabilities(_TWO_GPUS[1:]), "slurm.a100"]
+    assert no_gpu == [cpu_capability(cpu), "slurm.cpu"]  # the node's GPUs are not this worker's
+    assert explicit == ["cpu.x86_64.avx512", "slurm.a"]
+    assert serving_capabilities(cpu, [], extra=["cpu.x86_64.avx2"]) == ["cpu.x86_64.avx2"]  # once
