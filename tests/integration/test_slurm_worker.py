@@ -3,8 +3,9 @@ allocation faked by its environment (there is no Slurm here): the signals Slurm 
 an allocation are sent to the script by hand, and `scontrol` is a stand-in that records its
 arguments.
 
-The time limit's notice (SIGUSR1) lets the running job finish, then requeues the Slurm job; SIGTERM
-(scancel, preemption) hands the running job back at once, and another worker finishes it, once.
+The time limit's notice (SIGUSR1) lets the running job finish, or hands it back once
+MLSCOPE_SLURM_FINISH_S has passed, then requeues the Slurm job; SIGTERM (scancel, preemption) hands
+the running job back at once, and another worker finishes it, once.
 """
 
 from __future__ import annotations
@@ -140,6 +141,28 @@ def test_the_time_limits_notice_lets_the_job_finish_then_requeues_the_slurm_job(
     assert result["system"]["agent"]["id"] == agent.id  # it finished where it ran
     assert allocation.requeued() == [f"requeue {JOB_ID}"]
     assert farm.registry.get(agent.id) is None  # the worker said goodbye to the registry
+
+
+def test_a_job_that_outlasts_the_notice_is_handed_back_and_the_slurm_job_still_requeued(
+    farm: Farm, allocations: list[Allocation]
+) -> None:
+    farm.start_api()
+    partition = f"outlast{farm.tag}"
+    capability = f"slurm.{partition}"
+    allocation = Allocation(farm, partition, MLSCOPE_SLURM_FINISH_S="2")
+    allocations.append(allocation)
+    agent = _worker_of(farm, allocation, capability)
+    evaluation_id = _submit_running(farm, capability, agent.id, seconds=60)
+
+    sent = time.monotonic()
+    allocation.process.send_signal(signal.SIGUSR1)
+
+    assert allocation.process.wait(timeout=30) == 0, allocation.log()
+    assert time.monotonic() - sent < 15, allocation.log()  # 2 s to finish, then handed back
+    assert "handing the running jobs back" in allocation.log()
+    assert allocation.requeued() == [f"requeue {JOB_ID}"]
+    assert farm.status(evaluation_id) in ("running", "queued")  # not failed: back on its queue
+    # (test_sigterm_... below follows a handed-back job to its end on another worker.)
 
 
 def test_sigterm_hands_the_running_job_back_and_another_worker_finishes_it_once(
