@@ -10,7 +10,7 @@ main thread, its predictor in a child process or container). A job is acknowledg
 if this process dies, the broker hands the job to another worker, which continues the same
 evaluation (running → running) and the store keeps one result. SIGTERM (or Ctrl-C) is a warm
 shutdown: the running job is finished first; a second Ctrl-C, or SIGQUIT, ends it at once, and the
-job goes back to the broker (Celery ignores a second SIGTERM).
+job goes back to its queue (Celery ignores a second SIGTERM).
 """
 
 from __future__ import annotations
@@ -66,6 +66,13 @@ _INFRA_RETRY_S = 10
 # While the store is unreachable at a job's start, the worker holds the job and asks again after
 # pauses growing to this (its heartbeat names the job, so no sweeper takes it).
 _STORE_WAIT_MAX_S = 30.0
+
+
+def _cold_shutdown() -> bool:
+    """Whether this worker was told to stop at once (SIGQUIT, or a second Ctrl-C)."""
+    from celery.worker import state
+
+    return state.should_terminate not in (None, False)
 
 
 def default_agent_id() -> str:
@@ -237,6 +244,12 @@ class Worker:
         except UserError as exc:
             self._fail(evaluation_id, "InvalidRequest", exc.message, "validate")
         except Exception as exc:
+            if _cold_shutdown():
+                # SIGQUIT (or a second Ctrl-C) ends the job where it stands (the solo pool cannot
+                # end it otherwise: Celery's attempt raises here): back to its queue at once, for
+                # another worker to continue under the same id; no failure, no retry spent.
+                log.warning("job %s: handed back to its queue (cold shutdown: %s)", evaluation_id, exc)
+                raise Reject(f"job {evaluation_id}: handed back at a cold shutdown", requeue=True) from None
             if task is None or task.request.retries >= _INFRA_RETRIES:
                 log.exception("job %s failed in the worker", evaluation_id)
                 self._fail(evaluation_id, "WorkerError", f"{type(exc).__name__}: {exc}", "report")

@@ -183,6 +183,7 @@ def test_sigterm_hands_the_running_job_back_and_another_worker_finishes_it_once(
     assert time.monotonic() - sent < 15, allocation.log()  # well inside Slurm's KillWait (30 s)
     assert allocation.requeued() == []  # a cancelled job is not requeued by the script
     assert farm.status(evaluation_id) in ("running", "queued")  # not failed, not lost
+    assert "handed back to its queue" in allocation.log()
     farm.start_worker("rescuer", capability)
     [result] = farm.client.wait([evaluation_id], timeout_s=180)
     assert result["status"] == "succeeded", result["error"]
