@@ -1,5 +1,5 @@
-"""ops/slurm/mlscope-worker.sbatch with real `mlscope worker`s, the real Redis and PostgreSQL, and an
-allocation faked by its environment (there is no Slurm here): the signals Slurm sends at the end of
+"""ops/slurm/mlscope-worker.sbatch with real `mlscope worker`s, the real Redis (the hand-back on
+RabbitMQ too) and PostgreSQL, and an allocation faked by its environment (there is no Slurm here): the signals Slurm sends at the end of
 an allocation are sent to the script by hand, and `scontrol` is a stand-in that records its
 arguments.
 
@@ -34,8 +34,9 @@ pytestmark = pytest.mark.redis
 
 
 @pytest.fixture
-def farm(request: pytest.FixtureRequest, tmp_path: Path, shared_cache: Path) -> Iterator[Farm]:
-    """An api's farm on Redis database FARM_REDIS_DB (emptied) and the session's PostgreSQL."""
+def redis_farm(request: pytest.FixtureRequest, tmp_path: Path, shared_cache: Path) -> Iterator[Farm]:
+    """An api's farm on Redis database FARM_REDIS_DB (emptied) and the session's PostgreSQL (`farm`,
+    the suite's, is on either broker)."""
     import redis
 
     try:
@@ -123,36 +124,36 @@ def _submit_running(farm: Farm, capability: str, agent_id: str, seconds: float) 
 
 
 def test_the_time_limits_notice_lets_the_job_finish_then_requeues_the_slurm_job(
-    farm: Farm, allocations: list[Allocation]
+    redis_farm: Farm, allocations: list[Allocation]
 ) -> None:
-    farm.start_api()
-    partition = f"notice{farm.tag}"
+    redis_farm.start_api()
+    partition = f"notice{redis_farm.tag}"
     capability = f"slurm.{partition}"
-    allocation = Allocation(farm, partition, MLSCOPE_SLURM_FINISH_S="60")
+    allocation = Allocation(redis_farm, partition, MLSCOPE_SLURM_FINISH_S="60")
     allocations.append(allocation)
-    agent = _worker_of(farm, allocation, capability)
-    evaluation_id = _submit_running(farm, capability, agent.id, seconds=3)
+    agent = _worker_of(redis_farm, allocation, capability)
+    evaluation_id = _submit_running(redis_farm, capability, agent.id, seconds=3)
 
     allocation.process.send_signal(signal.SIGUSR1)  # Slurm: --signal=B:USR1@180
 
     assert allocation.process.wait(timeout=60) == 0, allocation.log()
-    result = farm.client.evaluation(evaluation_id)
+    result = redis_farm.client.evaluation(evaluation_id)
     assert result["status"] == "succeeded", result["error"]
     assert result["system"]["agent"]["id"] == agent.id  # it finished where it ran
     assert allocation.requeued() == [f"requeue {JOB_ID}"]
-    assert farm.registry.get(agent.id) is None  # the worker said goodbye to the registry
+    assert redis_farm.registry.get(agent.id) is None  # the worker said goodbye to the registry
 
 
 def test_a_job_that_outlasts_the_notice_is_handed_back_and_the_slurm_job_still_requeued(
-    farm: Farm, allocations: list[Allocation]
+    redis_farm: Farm, allocations: list[Allocation]
 ) -> None:
-    farm.start_api()
-    partition = f"outlast{farm.tag}"
+    redis_farm.start_api()
+    partition = f"outlast{redis_farm.tag}"
     capability = f"slurm.{partition}"
-    allocation = Allocation(farm, partition, MLSCOPE_SLURM_FINISH_S="2")
+    allocation = Allocation(redis_farm, partition, MLSCOPE_SLURM_FINISH_S="2")
     allocations.append(allocation)
-    agent = _worker_of(farm, allocation, capability)
-    evaluation_id = _submit_running(farm, capability, agent.id, seconds=60)
+    agent = _worker_of(redis_farm, allocation, capability)
+    evaluation_id = _submit_running(redis_farm, capability, agent.id, seconds=60)
 
     sent = time.monotonic()
     allocation.process.send_signal(signal.SIGUSR1)
@@ -161,7 +162,7 @@ def test_a_job_that_outlasts_the_notice_is_handed_back_and_the_slurm_job_still_r
     assert time.monotonic() - sent < 15, allocation.log()  # 2 s to finish, then handed back
     assert "handing the running jobs back" in allocation.log()
     assert allocation.requeued() == [f"requeue {JOB_ID}"]
-    assert farm.status(evaluation_id) in ("running", "queued")  # not failed: back on its queue
+    assert redis_farm.status(evaluation_id) in ("running", "queued")  # not failed: back on its queue
     # (test_sigterm_... below follows a handed-back job to its end on another worker.)
 
 
@@ -192,9 +193,9 @@ def test_sigterm_hands_the_running_job_back_and_another_worker_finishes_it_once(
 
 
 def test_a_worker_that_cannot_start_ends_the_script_with_its_status_and_no_requeue(
-    farm: Farm, allocations: list[Allocation]
+    redis_farm: Farm, allocations: list[Allocation]
 ) -> None:
-    allocation = Allocation(farm, "broken", MLSCOPE_SLURM_WORKER_ARGS="-f no-such-framework")
+    allocation = Allocation(redis_farm, "broken", MLSCOPE_SLURM_WORKER_ARGS="-f no-such-framework")
     allocations.append(allocation)
 
     assert allocation.process.wait(timeout=90) == 2, allocation.log()
