@@ -1,7 +1,7 @@
 """ops/slurm/mlscope-worker.sbatch with real `mlscope worker`s, the real Redis (the hand-back on
-RabbitMQ too) and PostgreSQL, and an allocation faked by its environment (there is no Slurm here): the signals Slurm sends at the end of
-an allocation are sent to the script by hand, and `scontrol` is a stand-in that records its
-arguments.
+RabbitMQ too) and PostgreSQL, and an allocation faked by its environment (there is no Slurm here):
+the signals Slurm sends at the end of an allocation are sent to the script by hand, and `scontrol`
+is a stand-in that records its arguments.
 
 The time limit's notice (SIGUSR1) lets the running job finish, or hands it back once
 MLSCOPE_SLURM_FINISH_S has passed, then requeues the Slurm job; SIGTERM (scancel, preemption) hands
