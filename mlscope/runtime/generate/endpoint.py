@@ -230,11 +230,7 @@ class EndpointEngine:
             PredictorError: "cannot reach <url>: ..." naming why.
         """
         try:
-            response = self._transport.get(self._models, min(self.timeout_s, 10.0))
-            try:
-                response.read()
-            finally:
-                response.release()
+            self._get(self._models, 10.0)
         except ConnectFailed as exc:
             raise PredictorError(f"cannot reach {self.base_url}: {_connect_reason(exc)}") from None
         except TimedOut:
@@ -243,7 +239,6 @@ class EndpointEngine:
             ) from None
         except TransportError as exc:
             raise PredictorError(f"cannot reach {self.base_url}: {exc}") from None
-        self._note_server(response)
 
     def route_status(self) -> int | None:
         """The HTTP status a GET of the API's path answers, None when no answer came: 405 (or any
@@ -251,15 +246,9 @@ class EndpointEngine:
         without it, or from a server that answers 404 to a GET of any POST route (the request
         itself then settles it)."""
         try:
-            response = self._transport.get(self._target, min(self.timeout_s, 10.0))
-            try:
-                response.read()
-            finally:
-                response.release()
+            return self._get(self._target, 10.0)[0].status
         except TransportError:
             return None
-        self._note_server(response)
-        return response.status
 
     # -- one pooling request -----------------------------------------------------------------------
 
@@ -456,15 +445,21 @@ class EndpointEngine:
             with self._server_lock:
                 self._server = name.strip()
 
+    def _get(self, target: str, longest_s: float) -> tuple[Answer, bytes]:
+        """GET `target`, waiting at most `longest_s` (or the client's timeout when shorter), its body
+        read whole and the server's name noted. Raises the transport's errors."""
+        response = self._transport.get(target, min(self.timeout_s, longest_s))
+        try:
+            body = response.read()
+        finally:
+            response.release()
+        self._note_server(response)
+        return response, body
+
     def _probe_models(self) -> int | None:
         """The model's context length from GET /models (vLLM's max_model_len), None when not said."""
         try:
-            response = self._transport.get(self._models, min(self.timeout_s, 5.0))
-            try:
-                body = response.read()
-            finally:
-                response.release()
-            self._note_server(response)
+            response, body = self._get(self._models, 5.0)
             listed = json.loads(body).get("data") if response.status == 200 else None
         except (TransportError, ValueError, AttributeError):
             return None
