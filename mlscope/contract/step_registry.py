@@ -13,7 +13,15 @@ from marshmallow import Schema
 
 from mlscope.contract.errors import UserError
 
-__all__ = ["STAGES", "STEPS", "StepDefinition", "get_step", "register_step", "steps_for"]
+__all__ = [
+    "STAGES",
+    "STEPS",
+    "StepDefinition",
+    "get_step",
+    "numpy_on_first_use",
+    "register_step",
+    "steps_for",
+]
 
 STAGES = ("pre", "post")
 
@@ -32,6 +40,22 @@ class StepDefinition:
 
 
 STEPS: dict[str, StepDefinition] = {}
+
+
+def numpy_on_first_use(namespace: dict[str, Any]) -> Any:
+    """A stand-in for a step module's `np` that imports numpy when a step first runs, then puts the
+    module itself in `namespace` (the step module's globals). Checking a manifest needs the steps'
+    names and schemas, not numpy: a command that only reads manifests (admitting a request, listing
+    models) does not pay numpy's import."""
+
+    class FirstUse:
+        def __getattr__(self, name: str) -> Any:
+            import numpy
+
+            namespace["np"] = numpy
+            return getattr(numpy, name)
+
+    return FirstUse()
 
 
 def register_step(

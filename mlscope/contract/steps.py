@@ -11,13 +11,25 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
 from marshmallow import Schema, ValidationError, fields, post_load, validate, validates_schema
 
 from mlscope.contract.errors import UserError
-from mlscope.contract.step_registry import STAGES, STEPS, StepDefinition, get_step, register_step, steps_for
+from mlscope.contract.step_registry import (
+    STAGES,
+    STEPS,
+    StepDefinition,
+    get_step,
+    numpy_on_first_use,
+    register_step,
+    steps_for,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = numpy_on_first_use(globals())
 
 __all__ = [
     "DTYPES",

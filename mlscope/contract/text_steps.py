@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from marshmallow import Schema, fields, validate
 
 from mlscope.contract.errors import UserError
-from mlscope.contract.step_registry import register_step
+from mlscope.contract.step_registry import numpy_on_first_use, register_step
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = numpy_on_first_use(globals())
 
 __all__ = ["TOKEN_FIELDS", "package_folder", "tokenize"]
 

@@ -91,3 +91,13 @@ def test_results_list_of_a_sqlite_store_imports_no_heavy_package(tmp_path: Path)
     assert PRINTING in packages
     heavy = sorted(packages & HEAVY)
     assert not heavy, f"mlscope results list imported {', '.join(heavy)}"
+
+
+def test_listing_the_models_reads_manifests_without_numpy_or_a_framework(mlscope_env: dict[str, str]) -> None:
+    # When the models are listed (every manifest read and checked against the steps it names)
+    packages = imported_packages("models", "--json")
+
+    # Then the steps' names and schemas were enough: their numpy implementation was not imported,
+    # nor any framework (marshmallow checks the manifests: it is allowed here)
+    heavy = sorted(packages & (HEAVY - {"marshmallow"}))
+    assert not heavy, f"mlscope models imported {', '.join(heavy)}"
