@@ -1,7 +1,8 @@
 """The generate scenario on a farm: submitted over HTTP like any evaluation, run by a real worker
 process, stored with its `generation` section — in process on a tiny Hugging Face model, and against
 an endpoint (a real HTTP server in this process that fails every third request: the run completes
-and the failures are a measured rate, the point invalid, never a crash)."""
+and the failures are a measured rate, the point invalid, never a crash), and against a server
+without the API asked for (the worker refuses the job naming the setting)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def test_generate_jobs_run_on_a_worker_in_process_and_against_an_endpoint(farm: 
     capability = farm.capability("generate")
     farm.start_worker("agent-generate", capability)
     generation = {"prompt_tokens": 8, "output_tokens": "uniform:3-6", "requests": 10, "warmup_requests": 1}
-    with mock_endpoint() as server:
+    with mock_endpoint() as server, mock_endpoint() as chat_only:
+        chat_only.apis = {"chat", "completions"}
         in_process = farm.client.submit(
             {
                 "model": "hf:gpt2",
@@ -44,7 +46,27 @@ def test_generate_jobs_run_on_a_worker_in_process_and_against_an_endpoint(farm: 
                 "target": capability,
             }
         )["id"]
-        local, remote = farm.client.wait([in_process, served], timeout_s=300)
+        # ... and against a server without the API asked for, which the API does not contact
+        unserved = farm.client.submit(
+            {
+                "model": "ok",
+                "framework": "endpoint",
+                "scenarios": ["generate"],
+                "generation": {"endpoint": chat_only.base_url, "api": "embeddings", "requests": 10},
+                "measure": QUICK,
+                "target": capability,
+            }
+        )["id"]
+        local, remote, refused = farm.client.wait([in_process, served, unserved], timeout_s=300)
+        sent_unserved = chat_only.requests
+
+    # Without the API: the worker refused the job when it took it, naming the setting, after the one
+    # request that settles it (a GET of the path answered 404)
+    assert refused["status"] == "failed" and refused["error"]["type"] == "InvalidRequest"
+    assert refused["error"]["message"].startswith(
+        "generation.api: the endpoint does not serve api 'embeddings' (HTTP 404"
+    ), refused["error"]
+    assert refused["measurements"] == [] and sent_unserved == 1
 
     # In process: every request generated exactly the length it asked for
     assert local["status"] == "succeeded", local["error"]
