@@ -165,13 +165,10 @@ def _answers(client: Client) -> bool:
     return True
 
 
-def bench_bare(env: dict[str, str], logs: Path, jobs: int, latency_jobs: int) -> dict[str, Any]:
-    procs = Processes(env, logs)
-    app = Celery("bare-client", broker=env["MLSCOPE_BROKER_URL"], set_as_current=False)
-    app.conf.update(task_serializer="json", task_ignore_result=True)
-    times = redis.Redis.from_url(REDIS_URL)
+def bare_job(env: dict[str, str]) -> dict[str, Any]:
+    """The no-op evaluation job as bare Celery's task receives it (the same body mlscope's worker runs)."""
     manifest = ModelRegistry.load([Path(env["MLSCOPE_MANIFESTS"])]).get("noop", "pytorch")
-    job = Job(
+    return Job(
         evaluation_id="bare",
         manifest=manifest.to_dict(),
         origin=manifest.origin,
@@ -183,6 +180,14 @@ def bench_bare(env: dict[str, str], logs: Path, jobs: int, latency_jobs: int) ->
         options={},
         cache_dir=env["MLSCOPE_CACHE_DIR"],
     ).to_dict()
+
+
+def bench_bare(env: dict[str, str], logs: Path, jobs: int, latency_jobs: int) -> dict[str, Any]:
+    procs = Processes(env, logs)
+    app = Celery("bare-client", broker=env["MLSCOPE_BROKER_URL"], set_as_current=False)
+    app.conf.update(task_serializer="json", task_ignore_result=True)
+    times = redis.Redis.from_url(REDIS_URL)
+    job = bare_job(env)
 
     def send(name: str, *args: Any, queue: str = "bench.bare") -> str:
         return str(app.send_task(name, args=args, queue=queue).id)
