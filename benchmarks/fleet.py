@@ -421,7 +421,10 @@ def _sizes(text: str) -> list[int]:
     except ValueError:
         sizes = []
     if not sizes or any(n < 1 for n in sizes) or sizes != sorted(sizes):
-        print(f"fleet: --agents expects increasing positive integers separated by commas, got {text!r}")
+        print(
+            f"fleet: --agents expects increasing positive integers separated by commas, got {text!r}",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
     return sizes
 
@@ -446,10 +449,16 @@ def main() -> None:
     sizes = _sizes(args.agents)
     for name in ("real", "executors", "jobs", "latency_jobs", "clients", "rounds"):
         if getattr(args, name) < 1:
-            print(f"fleet: --{name.replace('_', '-')} expects a positive integer, got {getattr(args, name)}")
+            print(
+                f"fleet: --{name.replace('_', '-')} expects a positive integer, got {getattr(args, name)}",
+                file=sys.stderr,
+            )
             raise SystemExit(2)
     if args.executors > min(args.real, sizes[0]):
-        print(f"fleet: --executors expects at most --real and the smallest --agents, got {args.executors}")
+        print(
+            f"fleet: --executors expects at most --real and the smallest --agents, got {args.executors}",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
     rows = []
     with (
