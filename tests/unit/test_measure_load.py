@@ -121,10 +121,14 @@ def test_server_latency_counts_from_the_scheduled_arrival() -> None:
     assert ratio is not None and 0.7 < ratio < 1.3, load["in_flight"]
 
 
+# Run alone (`quiet`): it certifies a live 2 ms model's p90 under 50 ms, and in a fresh clone's full
+# parallel run (both cores busy with the farm and container tests) that certificate failed once, as
+# a loaded machine's latency should; alone, and beside two busy loops, it passed every time.
+@pytest.mark.quiet
 def test_server_certifies_a_bound_and_says_what_it_needs() -> None:
     met = run("server", sleeper(0.002), LoadSettings(qps=100, latency_bound_ms=50, percentile=90))
     certified = met.load["certified"]
-    assert certified["ok"] and certified["bound_ms"] == 50 and certified["queries_needed"] == 0
+    assert certified["ok"] and certified["bound_ms"] == 50 and certified["queries_needed"] == 0, certified
     assert met.stop_reason == "certified"
     missed = run("server", sleeper(0.002), LoadSettings(qps=100, latency_bound_ms=1, percentile=90))
     assert not missed.validity.valid
