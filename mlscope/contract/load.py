@@ -9,15 +9,25 @@ throughput); a multi_stream query holds 8 samples.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
 from mlscope.contract.bounds import Bound
-from mlscope.contract.errors import UserError
+from mlscope.contract.errors import UserError, check_known_keys
 from mlscope.contract.interactive import parse_sweep
 from mlscope.contract.section import SettingsSection
 
-__all__ = ["DEFAULT_INTERVAL_MS", "DEFAULT_PERCENTILES", "LOAD_SCENARIOS", "MAX_QPS", "LoadSettings"]
+__all__ = [
+    "DEFAULT_INTERVAL_MS",
+    "DEFAULT_PERCENTILES",
+    "LOAD_SCENARIOS",
+    "MAX_AGENTS",
+    "MAX_QPS",
+    "SHARDED_SCENARIOS",
+    "LoadSettings",
+    "Shard",
+]
 
 # The scenarios a load generator drives (the others issue back to back).
 LOAD_SCENARIOS = ("server", "multi_stream")
@@ -36,6 +46,74 @@ DEFAULT_PERCENTILES = {
 MAX_QPS = 100_000.0
 # multi_stream's interval between queries unless `interval_ms` says otherwise.
 DEFAULT_INTERVAL_MS = 50.0
+# The most agents one schedule is split across (`agents`).
+MAX_AGENTS = 256
+# The scenarios whose schedule can be split across agents: open-loop arrivals at a rate.
+SHARDED_SCENARIOS = ("server", "generate")
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One agent's part of a schedule split across `count` agents (docs/farm.md, "Load from many
+    hosts"): set by the API on each agent's evaluation, never by a user.
+
+    Attributes:
+        group: the evaluation that holds the merged result.
+        index: this agent's part, 0-based: it issues the queries the split assigns to `index`.
+        count: agents the schedule is split across.
+        start_at: when every agent starts its schedule, seconds since the epoch on the reference
+            clock (the agent registry's server, which the API and every worker reach).
+        ids: every part's evaluation id, in part order (the merge reads them).
+        clock_offset_s: the reference clock minus this agent's clock, measured by the worker before
+            the run (None until then, or where the reference could not be read).
+        clock_rtt_s: the round trip of the best of those measurements: the offset's uncertainty
+            is at most half of it.
+    """
+
+    group: str
+    index: int
+    count: int
+    start_at: float
+    ids: tuple[str, ...]
+    clock_offset_s: float | None = None
+    clock_rtt_s: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Shard:
+        """A shard from its document.
+
+        Raises:
+            UserError: not a mapping, an unknown or missing key, or a value out of range (field
+                `shard`).
+        """
+        known = [f.name for f in fields(cls)]
+        check_known_keys(data, known, "load.shard", field="shard")
+        missing = [name for name in ("group", "index", "count", "start_at", "ids") if name not in data]
+        if missing:
+            raise UserError(f"load.shard lacks {', '.join(missing)}", field="shard")
+        shard = cls(**{**data, "ids": tuple(data["ids"]) if isinstance(data["ids"], list | tuple) else ()})
+        if not (2 <= shard.count <= MAX_AGENTS and 0 <= shard.index < shard.count):
+            raise UserError(
+                f"load.shard index {shard.index!r} of {shard.count!r} is invalid: expected 0 ≤ index < "
+                f"count, 2 ≤ count ≤ {MAX_AGENTS}",
+                field="shard",
+            )
+        if len(shard.ids) != shard.count or not all(isinstance(i, str) and i for i in shard.ids):
+            raise UserError("load.shard ids must name one evaluation per part", field="shard")
+        if not isinstance(shard.start_at, int | float) or isinstance(shard.start_at, bool):
+            raise UserError(f"load.shard start_at={shard.start_at!r} is not a time in seconds", field="shard")
+        return shard
+
+    def to_dict(self) -> dict[str, Any]:
+        document = asdict(self)
+        document["ids"] = list(self.ids)
+        return document
+
+    @staticmethod
+    def part_ids(group: str, count: int) -> tuple[str, ...]:
+        """The evaluation ids of a group's `count` parts: derived from the group's, so whoever holds
+        the group (a cancel, a listing) finds its parts without a record of them."""
+        return tuple(hashlib.sha256(f"{group}:{index}".encode()).hexdigest()[:32] for index in range(count))
 
 
 @dataclass(frozen=True)
@@ -65,6 +143,12 @@ class LoadSettings(SettingsSection):
             "qps=1,2,4" (Poisson arrivals), or {"setting": ..., "values": [...]}; the points are
             kept as one measurement's generation.sweep with their throughput-latency Pareto front
             (docs/generate.md, "Sweeps"). Not with qps or find_max_qps, which set one load.
+        agents: 1. With a farm target, the agents one seeded Poisson schedule at qps is split
+            across: each issues an independent part (the split thins the schedule, so the parts
+            superpose to it exactly), all start at one instant, and the percentiles, goodput and
+            certificates are computed on every request of every part (docs/farm.md, "Load from many
+            hosts").
+        shard: this agent's part of such a split (`Shard`), set by the API; None otherwise.
     """
 
     SECTION: ClassVar[str] = "load"
@@ -83,6 +167,7 @@ class LoadSettings(SettingsSection):
         "confidence": Bound(low=0.5, low_open=True, high=1, high_open=True),
         "seed": Bound(integer=True, low=0, high=2**63 - 1),
         "resolution": Bound(low=0, low_open=True, high=0.5),
+        "agents": Bound(integer=True, low=1, high=MAX_AGENTS),
     }
 
     qps: float | None = None
@@ -97,9 +182,19 @@ class LoadSettings(SettingsSection):
     seed: int = 0
     resolution: float = 0.05
     sweep: Any = None
+    agents: int = 1
+    shard: Any = None
 
     def __post_init__(self) -> None:
         self._check_bounds()
+        if self.shard is not None:
+            object.__setattr__(self, "shard", Shard.from_dict(self.shard).to_dict())
+        if self.agents > 1 and (self.qps is None or self.find_max_qps or self.sweep is not None):
+            raise UserError(
+                f"agents={self.agents} splits one schedule at a fixed rate across agents: give qps "
+                "(e.g. --qps 200), without find_max_qps or a sweep",
+                field="agents",
+            )
         if self.sweep is not None:
             object.__setattr__(self, "sweep", parse_sweep(self.sweep))
             if self.qps is not None or self.find_max_qps:
@@ -123,6 +218,11 @@ class LoadSettings(SettingsSection):
                 field="interval_ms",
             )
 
+    @property
+    def part(self) -> Shard | None:
+        """This agent's part of a split schedule, or None."""
+        return None if self.shard is None else Shard.from_dict(self.shard)
+
     def percentile_for(self, scenario: str) -> float:
         """The percentile `scenario` certifies: this setting's, or the scenario's default."""
         return self.percentile if self.percentile is not None else DEFAULT_PERCENTILES.get(scenario, 90.0)
@@ -135,6 +235,13 @@ class LoadSettings(SettingsSection):
                 latency_bound_ms; latency_bound_ms without the server scenario; qps or find_max_qps
                 without the server or generate scenario; back_to_back without multi_stream.
         """
+        if self.agents > 1 and not set(scenarios) <= set(SHARDED_SCENARIOS):
+            others = sorted(set(scenarios) - set(SHARDED_SCENARIOS))
+            raise UserError(
+                f"agents={self.agents} splits the arrivals of the server and generate scenarios; "
+                f"{', '.join(others)} issues no schedule to split: ask for those apart",
+                field="agents",
+            )
         if self.back_to_back and "multi_stream" not in scenarios:
             raise UserError(
                 "back_to_back applies only to the multi_stream scenario (--scenario multi_stream)",

@@ -218,7 +218,9 @@ class _Issuer:
     """The issuing process and what it shares with this one: a mapped file holding the header, the
     due times and the send times, the pipe to the model threads, and its control channel."""
 
-    def __init__(self, offsets: npt.NDArray[np.int64], per_query: int, max_ns: int) -> None:
+    def __init__(
+        self, offsets: npt.NDArray[np.int64], per_query: int, max_ns: int, start_ns: int | None = None
+    ) -> None:
         count = int(offsets.size)
         self._file = tempfile.TemporaryFile(prefix="mlscope-issue-")  # noqa: SIM115 (closed in close())
         size = (proto.HEADER_SLOTS + 2 * count) * 8
@@ -232,6 +234,8 @@ class _Issuer:
             per_query,
             max_ns,
         )
+        if start_ns is not None:
+            self.header[proto.START_AT] = start_ns
         words[proto.HEADER_SLOTS : proto.HEADER_SLOTS + count] = offsets
         self.sent = words[proto.HEADER_SLOTS + count :]
         self.read_fd, self.write_fd = os.pipe()
@@ -338,6 +342,7 @@ def issue(
     drain_seconds: float | None,
     timer: Timer | None = None,
     queries: int | None = None,
+    start_at_ns: int | None = None,
 ) -> IssueRecord:
     """Issue queries on `schedule` to `max_in_flight` model threads until `decide` stops it.
 
@@ -354,6 +359,10 @@ def issue(
         timer: a device timer; the model threads call `timer.time` and take the host clock after.
         queries: issue exactly this many queries (then stop, reason "capacity"); by default as many
             as `max_seconds` may hold.
+        start_at_ns: when the schedule's time 0 falls (perf_counter_ns), for parts of one schedule
+            issued by several generators at one instant; by default a moment after the issuing
+            process is ready. A time already past is kept: the queries already due go at once,
+            each as late as it is.
 
     Returns:
         The record, trimmed to the samples issued.
@@ -375,7 +384,7 @@ def issue(
     max_ns = int(min(max_seconds, 365 * 86400.0) * NS_PER_S) + _LEAD_NS
     empty = np.zeros(capacity, dtype=np.int64)
     record = IssueRecord(0, per_query, offsets, empty, empty.copy(), empty.copy(), empty.copy())
-    issuer = _Issuer(offsets, per_query, max_ns)
+    issuer = _Issuer(offsets, per_query, max_ns, None if start_at_ns is None else start_at_ns - _LEAD_NS)
     try:
         model = _ModelThreads(
             # The issuing process sets its start before it hands anything over.

@@ -25,8 +25,10 @@ import struct
 import sys
 import time
 
-# Header slots (int64), shared with generator.py.
-ISSUED, STOP, END, START, CPU_NS, PRIORITY, COUNT, PER_QUERY, MAX_NS = range(9)
+# Header slots (int64), shared with generator.py. START_AT, when not 0, is the start the parent asks
+# for (perf_counter_ns; the monotonic clock every process on the machine reads): parts of one
+# schedule issued by several processes or machines start at one instant.
+ISSUED, STOP, END, START, CPU_NS, PRIORITY, COUNT, PER_QUERY, MAX_NS, START_AT = range(10)
 HEADER_SLOTS = 16
 # Stop codes.
 RUNNING, STOP_MAX_SECONDS, STOP_CAPACITY, STOP_ASKED = 0, 1, 2, 3
@@ -84,7 +86,7 @@ def main(shared_fd: int, data_fd: int, normal_priority: bool) -> None:
     control = sys.stdin.fileno()
     clock, sleep, write, pack = time.perf_counter_ns, time.sleep, os.write, struct.pack
     cpu_start = time.process_time_ns()
-    start = clock()
+    start = view[START_AT] or clock()
     view[START] = start
     os.write(sys.stdout.fileno(), b"r")
     stop = STOP_CAPACITY

@@ -14,6 +14,9 @@ from mlscope.runtime.measure.loop import NS_PER_S
 
 __all__ = ["Schedule"]
 
+# The seed's second word for the split of a schedule across parts: a stream apart from the gaps'.
+_SPLIT_STREAM = 0x5EED_5A4D
+
 
 @dataclass(frozen=True)
 class Schedule:
@@ -27,6 +30,12 @@ class Schedule:
         samples_per_query: samples issued together as one query.
         seed: the Poisson schedule's seed.
         trace_ns: a "trace" schedule's due times, ns after its first, nondecreasing.
+        part: with `parts` > 1, this schedule is the queries of part `part` of the "poisson"
+            schedule split across `parts` agents (`positions`): each query of the whole goes to one
+            part, drawn uniformly and independently (seeded), so each part is a Poisson process at
+            rate / parts, the parts are independent, and together they are the whole schedule,
+            query for query. `rate` stays the whole schedule's.
+        parts: how many parts the schedule is split into (1: not split).
     """
 
     kind: str
@@ -34,6 +43,21 @@ class Schedule:
     samples_per_query: int = 1
     seed: int = 0
     trace_ns: tuple[int, ...] = ()
+    part: int = 0
+    parts: int = 1
+
+    def positions(self, total: int) -> npt.NDArray[np.int64]:
+        """Which of the whole schedule's first `total` queries are this part's (all of them when
+        the schedule is not split), ascending. Drawn from the seed apart from the arrival gaps, and a
+        prefix of a longer draw: every part computes the same assignment."""
+        if self.parts <= 1:
+            return np.arange(total, dtype=np.int64)
+        owners = np.floor(np.random.default_rng([self.seed, _SPLIT_STREAM]).random(total) * self.parts)
+        return np.flatnonzero(owners.astype(np.int64) == self.part).astype(np.int64)
+
+    def whole(self) -> Schedule:
+        """The schedule before the split (this one when it is not split)."""
+        return Schedule(self.kind, self.rate, self.samples_per_query, self.seed, self.trace_ns)
 
     @classmethod
     def replay(cls, arrivals_ns: Sequence[int], samples_per_query: int = 1) -> Schedule:
@@ -53,7 +77,16 @@ class Schedule:
         return cls("trace", rate, samples_per_query, trace_ns=tuple(int(t) for t in offsets))
 
     def offsets_ns(self, count: int) -> npt.NDArray[np.int64]:
-        """The due times of the first `count` queries, in ns after the start."""
+        """The due times of the first `count` queries, in ns after the start (of a part: its first
+        `count` queries, at their due times in the whole schedule)."""
+        if self.parts > 1:
+            whole = self.whole()
+            total = int(count * self.parts * 1.25) + 64
+            while True:
+                mine = self.positions(total)
+                if mine.size >= count:
+                    return whole.offsets_ns(total)[mine[:count]]
+                total *= 2
         mean_gap_ns = NS_PER_S / self.rate
         if self.kind == "trace":
             trace = np.asarray(self.trace_ns, dtype=np.int64)
