@@ -30,6 +30,7 @@ from mlscope.contract.errors import UserError
 from mlscope.contract.generation import GenerationSettings, draw_lengths
 from mlscope.contract.load import LoadSettings
 from mlscope.contract.trace import check_fits
+from mlscope.runtime.generate.parts import run_part
 from mlscope.runtime.generate.records import GenerateEngine, GenerationRequest, RequestRecord
 from mlscope.runtime.generate.reduce import MIN_REQUESTS, NS_PER_MS, Point, per_request, reduce_records
 from mlscope.runtime.generate.sweep import run_sweep
@@ -177,10 +178,12 @@ def issue_requests(
     on_done: Callable[[int], None] | None = None,
     schedule: Schedule | None = None,
     think_time_ms: float = 0.0,
+    start_at_ns: int | None = None,
 ) -> Point:
     """Send `requests` closed-loop (qps and schedule None), as Poisson arrivals at `qps`, or on a
-    `schedule` (a trace's); their records in request order. Requests with a turn are conversations:
-    a client sends each one's turns in order, `think_time_ms` after the last turn's end."""
+    `schedule` (a trace's, or a part's of a split one, whose time 0 is `start_at_ns`); their records
+    in request order. Requests with a turn are conversations: a client sends each one's turns in
+    order, `think_time_ms` after the last turn's end."""
     records: list[RequestRecord | None] = [None] * len(requests)
     done = [0]
     failed = [0]
@@ -239,6 +242,7 @@ def issue_requests(
             decide=lambda record, elapsed: None,
             drain_seconds=None,
             queries=len(requests),
+            start_at_ns=start_at_ns,
         )
         for sent, due in zip(records, issued.scheduled.tolist(), strict=True):
             if sent is not None:
@@ -387,6 +391,8 @@ def run_generate(
             engine, requests, settings.concurrency, schedule=schedule, seed=load.seed, on_done=progress
         )
         return reduce_records(point, settings, load, measure, remote=remote)
+    if load.part is not None:
+        return run_part(engine, requests, settings, load, measure, load.part, remote=remote, on_done=progress)
     if not load.find_max_qps:
         point = issue_requests(
             engine,

@@ -1,0 +1,219 @@
+"""Load from many hosts: one seeded Poisson schedule split across agents, each issuing its part at
+one instant, and every request of every part merged into one point (docs/farm.md, "Load from many
+hosts").
+
+Each agent runs `run_part`: it builds the whole run's requests (the same on every agent: same
+settings, same seed), keeps those the split gives its part (`Schedule.positions`, a seeded draw per
+query: the parts are independent Poisson processes that superpose to the whole schedule exactly),
+and issues them at their due times in the whole schedule, counted from the shared start instant.
+Its measurement is an ordinary one for its own requests, plus `generation.part`: every request's
+record and every due and hand-over time, relative to the schedule's start, so nothing is summarised
+before the merge.
+
+`merge_parts` rebuilds the whole run's records from the parts and reduces them with the same
+`reduce_records` one agent's run uses: the percentiles, goodput and certificates are those of every
+request, not a combination of the parts' summaries (percentiles do not combine). The merged
+measurement says which agent issued which requests, each agent's lateness and clock offset.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from mlscope.contract.generation import GenerationSettings
+from mlscope.contract.load import LoadSettings, Shard
+from mlscope.runtime.generate.records import GenerateEngine, GenerationRequest, RequestRecord
+from mlscope.runtime.generate.reduce import NS_PER_MS, Point, reduce_records
+from mlscope.runtime.measure.generator import IssueRecord, Schedule
+from mlscope.runtime.measure.loop import NS_PER_S
+from mlscope.runtime.measure.settings import MeasureSettings
+
+__all__ = ["PART_KEY", "merge_parts", "part_schedule", "run_part", "start_instant_ns"]
+
+# Where a part's raw records travel, inside its measurement's generation section.
+PART_KEY = "part"
+
+
+def part_schedule(load: LoadSettings, shard: Shard) -> Schedule:
+    """The whole run's Poisson schedule at load.qps, as part `shard.index` of `shard.count` sees it."""
+    assert load.qps is not None  # LoadSettings refuses agents > 1 without a rate
+    return Schedule("poisson", load.qps, seed=load.seed, part=shard.index, parts=shard.count)
+
+
+def start_instant_ns(shard: Shard) -> int:
+    """The shared start instant on this process's perf_counter_ns clock: the reference clock's
+    `start_at`, less the offset the worker measured to it (0 where it could not)."""
+    local_s = shard.start_at - (shard.clock_offset_s or 0.0)
+    return time.perf_counter_ns() + int((local_s - time.time()) * NS_PER_S)
+
+
+def run_part(
+    engine: GenerateEngine,
+    requests: list[GenerationRequest],
+    settings: GenerationSettings,
+    load: LoadSettings,
+    measure: MeasureSettings,
+    shard: Shard,
+    *,
+    remote: bool,
+    on_done: Any = None,
+) -> dict[str, Any]:
+    """Issue this agent's part of `requests` (the whole run's) at the shared start, and measure it.
+
+    Returns:
+        The part's own measurement (its requests alone, at its share of the rate), with
+        `generation.part` holding what the merge needs.
+    """
+    # Imported here: the driver imports this module, and issue_requests lives there.
+    from mlscope.runtime.generate.driver import issue_requests
+
+    schedule = part_schedule(load, shard)
+    mine = schedule.positions(len(requests))
+    due = schedule.whole().offsets_ns(len(requests))[mine]
+    share = Schedule("trace", schedule.rate / shard.count, trace_ns=tuple(int(d) for d in due))
+    started_ns = start_instant_ns(shard)
+    lateness_s = max(0.0, (time.perf_counter_ns() - started_ns) / NS_PER_S)
+    point = issue_requests(
+        engine,
+        [requests[int(i)] for i in mine],
+        settings.concurrency,
+        schedule=share if mine.size else None,
+        start_at_ns=started_ns,
+        on_done=on_done,
+    )
+    measurement = reduce_records(point, settings, load, measure, remote=remote)
+    measurement["generation"][PART_KEY] = _shipped(point, shard, started_ns, lateness_s)
+    return measurement
+
+
+def _shipped(point: Point, shard: Shard, start_ns: int, ready_late_s: float) -> dict[str, Any]:
+    """What a part ships for the merge: its identity, its clock, its wall time and every record and
+    hand-over, times relative to the schedule's start."""
+
+    def rel(ns: int | None) -> int | None:
+        return None if ns is None else int(ns - start_ns)
+
+    records = [
+        [
+            r.index,
+            r.prompt_tokens,
+            r.requested_tokens,
+            r.output_tokens,
+            rel(r.due_ns),
+            rel(r.start_ns),
+            rel(r.end_ns),
+            r.error,
+            [int(t - start_ns) for t in r.token_ns],
+            list(r.chunk_tokens),
+            r.turn,
+            r.prompt_counted,
+        ]
+        for r in point.records
+    ]
+    issued = point.issued
+    lead = 0 if issued is None else int(start_ns - issued.start_ns)
+    return {
+        **shard.to_dict(),
+        "requests": len(records),
+        "ready_late_s": round(ready_late_s, 6),
+        "wall_ns": int(point.wall_ns - lead),
+        "environment": point.environment,
+        "records": records,
+        "scheduled_ns": [] if issued is None else [int(v - lead) for v in issued.scheduled.tolist()],
+        "sent_ns": [] if issued is None else [int(v - lead) for v in issued.sent.tolist()],
+    }
+
+
+def _record(row: Sequence[Any]) -> RequestRecord:
+    (index, prompt, requested, output, due, start, end, error, tokens, chunks, turn, counted) = row
+    return RequestRecord(
+        index=index,
+        prompt_tokens=prompt,
+        requested_tokens=requested,
+        output_tokens=output,
+        start_ns=start,
+        token_ns=list(tokens),
+        chunk_tokens=list(chunks),
+        end_ns=end,
+        error=error,
+        due_ns=due,
+        turn=turn,
+        prompt_counted=counted,
+    )
+
+
+def merge_parts(
+    parts: Sequence[Mapping[str, Any]],
+    agents: Sequence[str | None],
+    settings: GenerationSettings,
+    load: LoadSettings,
+    measure: MeasureSettings,
+    *,
+    remote: bool,
+) -> dict[str, Any]:
+    """The measurement of every request of every part: the whole schedule's point, reduced as one
+    agent's would be, with `load.agents` saying who issued what.
+
+    Args:
+        parts: each part's `generation.part` document, in part order.
+        agents: the agent that ran each part (None where unknown).
+    """
+    records = sorted((_record(row) for part in parts for row in part["records"]), key=lambda r: r.index)
+    scheduled = np.sort(np.asarray([v for part in parts for v in part["scheduled_ns"]], dtype=np.int64))
+    sent = np.sort(np.asarray([v for part in parts for v in part["sent_ns"]], dtype=np.int64))
+    count = int(scheduled.size)
+    zeros = np.zeros(count, dtype=np.int64)
+    issued = IssueRecord(0, 1, scheduled, sent, zeros, zeros.copy(), zeros.copy(), issued=count)
+    # The most contended agent's machine speaks for the run: one busy agent delays its part.
+    environment = max(
+        (dict(part["environment"]) for part in parts),
+        key=lambda env: env.get("other_cpu_share") or 0.0,
+    )
+    wall_ns = max(int(part["wall_ns"]) for part in parts)
+    point = Point(records, wall_ns, load.qps, environment, issued if count else None)
+    measurement = reduce_records(point, settings, load, measure, remote=remote)
+    late = [
+        f"agent {agent or index} began {part['ready_late_s']:.3f} s after the shared start"
+        for index, (part, agent) in enumerate(zip(parts, agents, strict=True))
+        if part["ready_late_s"] > 0
+    ]
+    if late:
+        validity = measurement["validity"]
+        validity["valid"] = False
+        validity["reasons"] = [*late, *validity["reasons"]]
+    measurement.setdefault("load", {})["agents"] = [
+        _agent_row(part, agent, load) for part, agent in zip(parts, agents, strict=True)
+    ]
+    return measurement
+
+
+def _agent_row(part: Mapping[str, Any], agent: str | None, load: LoadSettings) -> dict[str, Any]:
+    """One agent's share of a merged run: what it issued, how late, and its clock."""
+    scheduled = np.asarray(part["scheduled_ns"], dtype=np.int64)
+    sent = np.asarray(part["sent_ns"], dtype=np.int64)
+    lateness = (sent - scheduled).astype(np.float64) / NS_PER_MS
+    indices = [row[0] for row in part["records"]]
+    span_s = (int(scheduled[-1]) - int(scheduled[0])) / NS_PER_S if scheduled.size > 1 else 0.0
+    return {
+        "agent": agent,
+        "part": part["index"],
+        "requests": len(indices),
+        "first_index": min(indices) if indices else None,
+        "last_index": max(indices) if indices else None,
+        "target_qps": (load.qps or 0.0) / part["count"],
+        "scheduled_qps": (scheduled.size - 1) / span_s if span_s > 0 else None,
+        "issue_lateness_ms": {
+            "p50": float(np.percentile(lateness, 50)),
+            "p99": float(np.percentile(lateness, 99)),
+            "max": float(lateness.max()),
+        }
+        if lateness.size
+        else None,
+        "ready_late_s": part["ready_late_s"],
+        "clock_offset_ms": None if part.get("clock_offset_s") is None else part["clock_offset_s"] * 1e3,
+        "clock_rtt_ms": None if part.get("clock_rtt_s") is None else part["clock_rtt_s"] * 1e3,
+    }
