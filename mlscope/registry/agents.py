@@ -172,5 +172,30 @@ class AgentRegistry:
         noted = {q.decode() for q in self._call("list queues", self._redis.smembers, _QUEUES)}
         return noted | {q for agent in self.live() for q in agent.queues}
 
+    def reference_time(self) -> float:
+        """The registry server's clock, seconds since the epoch: the one clock the API and every
+        worker reach, against which parts of a split load start together (docs/farm.md)."""
+        seconds, micros = self._call("read the registry's clock", self._redis.time)
+        return int(seconds) + int(micros) / 1e6
+
+    def clock_offset(self, samples: int = 8) -> tuple[float, float]:
+        """This machine's clock against the registry's, as NTP estimates it: the reference minus the
+        midpoint of the round trip, from the sample with the shortest round trip.
+
+        Returns:
+            (offset_s, rtt_s): add offset_s to this clock's time to get the reference's; the offset
+            is uncertain by at most rtt_s / 2.
+        """
+        best: tuple[float, float] | None = None
+        for _ in range(samples):
+            sent = time.time()
+            reference = self.reference_time()
+            received = time.time()
+            rtt = received - sent
+            if best is None or rtt < best[1]:
+                best = (reference - (sent + received) / 2, rtt)
+        assert best is not None
+        return best
+
     def close(self) -> None:
         self._redis.close()

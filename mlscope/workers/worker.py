@@ -48,6 +48,7 @@ from mlscope.workers.dataset_fetch import DatasetFetcher
 from mlscope.workers.host_turn import HOST_LOCK, ConsumerGate, HostTurn
 from mlscope.workers.leases import Lease
 from mlscope.workers.model_fetch import ModelFetcher
+from mlscope.workers.parts import complete_group, with_clock
 from mlscope.workers.pipeline import RetriedWrites, Writes, evaluate, keep_spans
 from mlscope.workers.runners import RUNNERS, frameworks_for, get_runner
 from mlscope.workers.spool import DurableWrites, Spool, adopt_spools, spool_directory
@@ -284,7 +285,23 @@ class Worker:
 
     def _run(self, message: TaskMessage) -> None:
         """Run one job: an evaluation through the pipeline (workers.pipeline), a brick group as a job
-        of its own (workers.brick_jobs)."""
+        of its own (workers.brick_jobs); a part of a split load, once ended, may complete its group."""
+        try:
+            self._run_one(message)
+        finally:
+            if message.request.load.get("shard"):
+                self._complete_group(message.request.load)
+
+    def _complete_group(self, load: dict[str, Any]) -> None:
+        try:
+            status = complete_group(self.store, load)
+        except Exception:  # the part is stored; a later part's worker, or a rerun, merges
+            log.exception("split load %s: the merge failed", load["shard"].get("group"))
+            return
+        if status is not None:
+            log.info("split load %s merged: %s", load["shard"]["group"], status)
+
+    def _run_one(self, message: TaskMessage) -> None:
         evaluation_id, request = message.evaluation_id, message.request
         running_on = self._running_elsewhere(evaluation_id)
         if running_on is not None:
@@ -314,6 +331,7 @@ class Worker:
         except UserError as exc:
             self._fail(evaluation_id, "InvalidRequest", exc.message, "validate")
             return
+        admitted = with_clock(admitted, self.registry)
         self._traced(message, lambda tracer, lease: self._evaluate(admitted, evaluation_id, tracer, lease))
 
     def _evaluate(self, admitted: Admission, evaluation_id: str, tracer: Tracer, lease: Lease) -> str:

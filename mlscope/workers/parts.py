@@ -1,0 +1,133 @@
+"""A worker's side of load split across agents (docs/farm.md, "Load from many hosts"): the clock
+measured before a part runs, and the merge once every part has ended.
+
+    API: one group evaluation (queued, on no queue) + one part per agent, pinned to agent:<id>,
+         each carrying load.shard {group, index, count, start_at, ids}
+    worker: offset to the registry's clock ─▶ the part runs (runtime/generate/parts.py) ─▶ stored
+         ─▶ `complete_group`: when every part has ended, the merged point is stored on the group
+
+Whichever worker stores the last part merges; two finishing at once both merge the same records to
+the same point, and the store keeps the first (finishing an ended evaluation changes nothing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+from typing import Any
+
+from mlscope.contract.errors import UserError
+from mlscope.contract.generation import GenerationSettings
+from mlscope.contract.load import LoadSettings, Shard
+from mlscope.registry.agents import AgentRegistry
+from mlscope.store import Store
+from mlscope.store.errors import EvaluationNotFound
+from mlscope.workers.admission import Admission
+
+__all__ = ["complete_group", "with_clock"]
+
+log = logging.getLogger("mlscope.worker")
+
+_ENDED = ("succeeded", "failed", "cancelled")
+
+
+def with_clock(admitted: Admission, registry: AgentRegistry) -> Admission:
+    """The admission with its part's clock offset to the registry measured and recorded (unchanged
+    for an evaluation that is not a part; without an offset where the registry cannot be read)."""
+    request = admitted.request
+    shard_doc = (request.load or {}).get("shard")
+    if not shard_doc:
+        return admitted
+    shard = Shard.from_dict(shard_doc)
+    try:
+        offset_s, rtt_s = registry.clock_offset()
+    except UserError as exc:
+        log.warning(
+            "part %d of %s: the registry's clock could not be read: %s", shard.index, shard.group, exc
+        )
+        return admitted
+    timed = dataclasses.replace(shard, clock_offset_s=offset_s, clock_rtt_s=rtt_s)
+    load = {**request.load, "shard": timed.to_dict()}
+    return dataclasses.replace(admitted, request=dataclasses.replace(request, load=load))
+
+
+def complete_group(store: Store, request_load: dict[str, Any]) -> str | None:
+    """Store the merged point on the group of the part `request_load` belongs to, when every part has
+    ended; returns the group's status when it ended here, else None (not a part, parts running, or
+    already merged)."""
+    shard_doc = (request_load or {}).get("shard")
+    if not shard_doc:
+        return None
+    shard = Shard.from_dict(shard_doc)
+    try:
+        group = store.get_evaluation(shard.group)
+        if group["status"] in _ENDED:
+            return None
+        parts = [store.get_evaluation(part_id) for part_id in shard.ids]
+    except EvaluationNotFound as exc:
+        log.warning("split load %s: %s", shard.group, exc)
+        return None
+    if any(part["status"] not in _ENDED for part in parts):
+        return None
+    broken = [(index, part) for index, part in enumerate(parts) if part["status"] != "succeeded"]
+    if broken:
+        index, part = broken[0]
+        reason = (part.get("error") or {}).get("message") or part["status"]
+        store.fail_evaluation(
+            shard.group,
+            error={
+                "type": "PartFailed",
+                "message": f"{len(broken)} of {len(parts)} parts did not succeed; part {index} "
+                f"({_agent(part) or 'no agent'}): {reason}",
+                "phase": "merge",
+            },
+        )
+        return "failed"
+    store.finish_evaluation(shard.group, **_merged(group, parts))
+    return "succeeded"
+
+
+def _agent(evaluation: dict[str, Any]) -> str | None:
+    return ((evaluation.get("system") or {}).get("agent") or {}).get("id")
+
+
+def _merged(group: dict[str, Any], parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """finish_evaluation's arguments for the group: the merged measurement, the parts' systems."""
+    # Imported here: only a worker that stores the last part of a split load needs numpy's reduction.
+    from mlscope.runtime.generate.parts import PART_KEY, merge_parts
+    from mlscope.runtime.measure.settings import MeasureSettings
+
+    request = group["request"]
+    measurements = [part["measurements"][0] for part in parts]
+    generation = GenerationSettings.from_dict(request.get("generation") or {})
+    load = LoadSettings.from_dict({k: v for k, v in (request.get("load") or {}).items() if k != "shard"})
+    merged = merge_parts(
+        [m["generation"][PART_KEY] for m in measurements],
+        [_agent(part) for part in parts],
+        generation,
+        load,
+        MeasureSettings.from_dict(dict(measurements[0]["settings"])),
+        remote=generation.endpoint is not None,
+    )
+    for key in ("endpoint", "api", "via"):
+        if key in measurements[0]["generation"]:
+            merged["generation"][key] = measurements[0]["generation"][key]
+    for row, part in zip(merged["load"]["agents"], parts, strict=True):
+        row["evaluation"] = part["id"]
+    systems = [part["system"] for part in parts]
+    ids = sorted({system["id"] for system in systems})
+    system = {
+        "id": hashlib.sha256(",".join(ids).encode()).hexdigest()[:16],
+        "hostname": f"{len(parts)} agents",
+        "parts": ids,
+        "agents": [_agent(part) for part in parts],
+        "cpu": systems[0].get("cpu"),
+        "software": systems[0].get("software"),
+    }
+    return {
+        "system": system,
+        "framework": parts[0]["framework"],
+        "cold_start": parts[0].get("cold_start") or {},
+        "measurements": [merged],
+    }
