@@ -11,7 +11,7 @@ from flask.views import MethodView
 
 from mlscope.api import export, traces
 from mlscope.api.blueprint import ApiBlueprint
-from mlscope.api.context import bounded, context
+from mlscope.api.context import ApiContext, bounded, context
 from mlscope.api.problems import PROBLEM_MIMETYPE, ApiProblem, ProblemSchema
 from mlscope.api.schemas import (
     BatchAcceptedSchema,
@@ -24,6 +24,7 @@ from mlscope.api.schemas import (
     EvaluationSchema,
     ListQuerySchema,
 )
+from mlscope.api.split import enqueue_split, plan_split, split_requested
 from mlscope.api.submit import (
     BrokerUnavailable,
     LiveAgents,
@@ -35,8 +36,11 @@ from mlscope.api.submit import (
     submit_span,
     together,
 )
+from mlscope.contract.errors import UserError
+from mlscope.contract.load import Shard
 from mlscope.contract.request import EvaluationRequest
 from mlscope.contract.result import EvaluationResult
+from mlscope.store.errors import EvaluationNotFound
 
 __all__ = ["blp", "list_filters"]
 
@@ -146,6 +150,8 @@ class Evaluations(MethodView):
         it is empty no live agent can run the job yet, and a warning says what would serve it.
         """
         ctx = context()
+        if split_requested(request):
+            return _post_split(ctx, request)
         job = plan_one(request, ctx.models, LiveAgents.read(ctx.agents))
         try:
             with submit_span(ctx, request.trace_level, "/api/v1/evaluations") as traced:
@@ -165,6 +171,39 @@ class Evaluations(MethodView):
         return body, 202, {"Location": url}
 
 
+def _post_split(ctx: ApiContext, request: EvaluationRequest) -> tuple[dict[str, Any], int, dict[str, str]]:
+    """A load split across agents: the group's id answers, its parts listed (docs/farm.md)."""
+    plan = plan_split(request, ctx.models, LiveAgents.read(ctx.agents), ctx.agents)
+    try:
+        with submit_span(ctx, request.trace_level, "/api/v1/evaluations") as traced:
+            ids = enqueue_split(ctx, plan, traced)
+    except BrokerUnavailable as exc:
+        raise _unavailable(exc) from None
+    url = _url(plan.group_id)
+    parts = [
+        {"id": part_id, "agent": (job.served_by or ("",))[0], "queue": job.queue}
+        for part_id, job in zip(ids, plan.parts, strict=True)
+    ]
+    body = {
+        "id": plan.group_id,
+        "status": "queued",
+        "target": request.target,
+        "warnings": [],
+        "served_by": [part["agent"] for part in parts],
+        "parts": parts,
+        "links": {"self": url},
+    }
+    return body, 202, {"Location": url}
+
+
+def _cancel_part(ctx: ApiContext, part_id: str) -> bool:
+    """Cancel one part of a cancelled group; False when it is not (or no longer) running."""
+    try:
+        return ctx.store.cancel_evaluation(part_id)
+    except EvaluationNotFound:  # a part the API could not record before the broker failed
+        return False
+
+
 @blp.route("/batch")
 class EvaluationBatch(MethodView):
     @blp.arguments(BatchRequestSchema, description="Models × frameworks × targets")
@@ -181,6 +220,11 @@ class EvaluationBatch(MethodView):
         own. Everything is checked before anything is stored; at most 500 evaluations.
         """
         ctx = context()
+        if (body.get("load") or {}).get("shard") is not None or (body.get("load") or {}).get("agents", 1) > 1:
+            raise UserError(
+                "a batch runs each evaluation on one agent: submit a split load (load.agents) on its own",
+                field="load.agents",
+            )
         plan = plan_batch(body, ctx.models, LiveAgents.read(ctx.agents))
         created: list[dict[str, Any]] = []
         # One trace for the whole batch: its evaluations are one comparison.
@@ -245,9 +289,14 @@ class EvaluationById(MethodView):
         full_id = ctx.store.resolve_id(evaluation_id)
         cancelled = ctx.store.cancel_evaluation(full_id)
         if cancelled:
-            try:
-                bounded(lambda: ctx.celery.control.revoke(full_id), REVOKE_TIMEOUT_S)
-            except Exception as exc:  # the store already says cancelled; workers check it
-                logger.warning("could not revoke %s through the broker: %s", full_id, exc)
+            # A split load's group: its parts are cancelled with it (docs/farm.md).
+            agents = int((ctx.store.get_evaluation(full_id)["request"].get("load") or {}).get("agents") or 1)
+            for id in (full_id, *(Shard.part_ids(full_id, agents) if agents > 1 else ())):
+                if id != full_id and not _cancel_part(ctx, id):
+                    continue
+                try:
+                    bounded(lambda id=id: ctx.celery.control.revoke(id), REVOKE_TIMEOUT_S)
+                except Exception as exc:  # the store already says cancelled; workers check it
+                    logger.warning("could not revoke %s through the broker: %s", id, exc)
         status = ctx.store.get_evaluation(full_id)["status"]
         return {"id": full_id, "status": status, "cancelled": cancelled}

@@ -24,6 +24,12 @@ def _served_by() -> fields.List:
     )
 
 
+class PartSchema(Schema):
+    id = fields.String(metadata={"description": "the part's evaluation"})
+    agent = fields.String(metadata={"description": "the agent that issues it"})
+    queue = fields.String()
+
+
 class EvaluationAcceptedSchema(Schema):
     id = fields.String()
     status = fields.String(metadata={"description": "queued"})
@@ -31,6 +37,10 @@ class EvaluationAcceptedSchema(Schema):
     target = fields.String(metadata={"description": "the capability or agent:<id> it runs on"})
     warnings = fields.List(fields.String())
     served_by = _served_by()
+    parts = fields.List(
+        fields.Nested(PartSchema),
+        metadata={"description": "with load.agents > 1: each agent's part; `id` is the merged evaluation"},
+    )
     links = fields.Nested(LinksSchema)
 
 

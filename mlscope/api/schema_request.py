@@ -159,8 +159,16 @@ _SWEEP: dict[str, Any] = {
     '(docs/generate.md, "Sweeps")',
 }
 
+# Set by the API on each part of a split load (load.agents > 1); a submission that gives one is
+# answered 422.
+_SHARD: dict[str, Any] = {
+    "type": "object",
+    "nullable": True,
+    "description": "set by the API on each agent's part of a split load (load.agents); never given",
+}
+
 LOAD_SCHEMA: dict[str, Any] = {
-    **_section(LoadSettings, {"sweep": _SWEEP}),
+    **_section(LoadSettings, {"sweep": _SWEEP, "shard": _SHARD}),
     "description": "the load settings of the server and multi_stream scenarios (docs/load.md); only "
     "those given are kept",
     # back_to_back issues each query when the previous one completes: no interval applies.

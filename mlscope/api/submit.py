@@ -41,6 +41,7 @@ __all__ = [
     "TracedSubmit",
     "enqueue",
     "enqueue_together",
+    "enqueue_with_ids",
     "plan_batch",
     "plan_one",
     "submit_span",
@@ -310,6 +311,13 @@ def enqueue(ctx: ApiContext, job: PlannedJob, traced: TracedSubmit | None = None
 def enqueue_together(
     ctx: ApiContext, jobs: list[PlannedJob], traced: TracedSubmit | None = None
 ) -> list[str]:
+    """`enqueue_with_ids` with new ids."""
+    return enqueue_with_ids(ctx, jobs, [None] * len(jobs), traced)
+
+
+def enqueue_with_ids(
+    ctx: ApiContext, jobs: list[PlannedJob], ids: list[str | None], traced: TracedSubmit | None = None
+) -> list[str]:
     """Record every job as a queued evaluation and send them to their (one) queue as one message: one
     job's `EvaluationMessage`, or several jobs' `BrickGroupMessage` (a system's bricks, measured in
     one predictor job).
@@ -326,9 +334,12 @@ def enqueue_together(
     tracer = traced.tracer if traced is not None and traced.tracer.enabled("APPLICATION") else None
     ids = [
         ctx.store.create_evaluation(
-            **job.admission.record(), trace_id=None if tracer is None else tracer.trace_id, queue=job.queue
+            **job.admission.record(),
+            trace_id=None if tracer is None else tracer.trace_id,
+            queue=job.queue,
+            id=given,
         )
-        for job in jobs
+        for job, given in zip(jobs, ids, strict=True)
     ]
     traceparent = ""
     if tracer is not None and traced is not None:

@@ -160,10 +160,18 @@ _LOAD_FLAGS = (
     ("back_to_back", "back_to_back"),
     ("load_seed", "seed"),
     ("sweep", "sweep"),
+    ("agents", "agents"),
 )
 
 LOAD_OPTIONS = (
     click.option("--qps", type=float, help="server: the target arrival rate, queries per second (Poisson)."),
+    click.option(
+        "--agents",
+        type=int,
+        metavar="N",
+        help="server, generate with --on: split the --qps schedule across N live agents the target "
+        "matches, started at one instant, and merge every request [default: 1].",
+    ),
     click.option(
         "--find-max-qps",
         is_flag=True,

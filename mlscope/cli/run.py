@@ -44,19 +44,51 @@ __all__ = ["evaluate_with_bars", "run", "run_command"]
     metavar="NAMES",
     help="Comma-separated frameworks [default: every installed one with a manifest for MODEL].",
 )
+@click.option(
+    "--on",
+    "target",
+    metavar="TARGET",
+    help="Run on the farm instead, through the API (MLSCOPE_API_URL): a capability or agent:<id>; "
+    "with --agents N, the load is split across N agents it matches.",
+)
 @evaluation_options
 @plot_option(
     "Also write a chart of what ran (.png, .svg, .html): the batch curve, or the latency histogram for "
     "one batch size; for several frameworks, their medians side by side."
 )
 @json_flag("Print each result as one JSON line on stdout.")
-def run(model: str, frameworks: str | None, plot_file: str | None, as_json: bool, **fields: Any) -> None:
-    """Evaluate MODEL on this machine and store the results."""
+def run(
+    model: str,
+    frameworks: str | None,
+    target: str | None,
+    plot_file: str | None,
+    as_json: bool,
+    **fields: Any,
+) -> None:
+    """Evaluate MODEL on this machine and store the results (with --on, on the farm)."""
     document = request_fields(**fields)
     names = check_endpoint_frameworks(split_csv(frameworks), document.get("generation") or {})
+    agents = (document.get("load") or {}).get("agents") or 1
+    if target is not None:
+        sys.exit(_run_on(model, names, target, document, as_json=as_json))
+    if agents > 1:
+        raise click.UsageError(
+            f"--agents {agents} splits the load across farm agents: give --on TARGET (and the API's "
+            "address in MLSCOPE_API_URL)"
+        )
     if names and document["runner"] == "process":
         _start_predictor(names[0], fields.get("threads"))
     sys.exit(run_command(model, names, document, as_json=as_json, plot_file=plot_file))
+
+
+def _run_on(model: str, names: list[str], target: str, document: dict[str, Any], *, as_json: bool) -> int:
+    """`run --on`: the evaluation submitted to the farm and waited for, as `submit --wait` does."""
+    from mlscope.cli.submit import submit_command
+
+    if len(names) != 1:
+        raise click.UsageError("--on runs one framework on the farm: give exactly one with -f")
+    farm_document = {"model": model, "framework": names[0], **document, "target": target}
+    return submit_command(farm_document, wait=True, timeout_s=None, as_json=as_json)
 
 
 def _start_predictor(framework: str, threads: int | None) -> None:

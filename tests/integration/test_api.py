@@ -12,6 +12,7 @@ import base64
 import json
 import socket
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -791,3 +792,60 @@ def test_the_client_raises_api_errors_naming_the_field(served: str) -> None:
     with pytest.raises(WaitTimeout) as late:
         client.wait([queued], poll_s=0.01, timeout_s=0)
     assert late.value.pending == [queued] and isinstance(late.value, TimeoutError)
+
+
+# ----- a load split across agents (docs/farm.md, "Load from many hosts") ------------------------------
+
+
+def test_a_split_load_is_one_group_and_a_part_pinned_to_each_chosen_agent(
+    http: FlaskClient, store: Store, registry: AgentRegistry, redis_db: redis.Redis
+) -> None:
+    # Given three live agents of one capability, one of them busy
+    for name in ("box-a", "box-b", "box-c"):
+        registry.register(fake_agent(name, ["cpu.x86_64"], ["pytorch"]))
+    registry.register(replace(fake_agent("box-a", ["cpu.x86_64"], ["pytorch"]), current_job="elsewhere"))
+    before = registry.reference_time()
+    # When the server scenario's schedule is split across two of them
+    response = submit(http, scenarios=["server"], load={"qps": 40, "agents": 2}, target="cpu.x86_64")
+    # Then the idle two get a part each, pinned to them, and the group waits for the merge
+    assert response.status_code == 202, response.get_json()
+    body = response.get_json()
+    assert [part["agent"] for part in body["parts"]] == ["box-b", "box-c"]
+    assert store.get_evaluation(body["id"])["status"] == "queued"
+    ids = [part["id"] for part in body["parts"]]
+    for index, part in enumerate(body["parts"]):
+        [(_, message)] = queued_messages(redis_db, f"agent@{part['agent']}")
+        shard = message.request.load["shard"]
+        assert message.evaluation_id == part["id"] and message.request.target == f"agent:{part['agent']}"
+        assert (shard["group"], shard["index"], shard["count"], shard["ids"]) == (body["id"], index, 2, ids)
+        # one start for every part, on the registry's clock, the lead after the submission
+        assert before + 9 < shard["start_at"] < registry.reference_time() + 10
+        assert store.get_evaluation(part["id"])["request"]["load"]["shard"] == shard
+    # Cancelling the group cancels its parts
+    cancelled = http.delete(f"/api/v1/evaluations/{body['id']}", headers=AUTH).get_json()
+    assert cancelled["cancelled"] is True
+    assert [store.get_evaluation(id)["status"] for id in ids] == ["cancelled", "cancelled"]
+
+
+def test_a_split_load_is_refused_in_one_line_when_the_agents_are_not_there(
+    http: FlaskClient, store: Store, registry: AgentRegistry
+) -> None:
+    registry.register(fake_agent("box-a", ["cpu.x86_64"], ["pytorch"]))
+    registry.register(fake_agent("box-b", ["cpu.x86_64"], ["pytorch"]))
+    split = {"scenarios": ["server"], "load": {"qps": 40, "agents": 3}}
+    # more agents than live ones match: the error lists those that do
+    problem = assert_problem(submit(http, **split, target="cpu.x86_64"), 422, "load.agents")
+    assert (
+        "2 live agent(s) with pytorch match cpu.x86_64: box-a, box-b" in problem["errors"]["load.agents"][0]
+    )
+    # a target no live agent matches
+    problem = assert_problem(submit(http, **split, target="gpu"), 422, "target")
+    assert (
+        "no live agent with pytorch matches gpu (live agents: box-a, box-b)" in problem["errors"]["target"][0]
+    )
+    # no target at all; a part's shard given by the client; a rate the scenario does not take
+    assert_problem(submit(http, **split), 422, "target")
+    shard = {"group": "g", "index": 0, "count": 2, "start_at": 0, "ids": ["a", "b"]}
+    assert_problem(submit(http, scenarios=["server"], load={"qps": 4, "shard": shard}, target="cpu"), 422)
+    assert_problem(submit(http, scenarios=["offline"], load={"agents": 2}, target="cpu"), 422)
+    assert store.count_evaluations() == 0

@@ -1,0 +1,108 @@
+"""Load from many hosts, merged exactly (docs/farm.md, "Load from many hosts"): one Poisson schedule
+split across four real worker processes against an endpoint with scripted timing (a first token
+after 20 ms, then one every 10 ms), submitted over HTTP and merged by the worker that stores the
+last part. Held to one agent issuing the same schedule alone: the merged percentiles agree with its
+within their intervals, and the four keep a rate that one agent with the same slots cannot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.fixtures.mock_endpoint import mock_endpoint
+from tests.integration.farm import Farm
+
+QPS = 120.0
+REQUESTS = 600
+# Each request takes about 50 ms at the endpoint: 4 slots serve at most about 80 requests/s.
+SLOTS = 4
+
+
+def _order_interval(values: list[float], q: float, confidence: float = 0.99) -> tuple[float, float]:
+    """The distribution-free interval of the q-quantile: the order statistics whose ranks bound it,
+    the count below the quantile being binomial (its normal approximation; z = 2.576 at 99%)."""
+    assert confidence == 0.99
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    n = ordered.size
+    spread = 2.576 * np.sqrt(n * q * (1 - q))
+    low, high = int(np.floor(n * q - spread)), int(np.ceil(n * q + spread))
+    return float(ordered[max(low - 1, 0)]), float(ordered[min(high, n - 1)])
+
+
+def _request(server_url: str, capability: str, concurrency: int, agents: int) -> dict[str, Any]:
+    return {
+        "model": "slow",
+        "framework": "endpoint",
+        "scenarios": ["generate"],
+        "generation": {
+            "endpoint": server_url,
+            "prompt_tokens": 16,
+            "output_tokens": 4,
+            "requests": REQUESTS,
+            "warmup_requests": 0,
+            "concurrency": concurrency,
+        },
+        "load": {"qps": QPS, **({"agents": agents} if agents > 1 else {})},
+        "measure": {"max_seconds": 30},
+        "target": capability,
+    }
+
+
+# Quiet: it holds the merged figures to one agent's, which a parallel test's load would move.
+@pytest.mark.slow
+@pytest.mark.quiet
+@pytest.mark.parametrize("farm", ["redis"], indirect=True)
+def test_a_schedule_split_across_four_agents_merges_to_one_agents_figures(farm: Farm) -> None:
+    farm.env["MLSCOPE_SPLIT_LEAD_S"] = "6"
+    farm.start_api()
+    capability = farm.capability("split")
+    agents = [f"split-{index}" for index in range(4)]
+    for agent in agents:
+        # Agents of one host take turns measuring unless told they share it: these issue load together.
+        farm.start_worker(agent, capability, extra=("--shared-host",))
+    with mock_endpoint() as server:
+        server.first_token_delay_s = 0.02
+        server.token_delay_s = 0.01
+        accepted = farm.client.submit(_request(server.base_url, capability, SLOTS, 4))
+        assert sorted(part["agent"] for part in accepted["parts"]) == agents
+        (merged,) = farm.client.wait([accepted["id"]], timeout_s=180)
+        # the same schedule from one agent: with slots enough, and with the four's slots
+        alone = farm.client.submit(_request(server.base_url, f"agent:{agents[0]}", 4 * SLOTS, 1))["id"]
+        (alone_result,) = farm.client.wait([alone], timeout_s=120)
+        short = farm.client.submit(_request(server.base_url, f"agent:{agents[1]}", SLOTS, 1))["id"]
+        (short_result,) = farm.client.wait([short], timeout_s=120)
+
+    assert merged["status"] == "succeeded", merged["error"]
+    [point] = merged["measurements"]
+    generation, load = point["generation"], point["load"]
+    assert generation["requests"] == REQUESTS and generation["failed_requests"]["count"] == 0
+    # who issued what: every request once, each agent its part, each clock measured
+    rows = load["agents"]
+    assert sorted(row["agent"] for row in rows) == agents
+    assert sum(row["requests"] for row in rows) == REQUESTS
+    clocks = [(row["agent"], row["clock_rtt_ms"], row["ready_late_s"]) for row in rows]
+    assert all(rtt is not None and late == 0 for _, rtt, late in clocks), clocks
+    parts = [farm.client.evaluation(row["evaluation"]) for row in rows]
+    assert all(part["status"] == "succeeded" for part in parts)
+
+    # the four kept the schedule; one agent with the same four slots could not
+    assert load["sent_qps"] >= 0.99 * load["scheduled_qps"], load
+    [short_point] = short_result["measurements"]
+    assert short_point["load"]["sent_qps"] < 0.99 * short_point["load"]["scheduled_qps"], short_point["load"]
+
+    # the merged percentiles agree with one agent's at the same rate, within their intervals
+    assert alone_result["status"] == "succeeded", alone_result["error"]
+    [alone_point] = alone_result["measurements"]
+    for metric in ("ttft_ms", "e2e_ms"):
+        four = [v for v in generation["per_request"][metric] if v is not None]
+        one = [v for v in alone_point["generation"]["per_request"][metric] if v is not None]
+        for q in (0.5, 0.9, 0.99):
+            a, b = _order_interval(four, q), _order_interval(one, q)
+            one_load = alone_point["load"]
+            assert a[0] <= b[1] and b[0] <= a[1], (
+                f"{metric} p{q * 100:g}: four agents {a}, one agent {b}; lateness four "
+                f"{[row['issue_lateness_ms'] for row in rows]} queue {load.get('queue_wait_ms')}, one "
+                f"{one_load.get('issue_lateness_ms')} queue {one_load.get('queue_wait_ms')}"
+            )
