@@ -22,7 +22,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, SupportsIndex, TypedDict, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, SupportsIndex, TypedDict, TypeVar, cast, overload
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.events import EvaluationEvent
@@ -148,9 +148,11 @@ def evaluate(
     load: Mapping[str, Any] | None = None,
     store_url: str | None = None,
     progress: bool | Progress = False,
+    on: str | None = None,
     **fields: Any,
 ) -> ResultSet:
-    """Evaluate `model` on each framework here, one after another, and store the results.
+    """Evaluate `model` on each framework here, one after another, and store the results; with
+    `on`, on the farm instead (through the API the settings name, MLSCOPE_API_URL).
 
     Args:
         model: a model reference, as `mlscope run` takes it: a manifest name (`resnet18`), a
@@ -178,6 +180,10 @@ def evaluate(
         store_url: where the results are stored; None: the settings' store (MLSCOPE_STORE_URL).
         progress: True prints a line on stderr per phase of each evaluation; a callable is told of
             every event (see `Progress`); False says nothing.
+        on: a farm target (a capability, or agent:<id>): each framework's evaluation is submitted
+            to the farm and waited for. With load={"qps": Q, "agents": N}, the schedule is split
+            across N live agents the target matches and the result is the merged one
+            (docs/farm.md, "Load from many hosts").
         **fields: any other field of the evaluation request, passed on as it is.
 
     Returns:
@@ -209,6 +215,8 @@ def evaluate(
     }
     if isinstance(frameworks, str):
         frameworks = [name.strip() for name in frameworks.split(",") if name.strip()]
+    if on is not None:
+        return _on_the_farm(model, frameworks, {**document, "target": on})
     settings = load_settings()
     if store_url is not None:
         settings = dataclasses.replace(settings, store_url=store_url)
@@ -284,6 +292,27 @@ def bricks(
         min_count=min_count,
         note=(lambda line: print(f"mlscope: {line}", file=sys.stderr, flush=True)) if progress else None,
     )
+
+
+def _on_the_farm(model: str, frameworks: Sequence[str] | None, document: dict[str, Any]) -> ResultSet:
+    """Each framework's evaluation submitted to the farm through the API, in order, and waited for.
+
+    Raises:
+        UserError: no framework named (the farm's agents decide what they have); the API refused a
+            request (naming the field).
+    """
+    from mlscope.client import Client
+
+    if not frameworks:
+        generation = document.get("generation") or {}
+        if not generation.get("endpoint"):
+            raise UserError(
+                "on: name the frameworks to run on the farm (frameworks=[...])", field="frameworks"
+            )
+        frameworks = ["endpoint"]
+    client = Client(settings=load_settings())
+    ids = [client.submit({**document, "model": model, "framework": name})["id"] for name in frameworks]
+    return ResultSet(cast(EvaluationResult, result) for result in client.wait(ids))
 
 
 def _check_fields(fields: Mapping[str, Any]) -> None:

@@ -196,6 +196,14 @@ def _post_split(ctx: ApiContext, request: EvaluationRequest) -> tuple[dict[str, 
     return body, 202, {"Location": url}
 
 
+def _revoke(ctx: ApiContext, evaluation_id: str) -> None:
+    """Tell live workers to drop a cancelled evaluation's job."""
+    try:
+        bounded(lambda: ctx.celery.control.revoke(evaluation_id), REVOKE_TIMEOUT_S)
+    except Exception as exc:  # the store already says cancelled; workers check it
+        logger.warning("could not revoke %s through the broker: %s", evaluation_id, exc)
+
+
 def _cancel_part(ctx: ApiContext, part_id: str) -> bool:
     """Cancel one part of a cancelled group; False when it is not (or no longer) running."""
     try:
@@ -294,9 +302,6 @@ class EvaluationById(MethodView):
             for id in (full_id, *(Shard.part_ids(full_id, agents) if agents > 1 else ())):
                 if id != full_id and not _cancel_part(ctx, id):
                     continue
-                try:
-                    bounded(lambda id=id: ctx.celery.control.revoke(id), REVOKE_TIMEOUT_S)
-                except Exception as exc:  # the store already says cancelled; workers check it
-                    logger.warning("could not revoke %s through the broker: %s", id, exc)
+                _revoke(ctx, id)
         status = ctx.store.get_evaluation(full_id)["status"]
         return {"id": full_id, "status": status, "cancelled": cancelled}

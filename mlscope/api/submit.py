@@ -316,7 +316,7 @@ def enqueue_together(
 
 
 def enqueue_with_ids(
-    ctx: ApiContext, jobs: list[PlannedJob], ids: list[str | None], traced: TracedSubmit | None = None
+    ctx: ApiContext, jobs: list[PlannedJob], given: list[str | None], traced: TracedSubmit | None = None
 ) -> list[str]:
     """Record every job as a queued evaluation and send them to their (one) queue as one message: one
     job's `EvaluationMessage`, or several jobs' `BrickGroupMessage` (a system's bricks, measured in
@@ -337,9 +337,9 @@ def enqueue_with_ids(
             **job.admission.record(),
             trace_id=None if tracer is None else tracer.trace_id,
             queue=job.queue,
-            id=given,
+            id=id,
         )
-        for job, given in zip(jobs, ids, strict=True)
+        for job, id in zip(jobs, given, strict=True)
     ]
     traceparent = ""
     if tracer is not None and traced is not None:

@@ -61,10 +61,10 @@ def complete_group(store: Store, request_load: dict[str, Any]) -> str | None:
         return None
     shard = Shard.from_dict(shard_doc)
     try:
-        group = store.get_evaluation(shard.group)
+        group: dict[str, Any] = dict(store.get_evaluation(shard.group))
         if group["status"] in _ENDED:
             return None
-        parts = [store.get_evaluation(part_id) for part_id in shard.ids]
+        parts: list[dict[str, Any]] = [dict(store.get_evaluation(part_id)) for part_id in shard.ids]
     except EvaluationNotFound as exc:
         log.warning("split load %s: %s", shard.group, exc)
         return None
@@ -84,7 +84,20 @@ def complete_group(store: Store, request_load: dict[str, Any]) -> str | None:
             },
         )
         return "failed"
-    store.finish_evaluation(shard.group, **_merged(group, parts))
+    try:
+        merged = _merged(group, parts)
+    except Exception as exc:  # stored as the group's failure, so it never waits for a merge forever
+        log.exception("split load %s: the parts could not be merged", shard.group)
+        store.fail_evaluation(
+            shard.group,
+            error={
+                "type": type(exc).__name__,
+                "message": f"the parts could not be merged: {exc}",
+                "phase": "merge",
+            },
+        )
+        return "failed"
+    store.finish_evaluation(shard.group, **merged)
     return "succeeded"
 
 
@@ -93,35 +106,25 @@ def _agent(evaluation: dict[str, Any]) -> str | None:
 
 
 def _merged(group: dict[str, Any], parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """finish_evaluation's arguments for the group: the merged measurement, the parts' systems."""
-    # Imported here: only a worker that stores the last part of a split load needs numpy's reduction.
-    from mlscope.runtime.generate.parts import PART_KEY, merge_parts
-    from mlscope.runtime.measure.settings import MeasureSettings
-
+    """finish_evaluation's arguments for the group: one merged measurement per point (scenario and
+    batch size) the parts measured, and the parts' systems."""
     request = group["request"]
-    measurements = [part["measurements"][0] for part in parts]
-    generation = GenerationSettings.from_dict(request.get("generation") or {})
+    agents = [_agent(part) for part in parts]
     load = LoadSettings.from_dict({k: v for k, v in (request.get("load") or {}).items() if k != "shard"})
-    merged = merge_parts(
-        [m["generation"][PART_KEY] for m in measurements],
-        [_agent(part) for part in parts],
-        generation,
-        load,
-        MeasureSettings.from_dict(dict(measurements[0]["settings"])),
-        remote=generation.endpoint is not None,
-    )
-    for key in ("endpoint", "api", "via"):
-        if key in measurements[0]["generation"]:
-            merged["generation"][key] = measurements[0]["generation"][key]
-    for row, part in zip(merged["load"]["agents"], parts, strict=True):
-        row["evaluation"] = part["id"]
+    points = [part["measurements"] for part in parts]
+    if len({len(measured) for measured in points}) != 1:
+        raise UserError(f"the parts measured different points: {[len(measured) for measured in points]}")
+    merged = [_merged_point(list(same), agents, request, load) for same in zip(*points, strict=True)]
+    for measurement in merged:
+        for row, part in zip(measurement["load"]["agents"], parts, strict=True):
+            row["evaluation"] = part["id"]
     systems = [part["system"] for part in parts]
     ids = sorted({system["id"] for system in systems})
     system = {
         "id": hashlib.sha256(",".join(ids).encode()).hexdigest()[:16],
         "hostname": f"{len(parts)} agents",
         "parts": ids,
-        "agents": [_agent(part) for part in parts],
+        "agents": agents,
         "cpu": systems[0].get("cpu"),
         "software": systems[0].get("software"),
     }
@@ -129,5 +132,38 @@ def _merged(group: dict[str, Any], parts: list[dict[str, Any]]) -> dict[str, Any
         "system": system,
         "framework": parts[0]["framework"],
         "cold_start": parts[0].get("cold_start") or {},
-        "measurements": [merged],
+        "measurements": merged,
     }
+
+
+def _merged_point(
+    measurements: list[dict[str, Any]], agents: list[str | None], request: dict[str, Any], load: LoadSettings
+) -> dict[str, Any]:
+    """One point of every part merged, by its scenario's merge."""
+    # Imported here: only a worker that stores the last part of a split load needs numpy's reduction.
+    from mlscope.runtime.measure.settings import MeasureSettings
+
+    first = measurements[0]
+    measure = MeasureSettings.from_dict(dict(first["settings"]))
+    if first["scenario"] == "server":
+        from mlscope.runtime.measure.parts import merge_server_parts
+
+        docs = [{**m["load"]["part"], "environment": m.get("environment") or {}} for m in measurements]
+        return merge_server_parts(
+            docs, agents, load, measure, int(first["batch_size"]), int(first["warmup_count"])
+        )
+    from mlscope.runtime.generate.parts import PART_KEY, merge_parts
+
+    generation = GenerationSettings.from_dict(request.get("generation") or {})
+    merged = merge_parts(
+        [m["generation"][PART_KEY] for m in measurements],
+        agents,
+        generation,
+        load,
+        measure,
+        remote=generation.endpoint is not None,
+    )
+    for key in ("endpoint", "api", "via"):
+        if key in first["generation"]:
+            merged["generation"][key] = first["generation"][key]
+    return merged

@@ -73,6 +73,18 @@ def test_a_schedule_split_across_four_agents_merges_to_one_agents_figures(farm: 
         (alone_result,) = farm.client.wait([alone], timeout_s=120)
         short = farm.client.submit(_request(server.base_url, f"agent:{agents[1]}", SLOTS, 1))["id"]
         (short_result,) = farm.client.wait([short], timeout_s=120)
+    # the server scenario's schedule split across two agents, each running the model in process
+    served = farm.client.submit(
+        {
+            "model": "test_tiny_mlp",
+            "framework": "pytorch",
+            "scenarios": ["server"],
+            "load": {"qps": 100, "agents": 2},
+            "measure": {"min_seconds": 1, "max_seconds": 5},
+            "target": capability,
+        }
+    )
+    (server_result,) = farm.client.wait([served["id"]], timeout_s=180)
 
     assert merged["status"] == "succeeded", merged["error"]
     [point] = merged["measurements"]
@@ -106,3 +118,13 @@ def test_a_schedule_split_across_four_agents_merges_to_one_agents_figures(farm: 
                 f"{[row['issue_lateness_ms'] for row in rows]} queue {load.get('queue_wait_ms')}, one "
                 f"{one_load.get('issue_lateness_ms')} queue {one_load.get('queue_wait_ms')}"
             )
+
+    # the server scenario: the parts' queries merged into one report, each part's share listed
+    assert server_result["status"] == "succeeded", server_result["error"]
+    [server_point] = server_result["measurements"]
+    server_rows = server_point["load"]["agents"]
+    assert len(server_rows) == 2 and server_point["load"]["queries"] == sum(
+        r["requests"] for r in server_rows
+    )
+    assert server_point["load"]["certified"]["queries"] > 0
+    assert len(server_point["latencies_ns"]) == server_point["latency_ms"]["count"]

@@ -15,6 +15,8 @@ from mlscope.runtime.generate.parts import PART_KEY, _shipped, merge_parts
 from mlscope.runtime.generate.records import RequestRecord
 from mlscope.runtime.generate.reduce import Point, reduce_records
 from mlscope.runtime.measure.generator import IssueRecord, Schedule
+from mlscope.runtime.measure.load_report import report
+from mlscope.runtime.measure.parts import merge_server_parts, merged_record, ship
 from mlscope.runtime.measure.settings import MeasureSettings
 
 LEAD_NS = 5_000_000
@@ -159,3 +161,47 @@ def test_a_part_that_began_late_makes_the_merged_point_invalid() -> None:
     merged = merge_parts(shipped, ["one", "two"], settings, load, MeasureSettings(), remote=True)
     assert merged["validity"]["valid"] is False
     assert merged["validity"]["reasons"][0] == "agent two began 1.500 s after the shared start"
+
+
+def _served(due: np.ndarray, service_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A model with one thread serving queries in arrival order: (sent, started, ended)."""
+    sent = due + 20_000
+    started, ended = np.zeros_like(due), np.zeros_like(due)
+    free = 0
+    for i in range(due.size):
+        started[i] = max(int(sent[i]), free)
+        ended[i] = started[i] + int(service_ns[i])
+        free = int(ended[i])
+    return sent, started, ended
+
+
+def test_the_server_merge_of_the_parts_is_the_report_of_the_whole_schedule() -> None:
+    """Parts that stopped at different times: the merge keeps the whole schedule's queries up to the
+    first part's last, and reports them as one generator's record of them would be."""
+    qps, parts = 300.0, 3
+    whole = Schedule("poisson", qps, seed=9)
+    due = whole.offsets_ns(3000) + LEAD_NS
+    service = np.random.default_rng(1).integers(500_000, 3_000_000, size=due.size)
+    shipped = []
+    for index in range(parts):
+        mine = dataclasses.replace(whole, part=index, parts=parts).positions(due.size)
+        mine = mine[: int(mine.size * (0.7 + 0.1 * index))]  # each part stopped at its own time
+        sent, started, ended = _served(due[mine], service[mine])
+        zeros = np.zeros(mine.size, dtype=np.int64)
+        record = IssueRecord(0, 1, due[mine], sent, started, ended, zeros, int(mine.size), "certified")
+        record.issue_end_ns, record.idle_start = int(due[mine][-1]), np.full(mine.size, -1, dtype=np.int64)
+        shard = Shard("g", index, parts, 0.0, ("a", "b", "c"), clock_offset_s=0.0, clock_rtt_s=0.0001)
+        shipped.append({**ship(record, shard, 0.0), "environment": {"other_cpu_share": 0.01 * index}})
+    record = merged_record(shipped)
+    cut = min(part["scheduled_ns"][-1] for part in shipped)
+    assert np.array_equal(record.scheduled, due[due <= cut])  # the whole schedule up to the cut
+    load = LoadSettings.from_dict({"qps": qps, "agents": parts})
+    merged = merge_server_parts(shipped, ["x", "y", "z"], load, MeasureSettings(), 1, 10)
+    alone = report(record, "server", load, 1, qps, None)
+    assert merged["latencies_ns"] == [int(v) for v in alone.latencies_ns.tolist()]
+    assert merged["load"]["certified"] == alone.section["certified"]
+    assert merged["environment"] == {"other_cpu_share": 0.02}  # the busiest agent's
+    assert [row["requests"] for row in merged["load"]["agents"]] == [
+        int((np.asarray(part["scheduled_ns"]) <= cut).sum()) for part in shipped
+    ]
+    assert sum(row["requests"] for row in merged["load"]["agents"]) == record.issued

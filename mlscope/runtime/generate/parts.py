@@ -27,12 +27,13 @@ import numpy as np
 from mlscope.contract.generation import GenerationSettings
 from mlscope.contract.load import LoadSettings, Shard
 from mlscope.runtime.generate.records import GenerateEngine, GenerationRequest, RequestRecord
-from mlscope.runtime.generate.reduce import NS_PER_MS, Point, reduce_records
+from mlscope.runtime.generate.reduce import Point, reduce_records
 from mlscope.runtime.measure.generator import IssueRecord, Schedule
 from mlscope.runtime.measure.loop import NS_PER_S
+from mlscope.runtime.measure.parts import agent_rows, busiest, late_reasons, start_instant_ns
 from mlscope.runtime.measure.settings import MeasureSettings
 
-__all__ = ["PART_KEY", "merge_parts", "part_schedule", "run_part", "start_instant_ns"]
+__all__ = ["PART_KEY", "merge_parts", "part_schedule", "run_part"]
 
 # Where a part's raw records travel, inside its measurement's generation section.
 PART_KEY = "part"
@@ -42,13 +43,6 @@ def part_schedule(load: LoadSettings, shard: Shard) -> Schedule:
     """The whole run's Poisson schedule at load.qps, as part `shard.index` of `shard.count` sees it."""
     assert load.qps is not None  # LoadSettings refuses agents > 1 without a rate
     return Schedule("poisson", load.qps, seed=load.seed, part=shard.index, parts=shard.count)
-
-
-def start_instant_ns(shard: Shard) -> int:
-    """The shared start instant on this process's perf_counter_ns clock: the reference clock's
-    `start_at`, less the offset the worker measured to it (0 where it could not)."""
-    local_s = shard.start_at - (shard.clock_offset_s or 0.0)
-    return time.perf_counter_ns() + int((local_s - time.time()) * NS_PER_S)
 
 
 def run_part(
@@ -168,52 +162,15 @@ def merge_parts(
     count = int(scheduled.size)
     zeros = np.zeros(count, dtype=np.int64)
     issued = IssueRecord(0, 1, scheduled, sent, zeros, zeros.copy(), zeros.copy(), issued=count)
-    # The most contended agent's machine speaks for the run: one busy agent delays its part.
-    environment = max(
-        (dict(part["environment"]) for part in parts),
-        key=lambda env: env.get("other_cpu_share") or 0.0,
-    )
+    environment = busiest(parts)
     wall_ns = max(int(part["wall_ns"]) for part in parts)
     point = Point(records, wall_ns, load.qps, environment, issued if count else None)
     measurement = reduce_records(point, settings, load, measure, remote=remote)
-    late = [
-        f"agent {agent or index} began {part['ready_late_s']:.3f} s after the shared start"
-        for index, (part, agent) in enumerate(zip(parts, agents, strict=True))
-        if part["ready_late_s"] > 0
-    ]
+    late = late_reasons(parts, agents)
     if late:
         validity = measurement["validity"]
         validity["valid"] = False
         validity["reasons"] = [*late, *validity["reasons"]]
-    measurement.setdefault("load", {})["agents"] = [
-        _agent_row(part, agent, load) for part, agent in zip(parts, agents, strict=True)
-    ]
+    counts = [len(part["records"]) for part in parts]
+    measurement.setdefault("load", {})["agents"] = agent_rows(parts, agents, load, counts)
     return measurement
-
-
-def _agent_row(part: Mapping[str, Any], agent: str | None, load: LoadSettings) -> dict[str, Any]:
-    """One agent's share of a merged run: what it issued, how late, and its clock."""
-    scheduled = np.asarray(part["scheduled_ns"], dtype=np.int64)
-    sent = np.asarray(part["sent_ns"], dtype=np.int64)
-    lateness = (sent - scheduled).astype(np.float64) / NS_PER_MS
-    indices = [row[0] for row in part["records"]]
-    span_s = (int(scheduled[-1]) - int(scheduled[0])) / NS_PER_S if scheduled.size > 1 else 0.0
-    return {
-        "agent": agent,
-        "part": part["index"],
-        "requests": len(indices),
-        "first_index": min(indices) if indices else None,
-        "last_index": max(indices) if indices else None,
-        "target_qps": (load.qps or 0.0) / part["count"],
-        "scheduled_qps": (scheduled.size - 1) / span_s if span_s > 0 else None,
-        "issue_lateness_ms": {
-            "p50": float(np.percentile(lateness, 50)),
-            "p99": float(np.percentile(lateness, 99)),
-            "max": float(lateness.max()),
-        }
-        if lateness.size
-        else None,
-        "ready_late_s": part["ready_late_s"],
-        "clock_offset_ms": None if part.get("clock_offset_s") is None else part["clock_offset_s"] * 1e3,
-        "clock_rtt_ms": None if part.get("clock_rtt_s") is None else part["clock_rtt_s"] * 1e3,
-    }

@@ -76,6 +76,7 @@ def run_under_load(
     *,
     timer: Timer | None = None,
     on_progress: Callable[[float], None] | None = None,
+    start_at_ns: int | None = None,
 ) -> tuple[IssueRecord, LoadReport]:
     """One run of the generator on `schedule`, stopped by the early-stopping rule; with no schedule,
     queries of `load.samples_per_query` samples issued back to back, each when the previous one
@@ -84,6 +85,8 @@ def run_under_load(
     Issuing stops, once min_seconds and min_count are met, when the percentile is certified (with
     a bound: enough queries under it; without: enough queries for LoadGen's estimate) or, with a
     bound, when it certainly fails; at max_seconds otherwise.
+
+    `start_at_ns`: when the schedule's time 0 falls (a part of a split load: the shared start).
 
     Returns:
         The generator's record and its report.
@@ -134,7 +137,7 @@ def run_under_load(
         record = issue_back_to_back(predict, batches, per_query, **common)
     else:
         drain = max(_MIN_DRAIN_SECONDS, 0.25 * settings.max_seconds, 2 * (bound_ms or 0) / 1000)
-        record = issue(predict, batches, schedule, drain_seconds=drain, **common)
+        record = issue(predict, batches, schedule, drain_seconds=drain, start_at_ns=start_at_ns, **common)
     if on_progress is not None:
         on_progress(1.0)
     target_qps = schedule.rate if schedule is not None else None

@@ -37,7 +37,16 @@ if TYPE_CHECKING:
     from mlscope.runtime.predictors.base import Predictor
     from mlscope.runtime.trace.spans import Tracer
 
-__all__ = ["JobRun", "Measurement", "OnProbe", "Outcome", "RunContext", "Scenario", "WholeJob"]
+__all__ = [
+    "JobRun",
+    "Measurement",
+    "OnProbe",
+    "Outcome",
+    "RunContext",
+    "Scenario",
+    "WholeJob",
+    "measurement_of",
+]
 
 OnProbe = Callable[[dict[str, Any]], None]
 
@@ -282,36 +291,10 @@ class Scenario(ABC):
         )
         energy_after = energy.read() if energy is not None else ()
         environment = monitor.stop()
-        loop = outcome.loop
-        summary = summarize(loop.latencies_ns, settings)
-        validity = judge(
-            summary,
-            loop,
-            environment,
-            settings,
-            judge_stability=outcome.judge_stability,
-            invalid=outcome.invalid,
-            warnings=outcome.warnings,
-        )
-        throughput = outcome.throughput
-        return Measurement(
-            scenario=self.NAME,
-            batch_size=batch_size,
-            latency_ms=summary,
-            throughput=self._throughput(loop, summary, batch_size) if throughput is None else throughput,
-            validity=validity,
-            latencies_ns=loop.latencies_ns,
-            duration_s=loop.wall_ns / NS_PER_S,
-            stop_reason=loop.stop_reason,
-            warmup_count=loop.warmup_count,
-            environment=environment,
-            settings=settings,
-            starts_ns=loop.starts_ns,
-            load=outcome.load,
-            energy=None
-            if energy is None
-            else _energy(energy, energy_before, energy_after, outcome, batch_size),
-        )
+        measurement = measurement_of(self.NAME, outcome, batch_size, settings, environment, self._throughput)
+        if energy is None:
+            return measurement
+        return replace(measurement, energy=_energy(energy, energy_before, energy_after, outcome, batch_size))
 
     def _outcome(self, run: RunContext) -> Outcome:
         """Back-to-back scenarios: the loop runs at least as many queries as LoadGen's early
@@ -348,6 +331,49 @@ class Scenario(ABC):
         Returns:
             Throughput in samples per second, finite.
         """
+
+
+def measurement_of(
+    scenario: str,
+    outcome: Outcome,
+    batch_size: int,
+    settings: MeasureSettings,
+    environment: dict[str, Any],
+    throughput_of: Callable[[LoopResult, LatencySummary, int], float] | None = None,
+) -> Measurement:
+    """The measurement an outcome makes: its latencies summarised and judged in `environment`;
+    its throughput the outcome's own, else `throughput_of`'s (a merge of a split load's parts
+    makes one from their merged outcome, as a scenario's run does from its own)."""
+    loop = outcome.loop
+    summary = summarize(loop.latencies_ns, settings)
+    validity = judge(
+        summary,
+        loop,
+        environment,
+        settings,
+        judge_stability=outcome.judge_stability,
+        invalid=outcome.invalid,
+        warnings=outcome.warnings,
+    )
+    throughput = outcome.throughput
+    if throughput is None:
+        assert throughput_of is not None, "an outcome without a throughput needs its scenario's"
+        throughput = throughput_of(loop, summary, batch_size)
+    return Measurement(
+        scenario=scenario,
+        batch_size=batch_size,
+        latency_ms=summary,
+        throughput=throughput,
+        validity=validity,
+        latencies_ns=loop.latencies_ns,
+        duration_s=loop.wall_ns / NS_PER_S,
+        stop_reason=loop.stop_reason,
+        warmup_count=loop.warmup_count,
+        environment=environment,
+        settings=settings,
+        starts_ns=loop.starts_ns,
+        load=outcome.load,
+    )
 
 
 def _energy(

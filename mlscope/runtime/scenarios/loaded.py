@@ -5,12 +5,14 @@ outcome; each scenario says only when its queries are due and what bound its per
 
 from __future__ import annotations
 
+import time
 from abc import abstractmethod
 
 from mlscope.contract.load import LoadSettings
 from mlscope.runtime.measure.generator import Schedule
 from mlscope.runtime.measure.load_run import check_rate, outcome_of, run_under_load
 from mlscope.runtime.measure.loop import NS_PER_S, LoopResult, _warm_up
+from mlscope.runtime.measure.parts import ship, start_instant_ns
 from mlscope.runtime.measure.scenario_base import Outcome, RunContext, Scenario
 from mlscope.runtime.measure.stats import LatencySummary
 
@@ -26,6 +28,9 @@ class LoadScenario(Scenario):
         if schedule is not None:
             check_rate(schedule.rate, schedule.samples_per_query)
         warmup_count = _warm_up(run.predict, run.batches, run.settings, run.timer)
+        shard = run.load.part
+        start_at_ns = None if shard is None else start_instant_ns(shard)
+        late_ns = 0 if start_at_ns is None else max(0, time.perf_counter_ns() - start_at_ns)
         record, result = run_under_load(
             run.predict,
             run.batches,
@@ -37,7 +42,11 @@ class LoadScenario(Scenario):
             self._bound_ms(run.load),
             timer=run.timer,
             on_progress=run.on_progress,
+            start_at_ns=start_at_ns,
         )
+        if shard is not None:
+            # A part of a split load ships its record whole for the merge (runtime/measure/parts.py).
+            result.section["part"] = ship(record, shard, late_ns / NS_PER_S)
         return outcome_of(record, result, warmup_count, run.record_starts)
 
     @abstractmethod

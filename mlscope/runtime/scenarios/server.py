@@ -44,7 +44,10 @@ class Server(LoadScenario):
     def _schedule(self, load: LoadSettings, inputs: int) -> Schedule:
         if load.qps is None:
             raise UserError("the server scenario needs a target rate: qps (e.g. --qps 20)", field="qps")
-        return Schedule("poisson", load.qps, seed=load.seed)
+        shard = load.part
+        if shard is None:
+            return Schedule("poisson", load.qps, seed=load.seed)
+        return Schedule("poisson", load.qps, seed=load.seed, part=shard.index, parts=shard.count)
 
     def _bound_ms(self, load: LoadSettings) -> float | None:
         return load.latency_bound_ms
