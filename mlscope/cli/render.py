@@ -14,7 +14,7 @@ import click
 from mlscope.cli.consoles import console, err_console, escape
 from mlscope.cli.render_cost import resource_lines
 from mlscope.cli.render_generation import generation_lines, served_table
-from mlscope.cli.render_load import has_load_column, load_cell, search_lines
+from mlscope.cli.render_load import has_load_column, load_cell, search_lines, split_lines
 from mlscope.contract.result import parity_failure, result_validity
 
 if TYPE_CHECKING:
@@ -395,7 +395,7 @@ def print_sections(result: Mapping[str, Any], indent: str = "") -> None:
     valid, a line saying why."""
     for label, text in [*section_lines(result), *resource_lines(result)]:
         console.print(f"{indent}[bold]{label:<10}[/bold] {text}")
-    for line in search_lines(result):
+    for line in [*search_lines(result), *split_lines(result)]:
         console.print(f"{indent}{line}")
     for line in generation_lines(result):
         console.print(f"{indent}{line}")

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from mlscope.cli.consoles import escape
-from mlscope.cli.render_load import ms_text
+from mlscope.cli.render_load import agents_lines, ms_text
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -220,30 +220,6 @@ def _workload_lines(generation: Mapping[str, Any], load: Mapping[str, Any], inde
     if isinstance(prefix, Mapping):
         lines.append(
             f"{indent}{'prefix':<10} {prefix.get('tokens')} shared tokens, {prefix.get('groups')} groups"
-        )
-    return lines
-
-
-def agents_lines(load: Mapping[str, Any], indent: str) -> list[str]:
-    """A load split across agents: the schedule kept by all of them together, then who issued what,
-    how late, and each clock's offset to the reference (docs/farm.md, "Load from many hosts")."""
-    rows = load.get("agents")
-    if not isinstance(rows, list) or not rows:
-        return []
-    late = load.get("issue_lateness_ms") or {}
-    lines = [
-        f"{indent}{'agents':<10} {len(rows)} issued one schedule: intended "
-        f"{_rate(load.get('scheduled_qps'))}/s, achieved {_rate(load.get('sent_qps'))}/s; "
-        f"issue lateness p99 {ms_text(late.get('p99'))} ms"
-    ]
-    for row in rows:
-        own = row.get("issue_lateness_ms") or {}
-        offset, rtt = row.get("clock_offset_ms"), row.get("clock_rtt_ms")
-        clock = "clock not measured" if offset is None else f"clock {offset:+.3f} ms (± {rtt / 2:.3f})"
-        began = f", began {row['ready_late_s']:.3f} s late" if row.get("ready_late_s") else ""
-        lines.append(
-            f"{indent}  {escape(str(row.get('agent')))}: {row.get('requests')} requests at "
-            f"{_rate(row.get('scheduled_qps'))}/s, lateness p99 {ms_text(own.get('p99'))} ms, {clock}{began}"
         )
     return lines
 

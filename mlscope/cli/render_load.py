@@ -10,7 +10,16 @@ from typing import Any
 
 from mlscope.cli.consoles import escape
 
-__all__ = ["certified_text", "has_load_column", "load_cell", "probe_line", "search_lines"]
+__all__ = [
+    "agents_lines",
+    "certified_text",
+    "has_load_column",
+    "load_cell",
+    "ms_text",
+    "probe_line",
+    "search_lines",
+    "split_lines",
+]
 
 # The scenarios whose queries a load generator issues: their rows get a load cell.
 _LOADED_SCENARIOS = ("server", "multi_stream")
@@ -160,3 +169,39 @@ def probe_line(label: str, event: Mapping[str, Any]) -> str:
         f"probe {_number(event.get('target_qps'))} qps → {_number(event.get('achieved_qps'))} achieved, "
         f"percentile {ms_text(event.get('percentile_ms'))} ms: {verdict}{reason}"
     )
+
+
+def agents_lines(load: Mapping[str, Any], indent: str) -> list[str]:
+    """A load split across agents: the schedule kept by all of them together, then who issued what,
+    how late, and each clock's offset to the reference (docs/farm.md, "Load from many hosts")."""
+    rows = load.get("agents")
+    if not isinstance(rows, list) or not rows:
+        return []
+    late = load.get("issue_lateness_ms") or {}
+    lines = [
+        f"{indent}{'agents':<10} {len(rows)} issued one schedule: intended "
+        f"{_number(load.get('scheduled_qps'))}/s, achieved {_number(load.get('sent_qps'))}/s; "
+        f"issue lateness p99 {ms_text(late.get('p99'))} ms"
+    ]
+    for row in rows:
+        own = row.get("issue_lateness_ms") or {}
+        offset, rtt = row.get("clock_offset_ms"), row.get("clock_rtt_ms")
+        clock = "clock not measured" if offset is None else f"clock {offset:+.3f} ms (± {rtt / 2:.3f})"
+        began = f", began {row['ready_late_s']:.3f} s late" if row.get("ready_late_s") else ""
+        lines.append(
+            f"{indent}  {escape(str(row.get('agent')))}: {row.get('requests')} requests at "
+            f"{_number(row.get('scheduled_qps'))}/s, lateness p99 {ms_text(own.get('p99'))} ms, "
+            f"{clock}{began}"
+        )
+    return lines
+
+
+def split_lines(result: Mapping[str, Any]) -> list[str]:
+    """Each server or multi_stream point split across agents: who issued what (a generate point's
+    are among its generation lines)."""
+    lines: list[str] = []
+    for m in result.get("measurements") or []:
+        if m.get("scenario") in _LOADED_SCENARIOS and (m.get("load") or {}).get("agents"):
+            lines.append(f"[bold]{m['scenario']}[/bold] batch {m.get('batch_size')}")
+            lines += agents_lines(m["load"], "  ")
+    return lines

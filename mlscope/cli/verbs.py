@@ -19,7 +19,7 @@ __all__ = ["VERBS", "LazyGroup"]
 
 # Verb → the first paragraph of its help, in the order the group was built (listed sorted).
 VERBS: dict[str, str] = {
-    "run": "Evaluate MODEL on this machine and store the results.",
+    "run": "Evaluate MODEL on this machine and store the results (with --on, on the farm).",
     "models": (
         "List the models that can be evaluated: the manifests (shipped and MLSCOPE_MANIFESTS) and the "
         "catalogue's architectures (torchvision:NAME, timm:NAME, hf:TYPE) and mlscope's own models with "

@@ -4,10 +4,13 @@ schedule, the parts' settings, and the merge, held to the one-agent reduction of
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
+from mlscope.cli.render_load import agents_lines
 from mlscope.contract.errors import UserError
 from mlscope.contract.generation import GenerationSettings
 from mlscope.contract.load import LoadSettings, Shard
@@ -205,3 +208,35 @@ def test_the_server_merge_of_the_parts_is_the_report_of_the_whole_schedule() -> 
         int((np.asarray(part["scheduled_ns"]) <= cut).sum()) for part in shipped
     ]
     assert sum(row["requests"] for row in merged["load"]["agents"]) == record.issued
+
+
+def test_run_refuses_agents_without_a_farm_target_in_one_line() -> None:
+    flags = ["-f", "pytorch", "--scenario", "server", "--qps", "10", "--agents", "2"]
+    done = subprocess.run(
+        [sys.executable, "-m", "mlscope", "run", "test_tiny_mlp", *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--agents 2 splits the load across farm agents: give --on TARGET" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_merged_point_prints_who_issued_what() -> None:
+    load = {
+        "scheduled_qps": 119.6,
+        "sent_qps": 119.4,
+        "issue_lateness_ms": {"p99": 0.02},
+        "agents": [
+            {"agent": "a", "requests": 300, "scheduled_qps": 60.1, "issue_lateness_ms": {"p99": 0.0}}
+            | {"clock_offset_ms": 0.25, "clock_rtt_ms": 0.4, "ready_late_s": 0.0},
+            {"agent": "b", "requests": 300, "scheduled_qps": 59.5, "issue_lateness_ms": {"p99": 1.5}}
+            | {"clock_offset_ms": None, "clock_rtt_ms": None, "ready_late_s": 0.75},
+        ],
+    }
+    assert agents_lines(load, "") == [
+        "agents     2 issued one schedule: intended 119.6/s, achieved 119.4/s; issue lateness p99 0.020 ms",
+        "  a: 300 requests at 60.1/s, lateness p99 0.000 ms, clock +0.250 ms (± 0.200)",
+        "  b: 300 requests at 59.5/s, lateness p99 1.500 ms, clock not measured, began 0.750 s late",
+    ]
