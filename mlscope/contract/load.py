@@ -92,7 +92,8 @@ class Shard:
         if missing:
             raise UserError(f"load.shard lacks {', '.join(missing)}", field="shard")
         shard = cls(**{**data, "ids": tuple(data["ids"]) if isinstance(data["ids"], list | tuple) else ()})
-        if not (2 <= shard.count <= MAX_AGENTS and 0 <= shard.index < shard.count):
+        counted = all(isinstance(v, int) and not isinstance(v, bool) for v in (shard.index, shard.count))
+        if not (counted and 2 <= shard.count <= MAX_AGENTS and 0 <= shard.index < shard.count):
             raise UserError(
                 f"load.shard index {shard.index!r} of {shard.count!r} is invalid: expected 0 ≤ index < "
                 f"count, 2 ≤ count ≤ {MAX_AGENTS}",

@@ -99,6 +99,17 @@ def test_a_schedule_split_across_four_agents_merges_to_one_agents_figures(farm: 
     parts = [farm.client.evaluation(row["evaluation"]) for row in rows]
     assert all(part["status"] == "succeeded" for part in parts)
 
+    # the server scenario: the parts' queries merged into one report, each part's share listed
+    assert server_result["status"] == "succeeded", server_result["error"]
+    [server_point] = server_result["measurements"]
+    server_rows = server_point["load"]["agents"]
+    assert len(server_rows) == 2 and server_point["load"]["queries"] == sum(
+        r["requests"] for r in server_rows
+    )
+    assert server_point["load"]["certified"]["queries"] > 0
+    [raw_point] = farm.client.evaluation(server_result["id"], raw=True)["measurements"]
+    assert len(raw_point["latencies_ns"]) == server_point["latency_ms"]["count"] > 0
+
     # the four kept the schedule; one agent with the same four slots could not
     assert load["sent_qps"] >= 0.99 * load["scheduled_qps"], load
     [short_point] = short_result["measurements"]
@@ -118,13 +129,3 @@ def test_a_schedule_split_across_four_agents_merges_to_one_agents_figures(farm: 
                 f"{[row['issue_lateness_ms'] for row in rows]} queue {load.get('queue_wait_ms')}, one "
                 f"{one_load.get('issue_lateness_ms')} queue {one_load.get('queue_wait_ms')}"
             )
-
-    # the server scenario: the parts' queries merged into one report, each part's share listed
-    assert server_result["status"] == "succeeded", server_result["error"]
-    [server_point] = server_result["measurements"]
-    server_rows = server_point["load"]["agents"]
-    assert len(server_rows) == 2 and server_point["load"]["queries"] == sum(
-        r["requests"] for r in server_rows
-    )
-    assert server_point["load"]["certified"]["queries"] > 0
-    assert len(server_point["latencies_ns"]) == server_point["latency_ms"]["count"]
