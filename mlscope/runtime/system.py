@@ -2,7 +2,8 @@
 
 Captured where the predictor runs (a child process now, a container later) because that is the
 stack the figures belong to. The id is a content hash: the same machine with the same software
-is the same system; upgrade a library and it becomes another.
+is the same system; upgrade a library and it becomes another. The machine id and the stack id
+(contract.system_ids) split it into the hardware and the software, whoever measured.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import psutil
 
+from mlscope.contract.system_ids import machine_id, stack_id
 from mlscope.runtime.frameworks import FRAMEWORKS
 
 __all__ = ["capture_system", "cpu_facts", "gpu_facts", "system_id"]
@@ -152,4 +154,6 @@ def capture_system() -> dict[str, Any]:
         "container": _in_container(),
     }
     system["id"] = system_id(system)
+    system["machine_id"] = machine_id(system)
+    system["stack_id"] = stack_id(system)
     return system

@@ -24,6 +24,7 @@ from typing import Any
 from mlscope.contract.errors import UserError
 from mlscope.contract.manifest import Manifest
 from mlscope.contract.settings import Settings
+from mlscope.contract.system_ids import machine_id
 from mlscope.registry.models import ModelRegistry
 from mlscope.runtime.bricks import BrickJob, BrickSpec, measure_bricks
 from mlscope.runtime.frameworks import FRAMEWORKS as FRAMEWORK_SPECS
@@ -138,7 +139,7 @@ class BrickRuns:
         if self.settings.instance_type:
             system["instance_type"] = self.settings.instance_type
         self.system_id = system_id(system)
-        self.system = {**system, "id": self.system_id}
+        self.system = {**system, "id": self.system_id, "machine_id": machine_id(system)}
         self._store: Store | None = None
 
     def _check_setup(self) -> None:

@@ -30,6 +30,7 @@ from mlscope.contract.result import (
     SpooledResult,
 )
 from mlscope.contract.settings import Settings
+from mlscope.contract.system_ids import system_ids
 from mlscope.runtime.system import system_id
 from mlscope.runtime.trace.spans import TraceContext, Tracer
 from mlscope.store import Store
@@ -363,7 +364,7 @@ def _write_end(
     return writes.write(
         evaluation_id,
         StoreWrite.FINISH,
-        system=_described_system(result["system"], settings, system_extra),
+        system=_described_system(result["system"], settings, system_extra, result["framework"]),
         framework={"name": admitted.request.framework, **result["framework"]},
         cold_start=result["cold_start"],
         measurements=measurements,
@@ -374,10 +375,14 @@ def _write_end(
 
 
 def _described_system(
-    captured: Mapping[str, Any], settings: Settings, system_extra: Mapping[str, Any] | None
+    captured: Mapping[str, Any],
+    settings: Settings,
+    system_extra: Mapping[str, Any] | None,
+    framework: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The system as stored: what the predictor process captured, the user's name for the machine
-    (MLSCOPE_INSTANCE_TYPE, a fact of the machine, so part of its id) and the caller's facts."""
+    (MLSCOPE_INSTANCE_TYPE, a fact of the machine, so part of its id) and the caller's facts; with its
+    machine and stack ids (contract.system_ids), the stack's including the image `framework` records."""
     extra = dict(system_extra or {})
     if settings.instance_type:
         extra["instance_type"] = settings.instance_type
@@ -385,6 +390,7 @@ def _described_system(
     if extra:
         system.update(extra)
         system["id"] = system_id(system)
+    system["machine_id"], system["stack_id"] = system_ids(system, framework)
     return system
 
 
