@@ -19,6 +19,7 @@ from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.result import EvaluationResult
+from mlscope.contract.system_ids import system_ids
 from mlscope.store.backend import StoreBackend
 from mlscope.store.errors import (
     CANDIDATES_SHOWN,
@@ -307,9 +308,12 @@ class Store(StoreBackend):
         """
         checked_system = check_system(system)
         checked_framework = check_framework(framework)
+        machine_id, stack_id = system_ids(checked_system, checked_framework["details"])
         changes = {
             "status": "succeeded",
             "system_id": checked_system["id"],
+            "machine_id": machine_id,
+            "stack_id": stack_id,
             "framework_version": checked_framework["version"],
             "framework_details": checked_framework["details"],
             "cold_start": check_cold_start(cold_start),
@@ -567,17 +571,22 @@ class Store(StoreBackend):
         limit: int = DEFAULT_HISTORY_POINTS,
         manifest_sha256: str | None = None,
         framework_version: str | None = None,
+        machine_id: str | None = None,
+        stack_id: str | None = None,
     ) -> list[dict[str, Any]]:
         """How one model on one framework performed over time: a point per succeeded evaluation that
         measured `scenario` at `batch_size`, oldest first (created_at, then id).
 
-        One series in the strict sense (records.history: one manifest, framework version, system and
-        device) when every argument is given; otherwise the points of every series that matches, each
-        point saying which it belongs to.
+        One series in the strict sense (records.history: one manifest, framework version, machine,
+        stack and device) when every argument is given; otherwise the points of every series that
+        matches, each point saying which it belongs to.
 
         Args:
             model, framework: the model and framework names.
-            system_id, device: only evaluations on this system, on this device; any when None.
+            machine_id, stack_id, device: only evaluations on this machine, stack (contract.system_ids)
+                and device; any when None.
+            system_id: only evaluations on the machines and stacks this system was measured on (under
+                any system id); any when None.
             manifest_sha256, framework_version: only evaluations of this manifest, on this version of
                 the framework; any when None.
             scenario, batch_size: the measurement each point is read from.
@@ -587,7 +596,7 @@ class Store(StoreBackend):
         Returns:
             Points {"evaluation_id", "created_at" (ISO 8601), "system_id", "device", "manifest_sha256",
             "framework_version", "median_ms", "ci_low_ms", "ci_high_ms", "p99_ms", "throughput",
-            "valid"}.
+            "valid", "workload_key", "machine_id", "stack_id"}.
 
         Raises:
             UserError: naming the invalid argument.
@@ -604,6 +613,8 @@ class Store(StoreBackend):
             limit=limit,
             manifest_sha256=manifest_sha256,
             framework_version=framework_version,
+            machine_id=machine_id,
+            stack_id=stack_id,
         )
         return self._history_points(where, limit=limit)
 
@@ -620,20 +631,24 @@ class Store(StoreBackend):
         batch_size: int | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        machine_id: str | None = None,
+        stack_id: str | None = None,
     ) -> list[dict[str, Any]]:
         """The history series that have points matching every given condition: what `history` can be
         asked for, one entry per series key (records.history.SERIES_KEY_FIELDS), counted in the
         database.
 
         Args:
-            model ... batch_size: only series with this key value; any when None.
+            model ... batch_size, machine_id, stack_id: only series with this key value; any when None.
+            system_id: only series on the machines and stacks this system was measured on.
             since, until: aware datetimes bounding created_at; since inclusive, until exclusive. Only
                 the points in between are counted, and series with none are left out.
 
         Returns:
-            {"model", "manifest_sha256", "framework", "framework_version", "system_id", "device",
-            "scenario", "batch_size", "points", "first_at", "last_at"} per series, ordered by key (None
-            first, strings by code point).
+            {"model", "manifest_sha256", "framework", "framework_version", "machine_id", "stack_id",
+            "device", "scenario", "batch_size", "system_id" (the greatest system id among its points),
+            "points", "first_at", "last_at"} per series, ordered by key (None first, strings by code
+            point).
 
         Raises:
             UserError: naming the invalid argument.
@@ -644,6 +659,8 @@ class Store(StoreBackend):
             manifest_sha256=manifest_sha256,
             framework_version=framework_version,
             system_id=system_id,
+            machine_id=machine_id,
+            stack_id=stack_id,
             device=device,
             scenario=scenario,
             batch_size=batch_size,

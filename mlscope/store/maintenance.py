@@ -18,6 +18,7 @@ from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.names import STATUSES, TERMINAL_STATUSES, TRACE_LEVELS
+from mlscope.contract.system_ids import system_ids
 from mlscope.store.records import (
     EvaluationRecord,
     check_accuracy,
@@ -108,6 +109,7 @@ def record_of(result: Mapping[str, Any]) -> tuple[EvaluationRecord, dict[str, An
     if status in TERMINAL_STATUSES and finished_at is None:
         raise UserError(f"a {status} evaluation needs its finished_at", field="finished_at")
     trace_id = result.get("trace_id")
+    machine_id, stack_id = (None, None) if system is None else system_ids(system, framework["details"])
     record = EvaluationRecord(
         id=check_text(result.get("id"), "id"),
         status=status,
@@ -127,6 +129,8 @@ def record_of(result: Mapping[str, Any]) -> tuple[EvaluationRecord, dict[str, An
         started_at=_timestamp(result.get("started_at"), "started_at"),
         finished_at=finished_at,
         system_id=None if system is None else system["id"],
+        machine_id=machine_id,
+        stack_id=stack_id,
         cold_start=None if result.get("cold_start") is None else check_cold_start(result["cold_start"]),
         error=None if result.get("error") is None else check_error(result["error"]),
         accuracy=None if result.get("accuracy") is None else check_accuracy(result["accuracy"]),

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from alembic import command
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.system_ids import system_ids
 from mlscope.contract.workload import display_name, workload_key
 from mlscope.store import open_store, records
 from mlscope.store.sql.schema import BASELINE, alembic_config, head_revision, revisions
@@ -426,7 +427,76 @@ def test_upgrading_a_store_from_before_workload_keys_gives_one_comparison_row_pe
 
     # Then the one step is applied, and the comparison is the one the store wrote fresh, a row per
     # workload, counted by compare_keys and by the measurements alike
-    assert (done["from"], done["steps"]) == ("mlscope_0007", ["mlscope_0008"])
+    assert (done["from"], done["steps"]) == ("mlscope_0007", ["mlscope_0008", "mlscope_0009"])
     with open_store(empty_url) as store:
         assert store.compare() == expected
         assert store.compare(since=datetime(2000, 1, 1, tzinfo=timezone.utc)) == expected
+
+
+def test_upgrading_a_store_from_before_machine_ids_fills_them_from_the_stored_systems(empty_url: str) -> None:
+    # Given a store at schema 8 (made at the head, then taken down one revision) holding runs of one
+    # machine under two system ids (a local run, a farm agent's container with an image), of another
+    # machine, and one that never finished
+    image = {
+        "name": "mlscope/pytorch",
+        "id": "sha256:" + "1" * 64,
+        "digest": "mlscope/pytorch@sha256:" + "2" * 64,
+    }
+    systems = [
+        (make_system(1, id="local-id"), {}),
+        (
+            make_system(1, id="farm-id", hostname="worker-7", container=True, agent={"id": "a-7"}),
+            {"image": image},
+        ),
+        (make_system(2), {}),
+    ]
+    with open_store(empty_url) as store:
+        ids = []
+        for system, details in systems:
+            id = run_to(store, "running")
+            store.finish_evaluation(
+                id,
+                system=system,
+                framework={"name": "pytorch", "version": "2.3.0", **details},
+                cold_start=COLD_START,
+                measurements=[make_measurement()],
+            )
+            ids.append(id)
+        running = run_to(store, "running")
+        series = store.history_series()
+    written = _stored_ids(empty_url)
+    assert set(written) == {*ids, running}
+    engine = _engine(empty_url)
+    try:
+        with engine.begin() as connection:
+            command.downgrade(alembic_config(connection), "mlscope_0008")
+            columns = {c["name"] for c in sa.inspect(connection).get_columns("evaluations")}
+    finally:
+        engine.dispose()
+    assert not {"machine_id", "stack_id"} & columns
+
+    # When it is upgraded
+    with open_store(empty_url, check_schema=False) as store:
+        done = store.upgrade()
+
+    # Then each evaluation with a system has the ids this mlscope writes, filled from the stored
+    # system and the image its framework recorded; the one machine's runs share its machine id and,
+    # in another image, have another stack; and the series are those of the store written fresh
+    assert (done["from"], done["steps"]) == ("mlscope_0008", ["mlscope_0009"])
+    assert _stored_ids(empty_url) == written
+    with open_store(empty_url) as store:
+        assert store.history_series() == series
+    local, farm, other = (written[id] for id in ids)
+    assert local == system_ids(make_system(1)) and written[running] == (None, None)
+    assert farm[0] == local[0] and farm[1] != local[1] and other[0] != local[0]
+
+
+def _stored_ids(url: str) -> dict[str, tuple[str | None, str | None]]:
+    """Each evaluation's (machine_id, stack_id), as its row holds them."""
+    engine = _engine(url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(sa.text("SELECT id, machine_id, stack_id FROM evaluations"))
+            return {id: (machine, stack) for id, machine, stack in rows}
+    finally:
+        engine.dispose()

@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 
 from mlscope.contract.errors import UserError
+from mlscope.contract.system_ids import system_ids
 from mlscope.contract.workload import workload_key
 from mlscope.store import records
 from mlscope.store.mongo import MongoStore
 from mlscope.store.mongo.codec import decode
 from mlscope.store.mongo.schema import META, SCHEMA_VERSION
-from tests.contract.builders import finish, make_measurement, run_to
+from tests.contract.builders import COLD_START, finish, make_measurement, make_system, run_to
 from tests.contract.mongomock_store import SharedMongomockClient
 
 # The fields version 2 adds to a measurement sub-document.
@@ -89,7 +90,7 @@ def test_a_version_1_store_is_refused_then_upgraded_with_the_summary_fields(
         assert store.schema_status()["upgrade_needed"] is True
         done = store.upgrade()
     # Then every measurement was backfilled, and the meta document says the current version
-    assert (done["from"], done["to"], done["steps"], done["backfilled"]) == ("1", "3", ["2", "3"], 3)
+    assert (done["from"], done["to"], done["steps"], done["backfilled"]) == ("1", "4", ["2", "3", "4"], 3)
     assert database(url)[META].find_one({"_id": "schema"})["version"] == SCHEMA_VERSION
     for document in database(url)["evaluations"].find({"measurements.0": {"$exists": True}}):
         for m in document["measurements"]:
@@ -190,7 +191,7 @@ def test_a_version_2_store_is_upgraded_to_one_comparison_row_per_workload(url: s
     # When it is upgraded
     with open_mongo(url, check_schema=False) as store:
         done = store.upgrade()
-    assert (done["from"], done["to"], done["steps"]) == ("2", "3", ["3"])
+    assert (done["from"], done["to"], done["steps"]) == ("2", "4", ["3", "4"])
 
     # Then its comparison has a row per workload, as the store wrote it fresh
     with open_mongo(url) as store:
@@ -200,3 +201,38 @@ def test_a_version_2_store_is_upgraded_to_one_comparison_row_per_workload(url: s
         ("resnet18[n_layer=2]", 2),
         ("resnet18[n_layer=4]", 1),
     ]
+
+
+def test_a_version_3_store_is_upgraded_with_machine_and_stack_ids(url: str) -> None:
+    # Given a version-3 store (evaluations without machine and stack ids): a succeeded run, one in an
+    # image, and one still running
+    image = {"name": "mlscope/pytorch", "id": "sha256:" + "1" * 64, "digest": "sha256:" + "2" * 64}
+    with open_mongo(url) as store:
+        plain = run_to(store, "succeeded")
+        in_image = run_to(store, "running")
+        store.finish_evaluation(
+            in_image,
+            system=make_system(),
+            framework={"name": "pytorch", "version": "2.3.0", "image": image},
+            cold_start=COLD_START,
+            measurements=[make_measurement()],
+        )
+        running = run_to(store, "running")
+        series = store.history_series()
+    db = database(url)
+    written = {d["_id"]: (d.get("machine_id"), d.get("stack_id")) for d in db["evaluations"].find()}
+    db[META].update_one({"_id": "schema"}, {"$set": {"version": 3}})
+    db["evaluations"].update_many({}, {"$unset": {"machine_id": "", "stack_id": ""}})
+
+    # When it is upgraded
+    with open_mongo(url, check_schema=False) as store:
+        done = store.upgrade()
+
+    # Then every evaluation with a system has the ids this mlscope writes, and the series are the same
+    assert (done["from"], done["to"], done["steps"]) == ("3", "4", ["4"])
+    assert {d["_id"]: (d.get("machine_id"), d.get("stack_id")) for d in db["evaluations"].find()} == written
+    assert written[plain] == system_ids(make_system())
+    assert written[in_image] == system_ids(make_system(), {"image": image}) != written[plain]
+    assert written[running] == (None, None)
+    with open_mongo(url) as store:
+        assert store.history_series() == series

@@ -14,6 +14,7 @@ import pytest
 
 from mlscope.analysis.history import read_series
 from mlscope.contract.errors import UserError
+from mlscope.contract.system_ids import system_ids
 from mlscope.contract.workload import workload_key
 from mlscope.store import Store
 from mlscope.store.records.history import HISTORY_FIELDS, MAX_HISTORY_POINTS, SERIES_KEY_FIELDS
@@ -25,7 +26,7 @@ def evaluate(
     *,
     model: str = "resnet18",
     framework: str = "pytorch",
-    system: int = 1,
+    system: int | dict[str, Any] = 1,
     device: str = "cpu",
     minutes: int = 0,
     mean: float = 2.0,
@@ -51,7 +52,7 @@ def evaluate(
     if succeed:
         store.finish_evaluation(
             id,
-            system=make_system(system),
+            system=make_system(system) if isinstance(system, int) else system,
             framework={"name": framework, "version": version},
             cold_start=COLD_START,
             measurements=measurements
@@ -100,6 +101,8 @@ def test_a_point_per_succeeded_evaluation_oldest_first_with_its_figures(store: S
         "throughput": 250.0,
         "valid": False,
         "workload_key": workload_key(store.get_evaluation(third), "single_stream"),
+        "machine_id": system_ids(make_system(2))[0],
+        "stack_id": system_ids(make_system(2))[1],
     }
 
 
@@ -151,6 +154,36 @@ def test_filters_narrow_the_series(store: Store) -> None:
     assert ids(store.history(model="bert", framework="pytorch")) == []
 
 
+def test_one_machine_measured_locally_and_by_a_farm_agent_is_one_series(store: Store) -> None:
+    # Given one machine measured by `mlscope run` and then by a farm worker in a container: another
+    # host name, an agent and the container flag, so another system id
+    local = evaluate(store, minutes=0, system=make_system(1, id="local-id"))
+    agent = {"id": "agent-7", "capabilities": {"frameworks": ["pytorch"]}}
+    farmed = make_system(1, id="farm-id", hostname="worker-7", container=True, agent=agent)
+    remote = evaluate(store, minutes=10, system=farmed)
+    other = evaluate(store, minutes=20, system=2)
+
+    # When the series are listed and read
+    found = store.history_series(model="resnet18", scenario="single_stream", batch_size=1)
+
+    # Then the two runs of the machine are one series of two points, whichever system id is named
+    assert sorted(s["points"] for s in found) == [1, 2]
+    (both,) = [s for s in found if s["points"] == 2]
+    assert (both["machine_id"], both["stack_id"]) == system_ids(make_system(1))
+    points = store.history(model="resnet18", framework="pytorch", machine_id=both["machine_id"])
+    assert ids(points) == [local, remote]
+    assert [p["system_id"] for p in points] == ["local-id", "farm-id"]
+    for system_id in ("local-id", "farm-id"):
+        assert ids(store.history(model="resnet18", framework="pytorch", system_id=system_id)) == [
+            local,
+            remote,
+        ]
+    assert ids(store.history(model="resnet18", framework="pytorch", system_id="sys-2")) == [other]
+    # And change points are looked for across both (one series, not a mix)
+    read = read_series(store, model="resnet18", framework="pytorch", system_id="farm-id")
+    assert "belong to" not in (read["detection"]["note"] or "")
+
+
 def test_a_series_is_one_manifest_and_framework_version(store: Store) -> None:
     # Given runs of one model on one framework under two manifests and two framework versions
     old = evaluate(store, minutes=0, manifest="a" * 64, version="1.0")
@@ -187,27 +220,36 @@ def test_history_series_lists_each_series_key_with_its_points(store: Store) -> N
     # When the single_stream series of resnet18 at batch size 1 are listed
     found = store.history_series(model="resnet18", scenario="single_stream", batch_size=1)
 
-    # Then each is one entry, keyed and counted, None sorting first
+    # Then each is one entry, keyed (by machine and stack, with a system id it was measured under) and
+    # counted, None sorting first
     keys = [
-        (s["framework"], s["manifest_sha256"], s["framework_version"], s["system_id"], s["device"])
+        (s["framework"], s["manifest_sha256"], s["framework_version"], s["machine_id"], s["system_id"])
         for s in found
     ]
+    (machine_1, stack), (machine_2, _) = system_ids(make_system(1)), system_ids(make_system(2))
     assert keys == [
-        ("onnxruntime", None, "9.9", "sys-1", "cpu"),
-        ("pytorch", None, "10.0", "sys-1", "cpu"),
-        ("pytorch", "a" * 64, "9.9", "sys-1", "cpu"),
-        ("pytorch", "a" * 64, "9.9", "sys-2", "cuda:0"),
+        ("onnxruntime", None, "9.9", machine_1, "sys-1"),
+        ("pytorch", None, "10.0", machine_1, "sys-1"),
+        *sorted(
+            [
+                ("pytorch", "a" * 64, "9.9", machine_1, "sys-1"),
+                ("pytorch", "a" * 64, "9.9", machine_2, "sys-2"),
+            ]
+        ),
     ]
-    assert list(found[2]) == [*SERIES_KEY_FIELDS, "points", "first_at", "last_at"]
-    assert found[2] == {
+    one = next(s for s in found if s["system_id"] == "sys-1" and s["manifest_sha256"])
+    assert list(one) == [*SERIES_KEY_FIELDS, "system_id", "points", "first_at", "last_at"]
+    assert one == {
         "model": "resnet18",
         "manifest_sha256": "a" * 64,
         "framework": "pytorch",
         "framework_version": "9.9",
-        "system_id": "sys-1",
+        "machine_id": machine_1,
+        "stack_id": stack,
         "device": "cpu",
         "scenario": "single_stream",
         "batch_size": 1,
+        "system_id": "sys-1",
         "points": 2,
         "first_at": T0.isoformat(),
         "last_at": (T0 + timedelta(minutes=10)).isoformat(),
@@ -218,7 +260,7 @@ def test_history_series_lists_each_series_key_with_its_points(store: Store) -> N
     since = store.history_series(
         framework="pytorch", batch_size=8, since=T0 + timedelta(minutes=10), until=T0 + timedelta(minutes=30)
     )
-    assert [(s["system_id"], s["points"]) for s in since] == [("sys-1", 1), ("sys-2", 1)]
+    assert sorted((s["system_id"], s["points"]) for s in since) == [("sys-1", 1), ("sys-2", 1)]
     assert store.history_series(model="bert") == []
 
 

@@ -164,6 +164,8 @@ def to_record(
         manifest=decode(document.get("manifest") or {}),
         created_at=created_at,
         system_id=document.get("system_id"),
+        machine_id=document.get("machine_id"),
+        stack_id=document.get("stack_id"),
         trace_id=document.get("trace_id"),
         cold_start=decode(document.get("cold_start")),
         error=decode(document.get("error")),

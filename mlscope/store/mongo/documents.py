@@ -76,6 +76,8 @@ class EvaluationDocument(mongoengine.Document):
             ("model_name", "framework_name", "-created_at", "id"),
             ("framework_name", "-created_at"),
             ("system_id", "-created_at"),
+            # History series, grouped by machine and stack (contract.system_ids).
+            ("machine_id", "stack_id", "-created_at"),
             # A sweeper's look for expired leases: the running range, oldest expiry first.
             ("status", "lease_expires_at"),
         ],
@@ -91,6 +93,9 @@ class EvaluationDocument(mongoengine.Document):
     framework_version = mongoengine.StringField(null=True)
     framework_details = mongoengine.DictField(null=True)
     system_id = mongoengine.StringField(null=True)
+    # Schema version 4: the machine and the software stack it ran on (contract.system_ids).
+    machine_id = mongoengine.StringField(null=True)
+    stack_id = mongoengine.StringField(null=True)
     runner = mongoengine.StringField(required=True)
     device = mongoengine.StringField(required=True)
     trace_level = mongoengine.StringField(required=True)

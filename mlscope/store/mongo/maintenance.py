@@ -47,6 +47,8 @@ def bulk_insert(
             "started_at": record.started_at,
             "finished_at": record.finished_at,
             "system_id": record.system_id,
+            "machine_id": record.machine_id,
+            "stack_id": record.stack_id,
             "framework_details": record.framework_details,
             "cold_start": record.cold_start,
             "error": record.error,

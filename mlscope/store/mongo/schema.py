@@ -8,6 +8,8 @@
 - Version 3: each measurement sub-document also carries workload_key (contract.workload.workload_key
   of its evaluation and scenario) and display_name (its evaluation's), so that the comparison table
   has one row per workload.
+- Version 4: each evaluation with a system also carries machine_id and stack_id
+  (contract.system_ids), which history series group by.
 
 `read_state` says what a database holds without changing it, `mark_current` records the current
 version in an empty database, and `upgrade` backfills older evaluations in batches and then writes
@@ -24,6 +26,7 @@ from pymongo import ASCENDING
 from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError
 
+from mlscope.contract.system_ids import system_ids
 from mlscope.store.mongo.codec import decode, measurement_summary, measurement_workload
 from mlscope.store.mongo.documents import DOCUMENTS
 from mlscope.store.schema import SchemaState
@@ -32,7 +35,7 @@ __all__ = ["META", "SCHEMA_VERSION", "mark_current", "read_state", "upgrade"]
 
 META = "mlscope_meta"
 SCHEMA_ID = "schema"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 STORE_COLLECTIONS = frozenset(document._meta["collection"] for document in DOCUMENTS) | {META}
 # Evaluations read and rewritten per round trip.
 BATCH_DOCUMENTS = 500
@@ -80,13 +83,51 @@ def mark_current(db: Database[Any]) -> None:
 
 
 def upgrade(db: Database[Any]) -> int:
-    """Brings a version-1 or version-2 database to the current version: every measurement gets the
-    version-2 and version-3 fields, evaluation by evaluation in batches, then the meta document says
-    so.
+    """Brings a version-1, 2 or 3 database to the current version: every measurement gets the
+    version-2 and version-3 fields, evaluation by evaluation in batches, every evaluation with a
+    system the version-4 ids, then the meta document says so.
 
     Returns:
         How many measurement sub-documents were backfilled.
     """
+    backfilled = _backfill_measurements(db)
+    _fill_system_ids(db)
+    db[META].update_one({"_id": SCHEMA_ID}, {"$set": {"version": SCHEMA_VERSION}}, upsert=True)
+    return backfilled
+
+
+def _fill_system_ids(db: Database[Any]) -> int:
+    """Sets machine_id and stack_id of every evaluation with a system and no machine_id, from its
+    system's stored description and its framework details' image; returns how many were set."""
+    evaluations, systems = db["evaluations"], db["systems"]
+    filled, last = 0, None
+    while True:
+        query: dict[str, Any] = {"system_id": {"$ne": None}, "machine_id": None}
+        if last is not None:
+            query["_id"] = {"$gt": last}
+        batch = list(
+            evaluations.find(query, {"system_id": 1, "framework_details": 1})
+            .sort("_id", ASCENDING)
+            .limit(BATCH_DOCUMENTS)
+        )
+        if not batch:
+            return filled
+        wanted = sorted({document["system_id"] for document in batch})
+        described = {s["_id"]: decode(s.get("data")) for s in systems.find({"_id": {"$in": wanted}})}
+        for document in batch:
+            system = described.get(document["system_id"])
+            if not isinstance(system, dict):
+                continue
+            machine, stack = system_ids(system, decode(document.get("framework_details")))
+            evaluations.update_one(
+                {"_id": document["_id"]}, {"$set": {"machine_id": machine, "stack_id": stack}}
+            )
+            filled += 1
+        last = batch[-1]["_id"]
+
+
+def _backfill_measurements(db: Database[Any]) -> int:
+    """The version-2 and version-3 fields of every measurement; returns how many were backfilled."""
     evaluations = db["evaluations"]
     backfilled, last = 0, None
     while True:
@@ -117,5 +158,4 @@ def upgrade(db: Database[Any]) -> int:
             evaluations.update_one({"_id": document["_id"]}, {"$set": {"measurements": measurements}})
             backfilled += len(measurements)
         last = batch[-1]["_id"]
-    db[META].update_one({"_id": SCHEMA_ID}, {"$set": {"version": SCHEMA_VERSION}}, upsert=True)
     return backfilled

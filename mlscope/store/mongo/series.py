@@ -4,14 +4,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mlscope.store.mongo.codec import to_datetime
 from mlscope.store.mongo.pipelines import created_between, measurement_figures
 from mlscope.store.records.history import HistoryFilter, SeriesFilter, history_point, series_summary
 
-__all__ = ["history_pipeline", "history_row", "series_keys_pipeline", "series_keys_row"]
+__all__ = [
+    "history_pipeline",
+    "history_row",
+    "series_keys_pipeline",
+    "series_keys_row",
+    "stacks_of",
+    "stacks_pipeline",
+]
 
 # records.history.SERIES_KEY_FIELDS as fields of an evaluation document, its measurement unwound.
 _EVALUATION_KEYS = {
@@ -19,18 +26,40 @@ _EVALUATION_KEYS = {
     "manifest_sha256": "manifest_sha256",
     "framework": "framework_name",
     "framework_version": "framework_version",
-    "system_id": "system_id",
+    "machine_id": "machine_id",
+    "stack_id": "stack_id",
     "device": "device",
 }
+# The (machine id, stack id) pairs a filter's system id was measured on (Store reads them first).
+Stacks = Sequence[tuple[str | None, str | None]]
+
+
+def stacks_pipeline(system_id: str) -> list[dict[str, Any]]:
+    """The (machine id, stack id) pairs of the evaluations of system `system_id`, for `stacks_of`."""
+    return [
+        {"$match": {"system_id": system_id}},
+        {"$group": {"_id": {"machine_id": "$machine_id", "stack_id": "$stack_id"}}},
+    ]
+
+
+def stacks_of(found: Sequence[Mapping[str, Any]]) -> list[tuple[str | None, str | None]]:
+    """The pairs of the stacks pipeline's output."""
+    return [(row["_id"].get("machine_id"), row["_id"].get("stack_id")) for row in found]
+
+
 _MEASUREMENT_KEYS = {"scenario": "measurements.scenario", "batch_size": "measurements.batch_size"}
 
 
-def _evaluation_match(where: SeriesFilter) -> dict[str, Any]:
-    """The succeeded evaluations `where` selects, by the key values it gives and its time bounds."""
+def _evaluation_match(where: SeriesFilter, stacks: Stacks | None) -> dict[str, Any]:
+    """The succeeded evaluations `where` selects, by the key values it gives, on `stacks` (those of
+    its system id) and in its time bounds."""
     match: dict[str, Any] = {"status": "succeeded"}
     for name, field in _EVALUATION_KEYS.items():
         if getattr(where, name) is not None:
             match[field] = getattr(where, name)
+    if where.system_id is not None:
+        pairs = [{"machine_id": machine, "stack_id": stack} for machine, stack in stacks or ()]
+        match["$or"] = pairs or [{"_id": {"$in": []}}]
     match.update(created_between(where.since, where.until))
     return match
 
@@ -44,11 +73,13 @@ def _measurement_match(where: SeriesFilter) -> dict[str, Any]:
     }
 
 
-def history_pipeline(where: HistoryFilter, *, limit: int) -> list[dict[str, Any]]:
+def history_pipeline(
+    where: HistoryFilter, *, limit: int, stacks: Stacks | None = None
+) -> list[dict[str, Any]]:
     """The latest `limit` points of a history series over `evaluations`, latest first, for
-    `history_row`."""
+    `history_row`; `stacks` are the filter's system id's (`stacks_pipeline`)."""
     match = {
-        **_evaluation_match(where),
+        **_evaluation_match(where, stacks),
         "measurements": {"$elemMatch": {"scenario": where.scenario, "batch_size": where.batch_size}},
     }
     return [
@@ -61,6 +92,8 @@ def history_pipeline(where: HistoryFilter, *, limit: int) -> list[dict[str, Any]
             "$project": {
                 "created_at": 1,
                 "system_id": 1,
+                "machine_id": 1,
+                "stack_id": 1,
                 "device": 1,
                 "manifest_sha256": 1,
                 "framework_version": 1,
@@ -89,19 +122,21 @@ def history_row(found: Mapping[str, Any]) -> dict[str, Any]:
         throughput=found.get("throughput"),
         valid=found.get("valid"),
         workload_key=found.get("workload_key"),
+        machine_id=found.get("machine_id"),
+        stack_id=found.get("stack_id"),
     )
 
 
-def series_keys_pipeline(where: SeriesFilter) -> list[dict[str, Any]]:
+def series_keys_pipeline(where: SeriesFilter, stacks: Stacks | None = None) -> list[dict[str, Any]]:
     """Per series with points `where` selects: its key (`_id`), how many (`points`), the first and
-    last created_at, for `series_keys_row`."""
+    last created_at and its greatest system id, for `series_keys_row`; `stacks` as history_pipeline's."""
     measured = _measurement_match(where)
     key = {
         **{name: {"$ifNull": [f"${field}", None]} for name, field in _EVALUATION_KEYS.items()},
         **{name: f"${field}" for name, field in _MEASUREMENT_KEYS.items()},
     }
     return [
-        {"$match": _evaluation_match(where)},
+        {"$match": _evaluation_match(where, stacks)},
         {"$unwind": "$measurements"},
         *([{"$match": measured}] if measured else []),
         {
@@ -110,6 +145,7 @@ def series_keys_pipeline(where: SeriesFilter) -> list[dict[str, Any]]:
                 "points": {"$sum": 1},
                 "first_at": {"$min": "$created_at"},
                 "last_at": {"$max": "$created_at"},
+                "system_id": {"$max": "$system_id"},
             }
         },
     ]
@@ -125,4 +161,5 @@ def series_keys_row(found: Mapping[str, Any]) -> dict[str, Any]:
         points=found["points"],
         first_at=first_at,
         last_at=last_at,
+        system_id=found.get("system_id"),
     )

@@ -50,7 +50,14 @@ from mlscope.store.mongo.pipelines import (
     pipeline_row,
 )
 from mlscope.store.mongo.schema import mark_current, read_state, upgrade
-from mlscope.store.mongo.series import history_pipeline, history_row, series_keys_pipeline, series_keys_row
+from mlscope.store.mongo.series import (
+    history_pipeline,
+    history_row,
+    series_keys_pipeline,
+    series_keys_row,
+    stacks_of,
+    stacks_pipeline,
+)
 from mlscope.store.mongo.unavailable import reports_unavailable
 from mlscope.store.records import (
     PLAIN_CODEC,
@@ -388,12 +395,21 @@ class MongoStore(Store):
         return [pipeline_row(found) for found in self._evaluations.aggregate(pipeline, allowDiskUse=True)]
 
     def _history_points(self, where: HistoryFilter, *, limit: int) -> list[dict[str, Any]]:
-        found = self._evaluations.aggregate(history_pipeline(where, limit=limit), allowDiskUse=True)
+        pipeline = history_pipeline(where, limit=limit, stacks=self._stacks(where))
+        found = self._evaluations.aggregate(pipeline, allowDiskUse=True)
         return [history_row(point) for point in reversed(list(found))]
 
     def _series_keys(self, where: SeriesFilter) -> list[dict[str, Any]]:
-        found = self._evaluations.aggregate(series_keys_pipeline(where), allowDiskUse=True)
+        found = self._evaluations.aggregate(
+            series_keys_pipeline(where, self._stacks(where)), allowDiskUse=True
+        )
         return [series_keys_row(series) for series in found]
+
+    def _stacks(self, where: SeriesFilter) -> list[tuple[str | None, str | None]] | None:
+        """The (machine id, stack id) pairs of the filter's system id; None when it names none."""
+        if where.system_id is None:
+            return None
+        return stacks_of(list(self._evaluations.aggregate(stacks_pipeline(where.system_id))))
 
     # ----- spans -----------------------------------------------------------------------------------
 

@@ -130,6 +130,10 @@ class EvaluationRecord:
     attempts: int = 0
     lease_owner: str | None = None
     lease_expires_at: datetime | None = None
+    # Schema 9: the machine and the software stack it ran on (contract.system_ids), what history
+    # series group by; None until it has a system.
+    machine_id: str | None = None
+    stack_id: str | None = None
     system: dict[str, Any] | None = None
     measurements: list[MeasurementRecord] = field(default_factory=list)
 

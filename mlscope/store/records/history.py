@@ -1,10 +1,13 @@
-"""History series: how one model performed over time on one framework, system and device, at one
-scenario and batch size. The filters series are drawn and listed with, their checks, the bounds of a
-series' length, one point in the public shape every backend returns, and one series key.
+"""History series: how one model performed over time on one framework, machine, software stack and
+device, at one scenario and batch size. The filters series are drawn and listed with, their checks,
+the bounds of a series' length, one point in the public shape every backend returns, and one series
+key.
 
-A series is keyed by (model name + manifest hash, framework name + version, system + device,
+A series is keyed by (model name + manifest hash, framework name + version, machine + stack + device,
 scenario, batch size): a new manifest or framework version starts a new series, so that a change
-point marks a change nobody recorded, not one they did.
+point marks a change nobody recorded, not one they did. The machine and stack ids
+(contract.system_ids), not the system id: one machine measured by `mlscope run`, by a farm worker or
+in a container is one series, though each gives it another system id.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ HISTORY_FIELDS: tuple[str, ...] = (
     "throughput",
     "valid",
     "workload_key",
+    "machine_id",
+    "stack_id",
 )
 
 
@@ -53,12 +58,15 @@ HISTORY_FIELDS: tuple[str, ...] = (
 class SeriesFilter:
     """Which succeeded measurements series are drawn from; None means "any". `since` is inclusive,
     `until` exclusive, both on created_at. The field names are SERIES_KEY_FIELDS', so that one
-    translation to a backend's conditions serves this and HistoryFilter."""
+    translation to a backend's conditions serves this and HistoryFilter. `system_id`, not a key field,
+    selects the series of that system's machine and stack (every system id they were measured under)."""
 
     model: str | None = None
     framework: str | None = None
     manifest_sha256: str | None = None
     framework_version: str | None = None
+    machine_id: str | None = None
+    stack_id: str | None = None
     system_id: str | None = None
     device: str | None = None
     scenario: str | None = None
@@ -86,7 +94,7 @@ def check_series_filter(**conditions: Any) -> SeriesFilter:
     """
     texts = {
         name: check_optional_text(conditions.get(name), name)
-        for name in SERIES_KEY_FIELDS
+        for name in (*SERIES_KEY_FIELDS, "system_id")
         if name != "batch_size"
     }
     batch_size = conditions.get("batch_size")
@@ -111,6 +119,8 @@ def check_history(
     limit: Any,
     manifest_sha256: Any = None,
     framework_version: Any = None,
+    machine_id: Any = None,
+    stack_id: Any = None,
 ) -> HistoryFilter:
     """The conditions of a history series, checked, with its length checked too.
 
@@ -125,6 +135,8 @@ def check_history(
         manifest_sha256=check_optional_text(manifest_sha256, "manifest_sha256"),
         framework_version=check_optional_text(framework_version, "framework_version"),
         system_id=check_optional_text(system_id, "system_id"),
+        machine_id=check_optional_text(machine_id, "machine_id"),
+        stack_id=check_optional_text(stack_id, "stack_id"),
         device=check_optional_text(device, "device"),
         since=check_aware(since, "since"),
         until=check_aware(until, "until"),
@@ -149,10 +161,13 @@ def history_point(
     throughput: float | None,
     valid: bool | None,
     workload_key: str | None = None,
+    machine_id: str | None = None,
+    stack_id: str | None = None,
 ) -> dict[str, Any]:
     """One point of a series, its keys in HISTORY_FIELDS order, created_at as UTC ISO 8601.
     `workload_key` is the measurement's (contract.workload.workload_key): the points of one series
-    with different keys measured different workloads."""
+    with different keys measured different workloads. `machine_id` and `stack_id` are the evaluation's
+    (contract.system_ids); its `system_id` may differ from point to point of one series."""
     return {
         "evaluation_id": evaluation_id,
         "created_at": created_at.astimezone(timezone.utc).isoformat(),
@@ -167,16 +182,20 @@ def history_point(
         "throughput": throughput,
         "valid": valid,
         "workload_key": workload_key,
+        "machine_id": machine_id,
+        "stack_id": stack_id,
     }
 
 
 def series_summary(
-    key: tuple[Any, ...], *, points: int, first_at: datetime, last_at: datetime
+    key: tuple[Any, ...], *, points: int, first_at: datetime, last_at: datetime, system_id: str | None = None
 ) -> dict[str, Any]:
-    """One series as `Store.history_series` lists it: its key (values in SERIES_KEY_FIELDS order), how
-    many points it has among those selected, and the first and last one's created_at (UTC ISO 8601)."""
+    """One series as `Store.history_series` lists it: its key (values in SERIES_KEY_FIELDS order), a
+    system id it was measured under (the greatest: `system_id` selects the series again), how many
+    points it has among those selected, and the first and last one's created_at (UTC ISO 8601)."""
     return {
         **dict(zip(SERIES_KEY_FIELDS, key, strict=True)),
+        "system_id": system_id,
         "points": points,
         "first_at": first_at.astimezone(timezone.utc).isoformat(),
         "last_at": last_at.astimezone(timezone.utc).isoformat(),

@@ -123,6 +123,8 @@ def to_record(row: EvaluationRow, *, include_raw: bool) -> EvaluationRecord:
         manifest=row.manifest,
         created_at=row.created_at,
         system_id=row.system_id,
+        machine_id=row.machine_id,
+        stack_id=row.stack_id,
         trace_id=row.trace_id,
         cold_start=row.cold_start,
         framework_details=row.framework_details,

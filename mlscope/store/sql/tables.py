@@ -119,6 +119,10 @@ class EvaluationRow(Base):
     # Schema 8: the model as the comparison table shows it, with its options (`hf:gpt2[n_layer=2]`:
     # contract.workload.display_name), written with the evaluation; last for the same reason.
     display_name: Mapped[str | None] = mapped_column(String)
+    # Schema 9: the machine and the software stack it ran on (contract.system_ids), what history series
+    # group by; last for the same reason.
+    machine_id: Mapped[str | None] = mapped_column(String(16), index=True)
+    stack_id: Mapped[str | None] = mapped_column(String(16), index=True)
 
     # lazy="raise": every read says what it loads, so listing never issues a query per row.
     system: Mapped[SystemRow | None] = relationship(lazy="raise")
