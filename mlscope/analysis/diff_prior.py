@@ -70,7 +70,8 @@ def t_quantile(p: float, freedom: int) -> float:
 def pooled_spread(
     store: Store, where: Collection[tuple[str | None, str]], leave_out: Collection[str], confidence: float
 ) -> dict[str, Any]:
-    """The pooled between-run spread of the series on these (system id, device)s, the runs in
+    """The pooled between-run spread of the series on these (system id, device)s (on each system's
+    machine and stack, under whichever system id), the runs in
     `leave_out` (the pair's own) not counted.
 
     Returns:
@@ -91,7 +92,8 @@ def pooled_spread(
         points = store.history(
             model=key["model"],
             framework=key["framework"],
-            system_id=key["system_id"],
+            machine_id=key["machine_id"],
+            stack_id=key["stack_id"],
             device=key["device"],
             scenario=key["scenario"],
             batch_size=key["batch_size"],

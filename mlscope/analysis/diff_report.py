@@ -27,6 +27,7 @@ from mlscope.analysis.diff import (
 from mlscope.analysis.diff_prior import pooled_spread, series_spread
 from mlscope.contract.errors import UserError
 from mlscope.contract.result import EvaluationResult
+from mlscope.contract.system_ids import system_ids
 from mlscope.contract.workload import Difference, display_name, workload_differences
 from mlscope.store import Store
 from mlscope.store.paging import MAX_LIST_LIMIT
@@ -71,6 +72,12 @@ class Picked:
     def system_id(self) -> str | None:
         return (self.evaluation.get("system") or {}).get("id")
 
+    @property
+    def machine_and_stack(self) -> tuple[str | None, str | None]:
+        """Its machine id and stack id (contract.system_ids): what a series and --same-system go by."""
+        system = self.evaluation.get("system")
+        return system_ids(system, self.evaluation["framework"]) if system else (None, None)
+
     def describe(self) -> dict[str, Any]:
         """The side as the report shows it: which evaluation, of what, where, and how it was picked."""
         evaluation = self.evaluation
@@ -81,6 +88,8 @@ class Picked:
             "framework": evaluation["framework"]["name"],
             "framework_version": evaluation["framework"].get("version"),
             "system_id": self.system_id,
+            "machine_id": self.machine_and_stack[0],
+            "stack_id": self.machine_and_stack[1],
             "hostname": (evaluation.get("system") or {}).get("hostname"),
             "device": evaluation["device"],
             "created_at": evaluation["created_at"],
@@ -259,15 +268,17 @@ def _between_runs(
     store: Store, side: Picked, key: tuple[str, int], pair: set[str], confidence: float
 ) -> dict[str, Any]:
     """The spread of log(median) over the side's valid runs of the same series (model, framework,
-    system, device, scenario, batch size), as `diff_prior.series_spread` scales it; "runs" counts the
+    machine, stack, device, scenario, batch size), as `diff_prior.series_spread` scales it; "runs" counts the
     runs besides the pair's own, and sd is None (unknown) when fewer than MIN_OTHER_RUNS. The pair's
     own runs of the series count in the spread: a run that is itself an outlier widens the spread it
     is judged by, rather than being judged by the others' narrower one."""
     evaluation = side.evaluation
+    machine_id, stack_id = side.machine_and_stack
     points = store.history(
         model=evaluation["model"]["name"],
         framework=evaluation["framework"]["name"],
-        system_id=side.system_id,
+        machine_id=machine_id,
+        stack_id=stack_id,
         device=evaluation["device"],
         scenario=key[0],
         batch_size=key[1],
@@ -292,13 +303,16 @@ def _assumed_spread(
 
 
 def _check_same_system(a: Picked, b: Picked) -> None:
-    if a.system_id != b.system_id:
-        host_a = (a.evaluation.get("system") or {}).get("hostname") or "?"
-        host_b = (b.evaluation.get("system") or {}).get("hostname") or "?"
-        raise UserError(
-            f"same_system: A ran on system {a.system_id} ({host_a}), B on system {b.system_id} ({host_b})",
-            field="same_system",
-        )
+    """Refuses a pair measured on different machines or software stacks; the same machine and stack
+    under two system ids (another host name, agent or container) is the same system."""
+    if a.machine_and_stack != b.machine_and_stack:
+
+        def where(side: Picked) -> str:
+            machine, stack = side.machine_and_stack
+            host = (side.evaluation.get("system") or {}).get("hostname") or "?"
+            return f"machine {machine} stack {stack} (system {side.system_id}, {host})"
+
+        raise UserError(f"same_system: A ran on {where(a)}, B on {where(b)}", field="same_system")
 
 
 def diff_evaluations(
@@ -318,7 +332,7 @@ def diff_evaluations(
         a, b: each an id, a unique id prefix or a filter (see the module docstring).
         threshold: the smallest relative difference that matters (0.02 = 2%).
         confidence: the level of every interval.
-        same_system: refuse a pair that ran on different systems.
+        same_system: refuse a pair that ran on different machines or software stacks.
         allow_different: compare a pair that measured different workloads (model, model options,
             predictor options, load or generation settings: `contract.workload`), the differences
             listed in the report, instead of refusing it.

@@ -2,10 +2,10 @@
 against its series: what `mlscope history`, `mlscope regressions`, `/api/v1/history` and
 `mlscope diff --against-history` show.
 
-A series (records.history) is keyed by model + manifest hash, framework + version, system + device,
-scenario and batch size; its values are the points' medians (latency, ms), so "worse" is "up". The
-store reads the points; the change points are computed here (changepoints.py), over at most the
-latest DEFAULT_HISTORY_POINTS of a series.
+A series (records.history) is keyed by model + manifest hash, framework + version, machine + software
+stack + device (contract.system_ids), scenario and batch size; its values are the points' medians
+(latency, ms), so "worse" is "up". The store reads the points; the change points are computed here
+(changepoints.py), over at most the latest DEFAULT_HISTORY_POINTS of a series.
 
 A series' key does not hold every setting that shapes the workload (load and generation settings,
 predictor options: contract.workload), so a regression compares the run before its first change
@@ -25,6 +25,7 @@ import numpy as np
 
 from mlscope.analysis.changepoints import ChangePoint, DetectionSettings, detect_change_points, points_needed
 from mlscope.contract.errors import UserError
+from mlscope.contract.system_ids import system_ids
 from mlscope.contract.workload import display_name, workload_differences, workload_key
 from mlscope.store import Store
 from mlscope.store.records.history import DEFAULT_HISTORY_POINTS, SERIES_KEY_FIELDS
@@ -61,6 +62,8 @@ def read_series(
     until: datetime | None = None,
     limit: int = DEFAULT_HISTORY_POINTS,
     settings: DetectionSettings | None = None,
+    machine_id: str | None = None,
+    stack_id: str | None = None,
 ) -> dict[str, Any]:
     """A history series (Store.history, same arguments and errors) with its change points.
 
@@ -69,8 +72,8 @@ def read_series(
         the settings, "points" (how many were searched: with a median, and valid when
         settings.valid_only), "note"}}. change_points is None, with a note
         saying why, when the series is too short (how many more points it needs) or when the points
-        belong to several series (the filter named no manifest, framework version, system or device
-        and they differ): a change between series is not a change point.
+        belong to several series (the filter named no manifest, framework version, system, machine,
+        stack or device and they differ): a change between series is not a change point.
     """
     settings = settings or DetectionSettings()
     points = store.history(
@@ -81,6 +84,8 @@ def read_series(
         manifest_sha256=manifest_sha256,
         framework_version=framework_version,
         system_id=system_id,
+        machine_id=machine_id,
+        stack_id=stack_id,
         device=device,
         since=since,
         until=until,
@@ -119,8 +124,8 @@ def _change_points_of(
     keys = {_point_key(point) for point in points}
     if len(keys) > 1:
         return None, (
-            f"the points belong to {len(keys)} series (manifest, framework version, system or device "
-            "differ): name one to look for change points"
+            f"the points belong to {len(keys)} series (manifest, framework version, machine, stack or "
+            "device differ): name one to look for change points"
         )
     positions = [i for i, point in enumerate(points) if _searched(point, settings)]
     try:
@@ -147,8 +152,10 @@ def _usable(points: Sequence[dict[str, Any]], settings: DetectionSettings) -> li
     return [point for point in points if _searched(point, settings)]
 
 
-def _point_key(point: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(point[name] for name in ("manifest_sha256", "framework_version", "system_id", "device"))
+def _point_key(point: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(
+        point[name] for name in ("manifest_sha256", "framework_version", "machine_id", "stack_id", "device")
+    )
 
 
 def _check_threshold(threshold: Any) -> float:
@@ -216,7 +223,8 @@ def regressions(
     refused: list[dict[str, Any]] = []
     too_short: list[dict[str, Any]] = []
     for summary in examined:
-        key = {name: summary[name] for name in SERIES_KEY_FIELDS}
+        # With a system id the series was measured under, as before machine and stack ids keyed series.
+        key = {**{name: summary[name] for name in SERIES_KEY_FIELDS}, "system_id": summary.get("system_id")}
         points = _whole_series(store, key, until=until)
         change_points, _ = _change_points_of(points, settings)
         if change_points is None:
@@ -336,12 +344,15 @@ def against_history(
 
 
 def _result_key(result: Mapping[str, Any], measurement: Mapping[str, Any]) -> dict[str, Any]:
+    system = result.get("system")
+    machine_id, stack_id = system_ids(system, result["framework"]) if system else (None, None)
     return {
         "model": result["model"]["name"],
         "manifest_sha256": result["model"].get("manifest_sha256"),
         "framework": result["framework"]["name"],
         "framework_version": result["framework"].get("version"),
-        "system_id": (result.get("system") or {}).get("id"),
+        "machine_id": machine_id,
+        "stack_id": stack_id,
         "device": result["device"],
         "scenario": measurement["scenario"],
         "batch_size": measurement["batch_size"],

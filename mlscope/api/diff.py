@@ -58,7 +58,8 @@ class DiffQuerySchema(Schema):
         metadata={"description": "the level of every interval"},
     )
     same_system = fields.Boolean(
-        load_default=False, metadata={"description": "refuse a pair whose systems differ (422, naming both)"}
+        load_default=False,
+        metadata={"description": "refuse a pair whose machines or software stacks differ (422, naming both)"},
     )
     allow_different = fields.Boolean(
         load_default=False,
@@ -186,6 +187,8 @@ class DiffSideSchema(Schema):
     framework = fields.String()
     framework_version = fields.String(allow_none=True)
     system_id = fields.String(allow_none=True)
+    machine_id = fields.String(allow_none=True)
+    stack_id = fields.String(allow_none=True)
     hostname = fields.String(allow_none=True)
     device = fields.String()
     created_at = fields.String(allow_none=True)

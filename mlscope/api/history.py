@@ -80,7 +80,9 @@ class SeriesQuerySchema(Schema):
     framework = _text("the framework's name")
     manifest_sha256 = _text("only evaluations of this manifest")
     framework_version = _text("only evaluations on this framework version")
-    system_id = _text("only evaluations on this system")
+    system_id = _text("only evaluations on the machine and software stack this system was measured on")
+    machine_id = _text("only evaluations on this machine (its hardware: docs/history.md)")
+    stack_id = _text("only evaluations on this software stack (docs/history.md)")
     device = _text("only evaluations on this device (cpu, cuda:0, ...)")
     scenario = _text("only points measured in this scenario")
     batch_size = fields.Integer(
@@ -141,6 +143,8 @@ class HistoryPointSchema(Schema):
         allow_none=True,
         metadata={"description": "the workload measured: points with different keys measured different ones"},
     )
+    machine_id = fields.String(allow_none=True, metadata={"description": "the machine's id (its hardware)"})
+    stack_id = fields.String(allow_none=True, metadata={"description": "the software stack's id"})
 
 
 class ChangePointSchema(Schema):
@@ -174,7 +178,11 @@ class SeriesKeySchema(Schema):
     manifest_sha256 = fields.String(allow_none=True)
     framework = fields.String()
     framework_version = fields.String(allow_none=True)
-    system_id = fields.String(allow_none=True)
+    machine_id = fields.String(allow_none=True, metadata={"description": "the machine's id (its hardware)"})
+    stack_id = fields.String(allow_none=True, metadata={"description": "the software stack's id"})
+    system_id = fields.String(
+        allow_none=True, metadata={"description": "a system id it was measured under (the greatest)"}
+    )
     device = fields.String()
     scenario = fields.String()
     batch_size = fields.Integer()
@@ -192,6 +200,8 @@ class HistorySchema(Schema):
     manifest_sha256 = fields.String(allow_none=True)
     framework_version = fields.String(allow_none=True)
     system_id = fields.String(allow_none=True)
+    machine_id = fields.String(allow_none=True)
+    stack_id = fields.String(allow_none=True)
     device = fields.String(allow_none=True)
     scenario = fields.String()
     batch_size = fields.Integer()
@@ -264,12 +274,13 @@ class History(MethodView):
 
         A point per succeeded evaluation of the model on the framework that measured the
         scenario at the batch size, oldest first (the latest `limit` of them); `manifest_sha256`,
-        `framework_version`, `system_id`, `device`, `since` and `until` narrow them. The change points
+        `framework_version`, `machine_id`, `stack_id`, `system_id` (the machine and stack it was
+        measured on), `device`, `since` and `until` narrow them. The change points
         (E-divisive means with a permutation test over the points' medians) say where the series
         shifted, by how much and how surely; they are null, with a note, when the series is too short
         or the points belong to several series.
         """
-        series: dict[str, Any] = {name: query.get(name) for name in SERIES_KEY_FIELDS}
+        series: dict[str, Any] = {name: query.get(name) for name in (*SERIES_KEY_FIELDS, "system_id")}
         found = read_series(
             context().store,
             **series,
@@ -288,8 +299,8 @@ class HistorySeries(MethodView):
     def get(self, query: dict[str, Any]) -> list[dict[str, Any]]:
         """The history series a filter selects
 
-        One entry per series key (model + manifest, framework + version, system + device, scenario,
-        batch size) with points matching every given condition, and how many points it has.
+        One entry per series key (model + manifest, framework + version, machine + stack + device,
+        scenario, batch size) with points matching every given condition, and how many points it has.
         """
         return context().store.history_series(**query)
 

@@ -44,7 +44,11 @@ __all__ = ["change_text", "diff", "power_text", "print_differences", "print_repo
 @click.option(
     "--confidence", type=float, default=DEFAULT_CONFIDENCE, show_default=True, help="Level of every interval."
 )
-@click.option("--same-system", is_flag=True, help="Refuse to compare results from different systems.")
+@click.option(
+    "--same-system",
+    is_flag=True,
+    help="Refuse to compare results from different machines or software stacks (docs/history.md).",
+)
 @click.option(
     "--allow-different",
     is_flag=True,

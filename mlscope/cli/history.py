@@ -28,6 +28,8 @@ _KEY_OPTIONS = {
     "framework": "--framework",
     "framework_version": "--framework-version",
     "system_id": "--system",
+    "machine_id": "--system",
+    "stack_id": "--stack",
     "device": "--device",
     "scenario": "--scenario",
     "batch_size": "--batch-size",
@@ -80,11 +82,15 @@ def detection_options(command: F) -> F:
 
 def series_label(key: dict[str, Any]) -> str:
     """One line naming a series: `resnet18 (manifest 3f2a…) on onnxruntime 1.17.0, sys-1 cpu,
-    single_stream batch 1`."""
+    single_stream batch 1`, the system one it was measured under; or, without one, its machine and
+    stack ids' starts (`machine 1a2b3c4d stack 5e6f7a8b cpu`)."""
     manifest = f" (manifest {key['manifest_sha256'][:12]})" if key.get("manifest_sha256") else ""
     version = f" {key['framework_version']}" if key.get("framework_version") else ""
+    where = key.get("system_id") or (
+        f"machine {(key.get('machine_id') or '-')[:8]} stack {(key.get('stack_id') or '-')[:8]}"
+    )
     return (
-        f"{key['model']}{manifest} on {key['framework']}{version}, {key.get('system_id') or '-'} "
+        f"{key['model']}{manifest} on {key['framework']}{version}, {where} "
         f"{key['device']}, {key['scenario']} batch {key['batch_size']}"
     )
 
@@ -99,7 +105,14 @@ def change_text(change_point: dict[str, Any]) -> str:
 @click.option("-f", "--framework", help="The framework's name.")
 @click.option("--framework-version", help="Only this framework version.")
 @click.option("--manifest", metavar="SHA256", help="Only this manifest (its hash, or a prefix of it).")
-@click.option("--system", "system_id", metavar="ID", help="Only this system (its id or a unique prefix).")
+@click.option(
+    "--system",
+    "system_id",
+    metavar="ID",
+    help="Only the machine and software stack of this system (its id or a unique prefix), or only this "
+    "machine (a prefix of its id).",
+)
+@click.option("--stack", metavar="ID", help="Only this software stack (a prefix of its id).")
 @click.option("--device", help="Only this device (cpu, cuda:0, ...).")
 @click.option("--scenario", help="Only this scenario (single_stream, offline, ...).")
 @click.option("-b", "--batch-size", type=int, help="Only this batch size.")
@@ -116,6 +129,7 @@ def history(
     framework_version: str | None,
     manifest: str | None,
     system_id: str | None,
+    stack: str | None,
     device: str | None,
     scenario: str | None,
     batch_size: int | None,
@@ -130,13 +144,14 @@ def history(
     """A model's performance over time: one series' points, oldest first, with the change points
     where it shifted (by how much, how surely).
 
-    A series is one model manifest on one framework version, system and device, at one scenario and
-    batch size. When the options match several, they are listed with the options that tell them
-    apart.
+    A series is one model manifest on one framework version, machine, software stack and device, at
+    one scenario and batch size, whichever hosts, agents or containers measured it (docs/history.md).
+    When the options match several, they are listed with the options that tell them apart.
     """
     from mlscope.analysis.changepoints import DetectionSettings
     from mlscope.analysis.history import read_series
     from mlscope.store import open_store
+    from mlscope.store.errors import SystemNotFound
 
     settings = DetectionSettings(significance=significance, min_segment=min_segment, valid_only=valid_only)
     bounds: dict[str, Any] = {
@@ -152,21 +167,31 @@ def history(
         "scenario": scenario,
         "batch_size": batch_size,
     }
+    prefixes = {"manifest_sha256": manifest, "stack_id": stack}
     with open_store(load_settings().store_url) as store:
         if system_id:
-            filters["system_id"] = store.resolve_system_id(system_id)
+            try:
+                filters["system_id"] = store.resolve_system_id(system_id)
+            except SystemNotFound:
+                # Not a system's: a machine id's prefix, if any series is on such a machine.
+                filters["system_id"] = None
+                prefixes["machine_id"] = system_id
         matches = [
             series
             for series in store.history_series(**filters, **bounds)
-            if manifest is None or (series["manifest_sha256"] or "").startswith(manifest)
+            if all((series[name] or "").startswith(prefix) for name, prefix in prefixes.items() if prefix)
         ]
         if not matches:
+            if "machine_id" in prefixes:
+                raise SystemNotFound(system_id or "")
             raise UserError(f"no stored series {_asked(filters, manifest)}", field="model")
         if len(matches) > 1:
             _print_matches(matches, as_json)
             return
         key = {name: matches[0][name] for name in SERIES_KEY_FIELDS}
         found = read_series(store, **key, **bounds, limit=limit, settings=settings)
+    # With a system id it was measured under, as the series' key had before machine and stack ids.
+    key = {**key, "system_id": matches[0]["system_id"]}
     if as_json:
         print(json.dumps({"series": key, **found}, indent=2))
         return
@@ -179,6 +204,8 @@ _MATCH_COLUMNS: tuple[Column, ...] = (
     "framework",
     "version",
     "system",
+    "machine",
+    "stack",
     "device",
     "scenario",
     ("batch", "right"),
@@ -219,6 +246,8 @@ def _print_matches(matches: list[dict[str, Any]], as_json: bool) -> None:
             series["framework"],
             series["framework_version"] or "-",
             series["system_id"] or "-",
+            (series["machine_id"] or "-")[:12],
+            (series["stack_id"] or "-")[:12],
             series["device"],
             series["scenario"],
             str(series["batch_size"]),

@@ -1,5 +1,6 @@
 """What names a history series and how many of its points a read returns by default (docs/history.md):
-the names the HTTP parameters, the CLI's options and the store share."""
+the names the HTTP parameters, the CLI's options and the store share. A series is on one machine and
+one software stack (contract.system_ids), whichever system ids (hosts, agents, containers) measured it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ SERIES_KEY_FIELDS: tuple[str, ...] = (
     "manifest_sha256",
     "framework",
     "framework_version",
-    "system_id",
+    "machine_id",
+    "stack_id",
     "device",
     "scenario",
     "batch_size",

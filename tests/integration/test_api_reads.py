@@ -256,6 +256,8 @@ def test_history_answers_the_points_oldest_first(http: FlaskClient, store: Store
         "manifest_sha256": None,
         "framework_version": None,
         "system_id": None,
+        "machine_id": None,
+        "stack_id": None,
         "device": None,
         "scenario": "single_stream",
         "batch_size": 1,

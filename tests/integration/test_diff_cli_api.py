@@ -17,6 +17,7 @@ from flask.testing import FlaskClient
 
 from mlscope.analysis.diff import DEFAULT_BETWEEN_RUNS, MIN_OTHER_RUNS
 from mlscope.cli import main
+from mlscope.contract.system_ids import system_ids
 from mlscope.store import Store, open_store
 from tests.contract.builders import COLD_START, make_measurement, make_system, submit
 
@@ -216,16 +217,24 @@ def test_every_common_point_invalid_is_refused_with_the_reason(
     assert "A's measurement is not valid: other processes used 68%" in err
 
 
-def test_same_system_refuses_two_systems_naming_both(
+def test_same_system_refuses_two_machines_naming_both(
     store: Store, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # Given runs on two machines (system 2 has a GPU) and on system 3, another host of system 1's
+    # hardware and software
     a = _stored(store, [_point(_latencies(16))], system=1)
-    b = _stored(store, [_point(_latencies(17))], system=3)
-    # Without the flag the pair is compared; with it, refused
+    b = _stored(store, [_point(_latencies(17))], system=2)
+    c = _stored(store, [_point(_latencies(18))], system=3)
+    # Without the flag the pair is compared; with it, refused, naming each side's machine and stack
     _diff(a, b)
     capsys.readouterr()
     err = _diff_fails(capsys, a, b, "--same-system")
-    assert "A ran on system sys-1 (host-1), B on system sys-3 (host-3)" in err
+    (machine_1, stack_1), (machine_2, stack_2) = system_ids(make_system(1)), system_ids(make_system(2))
+    assert f"A ran on machine {machine_1} stack {stack_1} (system sys-1, host-1), B on machine" in err
+    assert f"machine {machine_2} stack {stack_2} (system sys-2, host-2)" in err
+    # And the same machine and stack under another system id is the same system
+    _diff(a, c, "--same-system")
+    assert "same_system" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -345,7 +354,7 @@ def test_the_api_answers_bad_input_with_a_422_naming_the_field(
     store: Store, http: FlaskClient, query: dict[str, str], field: str
 ) -> None:
     a = _stored(store, [_point(_latencies(20))])
-    other = _stored(store, [_point(_latencies(21))], system=3)
+    other = _stored(store, [_point(_latencies(21))], system=2)
     answer = http.get(
         "/api/v1/compare/diff", query_string={k: v.format(a=a, other=other) for k, v in query.items()}
     )

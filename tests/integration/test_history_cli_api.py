@@ -17,8 +17,9 @@ from werkzeug.serving import make_server
 
 from mlscope.cli import main, render
 from mlscope.client import ApiError, Client
+from mlscope.contract.system_ids import system_ids
 from mlscope.store import Store, open_store
-from tests.contract.builders import T0
+from tests.contract.builders import T0, make_system
 from tests.integration.test_history import MANIFEST, noisy, store_series
 
 STEP_AT = 12
@@ -157,6 +158,24 @@ def test_a_system_is_named_by_a_unique_prefix_of_its_id(
     code, out, err = run(capsys, "diff", "model=resnet18,system=5b289c884", ids[0][:8], "--json")
     assert code != 2, err
     assert json.loads(out)["a"]["id"] == ids[-1]
+
+
+def test_one_machine_under_two_system_ids_is_one_series_named_by_its_machine(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given runs of one machine recorded locally and by a farm agent (two system ids)
+    ids = store_series(store, noisy(10.0, 3, 1), system="aaaa000011112222")
+    later = T0 + timedelta(hours=3)
+    ids += store_series(store, noisy(10.0, 3, 2), system="bbbb000011112222", start=later)
+    (machine, _) = system_ids(make_system(id="aaaa000011112222"))
+    # When history is asked for either system, or for a prefix of the machine's id
+    for system in ("aaaa", "bbbb", machine[:6]):
+        code, out, err = run(capsys, "history", "resnet18", "-f", "onnxruntime", "--system", system, "--json")
+        # Then it is the one series of all six runs
+        assert code == 0, err
+        found = json.loads(out)
+        assert [p["evaluation_id"] for p in found["points"]] == ids
+        assert found["series"]["machine_id"] == machine and found["series"]["system_id"] == "bbbb000011112222"
 
 
 # ----- mlscope regressions --------------------------------------------------------------------------
