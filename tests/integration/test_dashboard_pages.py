@@ -371,6 +371,10 @@ def test_the_comparison_page_draws_the_apis_rows_and_links_its_csv(http: FlaskCl
     assert (
         'id="share-url" href="/compare?models=resnet18&amp;frameworks=pytorch&amp;batch_sizes=1%2C8"' in text
     )
+    # The systems to filter by are grouped by machine and stack: sys-1 and sys-3 are two hosts of one
+    # machine (docs/history.md), so one group of both
+    groups = re.findall(r'<optgroup label="machine [0-9a-f]{8} · stack [0-9a-f]{8}">(.*?)</optgroup>', text)
+    assert [re.findall(r'<option value="([^"]+)"', group) for group in groups] == [["sys-1", "sys-3"]]
 
 
 def test_the_diff_page_gives_the_apis_verdict_per_point_with_its_chart(

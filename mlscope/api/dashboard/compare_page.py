@@ -17,6 +17,7 @@ from mlscope.api.dashboard.blueprint import PageError, parse_query
 from mlscope.api.dashboard.figures import comparison_chart
 from mlscope.api.problems import ApiProblem
 from mlscope.api.schemas import CompareQuerySchema
+from mlscope.contract.system_ids import machine_id, stack_id
 from mlscope.runtime.frameworks import FRAMEWORKS
 
 __all__ = ["COMPARE_LISTS", "compare", "register"]
@@ -54,23 +55,29 @@ def compare() -> str:
         chosen=chosen,
         selected=selected,
         frameworks=sorted(FRAMEWORKS),
-        systems=_systems(),
+        machines=_machines(),
         csv_url=f"{api_url}?{urlencode({**chosen, 'format': 'csv'})}",
         json_url=f"{api_url}?{urlencode(chosen)}" if chosen else api_url,
         share_url=f"{page_url}?{urlencode(chosen)}" if chosen else page_url,
     )
 
 
-def _systems() -> list[dict[str, Any]]:
-    """The stored systems as the form offers them: id and a readable label."""
-    systems = []
+def _machines() -> list[dict[str, Any]]:
+    """The stored systems as the form offers them, grouped by machine and software stack
+    (contract.system_ids; docs/history.md): one group per pair, {"label", "systems": [{"id",
+    "label"}]}, the systems of one machine measured by several hosts, agents or containers together."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for system in context().store.list_systems():
         agent = (system.get("agent") or {}).get("id")
         label = " · ".join(str(part) for part in (agent, system.get("hostname")) if part)
-        systems.append(
+        pair = (system.get("machine_id") or machine_id(system), system.get("stack_id") or stack_id(system))
+        groups.setdefault(pair, []).append(
             {"id": system["id"], "label": f"{label} ({system['id'][:8]})" if label else system["id"]}
         )
-    return systems
+    return [
+        {"label": f"machine {machine[:8]} · stack {stack[:8]}", "systems": systems}
+        for (machine, stack), systems in sorted(groups.items())
+    ]
 
 
 def register(pages: Blueprint) -> None:
