@@ -39,7 +39,10 @@ def _hash(identity: Mapping[str, Any]) -> str:
 
 
 def machine_id(system: Mapping[str, Any]) -> str:
-    """The hash of the machine's hardware and instance type in a system description."""
+    """The hash of the machine's hardware and instance type in a system description; of a group
+    measured by several machines at once (a split load: its `machines`, their ids), of the set."""
+    if isinstance(system.get("machines"), list):
+        return _hash({"machines": sorted(str(machine) for machine in system["machines"])})
     cpu, gpus = system.get("cpu"), system.get("gpus")
     gpus = gpus if isinstance(gpus, list) else []
     return _hash(

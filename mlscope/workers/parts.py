@@ -20,6 +20,7 @@ from typing import Any
 from mlscope.contract.errors import UserError
 from mlscope.contract.generation import GenerationSettings
 from mlscope.contract.load import LoadSettings, Shard
+from mlscope.contract.system_ids import machine_id
 from mlscope.registry.agents import AgentRegistry
 from mlscope.store import Store
 from mlscope.store.errors import EvaluationNotFound
@@ -125,6 +126,8 @@ def _merged(group: dict[str, Any], parts: list[dict[str, Any]]) -> dict[str, Any
         "hostname": f"{len(parts)} agents",
         "parts": ids,
         "agents": agents,
+        # The machines it ran on (contract.system_ids): the group's machine id is of the set.
+        "machines": sorted({s.get("machine_id") or machine_id(s) for s in systems}),
         "cpu": systems[0].get("cpu"),
         "software": systems[0].get("software"),
     }

@@ -105,3 +105,11 @@ def test_the_pipeline_ids_a_farm_agents_system_by_its_machine() -> None:
     assert stored["id"] == system_id({**LOCAL, "agent": {"id": "agent-1"}}) != captured["id"]
     assert stored["machine_id"] == captured["machine_id"]
     assert stored["stack_id"] == stack_id(LOCAL, "sha256:cd")
+
+
+def test_a_group_measured_by_several_machines_is_the_set_of_them() -> None:
+    other = {**LOCAL, "memory_bytes": 1 << 35}
+    group = {"id": "g", "parts": ["a", "b"], "machines": [machine_id(other), machine_id(LOCAL)]}
+    assert machine_id(group) == machine_id({**group, "machines": [machine_id(LOCAL), machine_id(other)]})
+    assert machine_id(group) not in (machine_id(LOCAL), machine_id(other))
+    assert machine_id(group) != machine_id({**group, "machines": [machine_id(LOCAL)]})
