@@ -12,9 +12,11 @@ the same point, and the store keeps the first (finishing an ended evaluation cha
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
+from datetime import datetime, timezone
 from typing import Any
 
 from mlscope.contract.errors import UserError
@@ -23,7 +25,7 @@ from mlscope.contract.load import LoadSettings, Shard
 from mlscope.contract.system_ids import machine_id
 from mlscope.registry.agents import AgentRegistry
 from mlscope.store import Store
-from mlscope.store.errors import EvaluationNotFound
+from mlscope.store.errors import EvaluationNotFound, InvalidTransition
 from mlscope.workers.admission import Admission
 
 __all__ = ["complete_group", "with_clock"]
@@ -98,8 +100,18 @@ def complete_group(store: Store, request_load: dict[str, Any]) -> str | None:
             },
         )
         return "failed"
+    # The group ran from its first part's start (the parts' own starts are theirs).
+    starts = [part["started_at"] for part in parts if part.get("started_at")]
+    with contextlib.suppress(InvalidTransition):  # another worker's merge ended it meanwhile
+        store.start_evaluation(shard.group, started_at=_aware(min(starts)) if starts else None)
     store.finish_evaluation(shard.group, **merged)
     return "succeeded"
+
+
+def _aware(value: Any) -> datetime:
+    """A stored start as an aware datetime (the API's results carry ISO 8601 text)."""
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
 def _agent(evaluation: dict[str, Any]) -> str | None:

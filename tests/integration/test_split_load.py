@@ -5,12 +5,13 @@ schedule alone: the merged percentiles agree with its within their intervals, an
 rate that one agent with the same slots cannot.
 
 The endpoint's time to the first token varies as a real server's prefill does (20 ms plus a seeded
-uniform 0–20 ms; then a token every 10 ms). With a constant one, the comparison resolves a tenth of a
-millisecond, and four client processes sharing this machine's two cores with the endpoint add about
-0.2 ms of scheduling to each first token that one client process does not: measured, the server's
-own TTFT medians 20.37 and 20.28 ms, the clients' 21.0 and 20.7 ms. That is the co-location, not the
-merge, which tests/unit/test_split_load.py holds figure for figure to the one-agent reduction of the
-same requests."""
+uniform 0–40 ms; then a token every 10 ms). Four client processes sharing this machine's two cores
+with the endpoint (which runs in this process) slow both a little against one client process: with a
+constant first token, the server's own TTFT medians were 20.37 ms (four) and 20.28 ms (one), the
+clients' 21.0 and 20.7 ms, intervals a tenth of a millisecond wide; with 0–20 ms of spread, the
+server's 30.77 and 30.46 ms, and one run in four had the p90 intervals apart by 0.01 ms. That is the
+co-location, not the merge, which tests/unit/test_split_load.py holds figure for figure to the
+one-agent reduction of the same requests; with 0–40 ms the intervals hold that shift."""
 
 from __future__ import annotations
 
@@ -23,10 +24,10 @@ import mlscope
 from tests.fixtures.mock_endpoint import mock_endpoint
 from tests.integration.farm import TOKEN, Farm
 
-QPS = 160.0
+QPS = 120.0
 REQUESTS = 600
-# Each request takes about 60 ms at the endpoint: 8 slots serve at most about 130 requests/s, so one
-# agent with them cannot keep 160/s; four, each with 8 slots for 40/s, rarely make a request wait
+# Each request takes about 80 ms at the endpoint: 8 slots serve at most about 100 requests/s, so one
+# agent with them cannot keep 120/s; four, each with 8 slots for 30/s, rarely make a request wait
 # (Erlang C: 0.4% of them), nor does one agent with 32.
 SLOTS = 8
 
@@ -75,7 +76,7 @@ def test_a_schedule_split_across_four_agents_merges_to_one_agents_figures(farm: 
         farm.start_worker(agent, capability, extra=("--shared-host",))
     with mock_endpoint() as server:
         server.first_token_delay_s = 0.02
-        server.first_token_jitter_s = 0.02
+        server.first_token_jitter_s = 0.04
         server.token_delay_s = 0.01
         # through the Python API, as a notebook would (the HTTP API takes the same request)
         split = _request(server.base_url, capability, SLOTS, 4)
