@@ -57,6 +57,11 @@ _REQUEST_RULES = (
     "generation.preset",
     "load.percentile",
     "load.sweep",
+    # back_to_back with another interval, and a split load's rules (a rate, open-loop scenarios,
+    # live agents the target matches): stated in the document, they made schemathesis give up.
+    "load.interval_ms",
+    "load.agents",
+    "target",
 )
 REFUSABLE: dict[str, tuple[str, ...]] = {
     "POST /api/v1/evaluations": _REQUEST_RULES,
