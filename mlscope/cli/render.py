@@ -443,7 +443,11 @@ def ran_line(result: Mapping[str, Any]) -> str:
     """e.g. "ran on agent gpu-box-1 (host gpu-box-1.lan), 2026-11-29 03:20:41 → 03:21:10 UTC": who ran
     an evaluation and when it ran (not when it was submitted)."""
     agent, host = _agent_and_host(result)
-    if agent:
+    agents = (result.get("system") or {}).get("agents")
+    if isinstance(agents, list) and agents:
+        # A load split across agents: its merged result ran on all of them (docs/farm.md).
+        who = f"{len(agents)} agents ({', '.join(str(a) for a in agents)})"
+    elif agent:
         who = f"agent {agent}" + (f" (host {host})" if host and host != agent else "")
     else:
         who = f"host {host}" if host else "an unknown machine"
