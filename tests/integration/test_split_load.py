@@ -73,7 +73,9 @@ def test_a_schedule_split_across_four_agents_merges_to_one_agents_figures(farm: 
     agents = [f"split-{index}" for index in range(4)]
     for agent in agents:
         # Agents of one host take turns measuring unless told they share it: these issue load together.
-        farm.start_worker(agent, capability, extra=("--shared-host",))
+        # A 3 s heartbeat lapsed once while the next three workers started on the two cores; the
+        # split needs all four live when it is submitted.
+        farm.start_worker(agent, capability, extra=("--shared-host",), heartbeat_ttl_s=15)
     with mock_endpoint() as server:
         server.first_token_delay_s = 0.02
         server.first_token_jitter_s = 0.04
