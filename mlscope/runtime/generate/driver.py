@@ -392,7 +392,10 @@ def run_generate(
         )
         return reduce_records(point, settings, load, measure, remote=remote)
     if load.part is not None:
-        return run_part(engine, requests, settings, load, measure, load.part, remote=remote, on_done=progress)
+        part = load.part
+        return run_part(
+            engine, requests, settings, load, measure, part, issue_requests, remote=remote, on_done=progress
+        )
     if not load.find_max_qps:
         point = issue_requests(
             engine,

@@ -19,7 +19,7 @@ measurement says which agent issued which requests, each agent's lateness and cl
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -52,32 +52,34 @@ def run_part(
     load: LoadSettings,
     measure: MeasureSettings,
     shard: Shard,
+    send: Callable[..., Point],
     *,
     remote: bool,
-    on_done: Any = None,
+    on_done: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Issue this agent's part of `requests` (the whole run's) at the shared start, and measure it.
+
+    Args:
+        send: the driver's `issue_requests` (passed in: the driver calls this module).
 
     Returns:
         The part's own measurement (its requests alone, at its share of the rate), with
         `generation.part` holding what the merge needs.
     """
-    # Imported here: the driver imports this module, and issue_requests lives there.
-    from mlscope.runtime.generate.driver import issue_requests
-
     schedule = part_schedule(load, shard)
     mine = schedule.positions(len(requests))
     due = schedule.whole().offsets_ns(len(requests))[mine]
     share = Schedule("trace", schedule.rate / shard.count, trace_ns=tuple(int(d) for d in due))
     started_ns = start_instant_ns(shard)
     lateness_s = max(0.0, (time.perf_counter_ns() - started_ns) / NS_PER_S)
-    point = issue_requests(
+    point = send(
         engine,
         [requests[int(i)] for i in mine],
         settings.concurrency,
         schedule=share if mine.size else None,
         start_at_ns=started_ns,
-        on_done=on_done,
+        # progress counts this part's requests as shares of the whole run's
+        on_done=None if on_done is None else lambda done: on_done(done * len(requests) // max(mine.size, 1)),
     )
     measurement = reduce_records(point, settings, load, measure, remote=remote)
     measurement["generation"][PART_KEY] = _shipped(point, shard, started_ns, lateness_s)
