@@ -10,7 +10,7 @@ with the endpoint (which runs in this process) slow both a little against one cl
 constant first token, the server's own TTFT medians were 20.37 ms (four) and 20.28 ms (one), the
 clients' 21.0 and 20.7 ms, intervals a tenth of a millisecond wide; with 0–20 ms of spread, the
 server's 30.77 and 30.46 ms, and one run in four had the p90 intervals apart by 0.01 ms. That is the
-co-location, not the merge, which tests/unit/test_split_load.py holds figure for figure to the
+co-location, not the merge, which tests/unit/test_split_merge.py holds figure for figure to the
 one-agent reduction of the same requests; with 0–40 ms the intervals hold that shift."""
 
 from __future__ import annotations
