@@ -111,7 +111,7 @@ class Frameworks(MethodView):
         `installed_here` is the version installed where the API runs; `served_by` lists the live
         agents that have it.
         """
-        live = context().agents.live()
+        live = context().live.live()
         return [
             {
                 "name": spec.name,

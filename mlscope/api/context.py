@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -17,7 +17,7 @@ from celery import Celery
 from flask import Flask, Response, current_app
 
 from mlscope.contract.settings import Settings
-from mlscope.registry.agents import AgentRegistry
+from mlscope.registry.agents import AgentRegistry, LiveCache
 from mlscope.registry.models import ModelRegistry
 from mlscope.store import Store
 
@@ -52,6 +52,8 @@ class ApiContext:
         models: the manifests that can be evaluated.
         metrics: the app's own Prometheus registry and instruments.
         store_url: the store's URL when the app opened it from settings (shown by /health), else None.
+        live: `agents`' live agents for routing, re-read only when the registry's generation moves
+            (or after a second): a submission costs one registry read, whatever the fleet's size.
     """
 
     settings: Settings
@@ -61,6 +63,10 @@ class ApiContext:
     models: ModelRegistry
     metrics: AppMetrics
     store_url: str | None = None
+    live: LiveCache = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.live = LiveCache(self.agents)
 
     @property
     def broker_url(self) -> str:

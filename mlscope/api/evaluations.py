@@ -152,7 +152,7 @@ class Evaluations(MethodView):
         ctx = context()
         if split_requested(request):
             return _post_split(ctx, request)
-        job = plan_one(request, ctx.models, LiveAgents.read(ctx.agents))
+        job = plan_one(request, ctx.models, LiveAgents.read(ctx.live))
         try:
             with submit_span(ctx, request.trace_level, "/api/v1/evaluations") as traced:
                 evaluation_id = enqueue(ctx, job, traced)
@@ -173,7 +173,8 @@ class Evaluations(MethodView):
 
 def _post_split(ctx: ApiContext, request: EvaluationRequest) -> tuple[dict[str, Any], int, dict[str, str]]:
     """A load split across agents: the group's id answers, its parts listed (docs/farm.md)."""
-    plan = plan_split(request, ctx.models, LiveAgents.read(ctx.agents), ctx.agents)
+    # Not the routing cache: the split prefers idle agents, and status is what the cache lets age.
+    plan = plan_split(request, ctx.models, LiveAgents.read_current(ctx.agents), ctx.agents)
     try:
         with submit_span(ctx, request.trace_level, "/api/v1/evaluations") as traced:
             ids = enqueue_split(ctx, plan, traced)
@@ -233,7 +234,7 @@ class EvaluationBatch(MethodView):
                 "a batch runs each evaluation on one agent: submit a split load (load.agents) on its own",
                 field="load.agents",
             )
-        plan = plan_batch(body, ctx.models, LiveAgents.read(ctx.agents))
+        plan = plan_batch(body, ctx.models, LiveAgents.read(ctx.live))
         created: list[dict[str, Any]] = []
         # One trace for the whole batch: its evaluations are one comparison.
         trace_level = plan.jobs[0].request.trace_level if plan.jobs else "NO_TRACE"

@@ -26,7 +26,7 @@ from mlscope.contract.errors import MlscopeError, UserError
 from mlscope.contract.manifest import Manifest
 from mlscope.contract.queues import AGENT_PREFIX, Target, parse_target
 from mlscope.contract.request import EvaluationRequest
-from mlscope.registry.agents import AgentInfo, AgentRegistry
+from mlscope.registry.agents import AgentInfo, AgentRegistry, LiveCache
 from mlscope.registry.models import ModelRegistry
 from mlscope.registry.references import ModelOptions
 from mlscope.runtime.frameworks import check_runnable, get_framework
@@ -77,14 +77,28 @@ class LiveAgents:
     Attributes:
         agents: the live agents.
         error: why the registry could not be read, or None.
+        by_queue: queue → ids of the agents consuming it, when the read indexed them.
     """
 
     agents: tuple[AgentInfo, ...] = ()
     error: str | None = None
+    by_queue: Mapping[str, tuple[str, ...]] | None = None
 
     @classmethod
-    def read(cls, registry: AgentRegistry) -> LiveAgents:
-        """The registry's live agents; an unreachable registry gives none, with the reason."""
+    def read(cls, live: LiveCache) -> LiveAgents:
+        """The registry's live agents, as routing sees them (`LiveCache`: one registry read when
+        nothing changed); an unreachable registry gives none, with the reason."""
+        try:
+            snapshot = live.snapshot()
+        except UserError as exc:
+            return cls(error=exc.message)
+        return cls(snapshot.agents, by_queue=snapshot.by_queue)
+
+    @classmethod
+    def read_current(cls, registry: AgentRegistry) -> LiveAgents:
+        """The registry's live agents with their status as of now (`live()`: every agent's record),
+        for a choice that weighs what agents are doing; an unreachable registry gives none, with the
+        reason."""
         try:
             return cls(tuple(registry.live()))
         except UserError as exc:
@@ -92,6 +106,8 @@ class LiveAgents:
 
     def serving(self, queue: str) -> list[str]:
         """Ids of the agents consuming `queue`."""
+        if self.by_queue is not None:
+            return list(self.by_queue.get(queue, ()))
         return [agent.id for agent in self.agents if queue in agent.queues]
 
     def matching(self, target: Target, framework: str) -> list[AgentInfo]:

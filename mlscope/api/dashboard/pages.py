@@ -198,7 +198,7 @@ def submit() -> str:
     chosen (dashboard.js asks again before sending a job no live agent can run)."""
     ctx = context()
     manifests = sorted(name for name, origin, _ in ctx.models.listing() if origin == "manifest")
-    live = LiveAgents.read(ctx.agents)
+    live = LiveAgents.read(ctx.live)
     choices = _framework_choices(live)
     asked = request.args.get("framework", "")
     chosen = asked if asked in FRAMEWORKS else choices[0]["name"]
