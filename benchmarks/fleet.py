@@ -23,8 +23,9 @@ Per N, in one run:
   - the API's read (GET /api/v1/agents) and submission p99 under 50 concurrent clients (targets ≤ 100 ms
     and ≤ 200 ms); the clients are threads of this process, on the same cores;
   - with the fleet idle (only heartbeats and sweeps): the API's CPU as a share of one core (target ≤ 1%
-    at 200 agents), Redis's CPU per agent, and one registry read (live(): what every sweep, route and
-    agent listing costs);
+    at 200 agents), Redis's CPU per agent, one registry read (live(): what every sweep and agent
+    listing costs) and one route's read (LiveCache.snapshot() while only heartbeats happen: what each
+    submission costs);
   - lost (a job that did not end `succeeded`) and doubled (a job with other than one set of
     measurements, or more evaluations than submissions): target 0 and 0.
 """
@@ -52,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.dispatch import HERE, MANIFEST, MEASURE, Processes, _percentile, _ts, bare_job
 from mlscope.client import Client
 from mlscope.contract.queues import queues_for
-from mlscope.registry.agents import AgentInfo, AgentRegistry
+from mlscope.registry.agents import AgentInfo, AgentRegistry, LiveCache
 from mlscope.store import open_store
 from tests.fixtures.private_postgres import PrivatePostgres, _binaries
 from tests.fixtures.private_redis import PrivateRedis
@@ -80,6 +81,7 @@ class FleetRow:
     api_cpu_share: float
     redis_cpu_per_agent: float
     live_ms: float
+    route_ms: float
     jobs: int
     lost: int
     doubled: int
@@ -281,8 +283,9 @@ class Fleet:
         self._settled()
         return reads, submits
 
-    def idle_costs(self, seconds: float) -> tuple[float, float, float]:
-        """With no jobs: the API's CPU share of one core, Redis's CPU share per agent, one live() (ms)."""
+    def idle_costs(self, seconds: float) -> tuple[float, float, float, float]:
+        """With no jobs: the API's CPU share of one core, Redis's CPU share per agent, one live() and one
+        route's LiveCache.snapshot() (ms, medians)."""
         api_pid = self.farm.processes["api"].pid
         api_before, redis_before, began = _cpu_s(api_pid), _cpu_s(self.redis_pid), time.monotonic()
         time.sleep(seconds)
@@ -294,7 +297,19 @@ class Fleet:
             began = time.perf_counter()
             self.registry.live()
             timings.append((time.perf_counter() - began) * 1000)
-        return api_share, redis_share / max(1, self.size), statistics.median(timings)
+        cache = LiveCache(self.registry)
+        cache.snapshot()
+        routes = []
+        for _ in range(20):
+            began = time.perf_counter()
+            cache.snapshot()
+            routes.append((time.perf_counter() - began) * 1000)
+        return (
+            api_share,
+            redis_share / max(1, self.size),
+            statistics.median(timings),
+            statistics.median(routes),
+        )
 
     def lost_and_doubled(self) -> tuple[int, int]:
         with open_store(self.farm.env["MLSCOPE_STORE_URL"]) as store:
@@ -322,7 +337,7 @@ def measure(
         bare.append(fleet.bare_burst(max(1, jobs // 2)))
     latencies = fleet.start_latencies(latency_jobs)
     reads, submits = fleet.clients(clients, rounds)
-    api_share, redis_per_agent, live_ms = fleet.idle_costs(idle_s)
+    api_share, redis_per_agent, live_ms, route_ms = fleet.idle_costs(idle_s)
     lost, doubled = fleet.lost_and_doubled()
     mlscope_rate, bare_rate = statistics.mean(ours), statistics.mean(bare)
     return FleetRow(
@@ -339,6 +354,7 @@ def measure(
         api_cpu_share=api_share,
         redis_cpu_per_agent=redis_per_agent,
         live_ms=live_ms,
+        route_ms=route_ms,
         jobs=len(fleet.submitted),
         lost=lost,
         doubled=doubled,
@@ -353,8 +369,8 @@ def print_table(rows: list[FleetRow], clients: int) -> None:
     print(
         f"{'agents':>6} {'real+sim':>9} {'mlscope/s':>9} {'bare/s':>7} {'ratio ≥0.8':>13} "
         f"{'start p50/p99 ms':>16} {'read p99 ms ≤100':>17} {'submit p99 ms ≤200':>19} "
-        f"{'API CPU idle':>13} {'Redis CPU/agent':>15} {'live() ms':>9} {'jobs':>5} {'lost':>4} "
-        f"{'doubled':>7}"
+        f"{'API CPU idle':>13} {'Redis CPU/agent':>15} {'live() ms':>9} {'route ms':>8} {'jobs':>5} "
+        f"{'lost':>4} {'doubled':>7}"
     )
     for row in rows:
         print(
@@ -364,7 +380,7 @@ def print_table(rows: list[FleetRow], clients: int) -> None:
             f"{f'{row.read_p99_ms:.0f} {_verdict(row.read_p99_ms <= 100)}':>17} "
             f"{f'{row.submit_p99_ms:.0f} {_verdict(row.submit_p99_ms <= 200)}':>19} "
             f"{f'{row.api_cpu_share:.2%}':>13} {f'{row.redis_cpu_per_agent:.4%}':>15} {row.live_ms:>9.2f} "
-            f"{row.jobs:>5} {row.lost:>4} {row.doubled:>7}"
+            f"{row.route_ms:>8.2f} {row.jobs:>5} {row.lost:>4} {row.doubled:>7}"
         )
     largest = max(rows, key=lambda r: r.agents)
     heartbeats = _verdict(largest.api_cpu_share <= 0.01) if largest.agents >= 200 else "not reached"

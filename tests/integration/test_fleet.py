@@ -26,7 +26,7 @@ def test_a_tiny_fleet_loses_nothing_doubles_nothing_and_fills_its_table(
     assert (row.agents, row.real, row.simulated) == (3, 2, 1)
     assert listed == {"fleet-0000", "fleet-0001", "fleet-0002"}
     for name in ("mlscope_jobs_per_s", "bare_jobs_per_s", "ratio", "start_p50_ms", "start_p99_ms",
-                 "read_p99_ms", "submit_p99_ms", "live_ms"):  # fmt: skip
+                 "read_p99_ms", "submit_p99_ms", "live_ms", "route_ms"):  # fmt: skip
         assert getattr(row, name) > 0, name
     assert row.start_p50_ms <= row.start_p99_ms
     assert row.api_cpu_share >= 0 and row.redis_cpu_per_agent >= 0
