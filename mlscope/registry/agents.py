@@ -4,6 +4,7 @@ Each worker keeps one Redis key, `mlscope:agent:<id>`, holding its description a
 expiring `ttl_s` after its last heartbeat; a worker that dies simply stops renewing it and drops out
 of `live()` within `ttl_s`. The set `mlscope:agents` indexes the keys (entries whose key expired are
 pruned on read), and `mlscope:queues` remembers every queue a job was ever sent to, for queue depths.
+`mlscope:job:<evaluation id>` names the agents that published it as their current job (`running`).
 
 The counter `mlscope:agents:generation` changes whenever the set of agents or what one serves
 changes: an agent registers, unregisters, or publishes another description (AgentInfo.DESCRIPTION:
@@ -46,6 +47,7 @@ _PREFIX = "mlscope:agent:"
 _DIGESTS = "mlscope:agentdigest:"
 _INDEX = "mlscope:agents"
 _GENERATION = "mlscope:agents:generation"
+_JOBS = "mlscope:job:"
 _QUEUES = "mlscope:queues"
 _LOCKS = "mlscope:lock:"
 
@@ -55,8 +57,9 @@ _BUMP = """
 if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('SET', KEYS[1], ARGV[1]) end
 return redis.call('INCR', KEYS[1])
 """
-# KEYS: the agent's key, its digest's key, the index, the generation.
-# ARGV: the JSON, the description's digest, the lifetime (ms), the id, a seed for _BUMP, "1" for NX.
+# KEYS: the agent's key, its digest's key, the index, the generation, its current job's set of agents.
+# ARGV: the JSON, the description's digest, the lifetime (ms), the id, a seed for _BUMP, "1" for NX,
+# the current job ("" for none).
 # Returns 1 when published (0: NX and the id is live); bumps when the digest is not the live one's.
 _PUBLISH = """
 if ARGV[6] == '1' then
@@ -73,6 +76,10 @@ redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 if old ~= ARGV[2] then
   if redis.call('EXISTS', KEYS[4]) == 0 then redis.call('SET', KEYS[4], ARGV[5]) end
   redis.call('INCR', KEYS[4])
+end
+if ARGV[7] ~= '' then
+  redis.call('SADD', KEYS[5], ARGV[4])
+  redis.call('PEXPIRE', KEYS[5], ARGV[3])
 end
 return 1
 """
@@ -179,9 +186,10 @@ class AgentRegistry:
 
     def _put(self, what: str, info: AgentInfo, *, nx: bool) -> bool:
         data = json.dumps({**info.to_dict(), "heartbeat_at": time.time()})
-        keys = [_PREFIX + info.id, _DIGESTS + info.id, _INDEX, _GENERATION]
+        job = info.current_job or ""
+        keys = [_PREFIX + info.id, _DIGESTS + info.id, _INDEX, _GENERATION, _JOBS + job]
         ttl_ms = int(self.ttl_s * 1000)
-        args: list[str | int] = [data, info.digest(), ttl_ms, info.id, _seed(), "1" if nx else "0"]
+        args: list[str | int] = [data, info.digest(), ttl_ms, info.id, _seed(), "1" if nx else "0", job]
         return bool(self._call(what, lambda: self._publish(keys=keys, args=args)))
 
     def register(self, info: AgentInfo) -> None:
@@ -244,6 +252,21 @@ class AgentRegistry:
         if gone and self._call("prune expired agents", self._redis.srem, _INDEX, *gone):
             self._next_generation()
         return [AgentInfo.from_dict(json.loads(raw)) for raw in raws if raw is not None]
+
+    def running(self, evaluation_id: str) -> list[AgentInfo]:
+        """The live agents whose current job is `evaluation_id`, ordered by id.
+
+        Each publish of an agent with a current job adds it to that job's set (`mlscope:job:<id>`,
+        expiring with the agent's key); the set may still name agents that moved on, so their records
+        are read and checked. Reads the job's few agents, not the fleet: a worker asks before each job."""
+        ids = sorted(
+            i.decode() for i in self._call("list a job's agents", self._redis.smembers, _JOBS + evaluation_id)
+        )
+        if not ids:
+            return []
+        raws = self._call("read agents", self._redis.mget, [_PREFIX + i for i in ids])
+        agents = [AgentInfo.from_dict(json.loads(raw)) for raw in raws if raw is not None]
+        return [agent for agent in agents if agent.current_job == evaluation_id]
 
     def note_queue(self, queue: str) -> None:
         """Remember that a job was sent to `queue`."""

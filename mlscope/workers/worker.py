@@ -406,11 +406,11 @@ class Worker:
     def _running_elsewhere(self, evaluation_id: str) -> str | None:
         """The live agent, other than this one, running `evaluation_id`, if any."""
         try:
-            live = self.registry.live()
+            running = self.registry.running(evaluation_id)
         except UserError as exc:  # advisory: without the registry, the store's transitions still hold
             log.warning("agent registry: %s", exc.message)
             return None
-        return next((a.id for a in live if a.current_job == evaluation_id and a.id != self.agent_id), None)
+        return next((a.id for a in running if a.id != self.agent_id), None)
 
     def _fail(self, evaluation_id: str, kind: str, message: str, phase: str) -> None:
         log.warning("job %s failed: %s: %s", evaluation_id, kind, message)

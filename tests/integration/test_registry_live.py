@@ -209,3 +209,23 @@ def test_threads_that_find_the_cache_stale_at_once_read_the_agents_once(
     # Then each sees the new agent, and the agents were read once for all of them
     assert seen == [["a", "b", "c"]] * 20
     assert reads.mgets == 2
+
+
+def test_running_names_the_live_agents_whose_current_job_it_is_without_reading_the_fleet(
+    workers: AgentRegistry, reads: Reads
+) -> None:
+    # Given a fleet of fifty agents, two of which publish job "e1" as their current job
+    fleet = {name: workers.heartbeat(agent(name)) for name in (f"n{i:02d}" for i in range(50))}
+    for name in ("n07", "n31"):
+        workers.register(AgentInfo.from_dict({**fleet[name].to_dict(), "current_job": "e1"}))
+    # When a worker asks who runs "e1", then both are named, from a read of those two agents only
+    assert [a.id for a in reads.registry.running("e1")] == ["n07", "n31"]
+    assert reads.registry.running("e2") == []
+    # When one of them moves on to another job, then only the other still runs "e1"
+    workers.register(AgentInfo.from_dict({**fleet["n07"].to_dict(), "current_job": "e2"}))
+    assert [a.id for a in reads.registry.running("e1")] == ["n31"]
+    assert [a.id for a in reads.registry.running("e2")] == ["n07"]
+    # When the other stops, then nobody runs it
+    workers.unregister("n31")
+    assert reads.registry.running("e1") == []
+    assert reads.mgets == 4
