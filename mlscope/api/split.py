@@ -148,10 +148,9 @@ def enqueue_split(ctx: ApiContext, plan: SplitPlan, traced: TracedSubmit | None 
         BrokerUnavailable: the broker did not take a part; the group and the parts are failed.
     """
     ctx.store.create_evaluation(id=plan.group_id, **plan.group.record(), queue=None)
-    shard = LoadSettings.from_dict(plan.parts[0].request.load).part
-    assert shard is not None
+    ids = Shard.part_ids(plan.group_id, len(plan.parts))
     try:
-        for part_id, job in zip(shard.ids, plan.parts, strict=True):
+        for part_id, job in zip(ids, plan.parts, strict=True):
             enqueue_with_ids(ctx, [job], [part_id], traced)
     except Exception as exc:
         ctx.store.fail_evaluation(
@@ -163,4 +162,4 @@ def enqueue_split(ctx: ApiContext, plan: SplitPlan, traced: TracedSubmit | None 
             },
         )
         raise
-    return list(shard.ids)
+    return list(ids)

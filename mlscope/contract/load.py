@@ -9,6 +9,7 @@ throughput); a multi_stream query holds 8 samples.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
@@ -219,9 +220,10 @@ class LoadSettings(SettingsSection):
                 field="interval_ms",
             )
 
-    @property
+    @functools.cached_property
     def part(self) -> Shard | None:
-        """This agent's part of a split schedule, or None."""
+        """This agent's part of a split schedule, or None (read once: the scenario, the driver and
+        the generator each ask)."""
         return None if self.shard is None else Shard.from_dict(self.shard)
 
     def percentile_for(self, scenario: str) -> float:
