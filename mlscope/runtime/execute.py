@@ -43,7 +43,10 @@ from mlscope.runtime.trace.passes import add_model_spans, run_traced_passes
 from mlscope.runtime.trace.spans import Clock, TraceContext, Tracer
 from mlscope.runtime.warm_start import warm_start
 
-__all__ = ["Emit", "Imported", "execute", "main", "prepare"]
+__all__ = ["PARENT_ENV", "Emit", "Imported", "execute", "main", "prepare"]
+
+# The environment variable in which the process that starts a predictor process names itself (its pid).
+PARENT_ENV = "MLSCOPE_PREDICTOR_PARENT"
 
 
 def _ms(start_ns: int) -> float:
@@ -458,7 +461,10 @@ def _die_with_parent() -> None:
     import ctypes
     import signal
 
-    parent = os.getppid()
+    # The parent that started this process names itself (PARENT_ENV): it may have died while this
+    # interpreter imported its modules, before this runs; then this process's parent is already
+    # another (init, a subreaper) and comparing with it would miss the death.
+    parent = int(os.environ.pop(PARENT_ENV, "0") or 0) or os.getppid()
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import select
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ import pytest
 from mlscope.contract.job import Job
 from mlscope.contract.settings import load_settings
 from mlscope.registry.models import ModelRegistry
+from mlscope.runtime import execute
 from mlscope.workers.local import evaluate_here
 from mlscope.workers.runners import prestart
 from mlscope.workers.runners.process import ProcessRunner
@@ -111,6 +114,34 @@ def test_a_process_whose_job_never_comes_exits_by_itself(framework: str) -> None
     # Then it exits 0 having said nothing
     assert child.wait(timeout=60) == 0
     assert child.stdout is not None and child.stdout.read() == ""
+
+
+def test_a_process_whose_parent_died_while_it_started_ends_itself() -> None:
+    # Given a process whose stated parent (runtime.execute.PARENT_ENV, as prestart sets it) is a
+    # process that has already ended: its parent died while it imported its modules, before it
+    # could ask to die with it; this test keeps its stdin open, as an inherited pipe would
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    environ = {**prestart.child_environment(None), execute.PARENT_ENV: str(gone.pid)}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "mlscope.runtime.execute", "--prepare", "onnxruntime"],
+        env=environ,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        # Then it exits 1 at once rather than import its framework and wait for a job forever
+        assert child.wait(timeout=60) == 1
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.communicate()
+
+
+def test_prestart_names_the_parent_where_the_predictor_process_reads_it() -> None:
+    assert prestart.PARENT_ENV == execute.PARENT_ENV
+    assert prestart.child_environment(None)[prestart.PARENT_ENV] == str(os.getpid())
 
 
 def test_a_job_of_a_framework_its_process_could_not_import_fails_as_it_would_have(tmp_path: Path) -> None:

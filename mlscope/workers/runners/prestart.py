@@ -59,10 +59,15 @@ _planned: deque[Key] = deque()
 _dispatched: dict[str, tuple[Key, str, subprocess.Popen[str]]] = {}
 
 
+# runtime.execute.PARENT_ENV (not imported: that module imports a predictor's runtime).
+PARENT_ENV = "MLSCOPE_PREDICTOR_PARENT"
+
+
 def child_environment(threads: int | None) -> dict[str, str]:
     """A predictor process's environment: this one's, with OMP_NUM_THREADS set to a job's thread count
-    (frameworks that read it only when they load, MXNet, get the request that way)."""
-    environ = dict(os.environ)
+    (frameworks that read it only when they load, MXNet, get the request that way), and this process
+    named as its parent, so it ends even when this one dies while it still imports."""
+    environ = {**os.environ, PARENT_ENV: str(os.getpid())}
     if threads:
         environ["OMP_NUM_THREADS"] = str(int(threads))
     return environ
