@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -137,9 +138,60 @@ def test_warm_up_iterations_are_never_recorded() -> None:
     assert timer.calls == 7 + result.latencies_ns.size
 
 
-def test_warm_up_lasts_at_least_warmup_seconds() -> None:
-    result = timed_loop(noop, [0], fast(warmup_count=0, warmup_seconds=0.01, min_count=5))
+def test_warm_up_lasts_warmup_seconds_when_it_may_not_settle_early() -> None:
+    # Given a predictor that notes when each call starts, and a constant device latency
+    stamps: list[int] = []
+    timer = ScriptedTimer(itertools.repeat(1000))
+    # When the warm-up may not end on a settled latency (warmup_settle=0) and lasts 20 ms
+    settings = fast(warmup_count=0, warmup_seconds=0.02, warmup_settle=0, min_count=5)
+    result = timed_loop(lambda batch: stamps.append(time.perf_counter_ns()), [0], settings, timer=timer)
+    # Then the first timed call came at least 20 ms after the first warm-up call (less the few
+    # microseconds between the warm-up's clock start and that call)
     assert result.warmup_count >= 1
+    assert stamps[result.warmup_count] - stamps[0] >= 19_000_000
+
+
+def test_warm_up_ends_once_three_windows_agree() -> None:
+    # Given a device whose first 10 readings are 5x the rest, and a warm-up of 10 iterations that
+    # could last 30 s
+    timer = ScriptedTimer(itertools.chain([5000] * 10, itertools.repeat(1000)))
+    settings = fast(warmup_count=10, warmup_seconds=30.0, min_count=5)
+    # When the loop runs
+    result = timed_loop(noop, [0], settings, timer=timer)
+    # Then the warm-up ended after four windows of 10: the first three disagree (5000, 1000,
+    # 1000), the last three agree
+    assert result.warmup_count == 40
+    assert set(result.latencies_ns.tolist()) == {1000}
+
+
+def test_a_drifting_latency_keeps_the_warm_up_going() -> None:
+    # Given a device whose latency falls by 0.3% per iteration for 600 iterations, then holds:
+    # windows of 10 that differ by 3% (above warmup_settle's 2%) until the fall ends
+    def reading(i: int) -> int:
+        return int(10**9 * 0.997 ** min(i, 600))
+
+    timer = ScriptedTimer(reading(i) for i in itertools.count())
+    settings = fast(warmup_count=10, warmup_seconds=30.0, min_count=5, stability=0.5)
+    # When the loop runs
+    result = timed_loop(noop, [0], settings, timer=timer)
+    # Then the warm-up lasted until the latency held (not the 30 iterations a flat one takes, and
+    # not the 30 s of warmup_seconds)
+    assert 600 <= result.warmup_count <= 640
+
+
+def test_the_stop_rule_checks_again_when_the_count_doubles() -> None:
+    # Given a device unstable for its first 15 timed readings (1000 and 3000 in turn), then
+    # constant, and a check interval longer than the test may take
+    timer = ScriptedTimer(
+        itertools.chain(itertools.islice(itertools.cycle([1000, 3000]), 15), itertools.repeat(1000))
+    )
+    settings = fast(min_count=10, check_every_seconds=30.0, max_seconds=60.0)
+    # When the loop runs
+    result = timed_loop(noop, [0], settings, timer=timer)
+    # Then it is unstable at the minimums (15 readings) and stable at the next doubling (31), and
+    # stops there rather than at the 30 s check
+    assert result.stop_reason == STOP_STABLE
+    assert 15 < result.latencies_ns.size <= 63
 
 
 def test_batches_are_used_in_rotation_and_timing_starts_at_the_first() -> None:

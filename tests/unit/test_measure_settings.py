@@ -13,6 +13,7 @@ from mlscope.runtime.measure import MeasureSettings
 DOCUMENTED_DEFAULTS = {
     "warmup_count": 10,
     "warmup_seconds": 0.5,
+    "warmup_settle": 0.02,
     "min_count": 30,
     "min_seconds": 2.0,
     "max_seconds": 60.0,

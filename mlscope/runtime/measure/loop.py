@@ -329,25 +329,60 @@ def _run_device_timer(
 def _warm_up(
     predict: Callable[[Any], Any], batches: Sequence[Any], settings: MeasureSettings, timer: Timer | None
 ) -> int:
-    """Run untimed iterations until warmup_count and warmup_seconds are both met, or max_seconds.
+    """Run untimed iterations until warmup_count is met and either warmup_seconds has passed or the
+    latency has settled (`_Settled`), or until max_seconds.
 
     Through the timer when there is one, so device queues and timing events are warm too.
     """
     clock = time.perf_counter_ns
     min_ns = int(settings.warmup_seconds * NS_PER_S)
     max_ns = int(settings.max_seconds * NS_PER_S)
+    settled = _Settled(settings) if settings.warmup_settle > 0 and min_ns > 0 else None
     done = 0
     start = clock()
     for batch in cycle(batches):
-        elapsed = clock() - start
-        if (done >= settings.warmup_count and elapsed >= min_ns) or elapsed >= max_ns:
+        now = clock()
+        elapsed = now - start
+        if elapsed >= max_ns or (
+            done >= settings.warmup_count and (elapsed >= min_ns or (settled is not None and settled.now()))
+        ):
             break
         if timer is None:
             predict(batch)
+            if settled is not None:
+                settled.add(clock() - now)
         else:
-            timer.time(predict, batch)
+            latency = timer.time(predict, batch)
+            if settled is not None:
+                settled.add(int(latency))
         done += 1
     return done
+
+
+class _Settled:
+    """Whether a warm-up's latency has settled: the medians of its last three windows of
+    max(warmup_count, 5) iterations lie within warmup_settle of each other (the largest at most
+    1 + warmup_settle times the smallest). Three windows, not two, so one window that happens to
+    match its neighbour while the latency still drifts does not end the warm-up."""
+
+    _WINDOWS = 3
+    _MIN_WINDOW = 5
+
+    def __init__(self, settings: MeasureSettings) -> None:
+        self.window = max(settings.warmup_count, self._MIN_WINDOW)
+        self.limit = 1.0 + settings.warmup_settle
+        self.latencies: list[int] = []
+        self.medians: list[float] = []
+
+    def add(self, latency_ns: int) -> None:
+        self.latencies.append(latency_ns)
+        if len(self.latencies) == self.window:
+            self.medians = [*self.medians[1 - self._WINDOWS :], float(np.median(self.latencies))]
+            self.latencies.clear()
+
+    def now(self) -> bool:
+        medians = self.medians
+        return len(medians) == self._WINDOWS and max(medians) <= self.limit * max(min(medians), 1.0)
 
 
 class _StoppingRule:
@@ -361,15 +396,19 @@ class _StoppingRule:
         self.max_ns = int(settings.max_seconds * NS_PER_S)
         self.next_check = self.check_ns
         self.checked_at_minimums = False
+        self.checked_count = 0
 
     def due(self, elapsed_ns: int, count: int = 0) -> bool:
         """Whether `elapsed_ns` into the timed phase, `count` iterations done, is a check point: every
-        check interval, and the first time both minimums are met (a short measurement that is
-        stable at once does not wait for the interval to end)."""
+        check interval, the first time both minimums are met, and after that each time the count has
+        doubled since the last check (a short measurement that is stable at once, or soon after,
+        does not wait for the interval to end; the doubling keeps the checks to a handful)."""
         if elapsed_ns >= self.max_ns or elapsed_ns >= self.next_check:
             return True
         minimums = count >= self.settings.min_count and elapsed_ns >= self.settings.min_seconds * NS_PER_S
-        return minimums and not self.checked_at_minimums
+        if not minimums:
+            return False
+        return not self.checked_at_minimums or count >= 2 * self.checked_count
 
     def wait_ns(self, elapsed_ns: int) -> int:
         """How long until the next check point."""
@@ -380,6 +419,7 @@ class _StoppingRule:
         or None to go on."""
         settings = self.settings
         self.next_check = elapsed_ns + self.check_ns
+        self.checked_count = latencies.size
         met = latencies.size >= settings.min_count and elapsed_ns >= settings.min_seconds * NS_PER_S
         self.checked_at_minimums = self.checked_at_minimums or met
         if self.on_progress is not None:

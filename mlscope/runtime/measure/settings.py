@@ -17,6 +17,7 @@ __all__ = ["MEASURE_BOUNDS", "MeasureSettings"]
 MEASURE_BOUNDS: dict[str, Bound] = {
     "warmup_count": Bound(integer=True, low=0),
     "warmup_seconds": Bound(low=0),
+    "warmup_settle": Bound(low=0, high=1, high_open=True),
     "min_count": Bound(integer=True, low=1),
     "min_seconds": Bound(low=0),
     "max_seconds": Bound(low=0),  # and ≥ min_seconds
@@ -44,8 +45,14 @@ class MeasureSettings:
 
     Warm-up:
         warmup_count: 10. Untimed iterations to run before measuring.
-        warmup_seconds: 0.5. Minimum warm-up duration; warm-up ends once both warmup_count and
-            warmup_seconds are met, or after max_seconds.
+        warmup_seconds: 0.5. Longest warm-up that waits for the latency to settle: warm-up ends once
+            warmup_count is met and either warmup_seconds has passed or the latency has settled
+            (warmup_settle), or after max_seconds.
+        warmup_settle: 0.02. The latency has settled when the medians of the last three windows
+            of warmup_count iterations (at least 5) lie within this fraction of each other. A fast
+            model is warm in tens of iterations; waiting out warmup_seconds as well would cost
+            every point half a second and change nothing the timed loop sees. 0: never settled
+            early, the warm-up lasts warmup_seconds.
 
     Stopping rule of the timed loop:
         min_count: 30. Minimum number of timed iterations.
@@ -55,8 +62,10 @@ class MeasureSettings:
         stability: 0.02. Once both minimums are met, stop as soon as the distribution-free
             `confidence` interval of the median (order statistics at ranks n/2 ± z·√n/2) has a
             half-width of at most this fraction of the median.
-        check_every_seconds: 0.25. How often the stopping rule is evaluated, and once more as soon
-            as both minimums are met; never inside a timed region.
+        check_every_seconds: 0.25. How often the stopping rule is evaluated; also as soon as both
+            minimums are met and each time the count has doubled since the last check (a short
+            measurement of a fast model stops when stable, not at the next interval); never inside
+            a timed region.
 
     Statistics:
         bootstrap_resamples: 2000. Resamples of the bootstrap confidence interval of the median.
@@ -84,6 +93,7 @@ class MeasureSettings:
 
     warmup_count: int = 10
     warmup_seconds: float = 0.5
+    warmup_settle: float = 0.02
     min_count: int = 30
     min_seconds: float = 2.0
     max_seconds: float = 60.0
