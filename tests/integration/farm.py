@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -167,15 +168,23 @@ class Farm:
         return str(self.client.evaluation(evaluation_id)["status"])
 
     def stop(self) -> None:
+        """SIGINT to every process, then SIGKILL to any still running 20 s later: one that needed it
+        is named in a warning with its log's last lines (a process that outlives its SIGINT costs
+        every test that uses a farm 20 s)."""
         for process in self.processes.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGINT)
-        for process in self.processes.values():
+        for name, process in self.processes.items():
             try:
                 process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+                tail = "\n".join(self.log(name).splitlines()[-15:])
+                warnings.warn(
+                    f"farm: {name} was still running 20 s after SIGINT; killed. Its log ends:\n{tail}",
+                    stacklevel=2,
+                )
         self.registry.close()
 
 
