@@ -241,3 +241,29 @@ def test_entries_that_do_not_know_their_distribution_are_told_apart_by_what_they
     # Then mlscope's own are its table's, and the plugin is one entry
     assert list(registry) == ["own", "extra"]
     assert registry.source("extra") == "entry point collections:OrderedDict"
+
+
+def test_the_installed_metadata_is_scanned_once_while_the_path_stays(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Given a metadata scan that counts its calls
+    scans: list[int] = []
+
+    class Found:
+        def select(self, group: str) -> list[_Entry]:
+            return []
+
+    def scan() -> Found:
+        scans.append(1)
+        return Found()
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", scan)
+    # When two groups' registries list their entries
+    list(Registry("mlscope.test-one", {"a": "collections:deque"}))
+    list(Registry("mlscope.test-two", {"b": "collections:deque"}))
+    # Then the metadata was read once for both
+    assert len(scans) == 1
+    # And read again once the path changes (a distribution may have been added to it)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    list(Registry("mlscope.test-three", {}))
+    assert len(scans) == 2
