@@ -34,7 +34,6 @@ from mlscope.registry.endpoints import endpoint_manifest
 from mlscope.registry.models import ModelRegistry
 from mlscope.registry.references import ModelOptions
 from mlscope.runtime.data import DatasetRef
-from mlscope.runtime.dataset_pass import check_takes_dataset
 from mlscope.runtime.frameworks import (
     FRAMEWORKS,
     FrameworkSpec,
@@ -230,6 +229,9 @@ def admit(
             uploads=models.dataset_uploads,
             max_bytes=here.max_dataset_bytes,
         )
+        # The dataset pass's module (numpy) only for a request that has a dataset.
+        from mlscope.runtime.dataset_pass import check_takes_dataset
+
         check_takes_dataset(manifest, dataset)
         _check_multi_stream(request, dataset)
     _check_generation(request, manifest, True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlscope.contract.errors import UserError
 from mlscope.contract.events import EvaluationEvent
@@ -20,7 +20,6 @@ from mlscope.contract.settings import Settings
 from mlscope.registry.models import ModelRegistry
 from mlscope.registry.resolvers.forms import absolute_reference
 from mlscope.runtime.frameworks import get_framework
-from mlscope.runtime.measure.scenario_base import Scenario
 from mlscope.runtime.scenarios import SCENARIOS
 from mlscope.store import open_store
 from mlscope.workers.admission import Admission, admit, default_frameworks
@@ -29,6 +28,9 @@ from mlscope.workers.pipeline import evaluate, job_for
 from mlscope.workers.runners import prestart
 from mlscope.workers.runners.process import ProcessRunner
 from mlscope.workers.sweeper import Sweeper
+
+if TYPE_CHECKING:
+    from mlscope.runtime.measure.scenario_base import Scenario
 
 __all__ = ["Watch", "admit_all", "default_frameworks", "evaluate_here"]
 

@@ -37,7 +37,6 @@ from mlscope.store import Store
 from mlscope.store.records import subsample_latencies
 from mlscope.workers.admission import Admission
 from mlscope.workers.leases import Lease, kept
-from mlscope.workers.parity import run_parity_check
 from mlscope.workers.runners import Runner, RunOutcome, get_runner
 from mlscope.workers.store_writes import StoreWrite, apply
 
@@ -270,6 +269,9 @@ def _run(
     )
     outputs = outcome.result.pop("outputs", None) if outcome.result is not None else None
     if outcome.result is not None and admitted.parity_manifest is not None and outputs is not None:
+        # The parity check's modules (numpy) only for a request that asks for one.
+        from mlscope.workers.parity import run_parity_check
+
         with tracer.span("parity", against=admitted.parity_against):
             outcome.result["parity"] = run_parity_check(
                 admitted, job, outputs, runner, emit, timeout_s=request.timeout_s, cancel=cancel

@@ -43,9 +43,11 @@ HEAVY = frozenset(
 PRINTING = "rich"
 
 
-def imported_packages(*args: str, env: dict[str, str] | None = None) -> set[str]:
+def imported_packages(
+    *args: str, env: dict[str, str] | None = None, codes: tuple[int, ...] = (0,)
+) -> set[str]:
     """The top-level packages `python -X importtime -m mlscope ARGS` imported, as its stderr lists
-    them (the command must end with exit code 0)."""
+    them (the command must end with one of `codes`)."""
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "mlscope", *args],
         capture_output=True,
@@ -54,7 +56,7 @@ def imported_packages(*args: str, env: dict[str, str] | None = None) -> set[str]
         check=False,
         env={**os.environ, **(env or {})},
     )
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode in codes, done.stderr[-2000:]
     lines = [line for line in done.stderr.splitlines() if line.startswith("import time:")]
     assert lines, f"no import times in stderr: {done.stderr[-2000:]}"
     # "import time: self [us] | cumulative | imported package", the name indented by its depth.
@@ -101,3 +103,17 @@ def test_listing_the_models_reads_manifests_without_numpy_or_a_framework(mlscope
     # nor any framework (marshmallow checks the manifests: it is allowed here)
     heavy = sorted(packages & (HEAVY - {"marshmallow"}))
     assert not heavy, f"mlscope models imported {', '.join(heavy)}"
+
+
+def test_a_short_run_s_own_process_imports_no_numpy(mlscope_env: dict[str, str]) -> None:
+    # When a model is evaluated here (exit 3: measured, but not valid on a busy machine)
+    packages = imported_packages(
+        "run", "test_tiny_mlp", "-f", "onnxruntime", "-b", "1", "--min-seconds", "0", "--min-count", "5",
+        "--max-seconds", "1", codes=(0, 3),
+    )  # fmt: skip
+
+    # Then the command's own process admitted, stored and printed the result without numpy (its
+    # predictor process, whose imports are not in this one's stderr, measures with it) or a framework:
+    # what that process imports before the measurement may start is what a short run waits for
+    heavy = sorted(packages & (HEAVY - {"marshmallow", "sqlalchemy"}) | packages & {"numpy"})
+    assert not heavy, f"mlscope run imported {', '.join(heavy)}"

@@ -3,6 +3,8 @@ store did not take tried again rather than lost."""
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,30 @@ from mlscope.store.records import (
     unpack_latencies,
 )
 from mlscope.workers import pipeline
+
+
+def test_packing_in_the_standard_library_writes_the_bytes_numpy_s_shuffle_did() -> None:
+    # Given latencies across the whole int64 range, as a list and as an array
+    values = [
+        0,
+        1,
+        -1,
+        2**63 - 1,
+        -(2**63),
+        *np.random.default_rng(1).integers(-(2**63), 2**63 - 1, 1000).tolist(),
+    ]
+    plain = np.asarray(values, dtype="<i8").tobytes()
+    # When packed both ways (the stored rows of every earlier release were written with numpy's shuffle)
+    numpy_shuffled = zlib.compress(np.frombuffer(plain, dtype=np.uint8).reshape(-1, 8).T.tobytes(), 6)
+    # Then the bytes are the same, and each reads back as the other wrote it
+    for given in (values, np.asarray(values, dtype=np.int64)):
+        assert pack_latencies(given) == numpy_shuffled
+        assert pack_latencies(given, PLAIN_CODEC) == plain
+    assert unpack_latencies(numpy_shuffled, RAW_CODEC) == values
+    assert unpack_latencies(pack_latencies([]), RAW_CODEC) == []
+    # And a value beyond 64 bits is refused, not wrapped
+    with pytest.raises(OverflowError):
+        pack_latencies([2**63])
 
 
 def test_packed_latencies_read_back_exactly_and_take_about_a_third_of_the_room() -> None:

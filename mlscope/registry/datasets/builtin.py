@@ -20,7 +20,6 @@ from typing import Any
 
 from mlscope.contract.errors import UserError
 from mlscope.runtime.data import DatasetRef, write_dataset
-from mlscope.runtime.data.digits import digits_split
 
 __all__ = ["BUILTIN_DATASETS", "RECIPE", "SAMPLE_PHOTOS", "Builtin", "imagenet_classes"]
 
@@ -54,6 +53,8 @@ def imagenet_classes() -> tuple[str, ...]:
 
 
 def _digits(path: Path) -> DatasetRef:
+    from mlscope.runtime.data.digits import digits_split  # numpy, only when the dataset is made
+
     images, labels = digits_split("test")
     return write_dataset(
         path,

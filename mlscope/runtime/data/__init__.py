@@ -22,11 +22,12 @@ import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from mlscope.contract.errors import UserError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["FORMAT", "KINDS", "Batch", "DatasetRef", "iter_batches", "read_meta", "write_dataset"]
 
@@ -105,6 +106,8 @@ def _decode_sample(raw: bytes, meta: dict[str, Any]) -> Any:
         return raw
     if kind == "text":
         return raw.decode("utf-8")
+    import numpy as np
+
     return np.frombuffer(raw, dtype=np.dtype(meta["dtype"])).reshape(meta["shape"])
 
 
@@ -119,6 +122,8 @@ def iter_batches(ref: DatasetRef, batch_size: int) -> Iterator[Batch]:
     meta = read_meta(path)
     if meta.get("sha256") != ref.sha256:
         raise UserError(f"dataset {ref.name!r} at {path} has changed: expected {ref.sha256[:12]}…")
+    import numpy as np
+
     offsets = np.load(path / "offsets.npy")
     labels = np.load(path / "labels.npy")
     blob = np.memmap(path / "samples.bin", dtype=np.uint8, mode="r") if offsets[-1] else np.zeros(0, np.uint8)
@@ -151,6 +156,8 @@ def write_dataset(
     """
     if kind not in KINDS:
         raise ValueError(f"dataset kind must be one of {', '.join(KINDS)}; got {kind!r}")
+    import numpy as np  # here, not at the top: admitting a request reads this module, not its arrays
+
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     partial.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()

@@ -11,9 +11,13 @@ a change goes"). Nothing is imported until a scenario is looked up.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from mlscope.contract.errors import UserError
 from mlscope.contract.plugins import Registry, UnknownPlugin
-from mlscope.runtime.measure.scenario_base import Scenario
+
+if TYPE_CHECKING:
+    from mlscope.runtime.measure.scenario_base import Scenario
 
 __all__ = ["BUILTIN_SCENARIOS", "SCENARIOS", "get_scenario"]
 

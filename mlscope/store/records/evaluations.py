@@ -5,6 +5,7 @@ latencies are stored in, and the public (JSON) result shape an evaluation is ser
 
 from __future__ import annotations
 
+import array
 import numbers
 import operator
 import sys
@@ -202,29 +203,43 @@ RAW_CODECS = (PLAIN_CODEC, RAW_CODEC)
 
 
 def pack_latencies(values: Sequence[int], codec: str = RAW_CODEC) -> bytes:
-    """Latencies in nanoseconds packed as `codec` says (RAW_CODEC unless told otherwise)."""
-    import numpy as np
-
-    plain = np.asarray(values, dtype="<i8").tobytes()
+    """Latencies in nanoseconds packed as `codec` says (RAW_CODEC unless told otherwise). In the
+    standard library only (array, bytes slicing in C): storing a result imports no numpy."""
+    ndarray: Any = values if _is_ndarray(values) else None
+    plain = ndarray.astype("<i8").tobytes() if ndarray is not None else _int64le(values).tobytes()
     if codec == PLAIN_CODEC:
         return plain
     if codec != RAW_CODEC:
         raise ValueError(f"unknown latency codec {codec!r}: expected one of {', '.join(RAW_CODECS)}")
-    shuffled = np.frombuffer(plain, dtype=np.uint8).reshape(-1, 8).T.tobytes()
+    # Every value's byte 0, then every value's byte 1, ...: the transpose of an n x 8 byte matrix.
+    shuffled = b"".join(plain[byte::8] for byte in range(8))
     return zlib.compress(shuffled, 6)
 
 
 def unpack_latencies(data: bytes, codec: str | None = PLAIN_CODEC) -> list[int]:
     """The inverse of `pack_latencies`; `codec` None is a row written before codecs were recorded."""
-    import numpy as np
-
     if codec == RAW_CODEC:
-        shuffled = np.frombuffer(zlib.decompress(data), dtype=np.uint8)
-        data = shuffled.reshape(8, -1).T.tobytes()
+        shuffled = zlib.decompress(data)
+        count = len(shuffled) // 8
+        plain = bytearray(len(shuffled))
+        for byte in range(8):
+            plain[byte::8] = shuffled[byte * count : (byte + 1) * count]
+        data = bytes(plain)
     elif codec not in (PLAIN_CODEC, None):
         raise ValueError(f"unknown latency codec {codec!r}: expected one of {', '.join(RAW_CODECS)}")
-    values: list[int] = np.frombuffer(data, dtype="<i8").tolist()
-    return values
+    values = array.array("q")
+    values.frombytes(data)
+    if sys.byteorder == "big":
+        values.byteswap()
+    return values.tolist()
+
+
+def _int64le(values: Sequence[int]) -> array.array[int]:
+    """`values` as little-endian 64-bit integers (OverflowError beyond that range)."""
+    packed = array.array("q", values)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed
 
 
 def check_system(system: Any) -> dict[str, Any]:
@@ -315,13 +330,21 @@ def _check_message(value: Any) -> str:
     return value
 
 
+# Latencies checked value by value in Python up to this many (a few milliseconds), in numpy beyond.
+_PYTHON_CHECKS_UP_TO = 20_000
+
+
 def _check_latencies(values: Any, field: str) -> list[int] | None:
     if values is None:
         return None
     if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__iter__"):
         raise UserError(f"{field} must be a list of integer nanoseconds", field=field)
-    if isinstance(values, (list, tuple)) or _is_ndarray(values):
-        # The common case in one numpy pass: integers that all fit 64 bits come out as int64.
+    long = isinstance(values, (list, tuple)) and (
+        len(values) > _PYTHON_CHECKS_UP_TO or "numpy" in sys.modules
+    )
+    if long or _is_ndarray(values):
+        # The common case in one numpy pass: integers that all fit 64 bits come out as int64. A short
+        # list is checked in Python: importing numpy for it would cost a short run's parent ~0.1 s.
         import numpy as np
 
         try:
