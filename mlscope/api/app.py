@@ -27,6 +27,7 @@ from mlscope.api.openapi_fields import RulesPlugin, exclusive_bounds, stated_sch
 from mlscope.api.problems import PROBLEM_MIMETYPE, ProblemSchema, install_error_handlers
 from mlscope.api.resources import register_resources
 from mlscope.broker.app import make_celery
+from mlscope.contract.interrupts import interrupt_on_signals
 from mlscope.contract.settings import Settings, load_settings
 from mlscope.registry.agents import AgentRegistry
 from mlscope.registry.datasets.uploads import DatasetFiles
@@ -178,6 +179,9 @@ def serve(
     """
     app = create_app(settings)
     ctx: ApiContext = app.extensions["mlscope"]
+    # SIGTERM (docker stop, Kubernetes) and SIGINT, even where it was inherited ignored, end the server
+    # through the clean-up below.
+    interrupt_on_signals()
     logger.info("mlscope dashboard at %s (API at /api/v1, docs at /api/docs)", dashboard_url(host, port))
     # The api sweeps too: evaluations of workers that died are resolved even when no worker is left.
     sweeper = Sweeper(ctx.store, ctx.agents, ctx.celery, holder=f"api:{socket.gethostname()}:{os.getpid()}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ from mlscope.cli.render import (
 )
 from mlscope.cli.render_load import probe_line
 from mlscope.contract.events import EvaluationEvent
+from mlscope.contract.interrupts import interrupt_on_signals
 from mlscope.contract.result import ColdStart, EvaluationResult
 from mlscope.contract.settings import load_settings
 
@@ -178,26 +178,6 @@ class _ProgressBars:
             self.all.update(done=done, now=escape(self.view.label))
 
 
-def _interrupt_on_sigterm() -> None:
-    """SIGTERM ends a run as Ctrl-C does: the predictor is stopped and the evaluation cancelled.
-
-    SIGINT is set to raise KeyboardInterrupt too: a process started with SIGINT ignored (a
-    background job of a non-interactive shell, some supervisors and test runners) inherits the
-    ignore, and Python then leaves it so; the run would not end on SIGINT at all. Only the first
-    of them interrupts: a second Ctrl-C (or a supervisor's SIGTERM after it) while the run stops
-    its predictor and stores the cancellation would break that off half done, and end the process
-    by the signal rather than with exit code 130. SIGKILL still ends it at once.
-    """
-
-    def handler(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-
-
 def run_command(
     model: str,
     frameworks: list[str],
@@ -250,7 +230,8 @@ def evaluate_with_bars(
     # Imported here, not above: `mlscope --help` and the other verbs need none of this.
     from mlscope.workers.local import admit_all, evaluate_here
 
-    _interrupt_on_sigterm()
+    # Ctrl-C or SIGTERM: the predictor is stopped and the evaluation stored as cancelled.
+    interrupt_on_signals()
     settings = load_settings()
     board = progress_board(quiet=as_json)
     # Admitted before the display starts: a refused request prints nothing but its error.
