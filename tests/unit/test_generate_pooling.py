@@ -112,7 +112,12 @@ def test_a_point_counts_requests_inputs_and_the_servers_tokens_and_names_what_do
         "output_tokens_per_s",
     }
     assert not set(generation) & {"ttft_ms", "tpot_ms", "itl_ms", "output_tokens", "output_tokens_per_s"}
-    assert set(generation["per_request"]["ttft_ms"]) == {None}
+    # Each request's figures are kept up to 2,000 requests, the summaries only beyond (reduce.py): a
+    # loaded machine's unstable medians can take the closed loop past that (a make test run did)
+    if sent <= 2_000:
+        assert set(generation["per_request"]["ttft_ms"]) == {None}
+    else:
+        assert "per_request" not in generation
     assert measurement["throughput"] == generation["requests_per_s"]
     # (valid or not as the machine's load allows: no reason of its own)
     assert not [r for r in measurement["validity"]["reasons"] if "requests failed" in r or "too few" in r]
