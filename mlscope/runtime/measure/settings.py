@@ -50,9 +50,9 @@ class MeasureSettings:
             (warmup_settle), or after max_seconds.
         warmup_settle: 0.02. The latency has settled when the medians of the last three windows
             of warmup_count iterations (at least 5) lie within this fraction of each other. A fast
-            model is warm in tens of iterations; waiting out warmup_seconds as well would cost
-            every point half a second and change nothing the timed loop sees. 0: never settled
-            early, the warm-up lasts warmup_seconds.
+            model is warm in tens of iterations; waiting out warmup_seconds as well costs every
+            point half a second (docs/measuring.md, "When the warm-up ends", compares the two).
+            0: never settled early, the warm-up lasts warmup_seconds.
 
     Stopping rule of the timed loop:
         min_count: 30. Minimum number of timed iterations.
