@@ -11,7 +11,13 @@ constant first token, the server's own TTFT medians were 20.37 ms (four) and 20.
 clients' 21.0 and 20.7 ms, intervals a tenth of a millisecond wide; with 0–20 ms of spread, the
 server's 30.77 and 30.46 ms, and one run in four had the p90 intervals apart by 0.01 ms. That is the
 co-location, not the merge, which tests/unit/test_split_merge.py holds figure for figure to the
-one-agent reduction of the same requests; with 0–40 ms the intervals hold that shift."""
+one-agent reduction of the same requests; with 0–40 ms the intervals hold that shift.
+
+One agent issuing all 600 requests from one process also delays some of them itself: in one make test
+its requests waited up to 58.6 ms for a connection (the four agents' up to 8.9 ms) with the server's
+TTFT median the same (40.96 and 40.71 ms), and its TTFT p99 interval (67.3, 110.6 ms) lay above the
+merged one (61.4, 65.7 ms). So at p99 the merged tail is held to be no worse than one agent's, not
+equal to it; p50 and p90 must agree both ways."""
 
 from __future__ import annotations
 
@@ -156,7 +162,10 @@ def test_a_schedule_split_across_four_agents_merges_to_one_agents_figures(farm: 
         for q in (0.5, 0.9, 0.99):
             a, b = _order_interval(four, q), _order_interval(one, q)
             one_load = alone_point["load"]
-            assert a[0] <= b[1] and b[0] <= a[1], (
+            # At p99 the merged tail must be no worse than one agent's; one agent's may be worse than
+            # the merged one (see the module's docstring: its own client's waits reach its tail)
+            agree = a[0] <= b[1] and (q == 0.99 or b[0] <= a[1])
+            assert agree, (
                 f"{metric} p{q * 100:g}: four agents {a}, one agent {b}; lateness four "
                 f"{[row['issue_lateness_ms'] for row in rows]} queue {load.get('queue_wait_ms')}, one "
                 f"{one_load.get('issue_lateness_ms')} queue {one_load.get('queue_wait_ms')}; "
