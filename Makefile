@@ -23,12 +23,29 @@ ELAPSED  = @s=$$(( $$(date +%s) - $(START) )); echo "make $@: $$((s / 60)) min $
 # The dashboard's chart library, vendored from npm at build time (ops/dashboard; not committed).
 VENDORED := mlscope/api/dashboard/static/vendor/plotly-basic.min.js
 
-$(STAMP):
-	@echo "venv: installing mlscope and its dependencies into $(VENV) (minutes the first time; V=1 shows pip)"
+# `make demo` needs PyTorch and ONNX Runtime only. On a machine without the full venv it installs
+# just those (a minute or two) instead of every framework the tests need (many minutes, llama.cpp
+# compiled); `make test`, `make check` and `make venv` add the rest to the same venv later.
+DEMO_EXTRAS := pytorch,onnxruntime
+DEMO_STAMP  := $(VENV)/.installed-demo-$(INPUTS_HASH)
+DEMO_VENV   := $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
+
+# $(call install,EXTRAS,WHAT): the venv made if missing, mlscope installed in it with EXTRAS.
+define install
+	@echo "venv: installing mlscope and $(2) into $(VENV) (minutes the first time; V=1 shows pip)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(Q)$(BIN)/python -m pip install $(PIPQ) --upgrade pip setuptools wheel
-	$(Q)CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install $(PIPQ) -c constraints.txt -e '.[$(EXTRAS)]'
+	$(Q)CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install $(PIPQ) -c constraints.txt -e '.[$(1)]'
+endef
+
+$(STAMP):
+	$(call install,$(EXTRAS),every dependency of the tests)
 	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+$(DEMO_STAMP):
+	$(call install,$(DEMO_EXTRAS),the demo's PyTorch and ONNX Runtime)
+	@rm -f $(VENV)/.installed-demo-*
 	@touch $@
 
 venv: $(STAMP) $(VENDORED)
@@ -36,7 +53,7 @@ venv: $(STAMP) $(VENDORED)
 $(VENDORED): ops/dashboard/package-lock.json
 	@bash ops/dashboard/vendor.sh
 
-demo: $(STAMP) $(VENDORED)
+demo: $(DEMO_VENV)
 	@# A store left by an older mlscope is upgraded (a copy kept beside it); a current one is untouched.
 	$(Q)$(BIN)/mlscope store upgrade
 	@# Exit code 3: the runs succeeded but a result is not valid on this (busy) machine; the table
