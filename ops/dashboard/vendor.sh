@@ -15,7 +15,7 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp "$here/package.json" "$here/package-lock.json" "$work/"
-(cd "$work" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
+(cd "$work" && npm ci --ignore-scripts --no-audit --no-fund --no-update-notifier --loglevel=error >/dev/null)
 package=$work/node_modules/plotly.js-basic-dist-min
 mkdir -p "$dest"
 cp "$package/plotly-basic.min.js" "$dest/plotly-basic.min.js"
