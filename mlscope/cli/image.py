@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
 import click
@@ -59,10 +61,12 @@ class _Progress:
     """Prints the build's progress lines, announced by one line when a build really starts (an
     image found up to date prints nothing but its summary)."""
 
-    def __init__(self, framework: str, where: str) -> None:
+    def __init__(self, framework: str, where: str, *, tagged: bool = False) -> None:
         self.framework = framework
         self.where = where
         self.building = False
+        # Builds running side by side interleave their lines: each then names its framework.
+        self.indent = f"  {framework}: " if tagged else "  "
 
     def __call__(self, line: str) -> None:
         if not line.startswith(_PROGRESS_PREFIXES):
@@ -71,7 +75,7 @@ class _Progress:
             self.building = True
             where = f" ({self.where})" if self.where else ""
             click.echo(f"image {self.framework}: building{where}", err=True)
-        click.echo(f"  {line}", err=True)
+        click.echo(f"{self.indent}{line}", err=True)
 
 
 @image.command("build")
@@ -87,20 +91,42 @@ class _Progress:
     "--network", help="The build's network, e.g. host (needed where pip reaches the index only so)."
 )
 @click.option("--rebuild", is_flag=True, help="Build even when an image of the same inputs exists.")
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Images built at once. A build waits on the network, pip and the engine's disk in turn, so "
+    "two overlap even on a small machine; their progress lines then name their framework.",
+)
 def image_build(
-    frameworks: tuple[str, ...], base: str | None, ca_bundle: str | None, network: str | None, rebuild: bool
+    frameworks: tuple[str, ...],
+    base: str | None,
+    ca_bundle: str | None,
+    network: str | None,
+    rebuild: bool,
+    jobs: int,
 ) -> None:
     """Build the predictor image of each FRAMEWORK [default: every framework with a Dockerfile]."""
     sys.exit(
-        build_command(list(frameworks), base=base, ca_bundle=ca_bundle, network=network, rebuild=rebuild)
+        build_command(
+            list(frameworks), base=base, ca_bundle=ca_bundle, network=network, rebuild=rebuild, jobs=jobs
+        )
     )
 
 
 def build_command(
-    frameworks: list[str], *, base: str | None, ca_bundle: str | None, network: str | None, rebuild: bool
+    frameworks: list[str],
+    *,
+    base: str | None,
+    ca_bundle: str | None,
+    network: str | None,
+    rebuild: bool,
+    jobs: int = 1,
 ) -> int:
     """Build the predictor image of each framework (default: `BUILT_BY_DEFAULT`), skipping those up
-    to date; a failed build does not stop the others.
+    to date, up to `jobs` at once; a failed build does not stop the others.
 
     Returns:
         0 when every image is built or up to date, 1 when a build failed.
@@ -113,30 +139,49 @@ def build_command(
     names = list(dict.fromkeys(frameworks)) or list(BUILT_BY_DEFAULT)
     _check_buildable(names)
     docker_client()  # no engine: one line and exit 2 before anything starts
-    failed = []
     where = ", ".join(f"{key} {value}" for key, value in (("base", base), ("network", network)) if value)
-    for name in names:
-        progress = _Progress(name, where)
+
+    def build_one(name: str) -> bool:
+        """Build one image and print its summary line; False when its build failed."""
+        progress = _Progress(name, where, tagged=jobs > 1)
         start = time.monotonic()
         try:
             built = build_image(
                 name, base=base, ca_bundle=ca_bundle, network=network, rebuild=rebuild, log=progress
             )
         except ImageBuildError as exc:
-            failed.append(name)
             click.echo(f"image {name}: {exc}; the build's last lines:", err=True)
             for line in exc.tail:
                 click.echo(f"  | {line}", err=True)
-            continue
+            return False
         how = f"built in {time.monotonic() - start:.0f} s" if progress.building else "up to date"
         click.echo(
             f"image {name}: {built.name} {built.short_id} {how} ({name} {built.framework_version}, "
             f"{_size(built.size)})"
         )
+        return True
+
+    succeeded = _in_parallel(build_one, names, jobs) if jobs > 1 else [build_one(name) for name in names]
+    failed = [name for name, ok in zip(names, succeeded, strict=True) if not ok]
     if failed:
         click.echo(f"mlscope: {len(failed)} image build(s) failed: {', '.join(failed)}", err=True)
         return 1
     return 0
+
+
+def _in_parallel(build_one: Callable[[str], bool], names: list[str], jobs: int) -> list[bool]:
+    """`build_one` of each name on up to `jobs` threads, in the names' order. On Ctrl-C the builds
+    not yet started are dropped; those under way finish (the engine goes on with a build whether or
+    not its client waits), and the interrupt is raised once they have."""
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="image-build") as pool:
+        futures = [pool.submit(build_one, name) for name in names]
+        try:
+            return [future.result() for future in futures]
+        except KeyboardInterrupt:
+            pool.shutdown(wait=False, cancel_futures=True)
+            running = [name for name, future in zip(names, futures, strict=True) if future.running()]
+            click.echo(f"image build: interrupted; waiting for {', '.join(running) or 'nothing'}", err=True)
+            raise
 
 
 @image.command("list")

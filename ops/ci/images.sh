@@ -12,8 +12,10 @@
 # (pip wheel: from pip's wheel cache once `make venv` has compiled it, else a compile, which needs a C++
 # compiler and CMake here).
 #
-# Environment: MLSCOPE_CA_BUNDLE (default: the host's bundle, when it exists) and MLSCOPE_CI_IMAGES
-# (default "onnxruntime openvino tensorflow mxnet litert llamacpp").
+# Two images build at once (`--jobs`): one build's downloads and pip overlap the other's layer commits.
+#
+# Environment: MLSCOPE_CA_BUNDLE (default: the host's bundle, when it exists), MLSCOPE_CI_IMAGES
+# (default "onnxruntime openvino tensorflow mxnet litert llamacpp") and MLSCOPE_IMAGE_JOBS (default 2).
 set -euo pipefail
 
 readonly BASE_IMAGE=mlscope-base:bookworm
@@ -21,7 +23,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 mlscope=$root/.venv/bin/mlscope
 [[ -x $mlscope ]] || { echo "images: error: $mlscope is missing; run make venv" >&2; exit 1; }
 
-args=(--base "$BASE_IMAGE" --network host)
+args=(--base "$BASE_IMAGE" --network host --jobs "${MLSCOPE_IMAGE_JOBS:-2}")
 ca_bundle=${MLSCOPE_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 [[ -f $ca_bundle ]] && args+=(--ca-bundle "$ca_bundle")
 read -r -a frameworks <<<"${MLSCOPE_CI_IMAGES:-onnxruntime openvino tensorflow mxnet litert llamacpp}"

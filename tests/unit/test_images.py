@@ -461,3 +461,43 @@ def test_pip_builds_the_host_wheel_with_the_pins_environment(tmp_path: Path, che
         images.build_host_wheels(missing, tmp_path / "context2" / "wheels")
     assert "pip wheel tinypkg==2.0 failed" in str(failed.value)
     assert any("tinypkg==2.0" in line for line in failed.value.tail)
+
+
+def test_jobs_builds_images_side_by_side_and_a_failure_stops_no_other(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mlscope image build --jobs 2`'s scheduling, with the engine's build replaced by a function
+    that logs a step and waits for the other build to be under way too (a barrier: it times out
+    unless two builds run at once). The real builds take minutes each; `make docker` runs them with
+    --jobs 2 (ops/ci/images.sh)."""
+    import threading
+    from types import SimpleNamespace
+
+    from mlscope.cli.image import build_command
+
+    both_running = threading.Barrier(2, timeout=30)
+
+    def fake_build(name: str, **kwargs: object) -> object:
+        kwargs["log"](f"Step 1/16 : ARG BASE={name}")  # type: ignore[operator]
+        both_running.wait()
+        if name == "litert":
+            raise images.ImageBuildError(f"the {name} build failed", ["pip: no space left"])
+        return SimpleNamespace(
+            name=f"mlscope-predictor-{name}:x", short_id="abc", framework_version="1", size=1e6
+        )
+
+    monkeypatch.setattr(images, "build_image", fake_build)
+    monkeypatch.setattr(images, "docker_client", lambda: None)
+    # Given two frameworks built two at a time, one of whose builds fails
+    code = build_command(
+        ["onnxruntime", "litert"], base=None, ca_bundle=None, network=None, rebuild=False, jobs=2
+    )
+    out, err = capsys.readouterr()
+    # Then both ran at once (the barrier let them through), the command exits 1 naming the failed one,
+    # the other is built, and each progress line names its framework
+    assert code == 1
+    assert "image onnxruntime: mlscope-predictor-onnxruntime:x abc built in" in out
+    assert "image litert: the litert build failed; the build's last lines:" in err
+    assert "  | pip: no space left" in err and "1 image build(s) failed: litert" in err
+    assert "  onnxruntime: Step 1/16 : ARG BASE=onnxruntime" in err.splitlines()
+    assert "  litert: Step 1/16 : ARG BASE=litert" in err.splitlines()
