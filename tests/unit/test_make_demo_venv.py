@@ -33,7 +33,7 @@ def _plan(target: str, venv: Path) -> list[str]:
 
 def _installs(plan: list[str]) -> list[str]:
     """The extras each `pip install -e` of the plan names."""
-    return [m.group(1) for line in plan for m in [re.search(r"-e '\.\[([^]]*)\]'", line)] if m]
+    return re.findall(r"-e '\.\[([^]]*)\]'", "\n".join(plan))
 
 
 def _full_stamp(venv: Path) -> Path:
