@@ -76,8 +76,8 @@ def run(
             f"--agents {agents} splits the load across farm agents: give --on TARGET (and the API's "
             "address in MLSCOPE_API_URL)"
         )
-    if names and document["runner"] == "process":
-        _start_predictor(names[0], fields.get("threads"))
+    if document["runner"] == "process":
+        _start_predictor(names[0] if names else None, fields.get("threads"))
     sys.exit(run_command(model, names, document, as_json=as_json, plot_file=plot_file))
 
 
@@ -91,10 +91,12 @@ def _run_on(model: str, names: list[str], target: str, document: dict[str, Any],
     return submit_command(farm_document, wait=True, timeout_s=None, as_json=as_json)
 
 
-def _start_predictor(framework: str, threads: int | None) -> None:
+def _start_predictor(framework: str | None, threads: int | None) -> None:
     """Start the first framework's predictor process before this one imports the rest of what a run
-    needs: it imports its framework meanwhile (workers/runners/prestart.py). One in an interpreter
-    other than this one (a framework environment's) is started again when the run knows it."""
+    needs: it imports its framework meanwhile (workers/runners/prestart.py). Without -f the frameworks
+    are known only once the model is resolved: the process imports the predictor runtime meanwhile,
+    and the first job's framework when that job comes. One in an interpreter other than this one (a
+    framework environment's) is started again when the run knows it."""
     from mlscope.workers.runners import prestart
 
     if prestart.enabled():

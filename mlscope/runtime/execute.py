@@ -530,7 +530,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         # The job is stdin's first line; the runner closes stdin when the measurement may start.
         document, ready = sys.stdin.readline(), sys.stdin.read
-    if imported is not None and not document.strip():
+    if arguments.job is None and not document.strip():
         return  # started ahead of a job that did not come: its parent no longer needs it
     job = Job.from_dict(json.loads(document))
     try:

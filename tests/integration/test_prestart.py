@@ -97,6 +97,29 @@ def test_a_process_started_for_another_framework_or_thread_count_is_left_waiting
     assert other_framework.poll() is not None and other_threads.poll() is not None
 
 
+def test_a_process_started_without_a_framework_takes_a_job_of_any_and_imports_its_own(tmp_path: Path) -> None:
+    runner = ProcessRunner()
+    # Given a process started before the run knew its framework (`mlscope run MODEL` without -f)
+    started = prestart.start(prestart.Key(sys.executable, None, None))
+    # and one prepared for another thread count, which this job must not take
+    other_threads = prestart.start(prestart.Key(sys.executable, None, 1))
+    # When an ONNX Runtime job runs
+    outcome = runner.run(_job(tmp_path), lambda event: None, timeout_s=120)
+    # Then it ran in the framework-less process, which imported ONNX Runtime as the job's first phase
+    pid, imported = _ran_in(outcome)
+    assert pid == started.pid
+    assert "prepared" not in imported and imported["warm_process"] is False
+    assert prestart.waiting() == {prestart.Key(sys.executable, None, 1): other_threads.pid}
+
+
+def test_a_process_prepared_for_the_framework_is_taken_before_one_without(tmp_path: Path) -> None:
+    runner = ProcessRunner()
+    plain = prestart.start(prestart.Key(sys.executable, None, None))
+    prepared = prestart.start(runner.key("onnxruntime", {}))
+    assert _ran_in(runner.run(_job(tmp_path), lambda event: None, timeout_s=120))[0] == prepared.pid
+    assert prestart.waiting() == {prestart.Key(sys.executable, None, None): plain.pid}
+
+
 def test_a_job_asking_for_threads_takes_the_process_started_with_them(tmp_path: Path) -> None:
     runner = ProcessRunner()
     started = prestart.start(runner.key("onnxruntime", {"threads": 1}))
@@ -104,9 +127,9 @@ def test_a_job_asking_for_threads_takes_the_process_started_with_them(tmp_path: 
     assert _ran_in(outcome)[0] == started.pid
 
 
-@pytest.mark.parametrize("framework", ["onnxruntime", "no-such-framework"])
-def test_a_process_whose_job_never_comes_exits_by_itself(framework: str) -> None:
-    # Given a process started ahead (for a framework that may not even exist)
+@pytest.mark.parametrize("framework", ["onnxruntime", "no-such-framework", None])
+def test_a_process_whose_job_never_comes_exits_by_itself(framework: str | None) -> None:
+    # Given a process started ahead (for a framework that may not even exist, or for none yet)
     child = prestart.spawn(sys.executable, framework, None)
     assert child.stdin is not None
     # When its parent closes its stdin without a job

@@ -45,11 +45,12 @@ __all__ = [
 
 
 class Key(NamedTuple):
-    """What a waiting process serves: the interpreter it runs in, the framework it imported, and the
-    OpenMP thread count it was started with (None: the framework's own)."""
+    """What a waiting process serves: the interpreter it runs in, the framework it imported (None: none
+    yet; a job of any framework takes it and imports its own), and the OpenMP thread count it was
+    started with (None: the framework's own)."""
 
     python: str
-    framework: str
+    framework: str | None
     threads: int | None
 
 
@@ -105,12 +106,16 @@ def waiting() -> dict[Key, int]:
 
 
 def take(key: Key) -> subprocess.Popen[str] | None:
-    """The process waiting for `key`, now the caller's; None when none is (or it died meanwhile)."""
-    child = _waiting.pop(key, None)
-    if child is not None and child.poll() is not None:
+    """The process waiting for `key`, else one of the same interpreter and thread count that imported
+    no framework, now the caller's; None when none is (or it died meanwhile)."""
+    for candidate in dict.fromkeys((key, key._replace(framework=None))):
+        child = _waiting.pop(candidate, None)
+        if child is None:
+            continue
+        if child.poll() is None:
+            return child
         _end(child)
-        return None
-    return child
+    return None
 
 
 def enabled() -> bool:
