@@ -19,6 +19,8 @@ Prints one table, measured in one run on this machine:
       to (a) is the median of the rounds' differences;
   (a0) (a) with the warm-up turned off, against (b): what mlscope costs beside the measurement the
       user asked for (the timed loop still runs to its certificate's minimum);
+  (a1) (a) without -f, as the README's first command has it: the frameworks are found from the file,
+      so the predictor's process starts before it knows which one it imports;
   (d) the very first run, which also creates the store;
   (e) the CLI's own start: `mlscope --version` and `mlscope --help` against `python -c pass`.
 
@@ -107,6 +109,7 @@ def main() -> None:
             "a": [*run, "-f", "onnxruntime", "-b", "1"],
             "b": [sys.executable, "-c", BARE, "model.onnx"],
             "a0": [*run, "-f", "onnxruntime", "-b", "1", *NO_WARMUP],
+            "a1": [*run, "-b", "1"],
             "c1": [*run, "-f", "onnxruntime,onnxruntime", "-b", "1"],
             "c2": [*run, "-f", "onnxruntime", "-b", "1,2"],
         }
@@ -185,6 +188,8 @@ def _table(
     row(f"    (a)'s results valid: {valid} of {len(results)}")
     row("(a0) (a) with no warm-up: --measure warmup_seconds=0, warmup_count=0", times["a0"],
         statistics.median(times["a0"]) / bare)  # fmt: skip
+    row("(a1) (a) without -f: the frameworks found from the file (ONNX Runtime)", times["a1"],
+        statistics.median(times["a1"]) / bare)  # fmt: skip
     for name, what in (
         ("c1", "(c1) a second evaluation: -f onnxruntime,onnxruntime"),
         ("c2", "(c2) a second batch size: -b 1,2"),
