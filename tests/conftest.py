@@ -11,6 +11,11 @@ from typing import Any
 
 import pytest
 
+# Tests import OpenVINO in their own processes too (tests/integration/test_openvino.py): mlscope's
+# OpenVINO package, imported first, keeps OpenVINO's usage telemetry from loading in them, as it does
+# in each predictor process (mlscope/runtime/predictors/openvino/__init__.py).
+import mlscope.runtime.predictors.openvino  # noqa: F401
+
 # Fixtures every folder of tests may use by name.
 pytest_plugins = ["tests.fixtures.docker_engine"]
 

@@ -2,11 +2,15 @@
 validated by the request schema and refused in one line on a framework without them (exit 2, nothing
 stored), their defaults keying as unset, several values admitted as several evaluations, a variant's
 parity checked against OpenVINO as loaded, a user's .onnx file resolved for OpenVINO, the bf16
-refusal, and the performance-counter converter. tests/integration/test_openvino.py runs OpenVINO."""
+refusal, the performance-counter converter, and OpenVINO's telemetry kept off.
+tests/integration/test_openvino.py runs OpenVINO."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -273,3 +277,29 @@ def test_a_model_run_without_frameworks_named_runs_where_it_ran_before_openvino(
     # And named, it runs
     (named,) = admit_all(MODEL, ["openvino"], {}, settings=load_settings())
     assert named.request.framework == "openvino"
+
+
+# A fresh process, as a predictor process imports its framework: what OpenVINO's import left behind.
+_IMPORT_OPENVINO = """
+import json, sys, threading, time
+from mlscope.runtime.frameworks import load_predictor_class
+load_predictor_class("openvino")
+import openvino.tools.ovc.telemetry_utils as telemetry
+time.sleep(0.3)
+print(json.dumps({"telemetry": telemetry.tm.__name__, "threads": [t.name for t in threading.enumerate()]}))
+"""
+
+
+def test_a_predictor_process_that_imports_openvino_sends_no_telemetry(tmp_path: Path) -> None:
+    # When a fresh process with a home of its own imports the OpenVINO predictor
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORT_OPENVINO], env={**os.environ, "HOME": str(tmp_path)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    # Then OpenVINO's converter took its no-op telemetry stub: no thread left to send a usage event
+    # (from a forked process), and no client id written under the home
+    assert seen["telemetry"] == "openvino.tools.ovc.telemetry_stub", seen
+    assert seen["threads"] == ["MainThread"], seen
+    assert list(tmp_path.iterdir()) == []

@@ -3,11 +3,22 @@ own file, or the graph `onnxruntime.export` makes of a PyTorch source), and the 
 per-layer performance counters into spans (`profile`). docs/openvino.md.
 
 Imports no framework: this registration is read wherever frameworks are listed.
+
+It keeps OpenVINO's usage telemetry from loading, in every process that imports this package (the
+predictor module is in it, so each predictor process): `import openvino` loads the model converter
+(`openvino.tools.ovc`), which, where `openvino_telemetry` is importable, writes a client id under the
+user's home and sends a Google Analytics event from a process forked from a thread. mlscope reaches
+no network at run time, and such a fork can hang on a lock the thread's parent held and outlive the
+predictor process. With `openvino_telemetry` unimportable the converter takes its own no-op stub.
 """
 
 from __future__ import annotations
 
+import sys
+
 from mlscope.runtime.frameworks import FrameworkSpec
+
+sys.modules.setdefault("openvino_telemetry", None)
 
 FRAMEWORK = FrameworkSpec(
     name="openvino",
