@@ -18,7 +18,8 @@ import sys
 
 from mlscope.runtime.frameworks import FrameworkSpec
 
-sys.modules.setdefault("openvino_telemetry", None)
+# None in sys.modules is the import system's own "not importable" (an ImportError at import).
+sys.modules.setdefault("openvino_telemetry", None)  # type: ignore[arg-type]
 
 FRAMEWORK = FrameworkSpec(
     name="openvino",
