@@ -15,6 +15,7 @@ import pytest
 # OpenVINO package, imported first, keeps OpenVINO's usage telemetry from loading in them, as it does
 # in each predictor process (mlscope/runtime/predictors/openvino/__init__.py).
 import mlscope.runtime.predictors.openvino  # noqa: F401
+from tests.fixtures.quiet import settle
 
 # Fixtures every folder of tests may use by name.
 pytest_plugins = ["tests.fixtures.docker_engine"]
@@ -111,6 +112,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         for resource in sorted(resources_of(item)):
             item.add_marker(getattr(pytest.mark, resource))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    """A `quiet` test's body starts on a settled machine, after its fixtures (tests/fixtures/quiet.py);
+    a failure's report says how long the settling took."""
+    if item.get_closest_marker("quiet") is not None:
+        waited = settle()
+        item.add_report_section("call", "quiet", f"the machine settled in {waited:.1f} s before the test")
 
 
 @pytest.fixture
