@@ -90,6 +90,10 @@ def test_interactive_for_a_model_without_caps_needs_an_slo(mlscope_env: dict[str
     assert "generation.slo: model 'gpt2' has no MLPerf Interactive caps" in line and "--slo" in line
 
 
+# It holds the client's tokens/s at concurrency 4 above those at 1 against an endpoint whose tokens do
+# not slow down: beside the parallel tests' load on two cores the client and the endpoint got fewer
+# tokens/s at 4 than at 1 (231.8 against 434.8), so `make test` runs it alone.
+@pytest.mark.quiet
 def test_a_concurrency_sweep_is_one_measurement_with_a_point_per_value_and_its_pareto_front(
     mlscope_env: dict[str, str], tmp_path: Path
 ) -> None:
