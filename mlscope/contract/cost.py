@@ -74,7 +74,9 @@ def _scaled_interval(point: float, latency_ms: Mapping[str, Any]) -> list[float]
     median, ci = latency_ms.get("median"), latency_ms.get("median_ci")
     if not isinstance(ci, (list, tuple)) or len(ci) != 2 or None in ci or not median:
         return None
-    return [point * float(ci[0]) / float(median), point * float(ci[1]) / float(median)]
+    # The ratio first: a bound equal to the median scales the point by exactly 1, and one below (above)
+    # it by a ratio below (above) 1, so the interval holds the point to the last digit.
+    return [point * (float(ci[0]) / float(median)), point * (float(ci[1]) / float(median))]
 
 
 def cost_section(measurement: Mapping[str, Any], price_per_hour: float) -> dict[str, Any] | None:

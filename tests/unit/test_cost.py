@@ -38,6 +38,17 @@ def test_cost_per_1k_inferences_follows_the_formula_and_its_interval_brackets_it
     assert (section["price_per_hour"], section["per_1m_tokens"]) == (PRICE, None)
 
 
+def test_an_interval_bound_at_the_median_holds_the_point_to_the_last_digit() -> None:
+    # Given medians whose interval's lower bound is the median itself (a collapsed bootstrap interval)
+    for step in range(1, 2001):
+        median = 0.01 * step + 0.003
+        latency = {"median": median, "median_ci": [median, median]}
+        section = cost_section({**single_stream(1000.0 / median), "latency_ms": latency}, PRICE)
+        # Then the interval is the point itself, with no rounding step outside it
+        assert section is not None
+        assert section["ci"] == [section["per_1k_inferences"]] * 2, median
+
+
 def test_a_load_generators_rate_is_priced_without_a_latency_interval() -> None:
     # Given a server point: its throughput is the rate issued, not what the latency allows
     served = {**single_stream(100.0), "scenario": "server"}
