@@ -118,8 +118,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_call(item: pytest.Item) -> None:
     """A `quiet` test's body starts on a settled machine, after its fixtures (tests/fixtures/quiet.py).
     A failure's report says how long the settling took, and the run's summary lists the waits longer
-    than an idle machine's (what an earlier test left running)."""
-    if item.get_closest_marker("quiet") is not None:
+    than an idle machine's (what an earlier test left running). On a pytest-xdist worker the test runs
+    beside others (a run that did not leave the quiet tests for last), so the machine cannot settle
+    and the test runs at once, as it would have."""
+    if item.get_closest_marker("quiet") is not None and "PYTEST_XDIST_WORKER" not in os.environ:
         waited = settle()
         item.add_report_section("call", "quiet", f"the machine settled in {waited:.1f} s before the test")
         if waited > LONG_SETTLE_S:
