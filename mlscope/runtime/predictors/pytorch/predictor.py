@@ -154,6 +154,9 @@ class PyTorchPredictor(Predictor):
                 raise PredictorError(f"device {self.device}: this PyTorch sees no CUDA device")
             if (device.index or 0) >= torch.cuda.device_count():
                 raise PredictorError(f"device {self.device}: only {torch.cuda.device_count()} CUDA devices")
+            # The caching allocator's statistics exist only once CUDA is initialised: before the
+            # process's first CUDA call, resetting them fails ("Invalid device argument").
+            torch.cuda.init()
             # The allocator's peak then covers this model alone (an inline runner's earlier jobs
             # share the process).
             torch.cuda.reset_peak_memory_stats(device)
