@@ -37,6 +37,8 @@ CHECKS = {
     "test_a_model_warm_started_onto_the_gpu_answers_as_the_cold_one": "warm start onto the GPU",
     "test_mlscope_run_on_cuda_warm_starts_a_second_process_from_the_store": "warm start, mlscope run",
     "test_tensorrt_builds_an_engine_from_the_onnx_graph_and_answers_as_pytorch": "TensorRT engine vs PyTorch",
+    "test_torch_compile_on_the_gpu_is_timed_apart_and_answers_as_eager": "torch.compile on the GPU",
+    "test_bf16_on_the_gpu_differs_from_fp32_by_its_rounding": "bf16 on the GPU vs fp32",
     "test_generation_on_the_gpu_times_each_token_in_order_within_its_request": (
         "generate in process (TTFT, ITL)"
     ),
