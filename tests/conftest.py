@@ -108,6 +108,33 @@ def resources_of(item: pytest.Item) -> set[str]:
     return needs
 
 
+# A module whose every test is slow says so in one line: `pytestmark = pytest.mark.slow`, or a list of marks
+# holding it.
+_SLOW_MODULE = re.compile(
+    r"^pytestmark = (?:pytest\.mark\.slow|\[[^\]\n]*\bpytest\.mark\.slow\b[^\]\n]*\])$", re.MULTILINE
+)
+
+
+def deselects_slow(markexpr: str) -> bool:
+    """Whether a `-m` expression deselects every slow test: a conjunction with `not slow` in it (make
+    unit's and make check's). One with `or` or parentheses is not read, and counts as no."""
+    if "(" in markexpr or re.search(r"\bor\b", markexpr):
+        return False
+    return "not slow" in (term.strip() for term in markexpr.split(" and "))
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A run that deselects the slow tests does not import the modules whose every test is slow: their
+    imports (JAX, torchvision's models, a dataset read at import) cost each pytest-xdist worker seconds
+    of its collection, for tests it then deselects. They are left out as deselected ones are: not run,
+    not counted as passed."""
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    if not deselects_slow(config.option.markexpr or ""):
+        return None
+    return True if _SLOW_MODULE.search(collection_path.read_text(encoding="utf-8")) else None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         for resource in sorted(resources_of(item)):

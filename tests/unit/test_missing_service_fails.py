@@ -98,3 +98,27 @@ def test_make_unit_leaves_out_every_test_that_needs_a_service() -> None:
     ):
         assert not any(line.startswith(needs_a_service) for line in collected), needs_a_service
     assert not any("[postgresql" in line or "[rabbitmq" in line for line in collected)
+    # And a module whose every test is slow is not even imported (tests/conftest.py), while every unit
+    # module that is not is collected
+    from tests.conftest import _SLOW_MODULE
+
+    modules = {line.split("::", 1)[0] for line in collected}
+    assert "tests/integration/test_jax.py" not in modules
+    for path in sorted((REPO / "tests" / "unit").glob("test_*.py")):
+        if not _SLOW_MODULE.search(path.read_text(encoding="utf-8")):
+            assert path.relative_to(REPO).as_posix() in modules, path
+
+
+def test_only_a_conjunction_with_not_slow_leaves_the_slow_modules_uncollected() -> None:
+    from tests.conftest import _SLOW_MODULE, deselects_slow
+
+    # A module is slow as a whole when its pytestmark is the slow mark or a list holding it
+    assert _SLOW_MODULE.search("import pytest\n\npytestmark = pytest.mark.slow\n")
+    assert _SLOW_MODULE.search("pytestmark = [pytest.mark.slow, pytest.mark.docker]")
+    assert not _SLOW_MODULE.search("pytestmark = pytest.mark.slowish")
+    assert not _SLOW_MODULE.search("pytestmark = [pytest.mark.docker]")
+    assert not _SLOW_MODULE.search("@pytest.mark.slow\ndef test_one() -> None: ...")
+    # And only an expression that deselects every slow test leaves such modules out
+    assert deselects_slow("not slow and not postgres and not quiet")
+    for keeps_some_slow in ("", "slow", "not slow or redis", "not (slow and docker)", "not slowly and quiet"):
+        assert not deselects_slow(keeps_some_slow), keeps_some_slow
