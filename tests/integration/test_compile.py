@@ -7,6 +7,8 @@ test's own, so the first compile is a cold one."""
 from __future__ import annotations
 
 import json
+import subprocess
+from typing import Any
 
 import pytest
 
@@ -26,24 +28,8 @@ def test_one_run_measures_a_model_eager_and_compiled_and_diff_compares_them(
         env, "run", MODEL, "-f", "pytorch", "--option", "compile=none,default", "-b", "1,4",
         "--check-parity", "--json", *FAST,
     )  # fmt: skip
-    assert done.returncode in (0, 3), done.stderr
-    eager, compiled = printed_results(done.stdout)
-    assert eager["status"] == compiled["status"] == "succeeded", (eager.get("error"), compiled.get("error"))
-    # Then the eager one has no compile figures
-    assert eager["request"]["options"]["compile"] == "none"
-    assert "compile" not in eager["framework"] and "compile_ms" not in eager["cold_start"]
-    assert all("recompiles" not in m and "compile_ms" not in m for m in eager["measurements"])
-    # And the compiled one's compile is timed apart from its first inference, and cold
-    assert compiled["framework"]["compile"] == "default"
-    cold = compiled["cold_start"]
-    assert cold["compile_ms"] > 0 and cold["compile_cached"] is False
-    assert cold["first_inference_ms"] < cold["compile_ms"] / 10, cold
-    # And batch size 4 was compiled before it was measured, so no point compiled while measured
-    by_size = {m["batch_size"]: m for m in compiled["measurements"]}
-    assert "compile_ms" not in by_size[1] and by_size[4]["compile_ms"] > 0
-    assert [by_size[size]["recompiles"] for size in (1, 4)] == [0, 0]
-    # And its outputs are eager PyTorch's
-    assert compiled["parity"]["against"] == "pytorch" and compiled["parity"]["verdict"] == "same"
+    # Then each was measured, the compile apart from the inferences and cold, the outputs eager's
+    eager, compiled = check_eager_and_compiled(done)
     # And diff names the compile as what differs, and compares the two point by point when told to
     refused = mlscope(env, "diff", eager["id"], compiled["id"])
     assert refused.returncode == 2 and "options.compile: unset (A) vs default (B)" in refused.stderr
@@ -51,6 +37,34 @@ def test_one_run_measures_a_model_eager_and_compiled_and_diff_compares_them(
     assert compared.returncode == 0, compared.stderr
     report = json.loads(compared.stdout)
     assert sorted(point["batch_size"] for point in report["points"]) == [1, 4], report
+
+
+def check_eager_and_compiled(done: subprocess.CompletedProcess[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two results of `-o compile=none,default -b 1,4 --check-parity` that `done` printed (also on a
+    GPU: tests/gpu), checked: the eager one without compile figures; the compiled one's compile timed
+    apart from its first inference and cold, batch 4 compiled before it was measured, no recompile
+    while measured, and its outputs eager PyTorch's."""
+    assert done.returncode in (0, 3), done.stderr[-3000:]
+    eager, compiled = printed_results(done.stdout)
+    assert eager["status"] == compiled["status"] == "succeeded", (eager.get("error"), compiled.get("error"))
+    # The eager one has no compile figures
+    assert eager["request"]["options"]["compile"] == "none"
+    assert "compile" not in eager["framework"] and "compile_ms" not in eager["cold_start"]
+    assert all("recompiles" not in m and "compile_ms" not in m for m in eager["measurements"])
+    # The compiled one's compile is timed apart from its first inference, and cold
+    assert compiled["framework"]["compile"] == "default"
+    cold = compiled["cold_start"]
+    assert cold["compile_ms"] > 0 and cold["compile_cached"] is False
+    assert cold["first_inference_ms"] < cold["compile_ms"] / 10, cold
+    # Batch size 4 was compiled before it was measured, so no point compiled while measured
+    by_size = {m["batch_size"]: m for m in compiled["measurements"]}
+    assert "compile_ms" not in by_size[1] and by_size[4]["compile_ms"] > 0
+    assert [by_size[size]["recompiles"] for size in (1, 4)] == [0, 0]
+    # Its outputs are eager PyTorch's
+    assert compiled["parity"]["against"] == "pytorch" and compiled["parity"]["verdict"] == "same", compiled[
+        "parity"
+    ]
+    return eager, compiled
 
 
 def test_a_second_process_takes_the_compiled_graph_from_inductors_cache(
