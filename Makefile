@@ -102,9 +102,9 @@ test: $(STAMP) $(VENDORED) services docker lint typecheck
 # environment says not to, here and in `make test`: compiling every module again would be most of each
 # run's start-up, and of each of the hundreds of processes the tests start.
 UNIT_MARKERS := not slow and not postgres and not redis and not rabbitmq and not docker and not browser and not gpu
-# The modules with a quiet test, less those whose every test is slow (a slow pytestmark: make unit
-# deselects them all, and tests/conftest.py leaves them uncollected only where no path is named).
-QUIET_MODULES = $(shell grep -rlE --include='*.py' 'mark\.quiet' tests | xargs grep -LE '^pytestmark = .*pytest\.mark\.slow\b')
+# The modules with a quiet test, less those whose every test is slow (make unit deselects them all, and
+# tests/conftest.py leaves them uncollected only where no path is named).
+QUIET_MODULES = $(shell $(BIN)/python -m tests.fixtures.slow_modules tests)
 unit: export PYTHONDONTWRITEBYTECODE =
 unit: $(STAMP)
 	$(Q)$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope -m "$(UNIT_MARKERS) and not quiet"

@@ -16,6 +16,7 @@ import pytest
 # in each predictor process (mlscope/runtime/predictors/openvino/__init__.py).
 import mlscope.runtime.predictors.openvino  # noqa: F401
 from tests.fixtures.quiet import settle
+from tests.fixtures.slow_modules import deselects_slow, is_slow_module
 
 # Fixtures every folder of tests may use by name.
 pytest_plugins = ["tests.fixtures.docker_engine"]
@@ -108,21 +109,6 @@ def resources_of(item: pytest.Item) -> set[str]:
     return needs
 
 
-# A module whose every test is slow says so in one line: `pytestmark = pytest.mark.slow`, or a list of marks
-# holding it.
-_SLOW_MODULE = re.compile(
-    r"^pytestmark = (?:pytest\.mark\.slow|\[[^\]\n]*\bpytest\.mark\.slow\b[^\]\n]*\])$", re.MULTILINE
-)
-
-
-def deselects_slow(markexpr: str) -> bool:
-    """Whether a `-m` expression deselects every slow test: a conjunction with `not slow` in it (make
-    unit's and make check's). One with `or` or parentheses is not read, and counts as no."""
-    if "(" in markexpr or re.search(r"\bor\b", markexpr):
-        return False
-    return "not slow" in (term.strip() for term in markexpr.split(" and "))
-
-
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """A run that deselects the slow tests does not import the modules whose every test is slow: their
     imports (JAX, torchvision's models, a dataset read at import) cost each pytest-xdist worker seconds
@@ -132,7 +118,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         return None
     if not deselects_slow(config.option.markexpr or ""):
         return None
-    return True if _SLOW_MODULE.search(collection_path.read_text(encoding="utf-8")) else None
+    return True if is_slow_module(collection_path.read_text(encoding="utf-8")) else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

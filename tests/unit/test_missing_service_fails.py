@@ -100,24 +100,24 @@ def test_make_unit_leaves_out_every_test_that_needs_a_service() -> None:
     assert not any("[postgresql" in line or "[rabbitmq" in line for line in collected)
     # And a module whose every test is slow is not even imported (tests/conftest.py), while every unit
     # module that is not is collected
-    from tests.conftest import _SLOW_MODULE
+    from tests.fixtures.slow_modules import is_slow_module
 
     modules = {line.split("::", 1)[0] for line in collected}
     assert "tests/integration/test_jax.py" not in modules
     for path in sorted((REPO / "tests" / "unit").glob("test_*.py")):
-        if not _SLOW_MODULE.search(path.read_text(encoding="utf-8")):
+        if not is_slow_module(path.read_text(encoding="utf-8")):
             assert path.relative_to(REPO).as_posix() in modules, path
 
 
 def test_only_a_conjunction_with_not_slow_leaves_the_slow_modules_uncollected() -> None:
-    from tests.conftest import _SLOW_MODULE, deselects_slow
+    from tests.fixtures.slow_modules import deselects_slow, is_slow_module
 
     # A module is slow as a whole when its pytestmark is the slow mark or a list holding it
-    assert _SLOW_MODULE.search("import pytest\n\npytestmark = pytest.mark.slow\n")
-    assert _SLOW_MODULE.search("pytestmark = [pytest.mark.slow, pytest.mark.docker]")
-    assert not _SLOW_MODULE.search("pytestmark = pytest.mark.slowish")
-    assert not _SLOW_MODULE.search("pytestmark = [pytest.mark.docker]")
-    assert not _SLOW_MODULE.search("@pytest.mark.slow\ndef test_one() -> None: ...")
+    assert is_slow_module("import pytest\n\npytestmark = pytest.mark.slow\n")
+    assert is_slow_module("pytestmark = [pytest.mark.slow, pytest.mark.docker]")
+    assert not is_slow_module("pytestmark = pytest.mark.slowish")
+    assert not is_slow_module("pytestmark = [pytest.mark.docker]")
+    assert not is_slow_module("@pytest.mark.slow\ndef test_one() -> None: ...")
     # And only an expression that deselects every slow test leaves such modules out
     assert deselects_slow("not slow and not postgres and not quiet")
     for keeps_some_slow in ("", "slow", "not slow or redis", "not (slow and docker)", "not slowly and quiet"):
